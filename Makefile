@@ -1,0 +1,36 @@
+# libshard: `make demo` and `make test` work on a fresh machine (they run `make deps` first).
+BUILD     ?= build
+PYTHON    ?= python3
+JOBS      ?= $(shell nproc)
+BUILD_TYPE ?= RelWithDebInfo
+TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
+CMAKE_ARGS ?=
+DEMO_DIR  ?= demo_data
+
+.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install demo bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DCMAKE_PREFIX_PATH="$(TORCH_PREFIX)" -DLIBSHARD_BUILD_PYTHON=ON \
+	  -DPython_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+# Everything CI runs: C++ suites, Python suites, sanitizer builds, the installed-package check.
+test: build
+	@bash scripts/test.sh "$(BUILD)" "$(PYTHON)"
+
+demo: build
+	@bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"
+
+bench: build
+	@echo "see bench/README.md"
+
+clean:
+	rm -rf $(BUILD) build-asan build-tsan $(DEMO_DIR)

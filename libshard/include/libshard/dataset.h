@@ -1,0 +1,92 @@
+// Dataset: a packed dataset opened for random access (docs/FORMAT.md).
+//
+// Open() validates the manifest, the index (checksum, limits, every record's bounds) and the
+// shard sizes, so later reads only fail on I/O errors or corrupted sample bytes. Thread-safe:
+// all const methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "libshard/sample.h"
+#include "libshard/schema.h"
+#include "libshard/status.h"
+
+namespace libshard {
+
+struct DatasetOptions {
+  bool verify_checksums = true;  // Read() checks each sample's xxh3 before returning it
+};
+
+struct ShardInfo {
+  std::string path;       // absolute path of the shard file
+  uint64_t size = 0;      // bytes, checked at Open
+  uint64_t samples = 0;
+};
+
+// Where sample i lives and how it is stored (FORMAT.md §3.3).
+struct SampleLocation {
+  uint32_t shard = 0;
+  uint32_t flags = 0;        // kSampleFlag*
+  uint64_t offset = 0;       // multiple of kSampleAlignment
+  uint64_t stored_size = 0;  // bytes to read (padding excluded)
+  uint64_t raw_size = 0;     // bytes of the decoded payload
+  uint64_t checksum = 0;     // xxh3-64 of the stored bytes
+  uint64_t length = 0;       // token length, 0 if the schema has no length field
+};
+
+inline constexpr uint32_t kSampleFlagZstd = 1u << 0;
+inline constexpr uint32_t kSampleFlagByteShuffle = 1u << 1;
+
+// Where field f of sample i lies inside the decoded payload.
+struct TensorLocation {
+  uint64_t offset = 0;  // multiple of kTensorAlignment
+  uint64_t nbytes = 0;
+  Shape shape;
+};
+
+class Dataset {
+ public:
+  static Result<std::shared_ptr<Dataset>> Open(const std::string& dir,
+                                               const DatasetOptions& options = {});
+  virtual ~Dataset() = default;
+
+  virtual const std::string& path() const = 0;
+  virtual uint64_t size() const = 0;
+  virtual const Schema& schema() const = 0;
+  virtual const std::vector<ShardInfo>& shards() const = 0;
+  virtual uint64_t total_stored_bytes() const = 0;
+  virtual uint64_t total_raw_bytes() const = 0;
+
+  // Preconditions for the accessors below: i < size(), f < schema().fields.size().
+  virtual SampleLocation location(uint64_t i) const = 0;
+  virtual TensorLocation tensor(uint64_t i, size_t f) const = 0;
+  virtual uint64_t length(uint64_t i) const = 0;
+  // Token lengths of every sample (copied; O(size())).
+  virtual std::vector<uint64_t> lengths() const = 0;
+  virtual Result<Provenance> source(uint64_t i) const = 0;
+  virtual Result<Metadata> metadata(uint64_t i) const = 0;
+
+  // Reads sample i with pread into an owned 4 KiB-aligned buffer and returns views over it.
+  virtual Result<Sample> Read(uint64_t i) const = 0;
+  // Reads only sample i's stored bytes and checks them against the index checksum.
+  virtual Status Verify(uint64_t i) const = 0;
+
+  // For loaders: decodes `stored` (exactly location(i).stored_size bytes) into `raw` (at least
+  // raw_size bytes, 64-byte aligned). A no-op check when the sample is stored uncompressed and
+  // `stored.data() == raw.data()`.
+  virtual Status Decode(uint64_t i, std::span<const std::byte> stored,
+                        std::span<std::byte> raw) const = 0;
+  // For loaders: a Sample of views over decoded payload bytes kept alive by `memory`. `base`
+  // points at payload byte `base_offset` (0 when the whole payload was read); only the bytes of
+  // the fields in `fields` (all fields when empty) need to lie in the buffer. Checks that every
+  // selected tensor lies in [base_offset, base_offset + base_size).
+  virtual Result<Sample> MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
+                                    uint64_t base_size, std::shared_ptr<const void> memory,
+                                    std::span<const size_t> fields = {}) const = 0;
+};
+
+}  // namespace libshard

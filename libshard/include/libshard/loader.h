@@ -1,0 +1,140 @@
+// Loader: streams a Dataset's samples with io_uring + O_DIRECT into one pinned arena and hands
+// them out as zero-copy tensor views, shuffled, split across ranks, batched, resumable.
+//
+// Thread-safety: Next(), SetEpoch() and state() are called by one consumer thread; stats() and
+// Stop() may be called from any thread at any time. Samples returned by Next() stay valid for as
+// long as any copy of them (or of their memory_owner()) lives, also after the Loader is destroyed;
+// their arena memory is reused only after that.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libshard/dataset.h"
+#include "libshard/sample.h"
+#include "libshard/status.h"
+
+namespace libshard {
+
+enum class IoEngineKind : uint32_t {
+  kAuto = 0,     // io_uring when the kernel allows it, else the pread thread pool
+  kIoUring = 1,
+  kPread = 2,
+};
+enum class IoMode : uint32_t {
+  kAuto = 0,     // O_DIRECT when the file system accepts it, else buffered
+  kDirect = 1,
+  kBuffered = 2,
+};
+enum class OnError : uint32_t {
+  kRaise = 0,    // Next() returns the error (sample, file, offset)
+  kSkip = 1,     // the sample is skipped, counted in stats and recorded in the state
+};
+
+// Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
+// created with `resume` set continues exactly where the saved one stopped, also on another
+// world size (FORMAT-independent; see loader/order.h for the contract).
+struct LoaderState {
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t position = 0;               // global position: units of the epoch's global sequence
+                                       // consumed by all ranks together
+  std::vector<uint64_t> skipped;       // samples skipped by OnError::kSkip this epoch
+  bool operator==(const LoaderState&) const = default;
+};
+
+struct LoaderOptions {
+  // Order.
+  bool shuffle = true;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  bool drop_last = false;              // false: wrap around so every rank gets the same count
+  std::optional<LoaderState> resume;   // overrides seed/epoch; continues the global sequence
+
+  // What to read.
+  std::vector<std::string> fields;     // empty: all fields; else only these tensors' bytes
+  uint64_t max_len = 0;                // >0: read only the first max_len rows of seq_dim
+
+  // Batching: single samples (batch_size 0 or 1), fixed-size batches, or token-budget batches.
+  uint32_t batch_size = 0;
+  uint64_t max_tokens = 0;             // >0: batches whose summed length stays <= max_tokens
+
+  // Memory and I/O.
+  uint64_t memory_budget = uint64_t{2} << 30;  // the arena; every queue is bounded by it
+  uint32_t queue_depth = 64;           // reads in flight
+  uint64_t read_size = uint64_t{4} << 20;  // large samples are split into reads of this size
+  IoEngineKind engine = IoEngineKind::kAuto;   // env LIBSHARD_ENGINE=uring|pread overrides kAuto
+  IoMode io_mode = IoMode::kAuto;              // env LIBSHARD_IO_MODE=direct|buffered overrides
+  bool pin_memory = true;              // cudaHostRegister the arena when a CUDA runtime loads
+  uint32_t worker_threads = 1;         // checksum verification and zstd decoding
+  bool verify_checksums = false;
+  OnError on_error = OnError::kRaise;
+
+  // Observability.
+  double slow_wait_warning_seconds = 10.0;  // one log line when the consumer waits this long
+  double stats_interval_seconds = 0;   // >0 (or env LIBSHARD_STATS=seconds): periodic stats lines
+};
+
+struct InflightRead {
+  std::string file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t sample = 0;
+  double age_seconds = 0;
+};
+
+struct LoaderStats {
+  uint64_t samples_delivered = 0;
+  uint64_t batches_delivered = 0;
+  uint64_t bytes_delivered = 0;        // payload bytes handed to the consumer
+  uint64_t bytes_read = 0;             // bytes read from storage
+  double elapsed_seconds = 0;          // since the first Next()
+  double throughput_gbps = 0;          // bytes_read / elapsed, GB/s (1e9)
+  double wait_seconds = 0;             // time the consumer spent blocked in Next()
+  double wait_share = 0;               // wait_seconds / elapsed_seconds
+  uint64_t reads_in_flight = 0;
+  double oldest_read_age_seconds = 0;
+  std::vector<InflightRead> inflight;  // a few of the oldest reads in flight
+  std::string engine;                  // "io_uring" or "pread"
+  bool direct_io = false;
+  bool pinned = false;
+  std::string pin_status;              // why not pinned, when not
+  uint64_t arena_budget = 0;
+  uint64_t arena_in_use = 0;
+  uint64_t arena_peak = 0;
+  uint64_t checksum_failures = 0;
+  uint64_t samples_skipped = 0;
+};
+
+// Samples of one step. For single-sample mode it holds one sample.
+struct Batch {
+  std::vector<Sample> samples;
+};
+
+class Loader {
+ public:
+  static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<const Dataset> dataset,
+                                                const LoaderOptions& options = {});
+  virtual ~Loader() = default;  // stops and waits for reads in flight
+
+  // Blocks until the next batch of this rank is ready; nullopt at the end of the epoch (call
+  // SetEpoch to go on). Errors name the sample, the shard file and the offset.
+  virtual Result<std::optional<Batch>> Next() = 0;
+  // Starts epoch `epoch` from its beginning (drops what was prefetched).
+  virtual Status SetEpoch(uint64_t epoch) = 0;
+  // The state after the last batch returned by Next(): resume from it to continue.
+  virtual LoaderState state() const = 0;
+  // Batches this rank gets per epoch.
+  virtual uint64_t batches_per_epoch() const = 0;
+  virtual LoaderStats stats() const = 0;
+  // Cancels reads in flight and makes Next() return Aborted; returns promptly. Idempotent.
+  virtual void Stop() = 0;
+  virtual const LoaderOptions& options() const = 0;
+};
+
+}  // namespace libshard

@@ -1,0 +1,96 @@
+// What goes into a dataset (SampleInput) and what comes out (Sample: zero-copy tensor views).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "libshard/dtype.h"
+#include "libshard/status.h"
+
+namespace libshard {
+
+using Shape = std::vector<uint64_t>;
+
+// Number of elements of `shape` (1 for a scalar), or nullopt-like UINT64_MAX on overflow.
+uint64_t NumElements(std::span<const uint64_t> shape);
+
+// Small per-sample metadata (a conversation id, a score, a flag). Kept in order of insertion.
+using MetaValue = std::variant<bool, int64_t, double, std::string>;
+struct MetaEntry {
+  std::string key;
+  MetaValue value;
+  bool operator==(const MetaEntry&) const = default;
+};
+using Metadata = std::vector<MetaEntry>;
+
+// Where a sample came from (docs/FORMAT.md §3.4).
+struct Provenance {
+  std::string path;           // relative to the source root, '/'-separated, UTF-8
+  uint64_t size = 0;          // bytes of the source file
+  int64_t mtime_ns = 0;       // modification time of the source file, ns since the epoch
+  uint64_t content_hash = 0;  // xxh3-64 of the source file's bytes (0 = not computed)
+  bool operator==(const Provenance&) const = default;
+};
+
+// One tensor handed to Writer. Exactly one of `data` and `fill` is set.
+struct TensorInput {
+  std::string name;
+  DType dtype = DType::kUInt8;
+  Shape shape;
+  // C-contiguous bytes, NumElements(shape) * DTypeSize(dtype) long; must stay valid for the call.
+  const void* data = nullptr;
+  // Called once with a destination of exactly the tensor's byte size; writes the C-contiguous
+  // bytes there (lets a reader read straight into the writer's aligned buffer: one copy).
+  std::function<Status(std::span<std::byte> dst)> fill;
+};
+
+struct SampleInput {
+  std::vector<TensorInput> tensors;  // matched to the schema's fields by name; all must be present
+  Metadata metadata;
+  Provenance source;
+};
+
+// A read-only view of one tensor of a sample. `data` is at least 64-byte aligned.
+struct TensorView {
+  std::string_view name;  // valid while the Dataset lives
+  DType dtype = DType::kUInt8;
+  Shape shape;
+  const std::byte* data = nullptr;
+  uint64_t nbytes = 0;
+};
+
+// One sample: tensor views over memory that the Sample keeps alive (an owned aligned buffer or a
+// loader arena slot). Copies share that memory; it is released when the last copy (and every
+// holder obtained from memory_owner()) is gone. Thread-compatible.
+class Sample {
+ public:
+  Sample() = default;
+  Sample(uint64_t index, std::vector<TensorView> tensors, Metadata metadata,
+         std::shared_ptr<const void> memory)
+      : index_(index), tensors_(std::move(tensors)), metadata_(std::move(metadata)),
+        memory_(std::move(memory)) {}
+
+  // Position of the sample in its dataset.
+  uint64_t index() const { return index_; }
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  // The tensor named `name`, or nullptr.
+  const TensorView* Find(std::string_view name) const;
+  const Metadata& metadata() const { return metadata_; }
+  // Holding a copy keeps every tensor's memory valid (used by the Python and LibTorch adapters).
+  const std::shared_ptr<const void>& memory_owner() const { return memory_; }
+
+ private:
+  uint64_t index_ = 0;
+  std::vector<TensorView> tensors_;
+  Metadata metadata_;
+  std::shared_ptr<const void> memory_;
+};
+
+}  // namespace libshard

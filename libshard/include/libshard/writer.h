@@ -1,0 +1,90 @@
+// Writer: builds a dataset directory (docs/FORMAT.md §2) from samples.
+//
+// Crash safety: shards are written under temporary names (`*.tmp`) and fsynced; the index and
+// then the manifest are written last and renamed into place by Finish(). Until the manifest
+// exists the directory never opens as a dataset. A journal (`_journal.lsj`, §6) records every
+// sample whose bytes are durable, so Resume() continues an interrupted job without redoing it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libshard/sample.h"
+#include "libshard/schema.h"
+#include "libshard/status.h"
+
+namespace libshard {
+
+enum class Compression : uint32_t {
+  kNone = 0,
+  kZstd = 1,  // per sample; 2-byte dtypes are byte-shuffled first (FORMAT.md §4.2)
+};
+
+struct WriterOptions {
+  uint64_t shard_size = uint64_t{4} << 30;  // roll to a new shard past this; a sample never splits
+  Compression compression = Compression::kNone;
+  int zstd_level = 3;
+  bool fsync = true;              // fsync shards, index, manifest and directory
+  std::string source_root;        // recorded in the manifest's provenance summary
+  std::string created_by;         // free text recorded in the manifest ("libshard pack 0.1.0")
+  uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
+};
+
+// A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.
+// Produced by Writer::Encode on any thread; consumed in order by Writer::AppendEncoded.
+struct EncodedSample {
+  std::vector<uint64_t> dims;          // Schema::DimsPerSample() values, fields in schema order
+  std::vector<uint64_t> tensor_offsets;  // per field, within the raw payload
+  std::vector<uint64_t> tensor_sizes;    // per field
+  uint64_t raw_size = 0;               // bytes of the raw payload
+  uint32_t flags = 0;                  // FORMAT.md §3.3 sample flags
+  uint64_t length = 0;                 // token length (Schema::length_field), 0 if none
+  uint64_t checksum = 0;               // xxh3-64 of `stored`
+  std::shared_ptr<std::byte[]> stored_buffer;  // 4 KiB aligned, padded to 4 KiB
+  uint64_t stored_size = 0;            // meaningful bytes in stored_buffer
+  Metadata metadata;
+  Provenance source;
+};
+
+struct WriteSummary {
+  uint64_t samples = 0;
+  uint64_t shards = 0;
+  uint64_t raw_bytes = 0;     // sum of raw payload sizes
+  uint64_t stored_bytes = 0;  // bytes in shard files, padding included
+};
+
+class Writer {
+ public:
+  // Starts a new dataset in `dir` (created if missing). Fails with AlreadyExists if `dir` holds a
+  // dataset or a journal (use Resume or OpenForAppend).
+  static Result<std::unique_ptr<Writer>> Create(const std::string& dir, const Schema& schema,
+                                                const WriterOptions& options = {});
+  // Continues an interrupted Create() from its journal: samples already recorded are kept; the
+  // caller asks `journaled_sources()` which sources to skip.
+  static Result<std::unique_ptr<Writer>> Resume(const std::string& dir,
+                                                const WriterOptions& options = {});
+  // Opens a complete dataset to add samples in new shards; Finish() rewrites index and manifest.
+  static Result<std::unique_ptr<Writer>> OpenForAppend(const std::string& dir,
+                                                       const WriterOptions& options = {});
+
+  virtual ~Writer() = default;  // without Finish(): temporaries stay for Resume, nothing opens
+
+  // Thread-safe: validates `sample` against the schema, lays out the payload (FORMAT.md §4.1),
+  // compresses per options and checksums. Errors name the source path and the field.
+  virtual Result<EncodedSample> Encode(const SampleInput& sample) const = 0;
+  // Not thread-safe: appends in call order; the sample's index is samples_written() before it.
+  virtual Status AppendEncoded(EncodedSample sample) = 0;
+  // Encode + AppendEncoded.
+  virtual Status Append(const SampleInput& sample) = 0;
+  // Writes index then manifest, fsyncs, renames shards into place, removes the journal.
+  virtual Result<WriteSummary> Finish() = 0;
+
+  virtual const Schema& schema() const = 0;
+  virtual uint64_t samples_written() const = 0;
+  // Provenance of every sample already in the dataset (Resume / OpenForAppend), in order.
+  virtual const std::vector<Provenance>& existing_sources() const = 0;
+};
+
+}  // namespace libshard

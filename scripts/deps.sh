@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs what libshard needs to build and test, idempotently: Debian packages and the pinned
+# PyTorch CPU wheel. Safe to run repeatedly; does nothing when everything is present.
+set -euo pipefail
+
+APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
+          libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev fio zstd
+          clang libclang-rt-14-dev)  # clang + libFuzzer runtime: fuzz/ targets
+PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.9" "numpy" "pytest" "safetensors" "ninja" "cmake>=3.24")
+
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" - <<'PYEOF' 2>/dev/null
+import importlib, sys
+import torch, pybind11, numpy, pytest, safetensors
+assert torch.__version__.startswith("2.13.0"), torch.__version__
+PYEOF
+then
+  echo "deps: installing Python packages: ${PIP_PKGS[*]}"
+  "$PY" -m pip install -q "${PIP_PKGS[@]}"
+fi
+echo "deps: ok"
