@@ -39,7 +39,8 @@ struct Provenance {
   bool operator==(const Provenance&) const = default;
 };
 
-// One tensor handed to Writer. Exactly one of `data` and `fill` is set.
+// One tensor handed to Writer. Exactly one of `data` and `fill` is set (an empty tensor may have
+// neither).
 struct TensorInput {
   std::string name;
   DType dtype = DType::kUInt8;

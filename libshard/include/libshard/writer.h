@@ -61,11 +61,13 @@ class Writer {
   // dataset or a journal (use Resume or OpenForAppend).
   static Result<std::unique_ptr<Writer>> Create(const std::string& dir, const Schema& schema,
                                                 const WriterOptions& options = {});
-  // Continues an interrupted Create() from its journal: samples already recorded are kept; the
-  // caller asks `journaled_sources()` which sources to skip.
+  // Continues an interrupted Create() from its journal (FORMAT.md §6): samples already journaled
+  // are kept and `existing_sources()` lists them, so the caller skips those sources. When the
+  // interrupted job had already committed (a manifest exists), this is OpenForAppend.
   static Result<std::unique_ptr<Writer>> Resume(const std::string& dir,
                                                 const WriterOptions& options = {});
-  // Opens a complete dataset to add samples in new shards; Finish() rewrites index and manifest.
+  // Opens a complete dataset to add samples in new shards; existing shards are never modified.
+  // Finish() commits a new index and manifest (FORMAT.md §7); until then the old dataset opens.
   static Result<std::unique_ptr<Writer>> OpenForAppend(const std::string& dir,
                                                        const WriterOptions& options = {});
 

@@ -1,0 +1,20 @@
+// MergeDatasets: one dataset from several (the `libshard merge` and `pack --part` workflow).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "libshard/status.h"
+
+namespace libshard {
+
+// Builds a dataset in `out_dir` (created if missing; must not already hold a dataset or a journal)
+// whose samples are the samples of `parts`, in the given part order and, within a part, in the
+// part's order. Every part must open cleanly and have the same schema. Shard files are
+// hard-linked into `out_dir` when `link` is true (falling back to a copy when linking fails, e.g.
+// across file systems) and copied otherwise; only the index and the manifest are new
+// (docs/FORMAT.md §7). Sample bytes are not re-read or re-checksummed. The parts are left intact.
+[[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
+                                   bool link = true);
+
+}  // namespace libshard

@@ -1,0 +1,317 @@
+// Dataset::Open and random access (FORMAT.md §2.2, §3.7, §4).
+#include "libshard/dataset.h"
+
+#include <fcntl.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "dataset/posix_file.h"
+#include "format/bytes.h"
+#include "format/checksum.h"
+#include "format/index_format.h"
+#include "format/journal.h"
+#include "format/manifest.h"
+#include "format/metadata_codec.h"
+#include "format/payload.h"
+#include "format/shard_format.h"
+
+namespace libshard {
+
+namespace {
+
+using format::IndexView;
+using internal::MappedFile;
+using internal::PosixFile;
+
+constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+constexpr const char* kRepack = "; the dataset is damaged, re-run libshard pack";
+
+class DatasetImpl final : public Dataset {
+ public:
+  static Result<std::shared_ptr<Dataset>> Open(const std::string& dir,
+                                               const DatasetOptions& options);
+
+  const std::string& path() const override { return dir_; }
+  uint64_t size() const override { return index_.sample_count(); }
+  const Schema& schema() const override { return index_.schema(); }
+  const std::vector<ShardInfo>& shards() const override { return shards_; }
+  uint64_t total_stored_bytes() const override { return stored_bytes_; }
+  uint64_t total_raw_bytes() const override { return index_.total_raw_bytes(); }
+
+  SampleLocation location(uint64_t i) const override {
+    format::SampleRecord r = index_.record(i);
+    return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
+                          r.length};
+  }
+  TensorLocation tensor(uint64_t i, size_t f) const override {
+    return TensorLocation{index_.tensor_offset(i, f), index_.tensor_nbytes(i, f),
+                          index_.shape(i, f)};
+  }
+  uint64_t length(uint64_t i) const override { return index_.record(i).length; }
+  std::vector<uint64_t> lengths() const override {
+    std::vector<uint64_t> out(size());
+    for (uint64_t i = 0; i < out.size(); ++i) out[i] = index_.record(i).length;
+    return out;
+  }
+  Result<Provenance> source(uint64_t i) const override {
+    LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    format::SampleRecord r = index_.record(i);
+    return Provenance{std::string(index_.source_path(i)), r.source_bytes, r.source_mtime_ns,
+                      r.source_hash};
+  }
+  Result<Metadata> metadata(uint64_t i) const override {
+    LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    Metadata m;
+    Status st = format::DecodeMetadata(index_.metadata_bytes(i), &m);
+    if (!st.ok()) return st.WithContext(index_path_ + ": sample " + std::to_string(i));
+    return m;
+  }
+
+  Result<Sample> Read(uint64_t i) const override;
+  Status Verify(uint64_t i) const override;
+  Status Decode(uint64_t i, std::span<const std::byte> stored,
+                std::span<std::byte> raw) const override;
+  Result<Sample> MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
+                            uint64_t base_size, std::shared_ptr<const void> memory,
+                            std::span<const size_t> fields) const override;
+
+ private:
+  Status CheckIndex(uint64_t i) const {
+    if (i >= size())
+      return Status::InvalidArgument(dir_ + ": sample " + std::to_string(i) +
+                                     " out of range (dataset has " + std::to_string(size()) +
+                                     " samples)");
+    return Status::OK();
+  }
+  // "<dir>/shard-00000.lss: sample 3 at offset 8192"
+  std::string Where(uint64_t i, const format::SampleRecord& r) const {
+    return shards_[r.shard].path + ": sample " + std::to_string(i) + " at offset " +
+           std::to_string(r.offset);
+  }
+  // Reads sample i's stored bytes into an owned aligned buffer.
+  Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;
+  Status CheckChecksum(uint64_t i, const format::SampleRecord& r, const std::byte* stored) const;
+
+  std::string dir_;
+  std::string index_path_;
+  DatasetOptions options_;
+  MappedFile index_map_;
+  IndexView index_;
+  std::vector<ShardInfo> shards_;
+  std::vector<PosixFile> shard_files_;
+  uint64_t stored_bytes_ = 0;
+};
+
+Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
+                                                   const DatasetOptions& options) {
+  std::error_code ec;
+  std::string dir = std::filesystem::absolute(dir_in, ec).lexically_normal().string();
+  if (ec || dir.empty()) dir = dir_in;
+  if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  const std::string manifest_path = internal::JoinPath(dir, format::kManifestName);
+  if (!internal::PathExists(manifest_path)) {
+    if (!internal::PathExists(dir))
+      return Status::NotFound(dir + ": no such directory");
+    if (internal::PathExists(internal::JoinPath(dir, format::kJournalName)))
+      return Status::NotFound(dir + ": no manifest.json: this is an unfinished write (a journal "
+                                    "is present); resume it with libshard pack --resume");
+    return Status::NotFound(dir + ": no manifest.json; not a libshard dataset");
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(std::string manifest_text,
+                            internal::ReadWholeFile(manifest_path, kMaxManifestBytes));
+  LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest,
+                            format::ParseManifest(manifest_text, manifest_path));
+
+  auto ds = std::make_shared<DatasetImpl>();
+  ds->dir_ = dir;
+  ds->options_ = options;
+  ds->index_path_ = internal::JoinPath(dir, manifest.index_file);
+  const std::string& ip = ds->index_path_;
+  LIBSHARD_ASSIGN_OR_RETURN(ds->index_map_, MappedFile::Map(ip));
+  if (ds->index_map_.bytes().size() != manifest.index_size)
+    return Status::Corruption(ip + ": size " + std::to_string(ds->index_map_.bytes().size()) +
+                              " != " + std::to_string(manifest.index_size) +
+                              " recorded in manifest.json (truncated or replaced)" + kRepack);
+  LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexView::Parse(ds->index_map_.bytes(), ip));
+  const IndexView& index = ds->index_;
+
+  // Manifest agreement (§2.2).
+  auto disagree = [&](const std::string& what) {
+    return Status::Corruption(manifest_path + ": " + what + " disagrees with " + ip + kRepack);
+  };
+  if (manifest.index_xxh3 != index.checksum())
+    return disagree("index.xxh3 " + format::Hex16(manifest.index_xxh3) + " (index has " +
+                    format::Hex16(index.checksum()) + ")");
+  if (!(manifest.schema == index.schema())) return disagree("the schema");
+  if (manifest.shards.size() != index.shards().size())
+    return disagree("the shard count " + std::to_string(manifest.shards.size()));
+  for (size_t k = 0; k < manifest.shards.size(); ++k) {
+    const auto& a = manifest.shards[k];
+    const auto& b = index.shards()[k];
+    if (a.file != b.name || a.size != b.file_size || a.samples != b.sample_count)
+      return disagree("shard " + std::to_string(k) + " ('" + a.file + "', " +
+                      std::to_string(a.size) + " bytes, " + std::to_string(a.samples) +
+                      " samples)");
+  }
+  if (manifest.total_samples != index.sample_count())
+    return disagree("totals.samples " + std::to_string(manifest.total_samples));
+  if (manifest.total_raw_bytes != index.total_raw_bytes())
+    return disagree("totals.raw_bytes " + std::to_string(manifest.total_raw_bytes));
+
+  // Shard files: size on disk and header (§4.1).
+  ds->shards_.reserve(index.shards().size());
+  ds->shard_files_.reserve(index.shards().size());
+  std::vector<std::byte> header(format::kShardHeaderSize);
+  for (const format::IndexShard& s : index.shards()) {
+    const std::string path = internal::JoinPath(dir, s.name);
+    auto file = PosixFile::Open(path, O_RDONLY);
+    if (!file.ok())
+      return Status(file.status().code(), file.status().message() +
+                                              " (a shard named by the index is missing)" + kRepack);
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+    if (size != s.file_size)
+      return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
+                                std::to_string(s.file_size) + " recorded in the index (" +
+                                (size < s.file_size ? "truncated" : "extended or replaced") + ")" +
+                                kRepack);
+    LIBSHARD_RETURN_IF_ERROR(file->PReadExact(header.data(), header.size(), 0));
+    LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, path));
+    ds->stored_bytes_ += s.file_size;
+    ds->shards_.push_back(ShardInfo{path, s.file_size, s.sample_count});
+    ds->shard_files_.push_back(std::move(*file));
+  }
+  if (manifest.total_stored_bytes != ds->stored_bytes_)
+    return disagree("totals.stored_bytes " + std::to_string(manifest.total_stored_bytes));
+  return std::shared_ptr<Dataset>(std::move(ds));
+}
+
+Result<std::shared_ptr<std::byte[]>> DatasetImpl::ReadStored(uint64_t i,
+                                                             const format::SampleRecord& r) const {
+  auto buf = internal::AllocateAligned(r.stored_size, kSampleAlignment);
+  if (!buf)
+    return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                     std::to_string(r.stored_size) + " bytes");
+  Status st = shard_files_[r.shard].PReadExact(buf.get(), r.stored_size, r.offset);
+  if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  return buf;
+}
+
+Status DatasetImpl::CheckChecksum(uint64_t i, const format::SampleRecord& r,
+                                  const std::byte* stored) const {
+  const uint64_t actual = format::Xxh3(stored, r.stored_size);
+  if (actual == r.checksum) return Status::OK();
+  std::string source(index_.source_path(i));
+  return Status::Corruption(Where(i, r) + " (" + std::to_string(r.stored_size) +
+                            " stored bytes): checksum mismatch: xxh3 " + format::Hex16(actual) +
+                            " != " + format::Hex16(r.checksum) + " recorded in the index" +
+                            (source.empty() ? "" : " (source '" + source + "')") +
+                            "; the shard is damaged, re-run libshard pack");
+}
+
+Result<Sample> DatasetImpl::Read(uint64_t i) const {
+  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+  const format::SampleRecord r = index_.record(i);
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
+  if (options_.verify_checksums) LIBSHARD_RETURN_IF_ERROR(CheckChecksum(i, r, stored.get()));
+  std::shared_ptr<std::byte[]> raw = stored;
+  if (r.flags & format::kFlagZstd) {
+    raw = internal::AllocateAligned(r.raw_size, kSampleAlignment);
+    if (!raw)
+      return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                       std::to_string(r.raw_size) + " bytes");
+    LIBSHARD_RETURN_IF_ERROR(Decode(i, {stored.get(), r.stored_size}, {raw.get(), r.raw_size}));
+  }
+  const std::byte* base = raw.get();
+  return MakeSample(i, base, 0, r.raw_size, std::shared_ptr<const void>(raw, raw.get()), {});
+}
+
+Status DatasetImpl::Verify(uint64_t i) const {
+  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+  const format::SampleRecord r = index_.record(i);
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
+  return CheckChecksum(i, r, stored.get());
+}
+
+Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
+                           std::span<std::byte> raw) const {
+  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+  const format::SampleRecord r = index_.record(i);
+  if (stored.size() != r.stored_size || raw.size() < r.raw_size)
+    return Status::InvalidArgument(Where(i, r) + ": Decode needs " + std::to_string(r.stored_size) +
+                                   " stored bytes and room for " + std::to_string(r.raw_size) +
+                                   " raw bytes");
+  raw = raw.first(r.raw_size);
+  if (!(r.flags & format::kFlagZstd)) {
+    if (stored.data() != raw.data() && r.raw_size > 0)
+      std::memmove(raw.data(), stored.data(), r.raw_size);
+    return Status::OK();
+  }
+  const auto* s0 = stored.data();
+  const auto* r0 = raw.data();
+  if (s0 < r0 + raw.size() && r0 < s0 + stored.size())
+    return Status::InvalidArgument(Where(i, r) + ": compressed sample: stored and raw overlap");
+  auto damaged = [&](const Status& st) {
+    return Status::Corruption(Where(i, r) + ": " + st.message() +
+                              "; the shard is damaged, re-run libshard pack");
+  };
+  if (!(r.flags & format::kFlagByteShuffle)) {
+    Status st = format::ZstdDecompress(stored, raw);
+    return st.ok() ? st : damaged(st);
+  }
+  auto scratch = internal::AllocateAligned(r.raw_size, kTensorAlignment);
+  if (!scratch)
+    return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                     std::to_string(r.raw_size) + " bytes");
+  Status st = format::ZstdDecompress(stored, {scratch.get(), r.raw_size});
+  if (!st.ok()) return damaged(st);
+  std::vector<uint64_t> dims(index_.dims_per_sample());
+  for (uint64_t j = 0; j < dims.size(); ++j) dims[j] = index_.dim(i, j);
+  format::PayloadLayout layout;
+  LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // validated at Open
+  format::ShufflePayload(schema(), layout, scratch.get(), raw.data(), /*inverse=*/true);
+  return Status::OK();
+}
+
+Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
+                                       uint64_t base_size, std::shared_ptr<const void> memory,
+                                       std::span<const size_t> fields) const {
+  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+  const size_t f_count = schema().fields.size();
+  std::vector<size_t> all;
+  if (fields.empty()) {
+    all.resize(f_count);
+    for (size_t f = 0; f < f_count; ++f) all[f] = f;
+    fields = all;
+  }
+  uint64_t base_end = 0;
+  if (!format::CheckedAdd(base_offset, base_size, &base_end))
+    return Status::InvalidArgument("MakeSample: base range overflows");
+  std::vector<TensorView> views;
+  views.reserve(fields.size());
+  for (size_t f : fields) {
+    if (f >= f_count)
+      return Status::InvalidArgument("MakeSample: field " + std::to_string(f) + " out of range");
+    const uint64_t off = index_.tensor_offset(i, f), nbytes = index_.tensor_nbytes(i, f);
+    const Field& field = schema().fields[f];
+    if (off < base_offset || off + nbytes > base_end)
+      return Status::InvalidArgument(dir_ + ": sample " + std::to_string(i) + ": tensor '" +
+                                     field.name + "' bytes [" + std::to_string(off) + ", +" +
+                                     std::to_string(nbytes) + ") are outside the buffer [" +
+                                     std::to_string(base_offset) + ", +" +
+                                     std::to_string(base_size) + ")");
+    views.push_back(TensorView{field.name, field.dtype, index_.shape(i, f),
+                               base + (off - base_offset), nbytes});
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(Metadata meta, metadata(i));
+  return Sample(i, std::move(views), std::move(meta), std::move(memory));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Dataset>> Dataset::Open(const std::string& dir,
+                                               const DatasetOptions& options) {
+  return DatasetImpl::Open(dir, options);
+}
+
+}  // namespace libshard

@@ -1,0 +1,234 @@
+#include "dataset/posix_file.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <utility>
+
+namespace libshard::internal {
+
+PosixFile::~PosixFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+PosixFile::PosixFile(PosixFile&& o) noexcept
+    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
+
+PosixFile& PosixFile::operator=(PosixFile&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(o.fd_, -1);
+    path_ = std::move(o.path_);
+  }
+  return *this;
+}
+
+Result<PosixFile> PosixFile::Open(const std::string& path, int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) return Status::FromErrno(errno, "open " + path);
+  PosixFile f;
+  f.fd_ = fd;
+  f.path_ = path;
+  return f;
+}
+
+Status PosixFile::PReadExact(void* buf, uint64_t n, uint64_t offset) const {
+  auto* p = static_cast<char*>(buf);
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1ull << 30));
+    ssize_t r = ::pread(fd_, p + done, chunk, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, path_ + ": pread at offset " + std::to_string(offset + done));
+    }
+    if (r == 0)
+      return Status::Corruption(path_ + ": offset " + std::to_string(offset) + ": file ends after " +
+                                std::to_string(done) + " of " + std::to_string(n) +
+                                " bytes (truncated?)");
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status PosixFile::PWriteAll(const void* buf, uint64_t n, uint64_t offset) {
+  const auto* p = static_cast<const char*>(buf);
+  uint64_t done = 0;
+  while (done < n) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1ull << 30));
+    ssize_t r = ::pwrite(fd_, p + done, chunk, static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, path_ + ": pwrite at offset " + std::to_string(offset + done));
+    }
+    done += static_cast<uint64_t>(r);
+  }
+  return Status::OK();
+}
+
+Status PosixFile::Sync() {
+  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + path_);
+  return Status::OK();
+}
+
+Status PosixFile::Truncate(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+    return Status::FromErrno(errno, "ftruncate " + path_);
+  return Status::OK();
+}
+
+Result<uint64_t> PosixFile::Size() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "fstat " + path_);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Status PosixFile::Close() {
+  if (fd_ < 0) return Status::OK();
+  int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0) return Status::FromErrno(errno, "close " + path_);
+  return Status::OK();
+}
+
+MappedFile::~MappedFile() {
+  if (addr_) ::munmap(addr_, size_);
+}
+
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : addr_(std::exchange(o.addr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    if (addr_) ::munmap(addr_, size_);
+    addr_ = std::exchange(o.addr_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+Result<MappedFile> MappedFile::Map(const std::string& path) {
+  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
+  MappedFile m;
+  if (size == 0) return m;
+  void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, f.fd(), 0);
+  if (addr == MAP_FAILED) return Status::FromErrno(errno, "mmap " + path);
+  m.addr_ = addr;
+  m.size_ = size;
+  return m;
+}
+
+std::string JoinPath(std::string_view dir, std::string_view name) {
+  std::string p(dir);
+  if (!p.empty() && p.back() != '/') p += '/';
+  p += name;
+  return p;
+}
+
+bool PathExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+Status MakeDirectories(const std::string& dir) {
+  std::string cur;
+  size_t pos = 0;
+  while (pos <= dir.size()) {
+    size_t next = dir.find('/', pos);
+    if (next == std::string::npos) next = dir.size();
+    cur = dir.substr(0, next);
+    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "mkdir " + cur);
+    pos = next + 1;
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Status::FromErrno(errno, "stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " is not a directory");
+  return Status::OK();
+}
+
+Status SyncDirectory(const std::string& dir) {
+  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(dir, O_RDONLY | O_DIRECTORY));
+  return f.Sync();
+}
+
+Status RenameFile(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    return Status::FromErrno(errno, "rename " + from + " -> " + to);
+  return Status::OK();
+}
+
+Status RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return Status::FromErrno(errno, "unlink " + path);
+  return Status::OK();
+}
+
+Result<std::vector<std::string>> ListDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return Status::FromErrno(errno, "opendir " + dir);
+  std::unique_ptr<DIR, int (*)(DIR*)> owner(d, &::closedir);
+  std::vector<std::string> names;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string_view n(e->d_name);
+    if (n != "." && n != "..") names.emplace_back(n);
+  }
+  return names;
+}
+
+Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_size) {
+  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
+  if (size > max_size)
+    return Status::Corruption(path + ": " + std::to_string(size) + " bytes exceeds the limit of " +
+                              std::to_string(max_size));
+  std::string data(size, '\0');
+  LIBSHARD_RETURN_IF_ERROR(f.PReadExact(data.data(), size, 0));
+  return data;
+}
+
+Status WriteFileAtomically(const std::string& dir, const std::string& name, std::string_view data,
+                           bool sync) {
+  const std::string path = JoinPath(dir, name);
+  const std::string tmp = path + ".tmp";
+  {
+    LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC));
+    LIBSHARD_RETURN_IF_ERROR(f.PWriteAll(data.data(), data.size(), 0));
+    if (sync) LIBSHARD_RETURN_IF_ERROR(f.Sync());
+    LIBSHARD_RETURN_IF_ERROR(f.Close());
+  }
+  return RenameFile(tmp, path);
+}
+
+Status LinkOrCopyFile(const std::string& from, const std::string& to, bool link, bool sync) {
+  if (link && ::link(from.c_str(), to.c_str()) == 0) return Status::OK();
+  LIBSHARD_ASSIGN_OR_RETURN(PosixFile in, PosixFile::Open(from, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, in.Size());
+  LIBSHARD_ASSIGN_OR_RETURN(PosixFile out, PosixFile::Open(to, O_WRONLY | O_CREAT | O_EXCL));
+  constexpr uint64_t kChunk = 8ull << 20;
+  std::vector<char> buf(static_cast<size_t>(std::min(size, kChunk)));
+  for (uint64_t off = 0; off < size;) {
+    const uint64_t n = std::min<uint64_t>(kChunk, size - off);
+    LIBSHARD_RETURN_IF_ERROR(in.PReadExact(buf.data(), n, off));
+    LIBSHARD_RETURN_IF_ERROR(out.PWriteAll(buf.data(), n, off));
+    off += n;
+  }
+  if (sync) LIBSHARD_RETURN_IF_ERROR(out.Sync());
+  return out.Close();
+}
+
+std::shared_ptr<std::byte[]> AllocateAligned(uint64_t size, uint64_t alignment) {
+  if (size > (uint64_t{1} << 62)) return nullptr;
+  uint64_t rounded = (size + alignment - 1) / alignment * alignment;
+  if (rounded == 0) rounded = alignment;
+  void* p = std::aligned_alloc(alignment, rounded);
+  if (!p) return nullptr;
+  return std::shared_ptr<std::byte[]>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+}
+
+}  // namespace libshard::internal

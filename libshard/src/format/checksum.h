@@ -1,0 +1,18 @@
+// xxh3-64 checksums (FORMAT.md §1, §3.6, §4.1).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace libshard::format {
+
+// XXH3-64, seed 0.
+uint64_t Xxh3(const void* data, size_t size);
+inline uint64_t Xxh3(std::span<const std::byte> bytes) { return Xxh3(bytes.data(), bytes.size()); }
+
+// xxh3 of `bytes` with the 8 bytes at `hole` taken as zero (index §3.6, shard header §4.1).
+// Precondition: hole + 8 <= bytes.size().
+uint64_t Xxh3WithHole(std::span<const std::byte> bytes, size_t hole);
+
+}  // namespace libshard::format

@@ -1,0 +1,33 @@
+// The writer's journal `_journal.lsj` (FORMAT.md §6). Bytes only.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/index_format.h"
+#include "libshard/schema.h"
+#include "libshard/status.h"
+
+namespace libshard::format {
+
+inline constexpr char kJournalName[] = "_journal.lsj";
+
+// The header entry (kind 1) for `schema`.
+std::string EncodeJournalHeader(const Schema& schema);
+// A samples entry (kind 2) describing `samples`, the first of which is sample `first`.
+std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
+                                 std::span<const IndexSample> samples);
+
+struct JournalContents {
+  Schema schema;
+  std::vector<IndexSample> samples;
+  uint64_t valid_size = 0;  // bytes up to the end of the last good entry
+};
+
+// Parses a journal, stopping at a torn or corrupt tail (§6). Fails only when the header entry is
+// missing or invalid; `file` names the journal in messages.
+Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std::string& file);
+
+}  // namespace libshard::format

@@ -1,0 +1,48 @@
+// manifest.json (FORMAT.md §2.2): encoding and strict parsing. Bytes only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libshard/schema.h"
+#include "libshard/status.h"
+
+namespace libshard::format {
+
+inline constexpr uint32_t kManifestVersion = 1;
+inline constexpr char kManifestName[] = "manifest.json";
+
+struct ManifestShard {
+  std::string file;
+  uint64_t size = 0;
+  uint64_t samples = 0;
+  bool operator==(const ManifestShard&) const = default;
+};
+
+struct Manifest {
+  Schema schema;
+  std::string index_file = "index.lsi";
+  uint64_t index_size = 0;
+  uint64_t index_xxh3 = 0;
+  std::vector<ManifestShard> shards;
+  uint64_t total_samples = 0;
+  uint64_t total_raw_bytes = 0;
+  uint64_t total_stored_bytes = 0;
+  std::string source_root;
+  uint64_t sources = 0;
+  std::string created_by;
+  std::string created_at;
+};
+
+// Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.
+std::string EncodeManifest(const Manifest& manifest);
+// Parses and checks the structure and types (not the agreement with the index). `file` names the
+// manifest in messages. Unsupported for a version other than 1.
+Result<Manifest> ParseManifest(std::string_view text, const std::string& file);
+
+// "2025-01-01T00:00:00Z" for now.
+std::string UtcTimestamp();
+
+}  // namespace libshard::format

@@ -1,0 +1,55 @@
+#include "format/shard_format.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "format/bytes.h"
+#include "format/checksum.h"
+
+namespace libshard::format {
+
+namespace {
+constexpr char kShardMagic[8] = {'L', 'S', 'H', 'D', 'S', 'H', 'D', '\0'};
+constexpr size_t kChecksumAt = kShardHeaderSize - 8;
+}  // namespace
+
+std::string EncodeShardHeader(uint32_t number) {
+  std::string h(kShardHeaderSize, '\0');
+  auto* p = reinterpret_cast<std::byte*>(h.data());
+  std::memcpy(p, kShardMagic, 8);
+  PutU32(p + 8, kShardVersion);
+  PutU32(p + 12, number);
+  PutU64(p + kChecksumAt, Xxh3WithHole({p, kShardHeaderSize}, kChecksumAt));
+  return h;
+}
+
+Status CheckShardHeader(std::span<const std::byte> h, const std::string& file) {
+  if (h.size() < kShardHeaderSize)
+    return Status::Corruption(file + ": shard header truncated (" + std::to_string(h.size()) +
+                              " of 4096 bytes); the shard is damaged, re-run libshard pack");
+  if (std::memcmp(h.data(), kShardMagic, 8) != 0)
+    return Status::Corruption(file + ": offset 0: bad shard magic (not a libshard shard)");
+  uint32_t version = GetU32(h.data() + 8);
+  if (version != kShardVersion)
+    return Status::Unsupported(file + ": offset 8: shard version " + std::to_string(version) +
+                               " (this libshard reads version 1); upgrade libshard");
+  uint64_t stored = GetU64(h.data() + kChecksumAt);
+  uint64_t actual = Xxh3WithHole(h.first(kShardHeaderSize), kChecksumAt);
+  if (stored != actual)
+    return Status::Corruption(file + ": offset 4088: shard header checksum " + Hex16(stored) +
+                              " != computed " + Hex16(actual) +
+                              "; the shard is damaged, re-run libshard pack");
+  for (size_t k = 16; k < kChecksumAt; ++k)
+    if (h[k] != std::byte{0})
+      return Status::Corruption(file + ": offset " + std::to_string(k) +
+                                ": reserved shard header byte is not zero");
+  return Status::OK();
+}
+
+std::string ShardFileName(uint32_t number) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "shard-%05u.lss", number);
+  return buf;
+}
+
+}  // namespace libshard::format

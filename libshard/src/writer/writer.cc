@@ -1,0 +1,510 @@
+// Writer: Create / Resume / OpenForAppend, Encode, AppendEncoded, Finish (FORMAT.md §2.3, §4, §6).
+#include "libshard/writer.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
+#include "dataset/posix_file.h"
+#include "format/bytes.h"
+#include "format/checksum.h"
+#include "format/index_format.h"
+#include "format/journal.h"
+#include "format/manifest.h"
+#include "format/metadata_codec.h"
+#include "format/payload.h"
+#include "format/shard_format.h"
+#include "libshard/dataset.h"
+#include "writer/commit.h"
+
+namespace libshard {
+
+namespace {
+
+using internal::JoinPath;
+using internal::PosixFile;
+
+constexpr const char* kTmpSuffix = ".tmp";
+
+// Parses "shard-NNNNN.lss" / "shard-NNNNN.lss.tmp"; false for other names.
+bool ParseShardName(std::string_view name, uint64_t* number, bool* tmp) {
+  *tmp = name.ends_with(kTmpSuffix);
+  if (*tmp) name.remove_suffix(4);
+  if (!name.starts_with("shard-") || !name.ends_with(".lss")) return false;
+  std::string_view digits = name.substr(6, name.size() - 10);
+  if (digits.empty() || digits.size() > 10) return false;
+  uint64_t n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  *number = n;
+  return true;
+}
+
+Status ValidateOptions(const WriterOptions& o) {
+  if (o.shard_size == 0) return Status::InvalidArgument("WriterOptions.shard_size must be > 0");
+  if (o.compression != Compression::kNone && o.compression != Compression::kZstd)
+    return Status::InvalidArgument("WriterOptions.compression is not a known value");
+  if (o.zstd_level < -7 || o.zstd_level > 22)
+    return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
+                                   " is not in -7..22");
+  return Status::OK();
+}
+
+enum class Mode { kCreate, kAppend };
+
+class WriterImpl final : public Writer {
+ public:
+  WriterImpl(std::string dir, Schema schema, WriterOptions options, Mode mode)
+      : dir_(std::move(dir)), schema_(std::move(schema)), options_(std::move(options)),
+        mode_(mode), shuffle_(format::HasShuffledFields(schema_)) {}
+
+  static Result<std::unique_ptr<Writer>> Create(const std::string& dir, const Schema& schema,
+                                                const WriterOptions& options);
+  static Result<std::unique_ptr<Writer>> Resume(const std::string& dir,
+                                                const WriterOptions& options);
+  static Result<std::unique_ptr<Writer>> OpenForAppend(const std::string& dir,
+                                                       const WriterOptions& options);
+
+  Result<EncodedSample> Encode(const SampleInput& sample) const override;
+  Status AppendEncoded(EncodedSample sample) override;
+  Status Append(const SampleInput& sample) override {
+    LIBSHARD_ASSIGN_OR_RETURN(EncodedSample e, Encode(sample));
+    return AppendEncoded(std::move(e));
+  }
+  Result<WriteSummary> Finish() override;
+
+  const Schema& schema() const override { return schema_; }
+  uint64_t samples_written() const override { return samples_.size(); }
+  const std::vector<Provenance>& existing_sources() const override { return existing_sources_; }
+
+ private:
+  std::string TmpPath(uint32_t shard) const {
+    return JoinPath(dir_, shards_[shard].name) + kTmpSuffix;
+  }
+  Status OpenNewShard();
+  Status CloseShard();
+  // Makes every appended sample durable and journals it (FORMAT.md §6).
+  Status Checkpoint();
+  // Removes shard files numbered >= `first` (leftovers of an interrupted run).
+  Status RemoveShardsFrom(uint64_t first);
+  Status Fail(Status st) {
+    failed_ = st;
+    return st;
+  }
+
+  std::string dir_;
+  Schema schema_;
+  WriterOptions options_;
+  Mode mode_;
+  bool shuffle_;
+  std::vector<format::IndexShard> shards_;
+  std::vector<format::IndexSample> samples_;
+  std::vector<Provenance> existing_sources_;
+  uint32_t first_new_shard_ = 0;  // shards before this one belong to the existing dataset
+  PosixFile shard_file_;          // the open shard (the last of shards_) when is_open()
+  uint64_t shard_samples_ = 0;    // samples in the open shard
+  PosixFile journal_;             // only in kCreate mode
+  uint64_t journal_size_ = 0;
+  uint64_t journaled_ = 0;        // samples described by the journal
+  uint64_t unjournaled_bytes_ = 0;
+  std::string old_index_file_;
+  std::string source_root_;
+  Status failed_;                 // sticky: after a failed write the writer refuses more
+  bool finished_ = false;
+};
+
+Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const Schema& schema,
+                                                   const WriterOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(schema.Validate());
+  LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
+  LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(dir));
+  if (internal::PathExists(JoinPath(dir, format::kManifestName)))
+    return Status::AlreadyExists(dir + " already holds a dataset; add to it with "
+                                 "Writer::OpenForAppend (libshard pack --append) or choose an "
+                                 "empty directory");
+  if (internal::PathExists(JoinPath(dir, format::kJournalName)))
+    return Status::AlreadyExists(dir + " holds an interrupted write (" + format::kJournalName +
+                                 "); continue it with Writer::Resume (libshard pack --resume) "
+                                 "or delete the directory");
+  auto w = std::make_unique<WriterImpl>(dir, schema, options, Mode::kCreate);
+  w->source_root_ = options.source_root;
+  LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(0));
+  const std::string journal_path = JoinPath(dir, format::kJournalName);
+  LIBSHARD_ASSIGN_OR_RETURN(w->journal_,
+                            PosixFile::Open(journal_path, O_RDWR | O_CREAT | O_TRUNC));
+  const std::string header = format::EncodeJournalHeader(schema);
+  LIBSHARD_RETURN_IF_ERROR(w->journal_.PWriteAll(header.data(), header.size(), 0));
+  w->journal_size_ = header.size();
+  if (options.fsync) {
+    LIBSHARD_RETURN_IF_ERROR(w->journal_.Sync());
+    LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
+  }
+  return std::unique_ptr<Writer>(std::move(w));
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
+                                                   const WriterOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
+  const std::string journal_path = JoinPath(dir, format::kJournalName);
+  if (internal::PathExists(JoinPath(dir, format::kManifestName))) {
+    // Finish() committed but was interrupted before removing the journal: the dataset is
+    // complete, so resuming means adding to it.
+    LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(journal_path));
+    return OpenForAppend(dir, options);
+  }
+  if (!internal::PathExists(journal_path))
+    return Status::NotFound(dir + ": no " + format::kJournalName +
+                            " to resume from (nothing was written, or the directory is not a "
+                            "libshard output); start a new write instead");
+  format::JournalContents journal;
+  {
+    LIBSHARD_ASSIGN_OR_RETURN(internal::MappedFile map, internal::MappedFile::Map(journal_path));
+    LIBSHARD_ASSIGN_OR_RETURN(journal, format::ParseJournal(map.bytes(), journal_path));
+  }
+  auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
+  w->source_root_ = options.source_root;
+  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, PosixFile::Open(journal_path, O_RDWR));
+  LIBSHARD_RETURN_IF_ERROR(w->journal_.Truncate(journal.valid_size));
+  w->journal_size_ = journal.valid_size;
+
+  // The shards the journal describes: their durable sizes follow from the journaled samples.
+  uint64_t shard_count = 0;
+  for (const format::IndexSample& s : journal.samples)
+    shard_count = std::max<uint64_t>(shard_count, uint64_t{s.record.shard} + 1);
+  if (shard_count > kMaxShards)
+    return Status::Corruption(journal_path + ": shard numbers exceed the limit");
+  std::vector<uint64_t> ends(shard_count, format::kShardHeaderSize);
+  std::vector<uint64_t> counts(shard_count, 0);
+  for (const format::IndexSample& s : journal.samples) {
+    uint64_t end = 0;
+    if (!format::CheckedAdd(s.record.offset, s.record.stored_size, &end) ||
+        !format::CheckedAlignUp(end, kSampleAlignment, &end))
+      return Status::Corruption(journal_path + ": sample extent overflows");
+    ends[s.record.shard] = std::max(ends[s.record.shard], end);
+    ++counts[s.record.shard];
+  }
+  for (uint64_t k = 0; k < shard_count; ++k) {
+    format::IndexShard shard{format::ShardFileName(static_cast<uint32_t>(k)), ends[k], counts[k]};
+    const std::string final_path = JoinPath(dir, shard.name);
+    const std::string tmp_path = final_path + kTmpSuffix;
+    if (!internal::PathExists(tmp_path)) {
+      // Finish() may have renamed it already before being interrupted.
+      if (!internal::PathExists(final_path))
+        return Status::Corruption(tmp_path + ": missing, but the journal describes " +
+                                  std::to_string(counts[k]) + " samples in it; the interrupted "
+                                  "write cannot be resumed, delete the directory and pack again");
+      LIBSHARD_RETURN_IF_ERROR(internal::RenameFile(final_path, tmp_path));
+    }
+    LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(tmp_path, O_RDWR));
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
+    if (size < shard.file_size)
+      return Status::Corruption(tmp_path + ": " + std::to_string(size) + " bytes, but the journal "
+                                "describes samples up to byte " + std::to_string(shard.file_size) +
+                                "; delete the directory and pack again");
+    LIBSHARD_RETURN_IF_ERROR(f.Truncate(shard.file_size));
+    w->shards_.push_back(std::move(shard));
+    if (k + 1 == shard_count) {
+      w->shard_file_ = std::move(f);
+      w->shard_samples_ = counts[k];
+    }
+  }
+  LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(shard_count));
+  for (const format::IndexSample& s : journal.samples)
+    w->existing_sources_.push_back(Provenance{s.source_path, s.record.source_bytes,
+                                              s.record.source_mtime_ns, s.record.source_hash});
+  w->samples_ = std::move(journal.samples);
+  w->journaled_ = w->samples_.size();
+  if (options.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
+  return std::unique_ptr<Writer>(std::move(w));
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppend(const std::string& dir,
+                                                          const WriterOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<Dataset> ds, Dataset::Open(dir));
+  const std::string manifest_path = JoinPath(dir, format::kManifestName);
+  LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(manifest_path, 256u << 20));
+  LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, manifest_path));
+  LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir, format::kJournalName)));
+
+  auto w = std::make_unique<WriterImpl>(dir, ds->schema(), options, Mode::kAppend);
+  w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
+  w->old_index_file_ = manifest.index_file;
+  for (const ShardInfo& s : ds->shards()) {
+    std::string name = s.path.substr(s.path.find_last_of('/') + 1);
+    w->shards_.push_back(format::IndexShard{std::move(name), s.size, s.samples});
+  }
+  w->first_new_shard_ = static_cast<uint32_t>(w->shards_.size());
+  LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(w->shards_.size()));
+  w->samples_.reserve(ds->size());
+  for (uint64_t i = 0; i < ds->size(); ++i) {
+    LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(*ds, i));
+    w->existing_sources_.push_back(Provenance{s.source_path, s.record.source_bytes,
+                                              s.record.source_mtime_ns, s.record.source_hash});
+    w->samples_.push_back(std::move(s));
+  }
+  return std::unique_ptr<Writer>(std::move(w));
+}
+
+Status WriterImpl::RemoveShardsFrom(uint64_t first) {
+  LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDirectory(dir_));
+  for (const std::string& name : names) {
+    uint64_t n = 0;
+    bool tmp = false;
+    if (ParseShardName(name, &n, &tmp) && n >= first)
+      LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir_, name)));
+  }
+  return Status::OK();
+}
+
+Result<EncodedSample> WriterImpl::Encode(const SampleInput& sample) const {
+  const std::string where = sample.source.path.empty()
+                                ? std::string("sample")
+                                : "source '" + sample.source.path + "'";
+  const size_t f_count = schema_.fields.size();
+  std::vector<const TensorInput*> by_field(f_count, nullptr);
+  for (const TensorInput& t : sample.tensors) {
+    auto f = schema_.Find(t.name);
+    if (!f)
+      return Status::InvalidArgument(where + ": tensor '" + t.name +
+                                     "' is not a field of the dataset's schema");
+    if (by_field[*f])
+      return Status::InvalidArgument(where + ": tensor '" + t.name + "' is given twice");
+    by_field[*f] = &t;
+  }
+  EncodedSample out;
+  out.dims.reserve(schema_.DimsPerSample());
+  for (size_t f = 0; f < f_count; ++f) {
+    const Field& field = schema_.fields[f];
+    const TensorInput* t = by_field[f];
+    const std::string fw = where + ": field '" + field.name + "'";
+    if (!t) return Status::InvalidArgument(fw + " is missing");
+    if (t->dtype != field.dtype)
+      return Status::InvalidArgument(fw + ": dtype " + std::string(DTypeName(t->dtype)) +
+                                     " != schema dtype " + std::string(DTypeName(field.dtype)));
+    if (t->shape.size() != field.rank)
+      return Status::InvalidArgument(fw + ": rank " + std::to_string(t->shape.size()) +
+                                     " != schema rank " + std::to_string(field.rank));
+    // An empty tensor needs neither (an empty std::vector's data() may be null).
+    if ((t->data != nullptr && t->fill) ||
+        (t->data == nullptr && !t->fill && NumElements(t->shape) != 0))
+      return Status::InvalidArgument(fw + ": exactly one of TensorInput.data and .fill must be set");
+    out.dims.insert(out.dims.end(), t->shape.begin(), t->shape.end());
+  }
+  if (sample.source.path.size() > kMaxSourcePathBytes)
+    return Status::InvalidArgument(where + ": source path longer than " +
+                                   std::to_string(kMaxSourcePathBytes) + " bytes");
+  {
+    std::string encoded;
+    Status st = format::EncodeMetadata(sample.metadata, &encoded);
+    if (!st.ok()) return st.WithContext(where);
+  }
+  format::PayloadLayout layout;
+  {
+    Status st = format::ComputeLayout(schema_, out.dims, &layout);
+    if (!st.ok()) return st.WithContext(where);
+  }
+  const uint64_t raw_size = layout.raw_size;
+  const uint64_t padded = format::AlignUp(raw_size, kSampleAlignment);
+  std::shared_ptr<std::byte[]> raw = internal::AllocateAligned(raw_size, kSampleAlignment);
+  if (!raw)
+    return Status::ResourceExhausted(where + ": cannot allocate " + std::to_string(raw_size) +
+                                     " bytes for the sample");
+  // Zero the gaps between tensors and the padding; the tensors are written once, by the caller.
+  uint64_t pos = 0;
+  for (size_t f = 0; f < f_count; ++f) {
+    std::memset(raw.get() + pos, 0, layout.offsets[f] - pos);
+    pos = layout.offsets[f] + layout.sizes[f];
+  }
+  std::memset(raw.get() + pos, 0, std::max<uint64_t>(padded, kSampleAlignment) - pos);
+  for (size_t f = 0; f < f_count; ++f) {
+    const TensorInput* t = by_field[f];
+    std::byte* dst = raw.get() + layout.offsets[f];
+    if (!t->fill) {
+      if (layout.sizes[f]) std::memcpy(dst, t->data, layout.sizes[f]);
+    } else {
+      Status st = t->fill(std::span<std::byte>(dst, layout.sizes[f]));
+      if (!st.ok()) return st.WithContext(where + ": field '" + schema_.fields[f].name + "'");
+    }
+  }
+  out.tensor_offsets = layout.offsets;
+  out.tensor_sizes = layout.sizes;
+  out.raw_size = raw_size;
+  out.stored_buffer = raw;
+  out.stored_size = raw_size;
+  if (options_.compression == Compression::kZstd && raw_size > 0) {
+    std::shared_ptr<std::byte[]> shuffled;
+    const std::byte* src = raw.get();
+    if (shuffle_) {
+      shuffled = internal::AllocateAligned(raw_size, kTensorAlignment);
+      if (!shuffled) return Status::ResourceExhausted(where + ": cannot allocate a shuffle buffer");
+      format::ShufflePayload(schema_, layout, raw.get(), shuffled.get(), /*inverse=*/false);
+      src = shuffled.get();
+    }
+    const uint64_t bound = format::ZstdBound(raw_size);
+    std::shared_ptr<std::byte[]> comp = internal::AllocateAligned(bound, kSampleAlignment);
+    if (!comp) return Status::ResourceExhausted(where + ": cannot allocate a compression buffer");
+    uint64_t frame = 0;
+    Status st = format::ZstdCompress({src, raw_size}, {comp.get(), bound}, options_.zstd_level,
+                                     &frame);
+    if (!st.ok()) return st.WithContext(where);
+    // Keep the frame only when it saves at least 3% (FORMAT.md §4.2).
+    if (frame * 100 <= raw_size * 97) {
+      std::memset(comp.get() + frame, 0, format::AlignUp(frame, kSampleAlignment) - frame);
+      out.stored_buffer = std::move(comp);
+      out.stored_size = frame;
+      out.flags = format::kFlagZstd | (shuffle_ ? format::kFlagByteShuffle : 0);
+    }
+  }
+  out.checksum = format::Xxh3(out.stored_buffer.get(), out.stored_size);
+  if (schema_.length_field >= 0) {
+    uint64_t start = 0;
+    for (int32_t f = 0; f < schema_.length_field; ++f) start += schema_.fields[f].rank;
+    out.length = out.dims[start + schema_.fields[schema_.length_field].seq_dim];
+  }
+  out.metadata = sample.metadata;
+  out.source = sample.source;
+  return out;
+}
+
+Status WriterImpl::OpenNewShard() {
+  if (shards_.size() >= kMaxShards)
+    return Status::ResourceExhausted(dir_ + ": more than " + std::to_string(kMaxShards) +
+                                     " shards; use a larger shard size");
+  const uint32_t number = static_cast<uint32_t>(shards_.size());
+  shards_.push_back(format::IndexShard{format::ShardFileName(number), format::kShardHeaderSize, 0});
+  LIBSHARD_ASSIGN_OR_RETURN(shard_file_,
+                            PosixFile::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC));
+  const std::string header = format::EncodeShardHeader(number);
+  LIBSHARD_RETURN_IF_ERROR(shard_file_.PWriteAll(header.data(), header.size(), 0));
+  shard_samples_ = 0;
+  return Status::OK();
+}
+
+Status WriterImpl::CloseShard() {
+  if (!shard_file_.is_open()) return Status::OK();
+  LIBSHARD_RETURN_IF_ERROR(Checkpoint());
+  if (options_.fsync && mode_ == Mode::kAppend) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
+  return shard_file_.Close();
+}
+
+Status WriterImpl::Checkpoint() {
+  unjournaled_bytes_ = 0;
+  if (mode_ != Mode::kCreate || journaled_ == samples_.size()) return Status::OK();
+  if (options_.fsync && shard_file_.is_open()) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
+  const std::string entry = format::EncodeJournalSamples(
+      schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_));
+  LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
+  if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(journal_.Sync());
+  journal_size_ += entry.size();
+  journaled_ = samples_.size();
+  return Status::OK();
+}
+
+Status WriterImpl::AppendEncoded(EncodedSample sample) {
+  if (finished_) return Status::InvalidArgument(dir_ + ": Writer::AppendEncoded after Finish");
+  if (!failed_.ok()) return failed_;
+  const size_t f_count = schema_.fields.size();
+  if (sample.dims.size() != schema_.DimsPerSample() || sample.tensor_offsets.size() != f_count ||
+      sample.tensor_sizes.size() != f_count || (sample.stored_size > 0 && !sample.stored_buffer))
+    return Status::InvalidArgument(dir_ + ": EncodedSample does not match the schema (make it "
+                                   "with Writer::Encode)");
+  const uint64_t padded = format::AlignUp(sample.stored_size, kSampleAlignment);
+  const uint64_t index = samples_.size();
+  if (index >= kMaxSamples)
+    return Status::ResourceExhausted(dir_ + ": more than " + std::to_string(kMaxSamples) +
+                                     " samples");
+  // Roll when the open shard already has a sample and this one would pass shard_size; a sample
+  // is never split, and one larger than shard_size gets a shard of its own.
+  if (shard_file_.is_open() && shard_samples_ > 0 &&
+      shards_.back().file_size + padded > options_.shard_size) {
+    Status st = CloseShard();
+    if (!st.ok()) return Fail(st);
+  }
+  if (!shard_file_.is_open()) {
+    Status st = OpenNewShard();
+    if (!st.ok()) return Fail(st);
+  }
+  format::IndexShard& shard = shards_.back();
+  if (padded > 0) {
+    Status st = shard_file_.PWriteAll(sample.stored_buffer.get(), padded, shard.file_size);
+    if (!st.ok()) return Fail(st.WithContext("sample " + std::to_string(index)));
+  }
+  format::IndexSample s;
+  s.record.offset = shard.file_size;
+  s.record.stored_size = sample.stored_size;
+  s.record.raw_size = sample.raw_size;
+  s.record.checksum = sample.checksum;
+  s.record.shard = static_cast<uint32_t>(shards_.size() - 1);
+  s.record.flags = sample.flags;
+  s.record.length = sample.length;
+  s.record.source_bytes = sample.source.size;
+  s.record.source_mtime_ns = sample.source.mtime_ns;
+  s.record.source_hash = sample.source.content_hash;
+  s.dims = std::move(sample.dims);
+  s.tensor_offsets = std::move(sample.tensor_offsets);
+  s.tensor_sizes = std::move(sample.tensor_sizes);
+  LIBSHARD_RETURN_IF_ERROR(format::EncodeMetadata(sample.metadata, &s.metadata));
+  s.source_path = std::move(sample.source.path);
+  samples_.push_back(std::move(s));
+  shard.file_size += padded;
+  ++shard.sample_count;
+  ++shard_samples_;
+  unjournaled_bytes_ += padded;
+  if (unjournaled_bytes_ >= options_.journal_every_bytes) {
+    Status st = Checkpoint();
+    if (!st.ok()) return Fail(st);
+  }
+  return Status::OK();
+}
+
+Result<WriteSummary> WriterImpl::Finish() {
+  if (finished_) return Status::InvalidArgument(dir_ + ": Writer::Finish called twice");
+  if (!failed_.ok()) return failed_;
+  LIBSHARD_RETURN_IF_ERROR(CloseShard());
+  for (uint32_t k = first_new_shard_; k < shards_.size(); ++k)
+    LIBSHARD_RETURN_IF_ERROR(internal::RenameFile(TmpPath(k), JoinPath(dir_, shards_[k].name)));
+  if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir_));
+
+  internal::CommitRequest req;
+  req.dir = dir_;
+  req.schema = schema_;
+  req.shards = shards_;
+  req.samples = &samples_;
+  req.index_file = old_index_file_ == "index.lsi" ? "index.a.lsi" : "index.lsi";
+  req.old_index_file = old_index_file_;
+  req.source_root = source_root_;
+  req.created_by = options_.created_by;
+  req.fsync = options_.fsync;
+  LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
+  if (journal_.is_open()) {
+    LIBSHARD_RETURN_IF_ERROR(journal_.Close());
+    LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir_, format::kJournalName)));
+    if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir_));
+  }
+  finished_ = true;
+  return summary;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Writer>> Writer::Create(const std::string& dir, const Schema& schema,
+                                               const WriterOptions& options) {
+  return WriterImpl::Create(dir, schema, options);
+}
+
+Result<std::unique_ptr<Writer>> Writer::Resume(const std::string& dir,
+                                               const WriterOptions& options) {
+  return WriterImpl::Resume(dir, options);
+}
+
+Result<std::unique_ptr<Writer>> Writer::OpenForAppend(const std::string& dir,
+                                                      const WriterOptions& options) {
+  return WriterImpl::OpenForAppend(dir, options);
+}
+
+}  // namespace libshard

@@ -1,0 +1,467 @@
+// Writer: round trips, compression, shard rollover, resume, append and merge.
+#include "libshard/writer.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <future>
+#include <thread>
+
+#include "format_test_helpers.h"
+#include "libshard/dataset.h"
+#include "libshard/merge.h"
+#include "testutil/testutil.h"
+
+namespace libshard::testing {
+namespace {
+
+std::shared_ptr<Dataset> OpenOrDie(const std::filesystem::path& dir) {
+  auto ds = Dataset::Open(dir.string());
+  EXPECT_TRUE(ds.ok()) << ds.status().ToString();
+  return ds.ok() ? *ds : nullptr;
+}
+
+void ExpectStandardContents(const Dataset& ds, uint64_t n, bool compressible = false) {
+  ASSERT_EQ(ds.size(), n);
+  for (uint64_t i = 0; i < n; ++i) {
+    auto s = ds.Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    OwnedSample want = StandardSample(i, compressible);
+    ExpectSampleEq(*s, want);
+    auto src = ds.source(i);
+    ASSERT_TRUE(src.ok());
+    EXPECT_EQ(*src, want.input.source);
+    EXPECT_EQ(ds.length(i), want.input.tensors[0].shape[0]);
+    EXPECT_TRUE(ds.Verify(i).ok());
+  }
+}
+
+TEST(WriterTest, RoundTripEveryDtypeAndRank) {
+  TempDir dir;
+  Schema schema;
+  for (uint32_t code = 1; code <= kMaxDTypeCode; ++code)
+    schema.fields.push_back(Field{"f" + std::to_string(code), static_cast<DType>(code), code % 5,
+                                  code % 5 ? 0 : -1});
+  schema.length_field = 1;  // f2, rank 2
+  // Shapes per sample: sample 0 ordinary, sample 1 with zero-size tensors, sample 2 tiny.
+  std::vector<OwnedSample> samples;
+  for (uint64_t i = 0; i < 3; ++i) {
+    std::vector<Shape> shapes;
+    for (const Field& f : schema.fields) {
+      Shape s(f.rank);
+      for (uint32_t d = 0; d < f.rank; ++d) s[d] = (i == 1 && d == 0) ? 0 : (i == 2 ? 1 : 2 + d + i);
+      shapes.push_back(s);
+    }
+    samples.push_back(MakeSample(schema, shapes, 100 + i));
+  }
+  {
+    auto w = Writer::Create(dir.path().string(), schema, FastOptions());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (auto& s : samples) {
+      Status st = (*w)->Append(s.input);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+    auto sum = (*w)->Finish();
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(sum->samples, 3u);
+    EXPECT_EQ(sum->shards, 1u);
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_EQ(ds->schema(), schema);
+  for (uint64_t i = 0; i < 3; ++i) {
+    auto s = ds->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, samples[i]);
+    EXPECT_EQ(ds->length(i), samples[i].input.tensors[1].shape[0]);
+    const SampleLocation loc = ds->location(i);
+    EXPECT_EQ(loc.offset % kSampleAlignment, 0u);
+    EXPECT_EQ(loc.flags, 0u);
+  }
+  EXPECT_EQ(ds->lengths(), (std::vector<uint64_t>{2, 0, 1}));
+}
+
+TEST(WriterTest, OneSampleDataset) {
+  TempDir dir;
+  WriteStandard(dir.path(), 1, FastOptions());
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 1);
+  EXPECT_EQ(ds->shards().size(), 1u);
+  EXPECT_EQ(ds->total_stored_bytes(), ds->shards()[0].size);
+}
+
+TEST(WriterTest, EmptyDatasetOpens) {
+  TempDir dir;
+  WriteStandard(dir.path(), 0, FastOptions());
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_EQ(ds->size(), 0u);
+  EXPECT_TRUE(ds->shards().empty());
+  ExpectError(ds->Read(0).status(), StatusCode::kInvalidArgument, {"out of range"});
+}
+
+TEST(WriterTest, ZstdWithShuffleRoundTrip) {
+  TempDir dir;
+  WriterOptions o = FastOptions();
+  o.compression = Compression::kZstd;
+  WriteStandard(dir.path(), 6, o, /*compressible=*/true);
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 6, true);
+  for (uint64_t i = 0; i < 6; ++i) {
+    SampleLocation loc = ds->location(i);
+    EXPECT_EQ(loc.flags, kSampleFlagZstd | kSampleFlagByteShuffle) << i;
+    EXPECT_LT(loc.stored_size, loc.raw_size * 97 / 100) << i;
+  }
+  EXPECT_LT(ds->total_stored_bytes(), ds->total_raw_bytes() + 4096 * 7);
+
+  // Incompressible data is stored raw even when compression is asked for.
+  // (L = 8 leaves no zero gaps between the tensors, so the payload is all random bytes.)
+  TempDir raw_dir;
+  OwnedSample random = MakeEagleSample(1, 8, 24);
+  {
+    auto w = Writer::Create(raw_dir.path().string(), EagleSchema(), o);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(random.input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto raw_ds = OpenOrDie(raw_dir.path());
+  ASSERT_TRUE(raw_ds);
+  EXPECT_EQ(raw_ds->location(0).flags, 0u)
+      << raw_ds->location(0).stored_size << " of " << raw_ds->location(0).raw_size;
+  EXPECT_EQ(raw_ds->location(0).stored_size, raw_ds->location(0).raw_size);
+  ExpectSampleEq(*raw_ds->Read(0), random);
+}
+
+TEST(WriterTest, ShardRolloverNeverSplitsASample) {
+  TempDir dir;
+  WriterOptions o = FastOptions();
+  o.shard_size = 3 * 4096;
+  const uint64_t n = 12;
+  {
+    auto w = Writer::Create(dir.path().string(), EagleSchema(), o);
+    ASSERT_TRUE(w.ok());
+    for (uint64_t i = 0; i < n; ++i) {
+      // Sample 5 is far larger than a shard.
+      OwnedSample s = i == 5 ? MakeEagleSample(i, 200, 64) : StandardSample(i);
+      ASSERT_TRUE((*w)->Append(s.input).ok());
+    }
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_GT(ds->shards().size(), 3u);
+  uint64_t total = 0;
+  for (const ShardInfo& s : ds->shards()) {
+    EXPECT_TRUE(s.size <= o.shard_size || s.samples == 1) << s.path << " " << s.size;
+    EXPECT_TRUE(std::filesystem::exists(s.path));
+    total += s.samples;
+  }
+  EXPECT_EQ(total, n);
+  const uint32_t big_shard = ds->location(5).shard;
+  EXPECT_EQ(ds->shards()[big_shard].samples, 1u);
+  for (uint64_t i = 0; i < n; ++i) {
+    auto s = ds->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, i == 5 ? MakeEagleSample(i, 200, 64) : StandardSample(i));
+    if (i > 0) EXPECT_GE(ds->location(i).shard, ds->location(i - 1).shard);
+  }
+}
+
+TEST(WriterTest, MetadataAndProvenanceRoundTrip) {
+  TempDir dir;
+  OwnedSample s = StandardSample(7);
+  s.input.metadata.push_back({"empty", std::string()});
+  s.input.metadata.push_back({"neg", int64_t{-5}});
+  s.input.metadata.push_back({"utf8 key é", std::string("v\0x", 3)});
+  s.input.source.path = "deep/dir/data_7.pt";
+  {
+    auto w = Writer::Create(dir.path().string(), EagleSchema(), FastOptions());
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(s.input).ok());
+    OwnedSample bare = StandardSample(8);
+    bare.input.metadata.clear();
+    bare.input.source = Provenance{};
+    ASSERT_TRUE((*w)->Append(bare.input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  auto meta = ds->metadata(0);
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(*meta, s.input.metadata);
+  auto src = ds->source(0);
+  ASSERT_TRUE(src.ok());
+  EXPECT_EQ(*src, s.input.source);
+  EXPECT_TRUE(ds->metadata(1)->empty());
+  EXPECT_EQ(*ds->source(1), Provenance{});
+  std::string manifest = ReadFileToString(dir / "manifest.json");
+  EXPECT_NE(manifest.find("\"created_by\": \"libshard tests\""), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find("\"sources\": 1"), std::string::npos) << manifest;
+}
+
+TEST(WriterTest, EncodeRejectsMismatchedSamples) {
+  TempDir dir;
+  auto w = Writer::Create(dir.path().string(), EagleSchema(), FastOptions());
+  ASSERT_TRUE(w.ok());
+  {
+    OwnedSample s = StandardSample(1);
+    s.input.tensors.pop_back();
+    ExpectError((*w)->Encode(s.input).status(), StatusCode::kInvalidArgument,
+                {"dump/data_1.pt", "hidden_state", "missing"});
+  }
+  {
+    OwnedSample s = StandardSample(1);
+    s.input.tensors[1].dtype = DType::kInt32;
+    ExpectError((*w)->Encode(s.input).status(), StatusCode::kInvalidArgument,
+                {"loss_mask", "dtype int32 != schema dtype int64"});
+  }
+  {
+    OwnedSample s = StandardSample(1);
+    s.input.tensors[2].shape = {4, 24};
+    ExpectError((*w)->Encode(s.input).status(), StatusCode::kInvalidArgument,
+                {"hidden_state", "rank 2 != schema rank 3"});
+  }
+  {
+    OwnedSample s = StandardSample(1);
+    s.input.tensors[0].name = "other";
+    ExpectError((*w)->Encode(s.input).status(), StatusCode::kInvalidArgument,
+                {"'other' is not a field"});
+  }
+  {
+    OwnedSample s = StandardSample(1);
+    s.input.metadata.push_back({"turn", int64_t{3}});
+    ExpectError((*w)->Encode(s.input).status(), StatusCode::kInvalidArgument, {"turn", "twice"});
+  }
+}
+
+TEST(WriterTest, FillCallbacksWriteIntoTheAlignedBuffer) {
+  TempDir dir;
+  OwnedSample want = StandardSample(3);
+  SampleInput in = want.input;
+  for (size_t f = 0; f < in.tensors.size(); ++f) {
+    const std::vector<std::byte>* src = &want.bytes[f];
+    in.tensors[f].data = nullptr;
+    in.tensors[f].fill = [src](std::span<std::byte> dst) {
+      EXPECT_EQ(dst.size(), src->size());
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(dst.data()) % kTensorAlignment, 0u);
+      std::memcpy(dst.data(), src->data(), dst.size());
+      return Status::OK();
+    };
+  }
+  {
+    auto w = Writer::Create(dir.path().string(), EagleSchema(), FastOptions());
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Append(in).ok());
+    SampleInput failing = in;
+    failing.tensors[2].fill = [](std::span<std::byte>) { return Status::IoError("disk on fire"); };
+    ExpectError((*w)->Append(failing), StatusCode::kIoError, {"hidden_state", "disk on fire"});
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  ASSERT_EQ(ds->size(), 1u);
+  ExpectSampleEq(*ds->Read(0), want);
+}
+
+TEST(WriterTest, EncodeIsThreadSafe) {
+  TempDir dir;
+  WriterOptions o = FastOptions();
+  o.compression = Compression::kZstd;
+  auto w = Writer::Create(dir.path().string(), EagleSchema(), o);
+  ASSERT_TRUE(w.ok());
+  const uint64_t n = 16;
+  std::vector<OwnedSample> samples;
+  for (uint64_t i = 0; i < n; ++i) samples.push_back(StandardSample(i, i % 2 == 0));
+  std::vector<std::future<Result<EncodedSample>>> futures;
+  for (uint64_t i = 0; i < n; ++i)
+    futures.push_back(std::async(std::launch::async, [&, i] { return (*w)->Encode(samples[i].input); }));
+  for (auto& f : futures) {
+    auto e = f.get();
+    ASSERT_TRUE(e.ok());
+    ASSERT_TRUE((*w)->AppendEncoded(std::move(*e)).ok());
+  }
+  ASSERT_TRUE((*w)->Finish().ok());
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  for (uint64_t i = 0; i < n; ++i) ExpectSampleEq(*ds->Read(i), samples[i]);
+}
+
+TEST(WriterTest, CreateRefusesAnExistingDataset) {
+  TempDir dir;
+  WriteStandard(dir.path(), 2, FastOptions());
+  ExpectError(Writer::Create(dir.path().string(), EagleSchema(), FastOptions()).status(),
+              StatusCode::kAlreadyExists, {dir.path().string(), "OpenForAppend"});
+}
+
+TEST(WriterTest, UnfinishedWriteNeverOpens) {
+  TempDir dir;
+  {
+    auto w = Writer::Create(dir.path().string(), EagleSchema(), FastOptions());
+    ASSERT_TRUE(w.ok());
+    for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE((*w)->Append(StandardSample(i).input).ok());
+  }  // destroyed without Finish
+  EXPECT_TRUE(std::filesystem::exists(dir / "shard-00000.lss.tmp"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "_journal.lsj"));
+  ExpectError(Dataset::Open(dir.path().string()).status(), StatusCode::kNotFound,
+              {"no manifest.json", "--resume"});
+  ExpectError(Writer::Create(dir.path().string(), EagleSchema(), FastOptions()).status(),
+              StatusCode::kAlreadyExists, {"Resume"});
+}
+
+// Writes samples [0, n) with a small shard and journal interval; when `crash_after` >= 0 the
+// writer is destroyed after that many samples and the job resumed (optionally after tearing the
+// journal's tail), as `libshard pack --resume` does.
+void WriteWithCrash(const std::filesystem::path& dir, uint64_t n, int64_t crash_after,
+                    bool tear_journal, uint64_t* resumed_from = nullptr) {
+  WriterOptions o = FastOptions();
+  o.shard_size = 6 * 4096;
+  o.journal_every_bytes = 2 * 4096;
+  o.compression = Compression::kZstd;
+  uint64_t next = 0;
+  if (crash_after >= 0) {
+    auto w = Writer::Create(dir.string(), EagleSchema(), o);
+    ASSERT_TRUE(w.ok());
+    for (; next < static_cast<uint64_t>(crash_after); ++next)
+      ASSERT_TRUE((*w)->Append(StandardSample(next, next % 3 == 0).input).ok());
+  }
+  std::unique_ptr<Writer> w;
+  if (crash_after >= 0) {
+    if (tear_journal) {
+      std::string j = ReadFileToString(dir / "_journal.lsj");
+      WriteStringToFile(dir / "_journal.lsj", j + std::string("\x4c\x53\x4a\x45garbage", 11));
+    }
+    auto r = Writer::Resume(dir.string(), o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    w = std::move(*r);
+    next = w->existing_sources().size();
+    EXPECT_LE(next, static_cast<uint64_t>(crash_after));
+    for (uint64_t i = 0; i < next; ++i)
+      EXPECT_EQ(w->existing_sources()[i], StandardSample(i).input.source);
+  } else {
+    auto r = Writer::Create(dir.string(), EagleSchema(), o);
+    ASSERT_TRUE(r.ok());
+    w = std::move(*r);
+  }
+  if (resumed_from) *resumed_from = next;
+  EXPECT_EQ(w->samples_written(), next);
+  for (; next < n; ++next)
+    ASSERT_TRUE(w->Append(StandardSample(next, next % 3 == 0).input).ok());
+  auto sum = w->Finish();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dir / "_journal.lsj"));
+}
+
+TEST(WriterTest, ResumeAfterCrashEqualsUninterruptedWrite) {
+  TempDir ref;
+  const uint64_t n = 20;
+  WriteWithCrash(ref.path(), n, -1, false);
+  for (int64_t crash : {0, 1, 7, 13, 20}) {
+    for (bool tear : {false, true}) {
+      SCOPED_TRACE("crash after " + std::to_string(crash) + (tear ? ", torn journal" : ""));
+      TempDir dir;
+      uint64_t resumed_from = 0;
+      WriteWithCrash(dir.path(), n, crash, tear, &resumed_from);
+      if (crash >= 7) EXPECT_GT(resumed_from, 0u);  // the journal did keep work
+      // Same shards and same index, byte for byte.
+      auto a = OpenOrDie(ref.path());
+      auto b = OpenOrDie(dir.path());
+      ASSERT_TRUE(a && b);
+      ASSERT_EQ(a->shards().size(), b->shards().size());
+      for (size_t k = 0; k < a->shards().size(); ++k)
+        EXPECT_EQ(ReadFileToString(a->shards()[k].path), ReadFileToString(b->shards()[k].path)) << k;
+      EXPECT_EQ(ReadFileToString(ref / "index.lsi"), ReadFileToString(dir / "index.lsi"));
+      for (uint64_t i = 0; i < n; ++i) ExpectSampleEq(*b->Read(i), StandardSample(i, i % 3 == 0));
+      for (auto& e : std::filesystem::directory_iterator(dir.path()))
+        EXPECT_FALSE(e.path().string().ends_with(".tmp")) << e.path();
+    }
+  }
+}
+
+TEST(WriterTest, ResumeWithoutJournalFails) {
+  TempDir dir;
+  ExpectError(Writer::Resume(dir.path().string(), FastOptions()).status(), StatusCode::kNotFound,
+              {"_journal.lsj"});
+}
+
+TEST(WriterTest, OpenForAppendAddsNewShards) {
+  TempDir dir;
+  WriterOptions o = FastOptions();
+  o.shard_size = 4 * 4096;
+  WriteStandard(dir.path(), 5, o);
+  const std::string shard0 = ReadFileToString(dir / "shard-00000.lss");
+  auto before = OpenOrDie(dir.path());
+  ASSERT_TRUE(before);
+  const size_t shards_before = before->shards().size();
+  before.reset();
+  for (int round = 0; round < 2; ++round) {
+    auto w = Writer::OpenForAppend(dir.path().string(), o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const uint64_t have = (*w)->existing_sources().size();
+    EXPECT_EQ(have, 5u + 3u * round);
+    EXPECT_EQ((*w)->existing_sources()[2], StandardSample(2).input.source);
+    EXPECT_EQ((*w)->schema(), EagleSchema());
+    for (uint64_t i = have; i < have + 3; ++i) ASSERT_TRUE((*w)->Append(StandardSample(i).input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+    // Index names alternate so the manifest rename is the only commit point.
+    EXPECT_EQ(std::filesystem::exists(dir / "index.a.lsi"), round == 0);
+    EXPECT_EQ(std::filesystem::exists(dir / "index.lsi"), round == 1);
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_GT(ds->shards().size(), shards_before);
+  EXPECT_EQ(ReadFileToString(dir / "shard-00000.lss"), shard0);  // never rewritten
+  ExpectStandardContents(*ds, 11);
+}
+
+TEST(WriterTest, MergeEqualsOneWrite) {
+  TempDir one, a, b, c, merged;
+  WriterOptions o = FastOptions();
+  o.shard_size = 4 * 4096;
+  WriteStandard(one.path(), 9, o);
+  WriteStandard(a.path(), 4, o, false, 0);
+  WriteStandard(b.path(), 0, o, false, 4);
+  WriteStandard(c.path(), 5, o, false, 4);
+  ASSERT_TRUE(MergeDatasets(merged.path().string(),
+                            {a.path().string(), b.path().string(), c.path().string()}, true)
+                  .ok());
+  auto ref = OpenOrDie(one.path());
+  auto ds = OpenOrDie(merged.path());
+  ASSERT_TRUE(ref && ds);
+  ExpectStandardContents(*ds, 9);
+  EXPECT_EQ(ds->total_raw_bytes(), ref->total_raw_bytes());
+  EXPECT_EQ(ds->lengths(), ref->lengths());
+  struct stat st;
+  ASSERT_EQ(::stat(ds->shards()[0].path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 2u);  // hard-linked, not copied
+  // Parts stay intact, and merging again into the same place is refused.
+  EXPECT_TRUE(Dataset::Open(a.path().string()).ok());
+  ExpectError(MergeDatasets(merged.path().string(), {a.path().string()}, true),
+              StatusCode::kAlreadyExists, {merged.path().string()});
+  // Copy mode gives the same dataset.
+  TempDir copied;
+  ASSERT_TRUE(MergeDatasets(copied.path().string(), {a.path().string(), c.path().string()}, false).ok());
+  auto ds2 = OpenOrDie(copied.path());
+  ASSERT_TRUE(ds2);
+  ExpectStandardContents(*ds2, 9);
+  ASSERT_EQ(::stat(ds2->shards()[0].path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_nlink, 1u);
+}
+
+TEST(WriterTest, MergeRefusesDifferentSchemas) {
+  TempDir a, b, out;
+  WriteStandard(a.path(), 2, FastOptions());
+  Schema other = EagleSchema();
+  other.fields[2].dtype = DType::kFloat16;
+  {
+    auto w = Writer::Create(b.path().string(), other, FastOptions());
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  ExpectError(MergeDatasets(out.path().string(), {a.path().string(), b.path().string()}, true),
+              StatusCode::kInvalidArgument, {b.path().string(), "different schema"});
+}
+
+}  // namespace
+}  // namespace libshard::testing
