@@ -1,0 +1,169 @@
+// `libshard info DIR [--json]`: schema, counts, sizes, length histogram, provenance summary.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "libshard/dataset.h"
+#include "pack/option_parsing.h"
+
+namespace libshard::cli {
+namespace {
+
+struct InfoArgs {
+  std::string dir;
+  bool json = false;
+};
+
+// Power-of-two length buckets [lo, hi): 0, 1, 2-3, 4-7, ...
+nlohmann::json LengthStats(const std::vector<uint64_t>& lengths) {
+  nlohmann::json j;
+  if (lengths.empty()) {
+    j["min"] = j["max"] = j["total"] = 0;
+    j["mean"] = 0.0;
+    j["histogram"] = nlohmann::json::array();
+    return j;
+  }
+  uint64_t lo = UINT64_MAX, hi = 0, total = 0;
+  std::vector<uint64_t> buckets(65, 0);
+  for (uint64_t l : lengths) {
+    lo = std::min(lo, l);
+    hi = std::max(hi, l);
+    total += l;
+    ++buckets[l == 0 ? 0 : 64 - __builtin_clzll(l)];
+  }
+  j["min"] = lo;
+  j["max"] = hi;
+  j["total"] = total;
+  j["mean"] = static_cast<double>(total) / static_cast<double>(lengths.size());
+  auto hist = nlohmann::json::array();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (!buckets[b]) continue;
+    const uint64_t b_lo = b == 0 ? 0 : uint64_t{1} << (b - 1);
+    const uint64_t b_hi = b == 0 ? 1 : (b == 64 ? UINT64_MAX : uint64_t{1} << b);
+    hist.push_back({{"lo", b_lo}, {"hi", b_hi}, {"count", buckets[b]}});
+  }
+  j["histogram"] = hist;
+  return j;
+}
+
+Result<nlohmann::json> Describe(const Dataset& ds) {
+  nlohmann::json j;
+  j["path"] = ds.path();
+  j["samples"] = ds.size();
+  auto shards = nlohmann::json::array();
+  for (const ShardInfo& s : ds.shards()) {
+    shards.push_back({{"file", s.path}, {"size", s.size}, {"samples", s.samples}});
+  }
+  j["shards"] = shards;
+  const Schema& schema = ds.schema();
+  auto fields = nlohmann::json::array();
+  for (const Field& f : schema.fields) {
+    fields.push_back({{"name", f.name}, {"dtype", std::string(DTypeName(f.dtype))}, {"rank", f.rank},
+                      {"seq_dim", f.seq_dim}});
+  }
+  j["schema"] = {{"fields", fields},
+                 {"length_field", schema.length_field >= 0
+                                      ? nlohmann::json(schema.fields[static_cast<size_t>(schema.length_field)].name)
+                                      : nlohmann::json(nullptr)}};
+  uint64_t source_bytes = 0, hashed = 0;
+  std::string first, last;
+  for (uint64_t i = 0; i < ds.size(); ++i) {
+    LIBSHARD_ASSIGN_OR_RETURN(Provenance p, ds.source(i));
+    source_bytes += p.size;
+    hashed += p.content_hash != 0;
+    if (i == 0) first = p.path;
+    last = p.path;
+  }
+  j["totals"] = {{"samples", ds.size()},
+                 {"shards", ds.shards().size()},
+                 {"raw_bytes", ds.total_raw_bytes()},
+                 {"stored_bytes", ds.total_stored_bytes()},
+                 {"source_bytes", source_bytes}};
+  j["lengths"] = LengthStats(ds.lengths());
+  nlohmann::json prov = {{"first", first}, {"last", last}, {"hashed_sources", hashed}};
+  // The manifest's free-form provenance (source root, tool, time), when readable.
+  std::ifstream mf(ds.path() + "/manifest.json");
+  if (mf) {
+    auto m = nlohmann::json::parse(mf, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object() && m.contains("provenance") && m["provenance"].is_object()) {
+      for (auto& [k, v] : m["provenance"].items())
+        if (!prov.contains(k)) prov[k] = v;
+    }
+  }
+  j["provenance"] = prov;
+  return j;
+}
+
+void PrintText(const nlohmann::json& j) {
+  using convert::FormatBytes;
+  std::printf("dataset      %s\n", j["path"].get<std::string>().c_str());
+  std::printf("samples      %llu in %zu shards\n", j["samples"].get<unsigned long long>(), j["shards"].size());
+  const auto& t = j["totals"];
+  std::printf("bytes        %s stored, %s payload, %s of sources\n",
+              FormatBytes(t["stored_bytes"].get<uint64_t>()).c_str(),
+              FormatBytes(t["raw_bytes"].get<uint64_t>()).c_str(),
+              FormatBytes(t["source_bytes"].get<uint64_t>()).c_str());
+  std::printf("schema\n");
+  for (const auto& f : j["schema"]["fields"]) {
+    std::printf("  %-24s %-14s rank %u  seq_dim %d\n", f["name"].get<std::string>().c_str(),
+                f["dtype"].get<std::string>().c_str(), f["rank"].get<unsigned>(), f["seq_dim"].get<int>());
+  }
+  const auto& lf = j["schema"]["length_field"];
+  std::printf("length field %s\n", lf.is_null() ? "(none)" : lf.get<std::string>().c_str());
+  const auto& l = j["lengths"];
+  if (!lf.is_null()) {
+    std::printf("lengths      min %llu  max %llu  mean %.1f  total %llu tokens\n",
+                l["min"].get<unsigned long long>(), l["max"].get<unsigned long long>(),
+                l["mean"].get<double>(), l["total"].get<unsigned long long>());
+    uint64_t peak = 1;
+    for (const auto& b : l["histogram"]) peak = std::max(peak, b["count"].get<uint64_t>());
+    for (const auto& b : l["histogram"]) {
+      const uint64_t c = b["count"].get<uint64_t>();
+      std::printf("  [%8llu, %8llu) %8llu %s\n", b["lo"].get<unsigned long long>(),
+                  b["hi"].get<unsigned long long>(), static_cast<unsigned long long>(c),
+                  std::string(static_cast<size_t>(40 * c / peak), '#').c_str());
+    }
+  }
+  for (const auto& s : j["shards"]) {
+    std::printf("shard        %s  %s  %llu samples\n", s["file"].get<std::string>().c_str(),
+                FormatBytes(s["size"].get<uint64_t>()).c_str(), s["samples"].get<unsigned long long>());
+  }
+  const auto& p = j["provenance"];
+  std::printf("provenance   first %s, last %s, %llu hashed\n", p["first"].get<std::string>().c_str(),
+              p["last"].get<std::string>().c_str(), p["hashed_sources"].get<unsigned long long>());
+  for (const char* k : {"source_root", "created_by", "created_at"}) {
+    if (p.contains(k) && p[k].is_string()) std::printf("  %-11s %s\n", k, p[k].get<std::string>().c_str());
+  }
+}
+
+int RunInfo(const InfoArgs& a) {
+  DatasetOptions opts;
+  opts.verify_checksums = false;
+  auto ds = Dataset::Open(a.dir, opts);
+  if (!ds.ok()) return Fail("info", ds.status());
+  auto j = Describe(**ds);
+  if (!j.ok()) return Fail("info", j.status());
+  if (a.json) {
+    std::printf("%s\n", j->dump(2).c_str());
+  } else {
+    PrintText(*j);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddInfoCommand(CLI::App& app) {
+  auto args = std::make_shared<InfoArgs>();
+  CLI::App* c = app.add_subcommand("info", "Describe a dataset: schema, counts, sizes, lengths, provenance");
+  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_flag("--json", args->json, "Machine-readable output");
+  return {c, [args] { return RunInfo(*args); }};
+}
+
+}  // namespace libshard::cli

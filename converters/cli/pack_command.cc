@@ -1,0 +1,190 @@
+// `libshard pack SRC -o OUT`: see converters/pack/pack.h.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/progress_printer.h"
+#include "pack/option_parsing.h"
+#include "pack/pack.h"
+
+namespace libshard::cli {
+namespace {
+
+struct PackArgs {
+  std::string source;
+  std::string output;
+  std::string files_from;
+  std::vector<std::string> include, exclude;
+  std::string shard_size = "4GiB";
+  std::string compress = "none";
+  std::string fields;
+  unsigned threads = 0;
+  std::string on_error = "fail";
+  bool resume = false, append = false;
+  std::string part;
+  bool allow_varying_dims = false;
+  bool no_hash = false;
+  bool no_crc = false;
+  std::string window;
+  bool no_fsync = false;
+  std::string journal_every;
+  std::string max_decompressed;
+  std::string progress = "auto";
+  double progress_interval = -1;
+  bool quiet = false;
+};
+
+void PrintSummary(const convert::PackSummary& s) {
+  using convert::FormatBytes;
+  std::printf("packed %llu samples into %s", static_cast<unsigned long long>(s.samples_added),
+              s.output.c_str());
+  if (s.already_present) {
+    std::printf(" (%llu already there)", static_cast<unsigned long long>(s.already_present));
+  }
+  std::printf("\n");
+  if (!s.skipped.empty()) {
+    std::printf("  skipped  %zu sources, listed with reasons in %s\n", s.skipped.size(),
+                s.skipped_report.c_str());
+  }
+  const double ratio = s.bytes_in ? static_cast<double>(s.bytes_out) / static_cast<double>(s.bytes_in) : 0;
+  std::printf("  in       %s from %llu sources\n", FormatBytes(s.bytes_in).c_str(),
+              static_cast<unsigned long long>(s.samples_added));
+  std::printf("  out      %s (payload %s), ratio out/in %.3f\n", FormatBytes(s.bytes_out).c_str(),
+              FormatBytes(s.raw_bytes).c_str(), ratio);
+  std::printf("  dataset  %llu samples in %llu shards, %s\n",
+              static_cast<unsigned long long>(s.dataset.samples),
+              static_cast<unsigned long long>(s.dataset.shards),
+              FormatBytes(s.dataset.stored_bytes).c_str());
+  std::printf("  time     %s (%.2f GB/s)  peak RSS %s\n", convert::FormatDuration(s.seconds).c_str(),
+              s.seconds > 0 ? static_cast<double>(s.bytes_in) / s.seconds / 1e9 : 0.0,
+              FormatBytes(s.peak_rss_bytes).c_str());
+}
+
+int RunPack(const PackArgs& a) {
+  constexpr std::string_view kCmd = "pack";
+  convert::PackOptions o;
+  o.source_root = a.source;
+  o.files_from = a.files_from;
+  o.include = a.include;
+  o.exclude = a.exclude;
+  o.output = a.output;
+  auto shard_size = convert::ParseByteSize(a.shard_size);
+  if (!shard_size.ok()) return UsageError(kCmd, "--shard-size: " + shard_size.status().message());
+  o.shard_size = *shard_size;
+  auto comp = convert::ParseCompression(a.compress);
+  if (!comp.ok()) return UsageError(kCmd, "--compress: " + comp.status().message());
+  o.compression = comp->compression;
+  o.zstd_level = comp->level;
+  o.fields = convert::SplitList(a.fields);
+  o.threads = a.threads;
+  if (a.on_error == "fail") {
+    o.on_error = convert::OnError::kFail;
+  } else if (a.on_error == "skip") {
+    o.on_error = convert::OnError::kSkip;
+  } else {
+    return UsageError(kCmd, "--on-error must be fail or skip, not '" + a.on_error + "'");
+  }
+  o.resume = a.resume;
+  o.append = a.append;
+  if (!a.part.empty()) {
+    auto part = convert::ParsePart(a.part);
+    if (!part.ok()) return UsageError(kCmd, part.status().message());
+    o.part_index = part->index;
+    o.part_count = part->count;
+  }
+  o.allow_varying_dims = a.allow_varying_dims;
+  o.hash_sources = !a.no_hash;
+  o.source_options.verify_crc32 = !a.no_crc;
+  o.fsync = !a.no_fsync;
+  for (const auto& [text, dst, name] :
+       {std::tuple{a.window, &o.window_bytes, "--window"},
+        std::tuple{a.journal_every, &o.journal_every_bytes, "--journal-every"},
+        std::tuple{a.max_decompressed, &o.source_options.max_decompressed_bytes, "--max-decompressed"}}) {
+    if (text.empty()) continue;
+    auto v = convert::ParseByteSize(text);
+    if (!v.ok()) return UsageError(kCmd, std::string(name) + ": " + v.status().message());
+    *dst = *v;
+  }
+  ProgressPrinter::Mode mode;
+  if (a.quiet || a.progress == "none") {
+    mode = ProgressPrinter::Mode::kNone;
+  } else if (a.progress == "bar") {
+    mode = ProgressPrinter::Mode::kBar;
+  } else if (a.progress == "lines") {
+    mode = ProgressPrinter::Mode::kLines;
+  } else if (a.progress == "auto") {
+    mode = ProgressPrinter::AutoMode(stderr);
+  } else {
+    return UsageError(kCmd, "--progress must be auto, bar, lines or none");
+  }
+  const double interval = a.progress_interval >= 0 ? a.progress_interval
+                                                   : (mode == ProgressPrinter::Mode::kBar ? 0.2 : 10.0);
+  if (Status st = convert::ValidatePackOptions(o); !st.ok()) return UsageError(kCmd, st.message());
+
+  ProgressPrinter printer(stderr, mode, interval);
+  o.progress = [&printer](const convert::PackProgress& p) { printer.Update(p); };
+  auto summary = convert::Pack(o);
+  printer.EndLine();
+  if (!summary.ok()) return Fail(kCmd, summary.status());
+  if (!a.quiet) PrintSummary(*summary);
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddPackCommand(CLI::App& app) {
+  auto args = std::make_shared<PackArgs>();
+  CLI::App* c = app.add_subcommand(
+      "pack",
+      "Convert a directory tree (or list) of per-sample .pt / .pt.gz / .ckpt / .safetensors files "
+      "into a dataset. Sample order: natural-sorted relative paths (data_2 before data_10).");
+  c->add_option("SRC", args->source, "Source directory, walked recursively");
+  c->add_option("-o,--output", args->output, "Output dataset directory")->required();
+  c->add_option("--files-from", args->files_from,
+                "Read source paths from this file ('-' = stdin), one a line; relative paths are "
+                "relative to SRC when given");
+  c->add_option("--include", args->include,
+                "Glob of files to take (repeatable; '*' stops at '/', '**' crosses it; a pattern "
+                "without '/' matches file names). Default: .pt .pth .ckpt .bin .safetensors [.gz]");
+  c->add_option("--exclude", args->exclude, "Glob of files to leave out (repeatable)");
+  c->add_option("--shard-size", args->shard_size, "Roll to a new shard past this size (512M, 4GiB, ...)")
+      ->capture_default_str();
+  c->add_option("--compress", args->compress, "none, zstd or zstd:LEVEL (2-byte dtypes are byte-shuffled first)")
+      ->capture_default_str();
+  c->add_option("--fields", args->fields, "Keep only these tensors: a,b,c");
+  c->add_option("--threads", args->threads, "Worker threads parsing and encoding (0 = one per CPU)")
+      ->capture_default_str();
+  c->add_option("--on-error", args->on_error,
+                "fail: stop at the first bad source; skip: leave it out and list it in OUT/skipped.txt")
+      ->capture_default_str();
+  c->add_flag("--resume", args->resume,
+              "Continue an interrupted pack into OUT from its journal, without redoing what was written");
+  c->add_flag("--append", args->append,
+              "Add the sources whose relative path is not yet in the finished dataset OUT");
+  c->add_option("--part", args->part,
+                "I/N: convert only the I-th (0-based) contiguous 1/N of the sorted sources; join "
+                "the parts in order with 'libshard merge'");
+  c->add_flag("--allow-varying-dims", args->allow_varying_dims,
+              "Accept sources whose dims other than the sequence dim differ");
+  c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");
+  c->add_flag("--no-crc", args->no_crc,
+              "Do not verify the zip CRC-32 of .pt records (faster on slow CPUs; the source bytes "
+              "are still hashed into the provenance)");
+  c->add_option("--window", args->window,
+                "Bytes of samples in flight (default: 2 x threads x largest source file)");
+  c->add_flag("--no-fsync", args->no_fsync, "Skip fsync (faster; not crash-safe)");
+  c->add_option("--journal-every", args->journal_every,
+                "Journal checkpoint interval for --resume (default 1GiB)");
+  c->add_option("--max-decompressed", args->max_decompressed,
+                "Refuse a .gz source that inflates past this size (default 1TiB)");
+  c->add_option("--progress", args->progress, "auto (bar on a terminal, else lines), bar, lines or none")
+      ->capture_default_str();
+  c->add_option("--progress-interval", args->progress_interval,
+                "Seconds between progress updates (default 0.2 for the bar, 10 for lines)");
+  c->add_flag("-q,--quiet", args->quiet, "No progress and no summary");
+  return {c, [args] { return RunPack(*args); }};
+}
+
+}  // namespace libshard::cli

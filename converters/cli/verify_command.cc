@@ -1,0 +1,82 @@
+// `libshard verify DIR [--against SRC]`: every sample checksum; with --against, every tensor
+// bit-exact against its source file.
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/command.h"
+#include "libshard/dataset.h"
+#include "pack/verify_against.h"
+
+namespace libshard::cli {
+namespace {
+
+struct VerifyArgs {
+  std::string dir;
+  std::string against;
+  uint64_t max_errors = 20;
+  bool quiet = false;
+};
+
+int RunVerify(const VerifyArgs& a) {
+  constexpr std::string_view kCmd = "verify";
+  DatasetOptions opts;
+  opts.verify_checksums = true;
+  auto opened = Dataset::Open(a.dir, opts);
+  if (!opened.ok()) return Fail(kCmd, opened.status());
+  const Dataset& ds = **opened;
+  uint64_t errors = 0, changed_sources = 0;
+  for (uint64_t i = 0; i < ds.size(); ++i) {
+    Status st = ds.Verify(i);
+    if (st.ok() && !a.against.empty()) {
+      auto r = convert::VerifyAgainstSource(ds, i, a.against);
+      if (!r.ok()) {
+        st = r.status();
+      } else if (r->source_hash_checked && !r->source_hash_matches) {
+        ++changed_sources;
+        if (!a.quiet) {
+          std::fprintf(stderr,
+                       "libshard verify: warning: sample %llu: the source file's xxh3 differs from "
+                       "the one recorded at pack time (its tensors still match)\n",
+                       static_cast<unsigned long long>(i));
+        }
+      }
+    }
+    if (!st.ok()) {
+      if (errors < a.max_errors) Fail(kCmd, st);
+      ++errors;
+    }
+  }
+  if (errors) {
+    std::fprintf(stderr, "libshard verify: %llu of %llu samples failed%s\n",
+                 static_cast<unsigned long long>(errors), static_cast<unsigned long long>(ds.size()),
+                 errors > a.max_errors ? " (only the first ones are shown)" : "");
+    return kExitFailure;
+  }
+  if (!a.quiet) {
+    std::printf("ok: %llu samples, %zu shards verified%s%s\n",
+                static_cast<unsigned long long>(ds.size()), ds.shards().size(),
+                a.against.empty() ? "" : ", every tensor bit-exact against ",
+                a.against.c_str());
+    if (changed_sources) {
+      std::printf("note: %llu source files changed since packing (tensors identical)\n",
+                  static_cast<unsigned long long>(changed_sources));
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command AddVerifyCommand(CLI::App& app) {
+  auto args = std::make_shared<VerifyArgs>();
+  CLI::App* c = app.add_subcommand("verify", "Check every sample's checksum (and optionally its source)");
+  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_option("--against", args->against,
+                "Source root: compare every tensor bit-exact with the file it was packed from");
+  c->add_option("--max-errors", args->max_errors, "Print at most this many errors")->capture_default_str();
+  c->add_flag("-q,--quiet", args->quiet, "Print only errors");
+  return {c, [args] { return RunVerify(*args); }};
+}
+
+}  // namespace libshard::cli

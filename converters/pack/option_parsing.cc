@@ -1,0 +1,226 @@
+#include "pack/option_parsing.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <unordered_set>
+
+namespace libshard::convert {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
+  return out;
+}
+
+Result<uint64_t> ParseU64(std::string_view s, std::string_view what) {
+  uint64_t v = 0;
+  s = Trim(s);
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
+    return Status::InvalidArgument("invalid " + std::string(what) + " '" + std::string(s) +
+                                   "': expected a non-negative integer");
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<uint64_t> ParseByteSize(std::string_view text) {
+  const std::string t = Lower(Trim(text));
+  const auto bad = [&] {
+    return Status::InvalidArgument("invalid size '" + std::string(text) +
+                                   "': use bytes or a unit, e.g. 4096, 512M, 4GiB, 1.5G, 100MB");
+  };
+  size_t num_end = 0;
+  while (num_end < t.size() && ((t[num_end] >= '0' && t[num_end] <= '9') || t[num_end] == '.'))
+    ++num_end;
+  if (num_end == 0) return bad();
+  const std::string num = t.substr(0, num_end);
+  std::string unit = t.substr(num_end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  double mult = 0;
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},           {"b", 1.0},
+      {"k", 0x1p10},       {"kib", 0x1p10},    {"ki", 0x1p10},   {"kb", 1e3},
+      {"m", 0x1p20},       {"mib", 0x1p20},    {"mi", 0x1p20},   {"mb", 1e6},
+      {"g", 0x1p30},       {"gib", 0x1p30},    {"gi", 0x1p30},   {"gb", 1e9},
+      {"t", 0x1p40},       {"tib", 0x1p40},    {"ti", 0x1p40},   {"tb", 1e12},
+  };
+  for (const auto& [name, m] : kUnits)
+    if (unit == name) mult = m;
+  if (mult == 0) return bad();
+  uint64_t value = 0;
+  if (num.find('.') == std::string::npos) {
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t n, ParseU64(num, "size"));
+    const auto m = static_cast<uint64_t>(mult);
+    if (n != 0 && m > std::numeric_limits<uint64_t>::max() / n) return bad();
+    value = n * m;
+  } else {
+    char* end = nullptr;
+    const double d = std::strtod(num.c_str(), &end);
+    if (end != num.c_str() + num.size() || !std::isfinite(d)) return bad();
+    const double v = std::floor(d * mult);
+    if (!(v < 0x1p64)) return bad();
+    value = static_cast<uint64_t>(v);
+  }
+  if (value == 0) {
+    return Status::InvalidArgument("invalid size '" + std::string(text) + "': must be at least 1 byte");
+  }
+  return value;
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : (v < 100 ? "%.1f %s" : "%.0f %s"), v,
+                kUnits[u]);
+  return buf;
+}
+
+std::string FormatDuration(double seconds) {
+  if (!(seconds >= 0) || !std::isfinite(seconds)) return "?";
+  char buf[48];
+  if (seconds < 60) {
+    std::snprintf(buf, sizeof buf, "%.1fs", seconds);
+  } else {
+    const auto s = static_cast<uint64_t>(seconds + 0.5);
+    if (s < 3600) {
+      std::snprintf(buf, sizeof buf, "%llum%02llus", static_cast<unsigned long long>(s / 60),
+                    static_cast<unsigned long long>(s % 60));
+    } else {
+      std::snprintf(buf, sizeof buf, "%lluh%02llum%02llus",
+                    static_cast<unsigned long long>(s / 3600),
+                    static_cast<unsigned long long>(s / 60 % 60),
+                    static_cast<unsigned long long>(s % 60));
+    }
+  }
+  return buf;
+}
+
+Result<CompressionSpec> ParseCompression(std::string_view text) {
+  const std::string t = Lower(Trim(text));
+  CompressionSpec spec;
+  if (t == "none") return spec;
+  if (t == "zstd") {
+    spec.compression = Compression::kZstd;
+    return spec;
+  }
+  if (t.rfind("zstd:", 0) == 0) {
+    const std::string lvl = t.substr(5);
+    int level = 0;
+    auto [ptr, ec] = std::from_chars(lvl.data(), lvl.data() + lvl.size(), level);
+    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() && level >= -7 &&
+        level <= 22) {
+      spec.compression = Compression::kZstd;
+      spec.level = level;
+      return spec;
+    }
+  }
+  return Status::InvalidArgument("invalid compression '" + std::string(text) +
+                                 "': use none, zstd or zstd:LEVEL with LEVEL in -7..22");
+}
+
+Result<PartSpec> ParsePart(std::string_view text) {
+  const auto bad = [&](std::string_view why) {
+    return Status::InvalidArgument("invalid --part '" + std::string(text) + "': " +
+                                   std::string(why) +
+                                   "; use I/N with 0 <= I < N, e.g. --part 0/4 .. --part 3/4");
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string_view::npos) return bad("missing '/'");
+  auto i = ParseU64(text.substr(0, slash), "part index");
+  auto n = ParseU64(text.substr(slash + 1), "part count");
+  if (!i.ok() || !n.ok()) return bad("not two integers");
+  if (*n == 0 || *n > std::numeric_limits<uint32_t>::max()) return bad("N must be in 1..2^32-1");
+  if (*i >= *n) return bad("I must be smaller than N (parts are numbered from 0)");
+  return PartSpec{static_cast<uint32_t>(*i), static_cast<uint32_t>(*n)};
+}
+
+PartRange PartSlice(uint64_t total, uint32_t index, uint32_t count) {
+  if (count == 0) return {0, total};
+  const auto at = [&](uint64_t k) {
+    return static_cast<uint64_t>(static_cast<unsigned __int128>(total) * k / count);
+  };
+  return {at(index), at(uint64_t{index} + 1)};
+}
+
+Result<std::vector<uint64_t>> ParseSampleRange(std::string_view text, uint64_t size) {
+  std::vector<uint64_t> out;
+  std::unordered_set<uint64_t> seen;
+  const auto bad = [&](const std::string& item, std::string_view why) {
+    return Status::InvalidArgument("invalid --samples item '" + item + "': " + std::string(why) +
+                                   "; use N, A:B (half-open), A-B (inclusive), A:, :B, "
+                                   "comma-separated; the dataset has " + std::to_string(size) +
+                                   " samples");
+  };
+  const auto items = SplitList(text);
+  if (items.empty()) return bad(std::string(text), "empty selection");
+  for (const std::string& item : items) {
+    uint64_t begin = 0, end = 0;
+    const size_t colon = item.find(':');
+    const size_t dash = item.find('-');
+    if (colon != std::string::npos) {
+      const std::string a = item.substr(0, colon), b = item.substr(colon + 1);
+      if (!a.empty()) {
+        auto v = ParseU64(a, "sample");
+        if (!v.ok()) return bad(item, "not an integer");
+        begin = *v;
+      }
+      end = size;
+      if (!b.empty()) {
+        auto v = ParseU64(b, "sample");
+        if (!v.ok()) return bad(item, "not an integer");
+        end = *v;
+      }
+      if (end > size) return bad(item, "end past the last sample");
+    } else if (dash != std::string::npos) {
+      auto a = ParseU64(item.substr(0, dash), "sample");
+      auto b = ParseU64(item.substr(dash + 1), "sample");
+      if (!a.ok() || !b.ok()) return bad(item, "not two integers");
+      if (*b >= size) return bad(item, "index out of range");
+      begin = *a;
+      end = *b + 1;
+    } else {
+      auto v = ParseU64(item, "sample");
+      if (!v.ok()) return bad(item, "not an integer");
+      if (*v >= size) return bad(item, "index out of range");
+      begin = *v;
+      end = *v + 1;
+    }
+    if (begin > end) return bad(item, "start after end");
+    for (uint64_t i = begin; i < end; ++i)
+      if (seen.insert(i).second) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<std::string> SplitList(std::string_view text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view item = Trim(text.substr(start, end - start));
+    if (!item.empty()) out.emplace_back(item);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace libshard::convert

@@ -1,0 +1,57 @@
+// Parsers for the values of `libshard` command-line options. Shared by the CLI and the Python
+// binding so both accept the same spellings. All return InvalidArgument with a message that
+// quotes the value and shows an accepted form.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libshard/status.h"
+#include "libshard/writer.h"
+
+namespace libshard::convert {
+
+// "4096", "512K", "512M", "4G", "4GiB", "1.5T", "64MB", "2gb": K/M/G/T (optionally followed by
+// "iB") are powers of 1024, KB/MB/GB/TB powers of 1000, a bare number or "B" is bytes. Case-
+// insensitive; the result must be >= 1 and fit in 64 bits.
+Result<uint64_t> ParseByteSize(std::string_view text);
+
+// "512.0 MiB", "4.00 GiB", "123 B": human-readable binary units.
+std::string FormatBytes(uint64_t bytes);
+// "1h02m03s", "4m05s", "12.3s".
+std::string FormatDuration(double seconds);
+
+struct CompressionSpec {
+  Compression compression = Compression::kNone;
+  int level = 3;
+};
+// "none", "zstd", "zstd:LEVEL" (LEVEL in -7..22).
+Result<CompressionSpec> ParseCompression(std::string_view text);
+
+struct PartSpec {
+  uint32_t index = 0;  // 0-based
+  uint32_t count = 1;
+};
+// "I/N" with 0 <= I < N (0-based, like SLURM_ARRAY_TASK_ID or a torchrun rank).
+Result<PartSpec> ParsePart(std::string_view text);
+
+// The contiguous slice [begin, end) of `total` items that part `index` of `count` converts:
+// begin = floor(total*index/count). The parts tile [0, total) in order, so merging parts 0..N-1
+// in order reproduces the single-process order; sizes differ by at most one.
+struct PartRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+PartRange PartSlice(uint64_t total, uint32_t index, uint32_t count);
+
+// Sample selections for `libshard unpack --samples`: a comma-separated list of "N" (one sample),
+// "A:B" (half-open, like Python), "A:" (to the end), ":B", "A-B" (inclusive). Indices must be
+// < `size`; the result is in the order given, duplicates removed keeping the first occurrence.
+Result<std::vector<uint64_t>> ParseSampleRange(std::string_view text, uint64_t size);
+
+// "a,b,,c" -> {"a","b","c"} (empty items dropped, surrounding spaces trimmed).
+std::vector<std::string> SplitList(std::string_view text, char sep = ',');
+
+}  // namespace libshard::convert

@@ -1,0 +1,531 @@
+#include "pack/pack.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "libshard/dataset.h"
+#include "pack/file_hash.h"
+#include "pack/option_parsing.h"
+#include "pack/schema_inference.h"
+#include "pack/source_list.h"
+
+namespace libshard::convert {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kSkippedReport = "skipped.txt";
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kJournal = "_journal.lsj";
+
+// Prefixes "source PATH" unless the message already names the file.
+Status WithSource(const Status& st, const std::string& path) {
+  if (st.message().find(path) != std::string::npos) return st;
+  return st.WithContext("source " + path);
+}
+
+std::string OneLine(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  return s;
+}
+
+// One source's journey through the pipeline.
+struct Slot {
+  enum class State { kPending, kEncoded, kFailed } state = State::kPending;
+  EncodedSample encoded;
+  Status error;
+  uint64_t reserved = 0;  // bytes counted against the window
+};
+
+// Shared state between the appending (calling) thread and the workers.
+class Pipeline {
+ public:
+  Pipeline(const std::vector<SourceEntry>& sources, uint64_t window, bool stop_on_error)
+      : sources_(sources), window_(window), stop_on_error_(stop_on_error), slots_(sources.size()) {}
+
+  // Worker side: the next source to process, or nullopt when there is none or the job stops.
+  // Blocks while the window is full (always admits one when nothing is in flight).
+  std::optional<uint64_t> Claim() {
+    std::unique_lock lock(mu_);
+    workers_cv_.wait(lock, [&] {
+      if (stop_ || next_ >= sources_.size()) return true;
+      const uint64_t want = std::max<uint64_t>(sources_[next_].size, 1);
+      return in_flight_ == 0 || in_flight_ + want <= window_;
+    });
+    if (stop_ || next_ >= sources_.size()) return std::nullopt;
+    const uint64_t i = next_++;
+    slots_[i].reserved = std::max<uint64_t>(sources_[i].size, 1);
+    in_flight_ += slots_[i].reserved;
+    return i;
+  }
+
+  void Complete(uint64_t i, Result<EncodedSample> r) {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[i];
+    if (r.ok()) {
+      s.encoded = std::move(*r);
+      const uint64_t held = (s.encoded.stored_size + 4095) / 4096 * 4096;
+      if (held > s.reserved) {
+        in_flight_ += held - s.reserved;
+        s.reserved = held;
+      }
+      s.state = Slot::State::kEncoded;
+    } else {
+      s.error = r.status();
+      s.state = Slot::State::kFailed;
+      if (stop_on_error_) stop_ = true;
+    }
+    main_cv_.notify_one();
+    if (stop_) workers_cv_.notify_all();
+  }
+
+  // Main side: waits for slot i, moves it out and releases its window bytes.
+  Slot Take(uint64_t i) {
+    std::unique_lock lock(mu_);
+    main_cv_.wait(lock, [&] { return slots_[i].state != Slot::State::kPending; });
+    Slot s = std::move(slots_[i]);
+    slots_[i] = Slot();
+    in_flight_ -= s.reserved;
+    workers_cv_.notify_all();
+    return s;
+  }
+
+  void Stop() {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    workers_cv_.notify_all();
+  }
+
+ private:
+  const std::vector<SourceEntry>& sources_;
+  const uint64_t window_;
+  const bool stop_on_error_;
+  std::mutex mu_;
+  std::condition_variable workers_cv_, main_cv_;
+  std::vector<Slot> slots_;
+  uint64_t next_ = 0;
+  uint64_t in_flight_ = 0;
+  bool stop_ = false;
+};
+
+class PackJob {
+ public:
+  explicit PackJob(const PackOptions& o) : o_(o), start_(std::chrono::steady_clock::now()) {}
+
+  Result<PackSummary> Run();
+
+ private:
+  Status ListAndSelect();
+  Status OpenWriter();
+  Status FindReference();
+  Result<EncodedSample> Process(uint64_t i) const;
+  Status RecordSkip(const SourceEntry& e, const Status& why);
+  Status TrimSkipReport(const std::unordered_map<std::string, size_t>& position, size_t resume_at);
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  WriterOptions MakeWriterOptions() const;
+
+  const PackOptions& o_;
+  const std::chrono::steady_clock::time_point start_;
+  std::vector<SourceEntry> sources_;           // to process this run, in order
+  std::unique_ptr<Writer> writer_;
+  ReferenceSchema ref_;
+  std::unordered_map<uint64_t, Status> prefailed_;  // sources that failed while finding the reference
+  bool keep_subset_ = false;                   // only some tensors of each source are kept
+  bool finished_already_ = false;              // --resume on a dataset that is complete
+  std::optional<SourceEntry> schema_probe_;    // read for the schema only (an empty --part)
+  FILE* skipped_file_ = nullptr;
+  PackSummary summary_;
+};
+
+WriterOptions PackJob::MakeWriterOptions() const {
+  WriterOptions w;
+  w.shard_size = o_.shard_size;
+  w.compression = o_.compression;
+  w.zstd_level = o_.zstd_level;
+  w.fsync = o_.fsync;
+  w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
+  w.created_by = "libshard pack 0.1.0";
+  if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
+  return w;
+}
+
+Status PackJob::ListAndSelect() {
+  SourceListOptions lo;
+  lo.root = o_.source_root;
+  lo.files_from = o_.files_from;
+  lo.include = o_.include;
+  lo.exclude = o_.exclude;
+  lo.skip_dir = o_.output;
+  LIBSHARD_ASSIGN_OR_RETURN(std::vector<SourceEntry> all, ListSources(lo));
+  if (all.empty()) {
+    return Status::NotFound("no source files found in " +
+                            (o_.files_from.empty() ? o_.source_root : o_.files_from) +
+                            (o_.include.empty() ? " (looked for .pt .pth .ckpt .bin .safetensors, "
+                                                  "optionally .gz; use --include to select others)"
+                                                : " matching the --include/--exclude globs"));
+  }
+  const PartRange r = PartSlice(all.size(), o_.part_index, o_.part_count);
+  // An empty part still yields a (sample-less) dataset with the common schema, so that `merge`
+  // of all parts works whatever N is.
+  if (r.begin == r.end) schema_probe_ = all.front();
+  sources_.assign(std::make_move_iterator(all.begin() + static_cast<ptrdiff_t>(r.begin)),
+                  std::make_move_iterator(all.begin() + static_cast<ptrdiff_t>(r.end)));
+  summary_.sources_selected = sources_.size();
+  return Status::OK();
+}
+
+Status PackJob::OpenWriter() {
+  const WriterOptions wo = MakeWriterOptions();
+  std::error_code ec;
+  const bool has_manifest = fs::exists(fs::path(o_.output) / kManifest, ec);
+  const bool has_journal = fs::exists(fs::path(o_.output) / kJournal, ec);
+  if (o_.append) {
+    auto w = Writer::OpenForAppend(o_.output, wo);
+    if (!w.ok()) return w.status().WithContext("--append: cannot open " + o_.output);
+    writer_ = std::move(*w);
+  } else if (o_.resume && has_journal) {
+    auto w = Writer::Resume(o_.output, wo);
+    if (!w.ok()) return w.status().WithContext("--resume: cannot resume " + o_.output);
+    writer_ = std::move(*w);
+  } else if (o_.resume && has_manifest) {
+    finished_already_ = true;  // the interrupted job had already finished
+    return Status::OK();
+  } else {
+    // A fresh job (also --resume when nothing was journaled yet).
+    if (has_manifest || has_journal) {
+      return Status::AlreadyExists(
+          o_.output + " already holds a " + (has_manifest ? "dataset" : "partly written dataset") +
+          "; use --append to add sources to a dataset, --resume to continue an interrupted job, "
+          "or choose another output directory");
+    }
+    fs::remove(fs::path(o_.output) / kSkippedReport, ec);  // stale, from a run that never journaled
+    return Status::OK();  // created once the schema is known (FindReference)
+  }
+  // Sources already in the dataset are not redone. Resume keeps the source order of an
+  // uninterrupted run: everything up to the last journaled source was handled by the earlier run
+  // (sources it skipped are already in skipped.txt).
+  const std::vector<Provenance>& existing = writer_->existing_sources();
+  std::unordered_set<std::string> present;
+  for (const Provenance& p : existing) present.insert(p.path);
+  std::vector<SourceEntry> todo;
+  if (o_.resume) {
+    std::unordered_map<std::string, size_t> position;
+    for (size_t i = 0; i < sources_.size(); ++i) position.emplace(sources_[i].rel_path, i);
+    size_t resume_at = 0;
+    for (const Provenance& p : existing) {
+      auto it = position.find(p.path);
+      if (it == position.end()) {
+        return Status::InvalidArgument(
+            "--resume: " + o_.output + " holds sample '" + p.path +
+            "', which is not among the sources of this run; resume with the same SRC, --files-from, "
+            "--include/--exclude and --part as the interrupted job");
+      }
+      resume_at = std::max(resume_at, it->second + 1);
+    }
+    summary_.already_present = resume_at;
+    LIBSHARD_RETURN_IF_ERROR(TrimSkipReport(position, resume_at));
+    todo.assign(sources_.begin() + static_cast<ptrdiff_t>(resume_at), sources_.end());
+  } else {
+    for (SourceEntry& e : sources_) {
+      if (present.count(e.rel_path)) {
+        ++summary_.already_present;
+      } else {
+        todo.push_back(std::move(e));
+      }
+    }
+  }
+  sources_ = std::move(todo);
+  return Status::OK();
+}
+
+Status PackJob::FindReference() {
+  keep_subset_ = !o_.fields.empty();
+  if (writer_ && keep_subset_) {
+    std::vector<std::string> names;
+    for (const Field& f : writer_->schema().fields) names.push_back(f.name);
+    std::vector<std::string> a = names, b = o_.fields;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    if (a != b) {
+      return Status::InvalidArgument("--fields does not match the fields of " + o_.output +
+                                     "; omit --fields to keep the dataset's schema");
+    }
+  }
+  const bool probing = sources_.empty() && schema_probe_.has_value();
+  const std::vector<SourceEntry> probe = probing ? std::vector<SourceEntry>{*schema_probe_}
+                                                 : std::vector<SourceEntry>{};
+  const std::vector<SourceEntry>& candidates = probing ? probe : sources_;
+  for (uint64_t i = 0; i < candidates.size(); ++i) {
+    const SourceEntry& e = candidates[i];
+    Result<ReferenceSchema> ref = Status::Internal("unset");
+    auto src = OpenSource(e.path, o_.source_options);
+    if (src.ok()) {
+      ref = writer_ ? ReferenceFromSchema(writer_->schema(), (*src)->tensors(), e.rel_path,
+                                          keep_subset_)
+                    : InferSchema((*src)->tensors(), o_.fields, e.rel_path);
+    } else {
+      ref = src.status();
+    }
+    if (ref.ok()) {
+      ref_ = std::move(*ref);
+      break;
+    }
+    const Status st = WithSource(ref.status(), e.path);
+    if (o_.on_error == OnError::kFail || probing) return st;
+    prefailed_.emplace(i, st);
+  }
+  if (!writer_) {
+    if (!probing && prefailed_.size() == sources_.size()) {
+      return Status::InvalidArgument("none of the " + std::to_string(sources_.size()) +
+                                     " sources could be read; the first error: " +
+                                     prefailed_.begin()->second.ToString());
+    }
+    auto w = Writer::Create(o_.output, ref_.schema, MakeWriterOptions());
+    if (!w.ok()) {
+      return w.status().WithContext(o_.resume ? "--resume found no journal in " + o_.output
+                                              : "cannot create " + o_.output +
+                                                    " (to continue an interrupted job use --resume; to "
+                                                    "add sources to a dataset use --append)");
+    }
+    writer_ = std::move(*w);
+  }
+  return Status::OK();
+}
+
+Result<EncodedSample> PackJob::Process(uint64_t i) const {
+  const SourceEntry& e = sources_[i];
+  if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
+  auto opened = OpenSource(e.path, o_.source_options);
+  if (!opened.ok()) return WithSource(opened.status(), e.path);
+  const std::unique_ptr<SourceFile>& src = *opened;
+  auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims);
+  if (!map.ok()) return map.status();
+  SampleInput in;
+  in.tensors.reserve(map->size());
+  for (size_t f = 0; f < map->size(); ++f) {
+    const size_t t = (*map)[f];
+    const SourceTensor& st = src->tensors()[t];
+    TensorInput ti;
+    ti.name = st.name;
+    ti.dtype = st.dtype;
+    ti.shape = st.shape;
+    ti.fill = [&src, t](std::span<std::byte> dst) { return src->ReadTensor(t, dst); };
+    in.tensors.push_back(std::move(ti));
+  }
+  in.metadata = src->metadata();
+  in.source.path = e.rel_path;
+  in.source.size = e.size;
+  in.source.mtime_ns = e.mtime_ns;
+  auto enc = writer_->Encode(in);
+  if (!enc.ok()) return WithSource(enc.status(), e.path);
+  if (o_.hash_sources) {
+    auto h = HashFile(e.path);
+    if (!h.ok()) return h.status();
+    enc->source.content_hash = *h;
+  }
+  return enc;
+}
+
+Status PackJob::RecordSkip(const SourceEntry& e, const Status& why) {
+  summary_.skipped.push_back({e.rel_path, why.ToString()});
+  if (skipped_file_ == nullptr) {
+    summary_.skipped_report = (fs::path(o_.output) / kSkippedReport).string();
+    skipped_file_ = std::fopen(summary_.skipped_report.c_str(), "a");
+    if (skipped_file_ == nullptr) {
+      return Status::FromErrno(errno, "cannot write the skip report " + summary_.skipped_report);
+    }
+  }
+  // Flushed per line: a killed job's report stays complete for --resume.
+  std::fprintf(skipped_file_, "%s\t%s\n", OneLine(e.rel_path).c_str(), OneLine(why.ToString()).c_str());
+  std::fflush(skipped_file_);
+  return Status::OK();
+}
+
+// On --resume, keeps the report lines of sources before the resume point (the earlier run's
+// decisions) and drops the rest, which this run redoes.
+Status PackJob::TrimSkipReport(const std::unordered_map<std::string, size_t>& position,
+                               size_t resume_at) {
+  const std::string path = (fs::path(o_.output) / kSkippedReport).string();
+  FILE* in = std::fopen(path.c_str(), "r");
+  if (in == nullptr) return Status::OK();
+  std::string kept, line;
+  for (int c; (c = std::fgetc(in)) != EOF;) {
+    if (c != '\n') {
+      line += static_cast<char>(c);
+      continue;
+    }
+    const std::string rel = line.substr(0, line.find('\t'));
+    auto it = position.find(rel);
+    if (it != position.end() && it->second < resume_at) kept += line + "\n";
+    line.clear();
+  }
+  std::fclose(in);
+  FILE* out = std::fopen(path.c_str(), "w");
+  if (out == nullptr) return Status::FromErrno(errno, "cannot rewrite the skip report " + path);
+  const bool ok = std::fwrite(kept.data(), 1, kept.size(), out) == kept.size();
+  if (std::fclose(out) != 0 || !ok) return Status::IoError("cannot rewrite the skip report " + path);
+  return Status::OK();
+}
+
+Result<PackSummary> PackJob::Run() {
+  summary_.output = o_.output;
+  LIBSHARD_RETURN_IF_ERROR(ListAndSelect());
+  LIBSHARD_RETURN_IF_ERROR(OpenWriter());
+  if (finished_already_) {
+    auto ds = Dataset::Open(o_.output);
+    if (!ds.ok()) return ds.status().WithContext("--resume: " + o_.output + " has a manifest but");
+    summary_.already_present = sources_.size();
+    summary_.dataset.samples = (*ds)->size();
+    summary_.dataset.shards = (*ds)->shards().size();
+    summary_.dataset.raw_bytes = (*ds)->total_raw_bytes();
+    summary_.dataset.stored_bytes = (*ds)->total_stored_bytes();
+    summary_.seconds = Elapsed();
+    summary_.peak_rss_bytes = PeakRssBytes();
+    return summary_;
+  }
+  if (!sources_.empty() || !writer_) LIBSHARD_RETURN_IF_ERROR(FindReference());
+
+  uint64_t bytes_total = 0, largest = 1;
+  for (const SourceEntry& e : sources_) {
+    bytes_total += e.size;
+    largest = std::max(largest, e.size);
+  }
+  const unsigned threads =
+      o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t window =
+      o_.window_bytes != 0 ? o_.window_bytes
+                           : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
+
+  Pipeline pipe(sources_, window, o_.on_error == OnError::kFail);
+  Status failure;
+  {
+    std::vector<std::jthread> workers;
+    const unsigned n_workers = static_cast<unsigned>(std::min<uint64_t>(threads, std::max<size_t>(sources_.size(), 1)));
+    for (unsigned w = 0; w < n_workers && !sources_.empty(); ++w) {
+      workers.emplace_back([&] {
+        while (auto i = pipe.Claim()) pipe.Complete(*i, Process(*i));
+      });
+    }
+    PackProgress progress;
+    progress.files_total = sources_.size();
+    progress.bytes_total = bytes_total;
+    for (uint64_t i = 0; i < sources_.size(); ++i) {
+      Slot s = pipe.Take(i);
+      const SourceEntry& e = sources_[i];
+      if (s.state == Slot::State::kFailed) {
+        const Status st = s.error.WithContext("sample " + std::to_string(writer_->samples_written()) +
+                                              " (" + e.rel_path + ")");
+        if (o_.on_error == OnError::kFail) {
+          failure = st;
+          break;
+        }
+        failure = RecordSkip(e, s.error);
+        if (!failure.ok()) break;
+        ++progress.skipped;
+      } else {
+        const uint64_t raw = s.encoded.raw_size;
+        const uint64_t stored = (s.encoded.stored_size + 4095) / 4096 * 4096;
+        failure = writer_->AppendEncoded(std::move(s.encoded));
+        if (!failure.ok()) {
+          failure = failure.WithContext("writing sample " + std::to_string(writer_->samples_written()) +
+                                        " (" + e.rel_path + ")");
+          break;
+        }
+        ++summary_.samples_added;
+        summary_.bytes_in += e.size;
+        summary_.bytes_out += stored;
+        summary_.raw_bytes += raw;
+      }
+      ++progress.files_done;
+      progress.bytes_done += e.size;
+      progress.elapsed_s = Elapsed();
+      if (o_.progress) o_.progress(progress);
+    }
+    pipe.Stop();
+  }  // workers joined
+  if (skipped_file_ != nullptr) std::fclose(skipped_file_);
+  skipped_file_ = nullptr;
+  if (!failure.ok()) {
+    return Status(failure.code(),
+                  failure.message() + "; pack into " + o_.output +
+                      " stopped: nothing there opens as a complete dataset, and after a fix "
+                      "`libshard pack --resume` continues from the samples already written",
+                  failure.sys_errno());
+  }
+  if (writer_) {
+    auto fin = writer_->Finish();
+    if (!fin.ok()) return fin.status().WithContext("finishing " + o_.output);
+    summary_.dataset = *fin;
+  }
+  summary_.seconds = Elapsed();
+  summary_.peak_rss_bytes = PeakRssBytes();
+  if (o_.progress) {
+    PackProgress last;
+    last.files_done = last.files_total = sources_.size();
+    last.bytes_done = last.bytes_total = bytes_total;
+    last.skipped = summary_.skipped.size();
+    last.elapsed_s = summary_.seconds;
+    last.finished = true;
+    o_.progress(last);
+  }
+  return summary_;
+}
+
+}  // namespace
+
+uint64_t PeakRssBytes() {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+Status ValidatePackOptions(const PackOptions& o) {
+  if (o.source_root.empty() && o.files_from.empty()) {
+    return Status::InvalidArgument("no sources: pass a source directory or --files-from LIST");
+  }
+  if (o.output.empty()) return Status::InvalidArgument("no output: pass -o OUT");
+  if (o.resume && o.append) {
+    return Status::InvalidArgument("--resume and --append exclude each other: --resume continues an "
+                                   "interrupted job, --append adds sources to a finished dataset");
+  }
+  if (o.part_count == 0 || o.part_index >= o.part_count) {
+    return Status::InvalidArgument("invalid part " + std::to_string(o.part_index) + "/" +
+                                   std::to_string(o.part_count) + ": need 0 <= I < N");
+  }
+  if (o.shard_size == 0) return Status::InvalidArgument("--shard-size must be at least 1 byte");
+  if (o.compression == Compression::kZstd && (o.zstd_level < -7 || o.zstd_level > 22)) {
+    return Status::InvalidArgument("zstd level " + std::to_string(o.zstd_level) + " is outside -7..22");
+  }
+  if (o.threads > 1024) return Status::InvalidArgument("--threads must be at most 1024");
+  std::unordered_set<std::string> seen;
+  for (const std::string& f : o.fields) {
+    if (!seen.insert(f).second) return Status::InvalidArgument("--fields names '" + f + "' twice");
+  }
+  return Status::OK();
+}
+
+Result<PackSummary> Pack(const PackOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(ValidatePackOptions(options));
+  PackJob job(options);
+  return job.Run();
+}
+
+}  // namespace libshard::convert

@@ -1,0 +1,99 @@
+// libshard::convert::Pack: converts a directory (or list) of per-sample source files into a
+// dataset. The `libshard pack` command and the Python `libshard.pack()` both call this.
+//
+// Pipeline: worker threads open and parse sources and Writer::Encode them (the readers' pread
+// goes straight into the writer's aligned buffer: one copy); the calling thread appends encoded
+// samples in source order. Samples in flight are bounded in bytes (`window_bytes`), so memory
+// stays bounded whatever the file sizes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "libshard/status.h"
+#include "libshard/writer.h"
+#include "readers/source_file.h"
+
+namespace libshard::convert {
+
+enum class OnError {
+  kFail,  // the first bad source stops the job; nothing opens as a complete dataset
+  kSkip,  // bad sources are left out and listed with the reason in OUT/skipped.txt
+};
+
+// Progress of a running Pack, reported on the calling thread after every source.
+struct PackProgress {
+  uint64_t files_done = 0;   // sources handled this run (packed or skipped)
+  uint64_t files_total = 0;  // sources to handle this run
+  uint64_t bytes_done = 0;   // source bytes handled this run
+  uint64_t bytes_total = 0;
+  uint64_t skipped = 0;
+  double elapsed_s = 0;
+  bool finished = false;     // the last call, after Finish()
+};
+
+struct PackOptions {
+  // Sources (see source_list.h): a directory walked recursively, and/or a list file ("-" = stdin).
+  std::string source_root;
+  std::string files_from;
+  std::vector<std::string> include;  // globs; default: the known sample extensions
+  std::vector<std::string> exclude;
+  std::string output;                // the dataset directory
+
+  uint64_t shard_size = uint64_t{4} << 30;
+  Compression compression = Compression::kNone;
+  int zstd_level = 3;
+  std::vector<std::string> fields;   // keep only these tensors (empty: all)
+  unsigned threads = 0;              // worker threads; 0 = one per CPU
+  OnError on_error = OnError::kFail;
+  // At most one of resume / append. resume: continue an interrupted job in `output` from its
+  // journal (or start it when there is none; a finished dataset is left as it is). append: add the
+  // sources whose relative path is not yet in the complete dataset `output`.
+  bool resume = false;
+  bool append = false;
+  uint32_t part_index = 0;           // convert only slice part_index of part_count (PartSlice)
+  uint32_t part_count = 1;
+  bool allow_varying_dims = false;   // let dims other than the sequence dim vary across sources
+  bool hash_sources = true;          // record xxh3-64 of each source file's bytes in provenance
+  uint64_t window_bytes = 0;         // bytes of samples in flight; 0 = 2 x threads x largest file
+  bool fsync = true;
+  uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default
+  SourceOptions source_options;
+  std::function<void(const PackProgress&)> progress;  // optional
+};
+
+struct SkippedSource {
+  std::string path;    // relative path
+  std::string reason;  // the Status text
+};
+
+struct PackSummary {
+  std::string output;
+  uint64_t sources_selected = 0;   // after filters and --part
+  uint64_t already_present = 0;    // left out by --resume / --append
+  uint64_t samples_added = 0;      // this run
+  std::vector<SkippedSource> skipped;
+  uint64_t bytes_in = 0;           // source bytes of the samples added this run
+  uint64_t bytes_out = 0;          // shard bytes (padding included) of the samples added this run
+  uint64_t raw_bytes = 0;          // decoded payload bytes of the samples added this run
+  WriteSummary dataset;            // totals of the whole dataset after this run
+  double seconds = 0;
+  uint64_t peak_rss_bytes = 0;     // of this process (getrusage)
+  std::string skipped_report;      // path of skipped.txt when any source was skipped
+};
+
+// Checks the options alone (no file system access): resume with append, a bad part, a zero
+// shard size, no sources or no output. The CLI maps this to exit code 2.
+Status ValidatePackOptions(const PackOptions& options);
+
+// Runs a pack job. Errors: InvalidArgument for bad options (the CLI maps it to exit 2 when it
+// comes from option checking), and for source and schema problems the Status of the failing
+// source, prefixed with "sample N (PATH)".
+Result<PackSummary> Pack(const PackOptions& options);
+
+// Peak resident set size of this process in bytes.
+uint64_t PeakRssBytes();
+
+}  // namespace libshard::convert

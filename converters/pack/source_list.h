@@ -1,0 +1,40 @@
+// Finding the source files of a pack job and putting them in sample order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libshard/status.h"
+
+namespace libshard::convert {
+
+// One input file of a pack job.
+struct SourceEntry {
+  std::string path;      // as opened (absolute, or relative to the working directory)
+  std::string rel_path;  // recorded as provenance and used for ordering: '/'-separated
+  uint64_t size = 0;     // bytes, from stat
+  int64_t mtime_ns = 0;  // from stat
+};
+
+struct SourceListOptions {
+  std::string root;        // directory walked recursively; may be empty when files_from is set
+  std::string files_from;  // a list file, one path a line ('#' comments, blank lines ignored);
+                           // "-" reads standard input; relative lines resolve against root
+                           // (or the working directory when root is empty)
+  std::vector<std::string> include;  // globs (GlobMatch); empty = the known sample extensions
+  std::vector<std::string> exclude;
+  std::string skip_dir;    // a directory never descended into (the output of the job)
+};
+
+// True for names the pack readers understand: .pt .pth .ckpt .bin .safetensors, each optionally
+// followed by .gz. The default include filter when the user gives none.
+bool HasSampleExtension(const std::string& rel_path);
+
+// Lists the sources in natural-sorted relative-path order (NaturalLess), filtered. Hidden entries
+// (names starting with '.') are skipped while walking; symlinked files are followed, symlinked
+// directories are not (no cycles). Errors: NotFound for a missing root or listed file,
+// InvalidArgument for a duplicate relative path or a path that names no regular file.
+Result<std::vector<SourceEntry>> ListSources(const SourceListOptions& options);
+
+}  // namespace libshard::convert

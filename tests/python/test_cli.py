@@ -1,0 +1,460 @@
+"""End-to-end tests of the `libshard` command-line tool on real torch.save files (torch 2.13).
+
+Every test packs directories written by torch.save, reads the result back through
+`libshard unpack` + torch.load(weights_only=True) and compares every tensor bit for bit with
+torch.load of the source. Self-contained (no libshard Python package needed): runs with
+`pytest tests/python/test_cli.py` or with `--noconftest`.
+
+The binary: $LIBSHARD_CLI, else the newest <repo>/build*/converters/libshard.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+H = 8  # hidden size: small, tests stay fast
+
+
+def _find_cli() -> str:
+    env = os.environ.get("LIBSHARD_CLI")
+    if env:
+        return env
+    default = REPO / "build" / "converters" / "libshard"
+    if default.exists():
+        return str(default)
+    candidates = glob.glob(str(REPO / "build*" / "converters" / "libshard"))
+    if not candidates:
+        pytest.skip("libshard binary not built (set LIBSHARD_CLI)", allow_module_level=True)
+    return max(candidates, key=os.path.getmtime)
+
+
+CLI = _find_cli()
+
+
+def run(*args, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([CLI, *map(str, args)], capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(f"libshard {' '.join(map(str, args))} -> {p.returncode}\n"
+                             f"stdout: {p.stdout}\nstderr: {p.stderr}")
+    return p
+
+
+def eagle_sample(gen: torch.Generator, length: int, hidden: int = H) -> Dict[str, torch.Tensor]:
+    return {
+        "input_ids": torch.randint(0, 32000, (length,), generator=gen, dtype=torch.int64),
+        "loss_mask": torch.randint(0, 2, (length,), generator=gen, dtype=torch.int64),
+        "hidden_state": torch.randn(1, length, hidden, generator=gen).to(torch.bfloat16),
+        "aux_hidden_state": torch.randn(1, length, 3 * hidden, generator=gen).to(torch.bfloat16),
+    }
+
+
+def write_eagle(root: Path, indices, seed: int = 0, max_len: int = 48) -> List[Path]:
+    """SpecForge layout rows_{g}-{g+10}/data_{i}.ckpt; natural order != lexical order."""
+    paths = []
+    for i in indices:
+        gen = torch.Generator().manual_seed(seed * 100003 + i)
+        length = 1 + (i * 7919 + seed) % max_len
+        g = (i // 10) * 10
+        path = root / f"rows_{g}-{g + 10}" / f"data_{i}.ckpt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(eagle_sample(gen, length), path)
+        paths.append(path)
+    return paths
+
+
+def natural_key(rel: str):
+    return [[(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", c)]
+            for c in rel.split("/")]
+
+
+def tbytes(t: torch.Tensor) -> bytes:
+    if t.dim() == 0:
+        t = t.reshape(1)
+    return t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
+def assert_same(got: Dict[str, object], want: Dict[str, object], where: str) -> None:
+    assert sorted(got.keys()) == sorted(want.keys()), where
+    for k, w in want.items():
+        g = got[k]
+        if isinstance(w, torch.Tensor):
+            assert isinstance(g, torch.Tensor), f"{where}: {k}"
+            assert g.dtype == w.dtype, f"{where}: {k} {g.dtype} != {w.dtype}"
+            assert g.shape == w.shape, f"{where}: {k} {tuple(g.shape)} != {tuple(w.shape)}"
+            assert tbytes(g) == tbytes(w), f"{where}: {k} bytes differ"
+        else:
+            assert g == w and type(g) is type(w), f"{where}: {k} {g!r} != {w!r}"
+
+
+def load(path: Path) -> Dict[str, object]:
+    """torch.load; weights_only=True for what libshard wrote. Our own sources use pickle protocols
+    3-5, which torch's weights-only unpickler refuses (FRAME), so they load unrestricted."""
+    trusted_source = "unpacked" not in str(path)
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "rb") as f:
+            return torch.load(f, weights_only=not trusted_source)
+    return torch.load(path, weights_only=not trusted_source)
+
+
+def unpacked_equals_sources(dataset: Path, src_root: Path, rels: List[str], tmp: Path) -> None:
+    """unpack (index naming, so order is checked too) and compare with torch.load of sources."""
+    out = tmp / f"unpacked_{dataset.name}_{len(list(tmp.iterdir()))}"
+    run("unpack", dataset, "-o", out, "--naming", "index")
+    files = sorted(out.iterdir())
+    assert len(files) == len(rels)
+    for i, rel in enumerate(rels):
+        assert_same(load(out / f"sample_{i:08d}.pt"), load(src_root / rel), f"sample {i} ({rel})")
+
+
+def info(dataset: Path) -> dict:
+    return json.loads(run("info", dataset, "--json").stdout)
+
+
+def unpack_bytes(dataset: Path, out: Path) -> List[bytes]:
+    run("unpack", dataset, "-o", out, "--naming", "index", "-q")
+    return [p.read_bytes() for p in sorted(out.iterdir())]
+
+
+@pytest.fixture(scope="module")
+def eagle(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("eagle")
+    write_eagle(root, range(23))
+    return root
+
+
+def rels_of(root: Path) -> List[str]:
+    rels = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    return sorted(rels, key=natural_key)
+
+
+# --- round trips ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("compress", ["none", "zstd", "zstd:1"])
+def test_pack_unpack_bit_exact_eagle(eagle, tmp_path, compress):
+    out = tmp_path / "ds"
+    p = run("pack", eagle, "-o", out, "--shard-size", "16K", "--compress", compress,
+            "--threads", "2", "--progress", "lines")
+    assert "packed 23 samples" in p.stdout
+    assert "peak RSS" in p.stdout
+    rels = rels_of(eagle)
+    assert rels[:3] == ["rows_0-10/data_0.ckpt", "rows_0-10/data_1.ckpt", "rows_0-10/data_2.ckpt"]
+    assert rels.index("rows_0-10/data_9.ckpt") < rels.index("rows_10-20/data_10.ckpt")
+    unpacked_equals_sources(out, eagle, rels, tmp_path)
+    j = info(out)
+    assert j["samples"] == 23
+    assert len(j["shards"]) > 1
+    assert j["schema"]["length_field"] == "input_ids"
+    fields = {f["name"]: f for f in j["schema"]["fields"]}
+    assert fields["hidden_state"]["seq_dim"] == 1 and fields["input_ids"]["seq_dim"] == 0
+    assert j["lengths"]["total"] == sum(load(eagle / r)["input_ids"].shape[0] for r in rels)
+    assert j["provenance"]["first"] == rels[0] and j["provenance"]["last"] == rels[-1]
+    assert j["totals"]["source_bytes"] == sum((eagle / r).stat().st_size for r in rels)
+    run("verify", out, "--against", eagle)
+    # Source-named unpack mirrors the tree with .pt names.
+    named = tmp_path / "named"
+    run("unpack", out, "-o", named, "--samples", "3:5")
+    assert sorted(p.relative_to(named).as_posix() for p in named.rglob("*.pt")) == \
+        ["rows_0-10/data_3.pt", "rows_0-10/data_4.pt"]
+
+
+ALL_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.uint16, torch.uint32, torch.uint64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def random_tensor(gen, shape, dtype):
+    n = 1
+    for s in shape:
+        n *= s
+    if dtype == torch.bool:
+        return torch.randint(0, 2, tuple(shape), generator=gen).bool()
+    size = torch.empty((), dtype=dtype).element_size()
+    raw = torch.randint(0, 256, (n * size,), generator=gen, dtype=torch.uint8)
+    return raw.view(dtype).reshape(tuple(shape))
+
+
+def test_every_dtype_views_scalars_metadata_gzip(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    gen = torch.Generator().manual_seed(5)
+    for i in range(4):
+        L = 2 + i
+        d: Dict[str, object] = {"input_ids": torch.arange(L, dtype=torch.int64)}
+        for dt in ALL_DTYPES:
+            d["t_" + str(dt).replace("torch.", "")] = random_tensor(gen, (L, 3), dt)
+        d["scalar"] = random_tensor(gen, (), torch.float32)
+        d["empty"] = torch.empty(0, 5, dtype=torch.float16)
+        base = random_tensor(gen, (3, L), torch.float16)
+        d["transposed"] = base.t()                     # strided view
+        shared = random_tensor(gen, (L + 4,), torch.int32)
+        d["slice"] = shared[2:2 + L]                   # storage offset, shared storage
+        d["conv_id"] = 1000 + i                        # metadata
+        d["score"] = 0.25 * i
+        d["tag"] = f"s{i}"
+        d["flag"] = bool(i % 2)
+        name = src / f"s_{i}.pt"
+        if i == 3:  # a gzip source, as SpecForge --compress writes
+            with gzip.open(str(name) + ".gz", "wb") as f:
+                torch.save(d, f)
+        else:
+            torch.save(d, name, pickle_protocol=2 + i)
+    out = tmp_path / "ds"
+    run("pack", src, "-o", out, "--compress", "zstd", "--progress", "none")
+    rels = rels_of(src)
+    assert rels[-1] == "s_3.pt.gz"
+    unpacked_equals_sources(out, src, rels, tmp_path)
+    run("verify", out, "--against", src)
+
+
+def test_fields_and_include_exclude(eagle, tmp_path):
+    out = tmp_path / "ds"
+    run("pack", eagle, "-o", out, "--fields", "input_ids,hidden_state", "--include", "rows_0-10/*",
+        "--exclude", "data_[5-9].ckpt", "-q")
+    j = info(out)
+    assert [f["name"] for f in j["schema"]["fields"]] == ["input_ids", "hidden_state"]
+    assert j["samples"] == 5
+    un = tmp_path / "un"
+    run("unpack", out, "-o", un, "--naming", "index", "-q")
+    for i in range(5):
+        want = load(eagle / f"rows_0-10/data_{i}.ckpt")
+        assert_same(load(un / f"sample_{i:08d}.pt"),
+                    {k: want[k] for k in ("input_ids", "hidden_state")}, f"sample {i}")
+
+
+def test_files_from_stdin(eagle, tmp_path):
+    listing = "\n".join(["rows_10-20/data_10.ckpt", "rows_0-10/data_2.ckpt", "# comment", ""])
+    out = tmp_path / "ds"
+    subprocess.run([CLI, "pack", str(eagle), "--files-from", "-", "-o", str(out), "-q"],
+                   input=listing, text=True, check=True, capture_output=True)
+    unpacked_equals_sources(out, eagle, ["rows_0-10/data_2.ckpt", "rows_10-20/data_10.ckpt"], tmp_path)
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+def corrupt_copy(eagle: Path, dst: Path) -> str:
+    shutil.copytree(eagle, dst)
+    bad = dst / "rows_10-20" / "data_13.ckpt"
+    data = bytearray(bad.read_bytes())
+    bad.write_bytes(bytes(data[: len(data) // 2]))  # truncated: no central directory
+    return "rows_10-20/data_13.ckpt"
+
+
+def test_on_error_skip_writes_report(eagle, tmp_path):
+    src = tmp_path / "src"
+    bad = corrupt_copy(eagle, src)
+    out = tmp_path / "ds"
+    p = run("pack", src, "-o", out, "--on-error", "skip", "--progress", "none")
+    assert "skipped  1 sources" in p.stdout
+    report = (out / "skipped.txt").read_text().splitlines()
+    assert len(report) == 1
+    path, reason = report[0].split("\t", 1)
+    assert path == bad and "data_13.ckpt" in reason
+    rels = [r for r in rels_of(src) if r != bad]
+    unpacked_equals_sources(out, src, rels, tmp_path)
+
+
+def test_on_error_fail_names_file_and_leaves_nothing_complete(eagle, tmp_path):
+    src = tmp_path / "src"
+    bad = corrupt_copy(eagle, src)
+    out = tmp_path / "ds"
+    p = run("pack", src, "-o", out, "--progress", "none", check=False)
+    assert p.returncode == 1
+    assert "data_13.ckpt" in p.stderr and "sample" in p.stderr, p.stderr
+    assert run("info", out, check=False).returncode == 1  # does not open as a dataset
+    assert not (out / "manifest.json").exists()
+
+
+def test_schema_mismatch_names_file_and_difference(eagle, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(eagle, src)
+    target = src / "rows_20-30" / "data_21.ckpt"
+    d = torch.load(target, weights_only=True)
+    d["hidden_state"] = d["hidden_state"].to(torch.float16)
+    torch.save(d, target)
+    p = run("pack", src, "-o", tmp_path / "a", "-q", check=False)
+    assert p.returncode == 1
+    assert "rows_20-30/data_21.ckpt" in p.stderr and "hidden_state" in p.stderr
+    assert "float16" in p.stderr and "bfloat16" in p.stderr, p.stderr
+
+    d["hidden_state"] = torch.zeros(1, d["input_ids"].shape[0], H + 1, dtype=torch.bfloat16)
+    torch.save(d, target)
+    p = run("pack", src, "-o", tmp_path / "b", "-q", check=False)
+    assert p.returncode == 1 and "data_21.ckpt" in p.stderr and "dim 2" in p.stderr, p.stderr
+    run("pack", src, "-o", tmp_path / "c", "-q", "--allow-varying-dims")
+
+    del d["loss_mask"]
+    torch.save(d, target)
+    p = run("pack", src, "-o", tmp_path / "d", "-q", check=False)
+    assert p.returncode == 1 and "data_21.ckpt" in p.stderr and "'loss_mask' is missing" in p.stderr
+
+
+def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"input_ids": torch.arange(3), "x": Evil()}, src / "evil.pt")
+    p = run("pack", src, "-o", tmp_path / "ds", "-q", check=False)
+    assert p.returncode == 1 and "evil.pt" in p.stderr, p.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("args", [
+    [],
+    ["pack"],
+    ["pack", "SRC"],                                   # no -o
+    ["pack", "SRC", "-o", "OUT", "--shard-size", "12X"],
+    ["pack", "SRC", "-o", "OUT", "--part", "4/4"],
+    ["pack", "SRC", "-o", "OUT", "--resume", "--append"],
+    ["pack", "SRC", "-o", "OUT", "--compress", "lz4"],
+    ["pack", "SRC", "-o", "OUT", "--on-error", "ignore"],
+    ["pack", "SRC", "-o", "OUT", "--no-such-flag"],
+    ["frobnicate"],
+    ["unpack", "DS"],
+])
+def test_usage_errors_exit_2(tmp_path, args):
+    args = [str(tmp_path / a) if a in ("SRC", "OUT", "DS") else a for a in args]
+    p = run(*args, check=False)
+    assert p.returncode == 2, (args, p.returncode, p.stderr)
+    assert p.stderr.strip(), "a usage error says what is wrong"
+
+
+def test_help_exits_0():
+    for cmd in (["--help"], ["pack", "--help"], ["info", "--help"], ["verify", "--help"],
+                ["unpack", "--help"], ["merge", "--help"], ["bench", "--help"]):
+        p = run(*cmd)
+        assert "Usage" in p.stdout or "usage" in p.stdout.lower()
+
+
+def test_verify_detects_corruption_and_changed_sources(eagle, tmp_path):
+    out = tmp_path / "ds"
+    run("pack", eagle, "-o", out, "-q", "--shard-size", "16K")
+    src = tmp_path / "src"
+    shutil.copytree(eagle, src)
+    target = src / "rows_0-10" / "data_4.ckpt"
+    d = torch.load(target, weights_only=True)
+    d["aux_hidden_state"][0, 0, 5] += 1
+    torch.save(d, target)
+    p = run("verify", out, "--against", src, check=False)
+    assert p.returncode == 1
+    assert "sample 4" in p.stderr and "aux_hidden_state" in p.stderr and "byte" in p.stderr, p.stderr
+    # Flip a byte inside a sample: the checksum catches it.
+    shard = sorted(out.glob("shard-*.lss"))[1]
+    data = bytearray(shard.read_bytes())
+    data[4096 + 100] ^= 1
+    shard.write_bytes(bytes(data))
+    p = run("verify", out, check=False)
+    assert p.returncode == 1 and "sample" in p.stderr, p.stderr
+
+
+# --- resume, part + merge, append -----------------------------------------------------------
+
+def comparable(j: dict) -> dict:
+    t = j["totals"]
+    return {"samples": t["samples"], "raw_bytes": t["raw_bytes"], "source_bytes": t["source_bytes"],
+            "lengths": j["lengths"], "schema": j["schema"], "first": j["provenance"]["first"],
+            "last": j["provenance"]["last"]}
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("many")
+    write_eagle(root, range(60), seed=3, max_len=200)
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(many, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ref") / "ds"
+    run("pack", many, "-o", out, "-q", "--shard-size", "64K")
+    return comparable(info(out)), unpack_bytes(out, out.parent / "un")
+
+
+def test_resume_after_sigkill_equals_uninterrupted(many, reference, tmp_path):
+    ref_info, ref_bytes = reference
+    rnd = random.Random(1234)
+    # Time an uninterrupted run with the same (slow: small journal interval, fsync) settings.
+    args = ["pack", str(many), "--shard-size", "64K", "--journal-every", "8K", "--threads", "2",
+            "--progress", "none"]
+    t0 = time.monotonic()
+    run(*args, "-o", tmp_path / "timing")
+    full = time.monotonic() - t0
+    resumed_samples = 0  # samples a --resume kept instead of redoing
+    for trial in range(3):
+        out = tmp_path / f"ds{trial}"
+        kills = 0
+        for attempt in range(6):
+            extra = ["--resume"] if attempt else []
+            proc = subprocess.Popen([CLI, *args, "-o", str(out), *extra], text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if attempt < 3:
+                time.sleep(rnd.uniform(0.02, max(0.05, full * 0.9)))
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGKILL)
+                    kills += 1
+            stdout, err = proc.communicate(timeout=120)
+            if proc.returncode == 0:
+                m = re.search(r"\((\d+) already there\)", stdout)
+                resumed_samples += int(m.group(1)) if m else 0
+                break
+            assert proc.returncode == -signal.SIGKILL, err
+            assert run("info", out, check=False).returncode == 1  # never "complete" after a kill
+        assert proc.returncode == 0
+        assert comparable(info(out)) == ref_info, f"trial {trial}, {kills} kills"
+        assert unpack_bytes(out, tmp_path / f"un{trial}") == ref_bytes, f"trial {trial}"
+        # Resuming a finished dataset changes nothing.
+        run(*args, "-o", out, "--resume")
+        assert comparable(info(out)) == ref_info
+    assert resumed_samples > 0, "no kill landed after the first journal checkpoint"
+
+
+def test_part_and_merge_equals_one_pack(many, reference, tmp_path):
+    ref_info, ref_bytes = reference
+    parts = []
+    for i in range(3):
+        part = tmp_path / f"part{i}"
+        run("pack", many, "-o", part, "--part", f"{i}/3", "-q", "--shard-size", "64K")
+        assert info(part)["samples"] == 20
+        parts.append(part)
+    merged = tmp_path / "merged"
+    run("merge", merged, *parts)
+    assert comparable(info(merged)) == ref_info
+    assert unpack_bytes(merged, tmp_path / "un") == ref_bytes
+    run("verify", merged, "--against", many)
+
+
+def test_append_adds_only_new_sources(tmp_path):
+    src = tmp_path / "src"
+    write_eagle(src, range(0, 6), seed=9)
+    out = tmp_path / "ds"
+    run("pack", src, "-o", out, "-q")
+    write_eagle(src, range(6, 10), seed=9)
+    p = run("pack", src, "-o", out, "--append", "--progress", "none")
+    assert "packed 4 samples" in p.stdout and "6 already there" in p.stdout, p.stdout
+    assert info(out)["samples"] == 10
+    unpacked_equals_sources(out, src, rels_of(src), tmp_path)
+    p = run("pack", src, "-o", out, "--append", "--progress", "none")
+    assert "packed 0 samples" in p.stdout and info(out)["samples"] == 10
+    # A plain pack into an existing dataset refuses and says what to do.
+    p = run("pack", src, "-o", out, "-q", check=False)
+    assert p.returncode == 1 and "--append" in p.stderr
