@@ -76,7 +76,10 @@ struct LoaderOptions {
   OnError on_error = OnError::kRaise;
 
   // Observability.
-  double slow_wait_warning_seconds = 10.0;  // one log line when the consumer waits this long
+  // One log line when the consumer waits this long. When Next() cannot proceed because the
+  // consumer itself holds the arena memory, it warns after 1 s and returns ResourceExhausted
+  // once nothing was released for max(1, 2 x this) seconds.
+  double slow_wait_warning_seconds = 10.0;
   double stats_interval_seconds = 0;   // >0 (or env LIBSHARD_STATS=seconds): periodic stats lines
 };
 
@@ -101,6 +104,7 @@ struct LoaderStats {
   double oldest_read_age_seconds = 0;
   std::vector<InflightRead> inflight;  // a few of the oldest reads in flight
   std::string engine;                  // "io_uring" or "pread"
+  std::string engine_status;           // why the fallback, or what registration failed; "" if none
   bool direct_io = false;
   bool pinned = false;
   std::string pin_status;              // why not pinned, when not

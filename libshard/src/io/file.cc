@@ -1,0 +1,116 @@
+#include "io/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+namespace libshard::io {
+namespace {
+
+constexpr uint32_t kDefaultDirectAlign = 4096;
+
+// Fills the O_DIRECT alignment of an open fd from statx(STATX_DIOALIGN) when available.
+void ProbeDirectAlignment(int fd, DirectIoInfo* info) {
+  info->memory_align = kDefaultDirectAlign;
+  info->offset_align = kDefaultDirectAlign;
+#if defined(STATX_DIOALIGN)
+  struct statx stx {};
+  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+      (stx.stx_mask & STATX_DIOALIGN) != 0 && stx.stx_dio_mem_align != 0 &&
+      stx.stx_dio_offset_align != 0) {
+    info->memory_align = stx.stx_dio_mem_align;
+    info->offset_align = stx.stx_dio_offset_align;
+  }
+#endif
+}
+
+}  // namespace
+
+File::File(File&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {}
+
+File& File::operator=(File&& other) noexcept {
+  if (this != &other) {
+    Close().IgnoreError();
+    fd_ = std::exchange(other.fd_, -1);
+    path_ = std::move(other.path_);
+  }
+  return *this;
+}
+
+File::~File() { Close().IgnoreError(); }
+
+Result<File> File::Open(const std::string& path, int flags, int mode) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::NotFound(path + ": no such file", e);
+    return Status::FromErrno(e, "open " + path);
+  }
+  return File(fd, path);
+}
+
+Result<File> File::OpenForReading(const std::string& path, bool want_direct,
+                                  bool require_direct, DirectIoInfo* info) {
+  DirectIoInfo local;
+  if (info == nullptr) info = &local;
+  *info = DirectIoInfo{};
+  if (want_direct) {
+    Result<File> direct = Open(path, O_RDONLY | O_DIRECT);
+    if (direct.ok()) {
+      info->direct = true;
+      ProbeDirectAlignment(direct->fd(), info);
+      return direct;
+    }
+    const int e = direct.status().sys_errno();
+    if (e != EINVAL && e != EOPNOTSUPP) return direct.status();
+    info->reason = path + ": the file system refuses O_DIRECT (" +
+                   direct.status().message() + "); using buffered reads";
+    if (require_direct) {
+      return Status(StatusCode::kUnsupported,
+                    path + ": O_DIRECT was requested (LIBSHARD_IO_MODE=direct or "
+                           "io_mode=direct) but the file system refuses it; use buffered mode",
+                    e);
+    }
+  } else {
+    info->reason = "buffered reads requested";
+  }
+  return Open(path, O_RDONLY);
+}
+
+Result<uint64_t> File::Size() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "fstat " + path_);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<uint64_t> File::PReadFull(void* dst, uint64_t length, uint64_t offset) const {
+  auto* out = static_cast<char*>(dst);
+  uint64_t done = 0;
+  while (done < length) {
+    const ssize_t n = ::pread(fd_, out + done, length - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status::FromErrno(errno, "pread " + path_ + " at offset " +
+                                          std::to_string(offset + done));
+    }
+    if (n == 0) break;  // EOF
+    done += static_cast<uint64_t>(n);
+  }
+  return done;
+}
+
+Status File::Close() {
+  if (fd_ < 0) return Status::OK();
+  const int fd = std::exchange(fd_, -1);
+  if (::close(fd) != 0 && errno != EINTR) return Status::FromErrno(errno, "close " + path_);
+  return Status::OK();
+}
+
+}  // namespace libshard::io

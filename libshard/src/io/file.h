@@ -1,0 +1,58 @@
+// File: a move-only owner of one POSIX file descriptor (system calls only; no libshard format
+// knowledge). Close() reports the error of close(2); the destructor closes silently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "libshard/status.h"
+
+namespace libshard::io {
+
+// How a file was opened for reading, as decided by OpenForReading().
+struct DirectIoInfo {
+  bool direct = false;          // opened with O_DIRECT
+  uint32_t memory_align = 1;    // required alignment of destination buffers
+  uint32_t offset_align = 1;    // required alignment of file offsets and lengths
+  std::string reason;           // why buffered, when not direct
+};
+
+class File {
+ public:
+  File() = default;
+  File(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  File(File&& other) noexcept;
+  File& operator=(File&& other) noexcept;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  ~File();
+
+  // open(2) with O_CLOEXEC added. Errors name the path.
+  static Result<File> Open(const std::string& path, int flags, int mode = 0);
+
+  // Opens `path` read-only. `want_direct`: try O_DIRECT; when the file system refuses it (EINVAL,
+  // e.g. tmpfs) the file is opened buffered and `info->reason` says why. `require_direct`: fail
+  // instead of falling back. Alignment comes from statx(STATX_DIOALIGN) when the kernel reports
+  // it, else 4096 is assumed.
+  static Result<File> OpenForReading(const std::string& path, bool want_direct,
+                                     bool require_direct, DirectIoInfo* info);
+
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Size in bytes from fstat(2).
+  Result<uint64_t> Size() const;
+
+  // Reads exactly `length` bytes at `offset` unless EOF comes first; returns the bytes read.
+  // Retries EINTR/EAGAIN and continues after short reads.
+  Result<uint64_t> PReadFull(void* dst, uint64_t length, uint64_t offset) const;
+
+  // Closes the descriptor; reports close(2) failure. Idempotent.
+  Status Close();
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+}  // namespace libshard::io

@@ -1,0 +1,81 @@
+// IoEngine: asynchronous positional reads into caller-owned memory (system calls only).
+//
+// Contract shared by every implementation:
+// - Submit() queues one read of `length` bytes at `offset` of registered file `file` into `dst`;
+//   the read is issued to the kernel by the next Flush() (or sooner). `dst` must stay valid until
+//   the completion for `tag` has been returned by Reap() or the engine is destroyed.
+// - A completion is reported once per request: `bytes` == `length`, or fewer when end of file
+//   came first (status OK), or a non-OK status naming the file and the offset. Short reads are
+//   continued internally; EINTR/EAGAIN are retried.
+// - Reap() returns completions; with `wait` it blocks until at least one completion exists, or
+//   Wake() was called, or `timeout_ms` passed (timeout_ms < 0: no limit).
+// - Wake() may be called from any thread; every other method from one thread (the owner).
+// - The destructor cancels what it can and waits for every read the kernel still owns, so memory
+//   passed to Submit() may be freed once the engine is gone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "libshard/status.h"
+
+namespace libshard::io {
+
+struct ReadRequest {
+  uint32_t file = 0;      // index into the files passed to SetFiles()
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::byte* dst = nullptr;
+  uint64_t tag = 0;       // returned with the completion
+};
+
+struct ReadCompletion {
+  uint64_t tag = 0;
+  uint64_t bytes = 0;
+  Status status;
+};
+
+enum class EngineType : uint32_t { kUring = 1, kPread = 2 };
+
+struct EngineOptions {
+  uint32_t queue_depth = 64;  // reads the engine keeps in flight
+  uint32_t threads = 4;       // kPread: worker threads (capped by queue_depth)
+};
+
+class IoEngine {
+ public:
+  virtual ~IoEngine() = default;
+
+  // "io_uring" or "pread".
+  virtual std::string_view name() const = 0;
+  // The files that requests refer to by index. `paths` are only used in error messages. Call
+  // before the first Submit(); the descriptors must outlive the engine.
+  virtual Status SetFiles(std::span<const int> fds, std::span<const std::string> paths) = 0;
+  // Optionally registers one memory region that most destinations lie in (io_uring fixed
+  // buffers). Failure is not an error: the engine falls back to ordinary reads; the returned
+  // string says what happened ("registered" or why not).
+  virtual std::string RegisterBuffer(void* base, size_t size) = 0;
+  // Requests that can be submitted before completions must be reaped.
+  virtual uint32_t capacity() const = 0;
+  // Reads submitted and not yet returned by Reap().
+  virtual uint32_t in_flight() const = 0;
+
+  virtual Status Submit(const ReadRequest& request) = 0;
+  virtual Status Flush() = 0;
+  virtual Status Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms) = 0;
+  virtual void Wake() = 0;
+  // Cancels every read in flight and waits until the kernel no longer owns any destination
+  // memory; cancelled requests produce no completion.
+  virtual void CancelAll() = 0;
+};
+
+// Creates an engine. kUring fails with Unsupported when the kernel refuses io_uring (seccomp:
+// ENOSYS/EPERM, io_uring_disabled) so callers can fall back to kPread.
+Result<std::unique_ptr<IoEngine>> CreateIoEngine(EngineType type, const EngineOptions& options);
+
+}  // namespace libshard::io

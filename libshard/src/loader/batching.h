@@ -1,0 +1,49 @@
+// BatchLayout: how a stretch of the epoch's permutation is cut into global units (single samples,
+// fixed-size batches or token-budget batches). Units are given as [Begin(g), End(g)) ranges of
+// positions in the permutation, so a layout never copies sample indices. Pure computation.
+// The rules are part of the order contract in loader/order.h (section 2).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace libshard {
+
+class BatchLayout {
+ public:
+  BatchLayout() = default;  // no units
+
+  // Units of `batch` consecutive positions over [begin, end) (batch >= 1); the last unit is
+  // shorter when (end - begin) is not a multiple of `batch`, and omitted if `drop_partial`.
+  static BatchLayout Fixed(uint64_t begin, uint64_t end, uint64_t batch, bool drop_partial);
+
+  // Greedy token-budget units over positions [begin, perm.size()): a unit takes positions while
+  // the summed lengths[perm[i]] stays <= max_tokens (> 0); the position that would overflow
+  // starts the next unit; a position whose own length exceeds max_tokens is a unit of its own.
+  // Stops after `max_units` units (pass UINT64_MAX for all). Preconditions: begin <=
+  // perm.size(), every perm[i] < lengths.size(). O(units) memory.
+  static BatchLayout Tokens(std::span<const uint64_t> perm, std::span<const uint64_t> lengths,
+                            uint64_t begin, uint64_t max_tokens, uint64_t max_units);
+
+  // The units from unit g on (g <= size()), as a layout of their own.
+  BatchLayout Suffix(uint64_t g) const;
+  // The unit that starts at permutation position `position`, or size() when none does.
+  uint64_t FindUnitStart(uint64_t position) const;
+
+  uint64_t size() const { return units_; }
+  bool empty() const { return units_ == 0; }
+  // Preconditions: g < size().
+  uint64_t Begin(uint64_t g) const { return bounds_.empty() ? begin_ + g * batch_ : bounds_[g]; }
+  uint64_t End(uint64_t g) const;
+
+ private:
+  uint64_t units_ = 0;
+  // Fixed layouts: arithmetic from begin_/end_/batch_; token layouts: bounds_ (units_ + 1 entries).
+  uint64_t begin_ = 0;
+  uint64_t end_ = 0;
+  uint64_t batch_ = 1;
+  std::vector<uint64_t> bounds_;
+};
+
+}  // namespace libshard

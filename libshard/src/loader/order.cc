@@ -1,0 +1,205 @@
+#include "loader/order.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+namespace libshard {
+namespace {
+
+// The exact generator of the order contract (order.h, EpochPermutation). Do not change.
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+constexpr uint64_t Mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t state) : state_(state) {}
+  uint64_t Next() {
+    state_ += kGolden;
+    return Mix(state_);
+  }
+  // Uniform in [0, m), m >= 1 (Lemire, "Fast random integer generation in an interval", 2019).
+  uint64_t Below(uint64_t m) {
+    unsigned __int128 w = static_cast<unsigned __int128>(Next()) * m;
+    uint64_t lo = static_cast<uint64_t>(w);
+    if (lo < m) {
+      const uint64_t t = (0 - m) % m;
+      while (lo < t) {
+        w = static_cast<unsigned __int128>(Next()) * m;
+        lo = static_cast<uint64_t>(w);
+      }
+    }
+    return static_cast<uint64_t>(w >> 64);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
+Status Validate(uint64_t n, std::span<const uint64_t> lengths, const PlanOptions& o) {
+  if (o.world_size == 0) {
+    return Status::InvalidArgument("world_size is 0; it must be >= 1 (1 for a single process)");
+  }
+  if (o.rank >= o.world_size) {
+    return Status::InvalidArgument("rank " + std::to_string(o.rank) +
+                                   " is out of range for world_size " +
+                                   std::to_string(o.world_size) + "; use a rank in 0.." +
+                                   std::to_string(o.world_size - 1));
+  }
+  if (o.batch_size > 1 && o.max_tokens > 0) {
+    return Status::InvalidArgument(
+        "batch_size (" + std::to_string(o.batch_size) + ") and max_tokens (" +
+        std::to_string(o.max_tokens) +
+        ") are exclusive: set batch_size to 0 for token-budget batches, or max_tokens to 0 for "
+        "fixed-size batches");
+  }
+  if (o.start_position > n) {
+    return Status::InvalidArgument(
+        "resume position " + std::to_string(o.start_position) +
+        " is past the end of the epoch (" + std::to_string(n) +
+        " samples): the state was saved for another dataset; resume with the matching dataset "
+        "or start the epoch at position 0");
+  }
+  if (o.max_tokens == 0) return Status::OK();
+  if (lengths.size() != n) {
+    return Status::InvalidArgument("max_tokens needs the token length of every sample: got " +
+                                   std::to_string(lengths.size()) + " lengths for " +
+                                   std::to_string(n) + " samples");
+  }
+  bool any_length = n == 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t len = lengths[i];
+    any_length = any_length || len != 0;
+    if (o.oversized == OversizedSample::kError && len > o.max_tokens) {
+      return Status::InvalidArgument(
+          "sample " + std::to_string(i) + " has " + std::to_string(len) +
+          " tokens, more than max_tokens = " + std::to_string(o.max_tokens) +
+          "; raise max_tokens to at least " + std::to_string(len) +
+          ", clip samples with max_len, or let oversized samples form batches of their own");
+    }
+  }
+  if (!any_length) {
+    return Status::InvalidArgument(
+        "max_tokens needs token lengths, but every sample has length 0 (the dataset has no "
+        "length field); use batch_size instead, or repack with a length field");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch) {
+  std::vector<uint64_t> perm(n);
+  std::iota(perm.begin(), perm.end(), uint64_t{0});
+  SplitMix64 rng(Mix(Mix(seed) + epoch));
+  for (uint64_t i = n; i > 1; --i) {
+    const uint64_t j = rng.Below(i);
+    std::swap(perm[i - 1], perm[j]);
+  }
+  return perm;
+}
+
+PlanOptions PlanOptionsFor(const LoaderOptions& options) {
+  PlanOptions plan;
+  plan.shuffle = options.shuffle;
+  plan.seed = options.resume ? options.resume->seed : options.seed;
+  plan.epoch = options.resume ? options.resume->epoch : options.epoch;
+  plan.start_position = options.resume ? options.resume->position : 0;
+  plan.rank = options.rank;
+  plan.world_size = options.world_size;
+  plan.drop_last = options.drop_last;
+  plan.batch_size = options.batch_size;
+  plan.max_tokens = options.max_tokens;
+  return plan;
+}
+
+Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
+                                  const PlanOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(Validate(n, lengths, options));
+  EpochPlan plan;
+  plan.options_ = options;
+  plan.n_ = n;
+  if (options.shuffle) {
+    plan.perm_ = std::make_shared<const std::vector<uint64_t>>(
+        EpochPermutation(n, options.seed, options.epoch));
+  } else {
+    std::vector<uint64_t> identity(n);
+    std::iota(identity.begin(), identity.end(), uint64_t{0});
+    plan.perm_ = std::make_shared<const std::vector<uint64_t>>(std::move(identity));
+  }
+  const std::span<const uint64_t> perm = *plan.perm_;
+  const uint64_t p = options.start_position;
+  const uint64_t w = options.world_size;
+  const bool tokens = options.max_tokens > 0;
+  const uint64_t batch = std::max<uint64_t>(options.batch_size, 1);
+
+  // Units from position 0 give the full-epoch step count and the padding; in token mode they
+  // also give the units after a resume point that is one of their boundaries (the usual case),
+  // so a resumed plan costs one greedy pass like a fresh one.
+  BatchLayout from_zero =
+      tokens ? BatchLayout::Tokens(perm, lengths, 0, options.max_tokens,
+                                   std::numeric_limits<uint64_t>::max())
+             : BatchLayout::Fixed(0, n, batch, /*drop_partial=*/false);
+  if (!tokens) {
+    plan.main_ = BatchLayout::Fixed(p, n, batch, options.drop_last);
+  } else if (const uint64_t g = from_zero.FindUnitStart(p); g < from_zero.size() || p == n) {
+    plan.main_ = from_zero.Suffix(p == n ? from_zero.size() : g);
+  } else {
+    plan.main_ = BatchLayout::Tokens(perm, lengths, p, options.max_tokens,
+                                     std::numeric_limits<uint64_t>::max());
+  }
+  const uint64_t units = plan.main_.size();
+  plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
+  const uint64_t epoch_units =
+      (!tokens && options.drop_last) ? n / batch : from_zero.size();
+  plan.epoch_steps_ = options.drop_last ? epoch_units / w : CeilDiv(epoch_units, w);
+  const uint64_t padding = plan.steps_ * w - std::min(plan.steps_ * w, units);
+  // Padding units come from the start of the epoch (position 0), whatever the resume position,
+  // so that a resumed run pads exactly as the uninterrupted one did.
+  if (padding > 0) plan.pad_ = std::move(from_zero);
+  return plan;
+}
+
+void EpochPlan::UnitRange(uint64_t g, uint64_t* begin, uint64_t* end) const {
+  const uint64_t units = main_.size();
+  if (g < units) {
+    *begin = main_.Begin(g);
+    *end = main_.End(g);
+    return;
+  }
+  const uint64_t j = (g - units) % pad_.size();
+  *begin = pad_.Begin(j);
+  *end = pad_.End(j);
+}
+
+void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const {
+  if (k >= steps_) return;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  UnitRange(k * options_.world_size + options_.rank, &begin, &end);
+  const std::vector<uint64_t>& perm = *perm_;
+  out->insert(out->end(), perm.begin() + static_cast<std::ptrdiff_t>(begin),
+              perm.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+std::vector<uint64_t> EpochPlan::BatchSamples(uint64_t k) const {
+  std::vector<uint64_t> out;
+  AppendBatchSamples(k, &out);
+  return out;
+}
+
+uint64_t EpochPlan::PositionAfter(uint64_t k) const {
+  if (k + 1 >= steps_) return n_;
+  return main_.Begin((k + 1) * options_.world_size);
+}
+
+}  // namespace libshard

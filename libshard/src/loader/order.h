@@ -1,0 +1,137 @@
+// Sample order of one epoch: the global permutation, batching, rank striping and resume.
+// Pure computation, no I/O, no threads.
+//
+// THE CONTRACT (resume depends on it never changing; tests/order_test.cc pins golden values)
+//
+// 1. Permutation. For N samples, epoch `e` and seed `s`, the global sequence P[0..N) is the
+//    identity when shuffle is off, else the Fisher-Yates shuffle defined by EpochPermutation()
+//    below. It depends on (N, s, e) only: never on rank, world size, batching or resume position.
+//
+// 2. Units. P is cut into a sequence of global units, starting at the start position p
+//    (a sample offset into P, 0 for a fresh epoch):
+//    - single samples (batch_size 0 or 1): unit g = { P[p + g] };
+//    - fixed batches (batch_size B > 1): unit g = P[p + gB, min(p + (g+1)B, N)); the last,
+//      partial unit is kept unless drop_last;
+//    - token batches (max_tokens T > 0): greedy over P from p: a unit takes samples while its
+//      summed length stays <= T; the sample that would overflow starts the next unit. A single
+//      sample longer than T forms a unit of its own (or is an InvalidArgument error with
+//      oversized = kError). Lengths of 0 count as 0 tokens.
+//    Units are built GLOBALLY, so which samples are batched together does not depend on W.
+//
+// 3. Striping. With G units from p and W ranks, rank r's k-th step is unit g = kW + r.
+//    Every rank gets the same number of steps:
+//    - drop_last:  floor(G / W); the last G mod W units are dropped (each sample at most once);
+//    - otherwise:  ceil(G / W); unit g >= G is padding: the (g - G)-th unit, cyclically, of the
+//      epoch's units built from position 0 (the start of the permutation). Each sample appears
+//      exactly once, plus the padding repeats.
+//
+// 4. Position (LoaderState::position). Counts SAMPLES of P consumed by all ranks together, in
+//    every mode: after step k the position is the first sample of unit (k+1)W, i.e.
+//    p + (k+1)·W·B in sample/fixed-batch mode while no padding or partial unit is involved; after
+//    the LAST step of the epoch it is N (the epoch is finished, whatever W a resume uses).
+//    (In token mode this counts samples rather than global batches, so a state is also
+//    meaningful across a change of batching mode; with unchanged max_tokens the units after p
+//    are exactly the uninterrupted ones, since p is a unit boundary.)
+//    Resuming at p with any W' and any rank simply re-applies 2. and 3. from p: the remaining
+//    units are striped over W' starting at unit 0 = the first unit after p. Nothing need be a
+//    multiple of W'·B: every remaining unit goes to exactly one rank, and padding (if any) comes
+//    from the start of the permutation as in 3. A resume with the same W equals the
+//    uninterrupted run step for step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "libshard/loader.h"
+#include "libshard/status.h"
+#include "loader/batching.h"
+
+namespace libshard {
+
+// The global order of epoch `epoch`: a permutation of [0, n).
+//
+// Algorithm (exact; any change breaks resume of saved states):
+//   Mix(z):  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+//            return z ^ (z >> 31)                      (SplitMix64 finaliser, mod 2^64)
+//   state = Mix(Mix(seed) + epoch)
+//   Next():  state += 0x9E3779B97F4A7C15; return Mix(state)          (SplitMix64)
+//   Below(m) for m >= 1, uniform in [0, m) (Lemire's multiply-shift with rejection):
+//            x = Next(); w = x * m (128-bit); lo = low 64 bits of w;
+//            if lo < m: t = (2^64 - m) mod m; while lo < t: x = Next(); w = x * m; lo = low(w)
+//            return high 64 bits of w
+//   P[i] = i; for i = n-1 down to 1: j = Below(i + 1); swap(P[i], P[j])
+// O(n) time and 8n bytes; bound by random memory access: about 1 s for n = 10^7 on a busy
+// 2-core VM. EpochPlan::Make adds one pass over the lengths in token mode.
+std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch);
+
+enum class OversizedSample : uint32_t {
+  kOwnBatch = 0,  // a sample longer than max_tokens becomes a batch of its own
+  kError = 1,     // EpochPlan::Make fails naming the sample and its length
+};
+
+struct PlanOptions {
+  bool shuffle = true;
+  uint64_t seed = 0;
+  uint64_t epoch = 0;
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  bool drop_last = false;
+  uint64_t batch_size = 0;      // 0 or 1: single samples; > 1: fixed-size batches
+  uint64_t max_tokens = 0;      // > 0: token-budget batches (exclusive with batch_size > 1)
+  OversizedSample oversized = OversizedSample::kOwnBatch;
+  uint64_t start_position = 0;  // LoaderState::position to resume from; 0..n
+};
+
+// The PlanOptions a Loader built with `options` uses for its first epoch: order, batching and
+// drop_last from `options`; seed, epoch and start_position from options.resume when set, else
+// options.seed, options.epoch and 0. (SetEpoch(e): set .epoch = e and .start_position = 0.)
+PlanOptions PlanOptionsFor(const LoaderOptions& options);
+
+// One rank's view of one epoch. Immutable after Make; copies share the permutation; all const
+// methods are thread-safe.
+class EpochPlan {
+ public:
+  // `lengths` holds every sample's token length (size n) and is needed only for max_tokens > 0;
+  // pass the lengths the loader will actually deliver (e.g. clipped to max_len). It is not
+  // retained. InvalidArgument when options are inconsistent (the message says what to change).
+  static Result<EpochPlan> Make(uint64_t n, std::span<const uint64_t> lengths,
+                                const PlanOptions& options);
+
+  // Steps (batches, or samples in single-sample mode) this rank gets from start_position to the
+  // end of the epoch. Identical on every rank.
+  uint64_t batches_for_rank() const { return steps_; }
+  // Steps this rank gets in the whole epoch, from position 0 (equals batches_for_rank() when
+  // start_position is 0). For len(loader)-style reporting after a resume.
+  uint64_t epoch_batches_for_rank() const { return epoch_steps_; }
+  // Sample indices of this rank's k-th step in delivery order; never empty for
+  // k < batches_for_rank(), empty for k >= batches_for_rank().
+  std::vector<uint64_t> BatchSamples(uint64_t k) const;
+  // Same, appended to `out` (no allocation once `out` has capacity).
+  void AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const;
+  // LoaderState::position once every rank has consumed its steps 0..k; the same on every rank.
+  // N after the last step (and for any k >= batches_for_rank() - 1).
+  uint64_t PositionAfter(uint64_t k) const;
+
+  // Global units from start_position (before drop/padding), and the permutation itself.
+  uint64_t global_units() const { return main_.size(); }
+  std::span<const uint64_t> permutation() const { return *perm_; }
+  const PlanOptions& options() const { return options_; }
+  uint64_t size() const { return n_; }
+
+ private:
+  EpochPlan() = default;
+  // Global unit index g (from start_position, padding included) -> [begin, end) in P.
+  void UnitRange(uint64_t g, uint64_t* begin, uint64_t* end) const;
+
+  PlanOptions options_;
+  uint64_t n_ = 0;
+  uint64_t steps_ = 0;
+  uint64_t epoch_steps_ = 0;
+  std::shared_ptr<const std::vector<uint64_t>> perm_;
+  BatchLayout main_;  // units from start_position
+  BatchLayout pad_;   // units from 0, used cyclically for padding (empty when none is needed)
+};
+
+}  // namespace libshard

@@ -1,0 +1,128 @@
+#include "loader/read_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <string>
+
+namespace libshard {
+namespace {
+
+constexpr uint64_t kAlign = 4096;
+
+uint64_t AlignDown(uint64_t v) { return v / kAlign * kAlign; }
+uint64_t AlignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// How max_len cuts one tensor.
+struct Cut {
+  bool cut = false;          // shape[seq_dim] > max_len
+  uint64_t outer = 1;        // product of the dims before seq_dim
+  uint64_t row_bytes = 0;    // bytes of one row: product of the dims after seq_dim x itemsize
+  uint64_t rows = 0;         // shape[seq_dim]
+  uint64_t kept_bytes = 0;   // bytes after the cut
+  bool contiguous = true;    // kept bytes are a prefix of the tensor
+};
+
+Cut CutFor(const Field& field, const TensorLocation& t, uint64_t max_len) {
+  Cut c;
+  c.kept_bytes = t.nbytes;
+  if (max_len == 0 || field.seq_dim < 0 || static_cast<size_t>(field.seq_dim) >= t.shape.size()) {
+    return c;
+  }
+  const auto d = static_cast<size_t>(field.seq_dim);
+  c.rows = t.shape[d];
+  if (c.rows <= max_len) return c;
+  c.cut = true;
+  c.outer = 1;
+  for (size_t k = 0; k < d; ++k) c.outer *= t.shape[k];
+  c.row_bytes = DTypeSize(field.dtype);
+  for (size_t k = d + 1; k < t.shape.size(); ++k) c.row_bytes *= t.shape[k];
+  c.kept_bytes = c.outer * max_len * c.row_bytes;
+  c.contiguous = c.outer <= 1;
+  return c;
+}
+
+std::vector<size_t> AllFields(const Dataset& dataset, std::span<const size_t> fields) {
+  if (!fields.empty()) return {fields.begin(), fields.end()};
+  std::vector<size_t> all(dataset.schema().fields.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return all;
+}
+
+}  // namespace
+
+ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation& location,
+                    std::span<const size_t> fields, uint64_t max_len, bool verify) {
+  ReadLayout r;
+  r.whole = true;
+  r.file_offset = location.offset;
+  r.read_length = AlignUp(location.stored_size);
+  r.needed = location.stored_size;
+  r.payload_begin = 0;
+  r.payload_end = location.stored_size;
+  const bool compressed = (location.flags & kSampleFlagZstd) != 0;
+  if (compressed || verify || (fields.empty() && max_len == 0)) return r;
+  const std::vector<Field>& schema_fields = dataset.schema().fields;
+  uint64_t begin = UINT64_MAX;
+  uint64_t end = 0;
+  for (size_t f : AllFields(dataset, fields)) {
+    const TensorLocation t = dataset.tensor(index, f);
+    const Cut c = CutFor(schema_fields[f], t, max_len);
+    begin = std::min(begin, t.offset);
+    end = std::max(end, t.offset + (c.contiguous ? c.kept_bytes : t.nbytes));
+  }
+  if (begin >= end) {  // nothing to read (zero-size tensors): one page keeps the code uniform
+    begin = 0;
+    end = 0;
+  }
+  r.whole = false;
+  r.payload_begin = begin;
+  r.payload_end = end;
+  r.skew = begin - AlignDown(begin);
+  r.file_offset = location.offset + AlignDown(begin);
+  r.needed = end - AlignDown(begin);
+  r.read_length = std::max<uint64_t>(AlignUp(end) - AlignDown(begin), kAlign);
+  return r;
+}
+
+Result<Sample> BuildSample(const Dataset& dataset, uint64_t index, std::byte* base,
+                           uint64_t base_offset, uint64_t base_size,
+                           std::shared_ptr<const void> memory, std::span<const size_t> fields,
+                           uint64_t max_len) {
+  if (max_len == 0) {
+    return dataset.MakeSample(index, base, base_offset, base_size, std::move(memory), fields);
+  }
+  const Schema& schema = dataset.schema();
+  std::vector<TensorView> views;
+  for (size_t f : AllFields(dataset, fields)) {
+    const TensorLocation t = dataset.tensor(index, f);
+    const Field& field = schema.fields[f];
+    const Cut c = CutFor(field, t, max_len);
+    const uint64_t present = c.contiguous ? c.kept_bytes : t.nbytes;
+    if (t.offset < base_offset || t.offset - base_offset > base_size ||
+        present > base_size - (t.offset - base_offset)) {
+      return Status::Corruption(dataset.path() + ": sample " + std::to_string(index) +
+                                ": tensor '" + field.name + "' [" + std::to_string(t.offset) +
+                                ", +" + std::to_string(present) +
+                                ") lies outside the bytes read; the index is damaged");
+    }
+    std::byte* data = base + (t.offset - base_offset);
+    TensorView v{field.name, field.dtype, t.shape, data, t.nbytes};
+    if (c.cut) {
+      if (!c.contiguous) {
+        // Row block o moves from o*rows to o*max_len (destination never after the source).
+        const uint64_t block = max_len * c.row_bytes;
+        for (uint64_t o = 1; o < c.outer; ++o) {
+          std::memmove(data + o * block, data + o * c.rows * c.row_bytes, block);
+        }
+      }
+      v.shape[static_cast<size_t>(field.seq_dim)] = max_len;
+      v.nbytes = c.kept_bytes;
+    }
+    views.push_back(std::move(v));
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(Metadata meta, dataset.metadata(index));
+  return Sample(index, std::move(views), std::move(meta), std::move(memory));
+}
+
+}  // namespace libshard

@@ -1,0 +1,162 @@
+#include "memory/arena.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iterator>
+
+#include <utility>
+
+namespace libshard::memory {
+namespace {
+
+std::string Mib(uint64_t bytes) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+Arena::Arena(std::byte* base, uint64_t budget) : base_(base), budget_(budget) {
+  free_.emplace(0, budget);
+}
+
+Result<std::shared_ptr<Arena>> Arena::Create(uint64_t budget, const ArenaOptions& options) {
+  if (budget == 0) return Status::InvalidArgument("arena: memory budget must be > 0");
+  if (budget > (uint64_t{1} << 46)) {
+    return Status::InvalidArgument("arena: memory budget " + std::to_string(budget) +
+                                   " bytes is implausibly large; pass a budget in bytes");
+  }
+  budget = (budget + kAlignment - 1) / kAlignment * kAlignment;
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  if (options.populate) flags |= MAP_POPULATE;
+  void* p = ::mmap(nullptr, budget, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::FromErrno(errno, "arena: mmap of " + Mib(budget) +
+                                        " failed; lower the loader memory_budget");
+  }
+  std::shared_ptr<Arena> arena(new Arena(static_cast<std::byte*>(p), budget));
+  if (options.pin) arena->pin_ = CudaHostRegistration::Register(p, budget);
+  return arena;
+}
+
+Arena::~Arena() {
+  pin_ = CudaHostRegistration();  // unregister before unmapping
+  ::munmap(base_, budget_);
+}
+
+Status Arena::TooLarge(uint64_t bytes, uint64_t budget) {
+  return Status::ResourceExhausted("needs " + std::to_string(bytes) + " bytes (" + Mib(bytes) +
+                                   ") but the whole memory budget is " + std::to_string(budget) +
+                                   " bytes (" + Mib(budget) + "); raise memory_budget");
+}
+
+bool Arena::AllocateLocked(uint64_t size, uint64_t* offset) {
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < size) continue;
+    *offset = it->first;
+    const uint64_t rest = it->second - size;
+    const uint64_t rest_offset = it->first + size;
+    free_.erase(it);
+    if (rest > 0) free_.emplace(rest_offset, rest);
+    in_use_ += size;
+    if (in_use_ > peak_) peak_ = in_use_;
+    ++live_;
+    return true;
+  }
+  return false;
+}
+
+Result<std::shared_ptr<std::byte>> Arena::TryAcquire(uint64_t bytes) {
+  const uint64_t size = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (bytes > budget_ || size > budget_) return TooLarge(bytes, budget_);
+  uint64_t offset = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return Status::Aborted("arena: stopped");
+    if (!AllocateLocked(size, &offset)) return std::shared_ptr<std::byte>();
+  }
+  std::shared_ptr<Arena> self = shared_from_this();
+  return std::shared_ptr<std::byte>(base_ + offset, [self = std::move(self), offset, size](std::byte*) {
+    self->Release(offset, size);
+  });
+}
+
+Result<std::shared_ptr<std::byte>> Arena::Acquire(uint64_t bytes) {
+  while (true) {
+    LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte> slot, TryAcquire(bytes));
+    if (slot != nullptr) return slot;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopped_) return Status::Aborted("arena: stopped");
+    const uint64_t size = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    // Re-check under the lock so a release between TryAcquire and here is not missed.
+    uint64_t largest = 0;
+    for (const auto& [off, len] : free_) largest = std::max(largest, len);
+    if (largest >= size) continue;
+    released_.wait(lock);
+  }
+}
+
+void Arena::Release(uint64_t offset, uint64_t size) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto next = free_.lower_bound(offset);
+    uint64_t start = offset;
+    uint64_t len = size;
+    if (next != free_.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        start = prev->first;
+        len += prev->second;
+        free_.erase(prev);
+      }
+    }
+    if (next != free_.end() && offset + size == next->first) {
+      len += next->second;
+      free_.erase(next);
+    }
+    free_.emplace(start, len);
+    in_use_ -= size;
+    --live_;
+  }
+  released_.notify_all();
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  if (on_release_) on_release_();
+}
+
+void Arena::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+  released_.notify_all();
+}
+
+void Arena::SetReleaseCallback(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lock(callback_mu_);
+  on_release_ = std::move(callback);
+}
+
+uint64_t Arena::in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+uint64_t Arena::peak() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peak_;
+}
+uint64_t Arena::live_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_;
+}
+uint64_t Arena::largest_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t largest = 0;
+  for (const auto& [off, len] : free_) largest = std::max(largest, len);
+  return largest;
+}
+
+}  // namespace libshard::memory

@@ -1,0 +1,206 @@
+// Tests for the IoEngine implementations (io_uring and the pread pool), each on a real disk and
+// on tmpfs, with O_DIRECT and buffered descriptors: same bytes, short reads at EOF, errors that
+// name the file and offset, Wake() and CancelAll().
+#include "io/io_engine.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "io/file.h"
+#include "testutil/testutil.h"
+
+namespace libshard::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte, AlignedFree>;
+
+AlignedBuffer Allocate(size_t n) {
+  return AlignedBuffer(static_cast<std::byte*>(std::aligned_alloc(4096, (n + 4095) / 4096 * 4096)));
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// Engine x direct x file-system location.
+using Param = std::tuple<EngineType, bool, std::string>;
+
+class IoEngineTest : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    const auto& [type, direct, base] = GetParam();
+    std::string tmpl = base + "/libshard_engine_XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) GTEST_SKIP() << base << " is not usable";
+    dir_ = tmpl;
+    // 3 MiB + 1234 bytes: the last read crosses end of file.
+    data_ = RandomBytes((3 << 20) + 1234, 7);
+    path_ = (dir_ / "data.bin").string();
+    testing::WriteStringToFile(path_, data_);
+    DirectIoInfo info;
+    Result<File> f = File::OpenForReading(path_, direct, false, &info);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    file_ = std::move(f).value();
+    direct_ = info.direct;
+    EngineOptions options;
+    options.queue_depth = 4;
+    options.threads = 2;
+    Result<std::unique_ptr<IoEngine>> e = CreateIoEngine(type, options);
+    if (!e.ok() && e.status().code() == StatusCode::kUnsupported) {
+      GTEST_SKIP() << "io_uring unavailable here: " << e.status().ToString();
+    }
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    engine_ = std::move(e).value();
+    const int fd = file_.fd();
+    ASSERT_TRUE(engine_->SetFiles({&fd, 1}, {&path_, 1}).ok());
+  }
+  void TearDown() override {
+    engine_.reset();
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Reads the whole file in `chunk`-byte requests with at most capacity() in flight.
+  void ReadAll(std::byte* dst, uint64_t chunk) {
+    const uint64_t size = data_.size();
+    const uint64_t padded = (size + 4095) / 4096 * 4096;
+    uint64_t next = 0;
+    uint64_t total = 0;
+    uint32_t outstanding = 0;
+    while (next < padded || outstanding > 0) {
+      while (next < padded && engine_->in_flight() < engine_->capacity()) {
+        const uint64_t len = std::min(chunk, padded - next);
+        ASSERT_TRUE(engine_->Submit(ReadRequest{0, next, len, dst + next, next}).ok());
+        next += len;
+        ++outstanding;
+      }
+      ASSERT_TRUE(engine_->Flush().ok());
+      std::vector<ReadCompletion> done;
+      ASSERT_TRUE(engine_->Reap(&done, true, 1000).ok());
+      for (const ReadCompletion& c : done) {
+        ASSERT_TRUE(c.status.ok()) << c.status.ToString();
+        const uint64_t expect = std::min(chunk, size > c.tag ? size - c.tag : 0);
+        EXPECT_EQ(c.bytes, std::min(expect, padded - c.tag)) << "read at " << c.tag;
+        total += c.bytes;
+        --outstanding;
+      }
+    }
+    EXPECT_EQ(total, size);
+  }
+
+  fs::path dir_;
+  std::string path_;
+  std::string data_;
+  File file_;
+  bool direct_ = false;
+  std::unique_ptr<IoEngine> engine_;
+};
+
+TEST_P(IoEngineTest, ReadsIdenticalBytesIncludingShortReadAtEof) {
+  const uint64_t padded = (data_.size() + 4095) / 4096 * 4096;
+  AlignedBuffer buf = Allocate(padded);
+  ReadAll(buf.get(), 1 << 20);
+  EXPECT_EQ(std::memcmp(buf.get(), data_.data(), data_.size()), 0);
+}
+
+TEST_P(IoEngineTest, RegisteredBufferGivesSameBytes) {
+  const uint64_t padded = (data_.size() + 4095) / 4096 * 4096;
+  AlignedBuffer buf = Allocate(padded);
+  const std::string how = engine_->RegisterBuffer(buf.get(), padded);
+  EXPECT_FALSE(how.empty());
+  ReadAll(buf.get(), 256 << 10);
+  EXPECT_EQ(std::memcmp(buf.get(), data_.data(), data_.size()), 0);
+}
+
+TEST_P(IoEngineTest, ReadPastEndOfFileReturnsZeroBytes) {
+  AlignedBuffer buf = Allocate(4096);
+  const uint64_t beyond = (data_.size() + 4095) / 4096 * 4096 + 4096;
+  ASSERT_TRUE(engine_->Submit(ReadRequest{0, beyond, 4096, buf.get(), 9}).ok());
+  ASSERT_TRUE(engine_->Flush().ok());
+  std::vector<ReadCompletion> done;
+  while (done.empty()) ASSERT_TRUE(engine_->Reap(&done, true, 1000).ok());
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_TRUE(done[0].status.ok());
+  EXPECT_EQ(done[0].tag, 9u);
+  EXPECT_EQ(done[0].bytes, 0u);
+}
+
+TEST_P(IoEngineTest, FailedReadNamesFileAndOffset) {
+  // A write-only descriptor makes every read fail (EBADF) on both engines.
+  Result<File> wo = File::Open(path_, O_WRONLY);
+  ASSERT_TRUE(wo.ok());
+  const int fd = wo->fd();
+  ASSERT_TRUE(engine_->SetFiles({&fd, 1}, {&path_, 1}).ok());
+  AlignedBuffer buf = Allocate(8192);
+  ASSERT_TRUE(engine_->Submit(ReadRequest{0, 4096, 4096, buf.get(), 5}).ok());
+  ASSERT_TRUE(engine_->Flush().ok());
+  std::vector<ReadCompletion> done;
+  while (done.empty()) ASSERT_TRUE(engine_->Reap(&done, true, 1000).ok());
+  ASSERT_FALSE(done[0].status.ok());
+  EXPECT_EQ(done[0].status.code(), StatusCode::kIoError);
+  EXPECT_NE(done[0].status.message().find(path_), std::string::npos) << done[0].status.ToString();
+  EXPECT_NE(done[0].status.message().find("offset 4096"), std::string::npos);
+}
+
+TEST_P(IoEngineTest, WakeInterruptsABlockingReap) {
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    engine_->Wake();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<ReadCompletion> done;
+  ASSERT_TRUE(engine_->Reap(&done, true, -1).ok());
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  waker.join();
+  EXPECT_TRUE(done.empty());
+  EXPECT_LT(s, 2.0);
+}
+
+TEST_P(IoEngineTest, CancelAllLeavesNothingInFlight) {
+  AlignedBuffer buf = Allocate(4 << 20);
+  for (uint32_t i = 0; i < engine_->capacity(); ++i) {
+    ASSERT_TRUE(engine_->Submit(ReadRequest{0, uint64_t{i} << 20, 1 << 20,
+                                            buf.get() + (uint64_t{i} << 20), i}).ok());
+  }
+  ASSERT_TRUE(engine_->Flush().ok());
+  engine_->CancelAll();
+  EXPECT_EQ(engine_->in_flight(), 0u);
+  std::vector<ReadCompletion> done;
+  ASSERT_TRUE(engine_->Reap(&done, false, 0).ok());
+  EXPECT_TRUE(done.empty());
+  // The engine stays usable.
+  ReadAll(buf.get() - 0, 1 << 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllEngines, IoEngineTest,
+    ::testing::Combine(::testing::Values(EngineType::kUring, EngineType::kPread),
+                       ::testing::Bool(), ::testing::Values("/var/tmp", "/dev/shm")),
+    [](const ::testing::TestParamInfo<Param>& info) {
+      std::string name = std::get<0>(info.param) == EngineType::kUring ? "Uring" : "Pread";
+      name += std::get<1>(info.param) ? "Direct" : "Buffered";
+      name += std::get<2>(info.param) == "/dev/shm" ? "Tmpfs" : "Disk";
+      return name;
+    });
+
+}  // namespace
+}  // namespace libshard::io

@@ -1,0 +1,615 @@
+// Tests for the streaming Loader: identical bytes on both engines and both I/O modes (real disk
+// and tmpfs), fields/max_len subsets, zstd + verification, budget bounds, clear errors (sample
+// larger than the budget, checksum failure), Stop(), exact-once coverage over ranks and resume.
+#include "libshard/loader.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "format_test_helpers.h"
+#include "libshard/dataset.h"
+#include "testutil/testutil.h"
+
+namespace libshard {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::FastOptions;
+
+// A directory under `base` (real disk or tmpfs), removed afterwards.
+class DirUnder {
+ public:
+  explicit DirUnder(const std::string& base) {
+    std::string tmpl = base + "/libshard_loader_XXXXXX";
+    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
+  }
+  ~DirUnder() {
+    std::error_code ec;
+    if (!path_.empty()) fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// Samples of varied size: 1..~70 KiB of hidden state, so reads split into sub-reads.
+testing::OwnedSample VariedSample(uint64_t i, bool compressible = false) {
+  return testing::MakeEagleSample(i, 5 + (i * 37) % 131, 256, compressible);
+}
+
+std::shared_ptr<Dataset> WriteDataset(const fs::path& dir, uint64_t n, bool zstd = false,
+                                      uint64_t shard_size = 1 << 20) {
+  WriterOptions o = FastOptions();
+  o.shard_size = shard_size;
+  if (zstd) o.compression = Compression::kZstd;
+  auto w = Writer::Create(dir.string(), testing::EagleSchema(), o);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (!w.ok()) return nullptr;
+  for (uint64_t i = 0; i < n; ++i) {
+    testing::OwnedSample s = VariedSample(i, zstd);
+    Status st = (*w)->Append(s.input);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  auto summary = (*w)->Finish();
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  auto ds = Dataset::Open(dir.string());
+  EXPECT_TRUE(ds.ok()) << ds.status().ToString();
+  return ds.ok() ? *ds : nullptr;
+}
+
+LoaderOptions SmallOptions() {
+  LoaderOptions o;
+  o.memory_budget = 2 << 20;
+  o.queue_depth = 8;
+  o.read_size = 16 << 10;
+  o.pin_memory = false;
+  o.slow_wait_warning_seconds = 30;
+  return o;
+}
+
+void ExpectSameSample(const Sample& got, const Sample& want) {
+  ASSERT_EQ(got.index(), want.index());
+  ASSERT_EQ(got.tensors().size(), want.tensors().size());
+  for (size_t f = 0; f < want.tensors().size(); ++f) {
+    const TensorView& w = want.tensors()[f];
+    const TensorView* g = got.Find(w.name);
+    ASSERT_NE(g, nullptr) << w.name;
+    EXPECT_EQ(g->dtype, w.dtype);
+    EXPECT_EQ(g->shape, w.shape) << "sample " << want.index() << " " << w.name;
+    ASSERT_EQ(g->nbytes, w.nbytes);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(g->data) % kTensorAlignment, 0u);
+    EXPECT_EQ(std::memcmp(g->data, w.data, w.nbytes), 0)
+        << "sample " << want.index() << " tensor " << w.name << " differs";
+  }
+  EXPECT_EQ(got.metadata(), want.metadata());
+}
+
+// Every sample index delivered by `loader` until the end of the epoch, in order.
+std::vector<uint64_t> Drain(Loader& loader, uint64_t max_batches = UINT64_MAX) {
+  std::vector<uint64_t> seen;
+  for (uint64_t b = 0; b < max_batches; ++b) {
+    auto next = loader.Next();
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
+    for (const Sample& s : (*next)->samples) seen.push_back(s.index());
+  }
+  return seen;
+}
+
+// ---- Bytes: both engines x both I/O modes x (real disk, tmpfs) --------------------------------
+
+using EngineParam = std::tuple<IoEngineKind, IoMode, std::string>;
+
+class LoaderBytesTest : public ::testing::TestWithParam<EngineParam> {};
+
+TEST_P(LoaderBytesTest, EverySampleEqualsDatasetRead) {
+  const auto& [engine, mode, base] = GetParam();
+  DirUnder dir(base);
+  if (dir.path().empty()) GTEST_SKIP() << base << " unusable";
+  const uint64_t n = 41;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir.path() / "ds", n);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.engine = engine;
+  o.io_mode = mode;
+  o.seed = 3;
+  auto loader = Loader::Create(ds, o);
+  if (!loader.ok() && engine == IoEngineKind::kIoUring &&
+      loader.status().code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << "io_uring refused here: " << loader.status().ToString();
+  }
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  std::set<uint64_t> seen;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    ASSERT_EQ((*next)->samples.size(), 1u);
+    const Sample& got = (*next)->samples[0];
+    auto want = ds->Read(got.index());
+    ASSERT_TRUE(want.ok());
+    ExpectSameSample(got, *want);
+    EXPECT_TRUE(seen.insert(got.index()).second) << "sample " << got.index() << " twice";
+  }
+  EXPECT_EQ(seen.size(), n);
+  const LoaderStats s = (*loader)->stats();
+  EXPECT_EQ(s.samples_delivered, n);
+  EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");
+  if (mode == IoMode::kBuffered) EXPECT_FALSE(s.direct_io);
+  EXPECT_GE(s.bytes_read, ds->total_stored_bytes() - 4096 * ds->shards().size());
+  EXPECT_LE(s.arena_peak, s.arena_budget);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllEngines, LoaderBytesTest,
+    ::testing::Combine(::testing::Values(IoEngineKind::kIoUring, IoEngineKind::kPread),
+                       ::testing::Values(IoMode::kAuto, IoMode::kBuffered),
+                       ::testing::Values("/var/tmp", "/dev/shm")),
+    [](const ::testing::TestParamInfo<EngineParam>& info) {
+      std::string name = std::get<0>(info.param) == IoEngineKind::kPread ? "Pread" : "Uring";
+      name += std::get<1>(info.param) == IoMode::kBuffered ? "Buffered" : "Direct";
+      name += std::get<2>(info.param) == "/dev/shm" ? "Tmpfs" : "Disk";
+      return name;
+    });
+
+// ---- Subsets, compression, verification -------------------------------------------------------
+
+TEST(LoaderTest, FieldsAndMaxLenReadOnlyTheSelectedBytes) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 20);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.fields = {"hidden_state", "input_ids"};
+  o.max_len = 7;
+  o.shuffle = false;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  uint64_t count = 0;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    const Sample& got = (*next)->samples[0];
+    Sample want = *ds->Read(got.index());
+    ASSERT_EQ(got.tensors().size(), 2u);
+    EXPECT_EQ(got.Find("loss_mask"), nullptr);
+    for (const char* name : {"hidden_state", "input_ids"}) {
+      const TensorView* g = got.Find(name);
+      const TensorView* w = want.Find(name);
+      ASSERT_NE(g, nullptr);
+      const size_t d = std::string(name) == "hidden_state" ? 1 : 0;
+      const uint64_t rows = std::min<uint64_t>(w->shape[d], 7);
+      Shape expect_shape = w->shape;
+      expect_shape[d] = rows;
+      EXPECT_EQ(g->shape, expect_shape) << name;
+      ASSERT_EQ(g->nbytes, w->nbytes / w->shape[d] * rows);
+      EXPECT_EQ(std::memcmp(g->data, w->data, g->nbytes), 0) << name;
+    }
+    ++count;
+  }
+  EXPECT_EQ(count, 20u);
+  // Only the selected prefix is read: far less than the dataset.
+  EXPECT_LT((*loader)->stats().bytes_read, ds->total_stored_bytes() / 2);
+}
+
+TEST(LoaderTest, ZstdSamplesWithVerificationDecodeToTheSameBytes) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 24, /*zstd=*/true);
+  ASSERT_NE(ds, nullptr);
+  uint64_t compressed = 0;
+  for (uint64_t i = 0; i < ds->size(); ++i) compressed += (ds->location(i).flags & kSampleFlagZstd) != 0;
+  EXPECT_GT(compressed, 0u) << "the test data should compress";
+  LoaderOptions o = SmallOptions();
+  o.verify_checksums = true;
+  o.worker_threads = 2;
+  o.max_len = 9;  // cuts decoded tensors in place
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  uint64_t count = 0;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    const Sample& got = (*next)->samples[0];
+    Sample want = *ds->Read(got.index());
+    const TensorView* g = got.Find("hidden_state");
+    const TensorView* w = want.Find("hidden_state");
+    const uint64_t rows = std::min<uint64_t>(w->shape[1], 9);
+    EXPECT_EQ(g->shape, (Shape{1, rows, 256}));
+    EXPECT_EQ(std::memcmp(g->data, w->data, g->nbytes), 0);
+    ++count;
+  }
+  EXPECT_EQ(count, 24u);
+  EXPECT_EQ((*loader)->stats().checksum_failures, 0u);
+}
+
+TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 16);
+  ASSERT_NE(ds, nullptr);
+  const uint64_t bad = 5;
+  const SampleLocation loc = ds->location(bad);
+  const std::string shard = ds->shards()[loc.shard].path;
+  testing::FlipByte(shard, loc.offset + loc.stored_size / 2);
+
+  LoaderOptions o = SmallOptions();
+  o.verify_checksums = true;
+  o.shuffle = false;
+  {
+    auto loader = Loader::Create(ds, o);
+    ASSERT_TRUE(loader.ok());
+    Status error;
+    for (int b = 0; b < 16 && error.ok(); ++b) {
+      auto next = (*loader)->Next();
+      if (!next.ok()) error = next.status();
+    }
+    testing::ExpectError(error, StatusCode::kCorruption,
+                         {"sample 5", shard, "offset " + std::to_string(loc.offset), "checksum"});
+    EXPECT_EQ((*loader)->stats().checksum_failures, 1u);
+  }
+  o.on_error = OnError::kSkip;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<uint64_t> seen = Drain(**loader);
+  EXPECT_EQ(seen.size(), 15u);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), bad), 0);
+  EXPECT_EQ((*loader)->state().skipped, std::vector<uint64_t>{bad});
+  EXPECT_EQ((*loader)->stats().samples_skipped, 1u);
+}
+
+TEST(LoaderTest, UnknownFieldIsInvalidArgument) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 2);
+  LoaderOptions o = SmallOptions();
+  o.fields = {"nope"};
+  auto loader = Loader::Create(ds, o);
+  testing::ExpectError(loader.status(), StatusCode::kInvalidArgument, {"nope", "hidden_state"});
+}
+
+// ---- Memory -------------------------------------------------------------------------------------
+
+TEST(LoaderTest, ArenaNeverExceedsBudgetOverSeveralEpochs) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 40);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 1 << 20;  // the two held batches + the one being read, with room to spare
+  o.batch_size = 2;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  for (uint64_t epoch = 0; epoch < 3; ++epoch) {
+    ASSERT_TRUE((*loader)->SetEpoch(epoch).ok());
+    std::vector<Batch> held;  // the consumer keeps the last two batches
+    std::set<uint64_t> seen;
+    while (true) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      if (!next->has_value()) break;
+      for (const Sample& s : (*next)->samples) seen.insert(s.index());
+      held.push_back(std::move(**next));
+      if (held.size() > 2) held.erase(held.begin());
+      const LoaderStats s = (*loader)->stats();
+      ASSERT_LE(s.arena_in_use, s.arena_budget);
+    }
+    EXPECT_EQ(seen.size(), 40u);
+  }
+  const LoaderStats s = (*loader)->stats();
+  EXPECT_LE(s.arena_peak, s.arena_budget);
+  EXPECT_GT(s.arena_peak, 0u);
+}
+
+TEST(LoaderTest, SampleLargerThanBudgetIsAClearError) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 8);
+  ASSERT_NE(ds, nullptr);
+  uint64_t biggest = 0, which = 0;
+  for (uint64_t i = 0; i < ds->size(); ++i) {
+    if (ds->location(i).stored_size > biggest) {
+      biggest = ds->location(i).stored_size;
+      which = i;
+    }
+  }
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 16 << 10;
+  o.shuffle = false;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  Status error;
+  for (int b = 0; b < 8 && error.ok(); ++b) {
+    auto next = (*loader)->Next();
+    if (!next.ok()) error = next.status();
+  }
+  ASSERT_FALSE(error.ok());
+  testing::ExpectError(error, StatusCode::kResourceExhausted, {"sample ", "memory_budget"});
+  (void)which;
+}
+
+TEST(LoaderTest, BatchThatCannotFitIsResourceExhaustedNotAHang) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 16);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 160 << 10;  // every sample fits, 16 of them at once do not
+  o.batch_size = 16;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  const auto start = std::chrono::steady_clock::now();
+  auto next = (*loader)->Next();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  ASSERT_FALSE(next.ok());
+  testing::ExpectError(next.status(), StatusCode::kResourceExhausted, {"batch 0", "memory_budget"});
+}
+
+TEST(LoaderTest, ConsumerHoldingAllMemoryGetsAWarningThenProceedsWhenItReleases) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 12);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 200 << 10;
+  o.shuffle = false;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  ::testing::internal::CaptureStderr();
+  std::atomic<bool> release{false};
+  std::thread releaser;
+  std::mutex held_mu;
+  uint64_t count = 0;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    ++count;
+    std::lock_guard<std::mutex> lock(held_mu);
+    held.push_back(std::move(**next));
+    if (!releaser.joinable()) {
+      releaser = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        std::lock_guard<std::mutex> lock(held_mu);
+        held.clear();
+        release = true;
+      });
+    }
+    if (release.load()) held.clear();
+  }
+  releaser.join();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count, 12u);
+  EXPECT_NE(err.find("waiting for memory"), std::string::npos) << err;
+  EXPECT_NE(err.find("memory_budget"), std::string::npos) << err;
+}
+
+TEST(LoaderTest, ConsumerHoldingEverythingForeverGetsResourceExhausted) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 12);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 200 << 10;
+  o.slow_wait_warning_seconds = 0.5;
+  o.shuffle = false;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<Batch> held;
+  ::testing::internal::CaptureStderr();
+  Status error;
+  for (int b = 0; b < 12 && error.ok(); ++b) {
+    auto next = (*loader)->Next();
+    if (!next.ok()) {
+      error = next.status();
+    } else {
+      held.push_back(std::move(**next));
+    }
+  }
+  ::testing::internal::GetCapturedStderr();
+  testing::ExpectError(error, StatusCode::kResourceExhausted,
+                       {"consumer holds about", "memory_budget", "nothing was released"});
+  held.clear();  // releasing lets the same loader go on
+  auto next = (*loader)->Next();
+  EXPECT_TRUE(next.ok()) << next.status().ToString();
+}
+
+TEST(LoaderTest, SamplesOutliveTheLoader) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 3);
+  std::optional<Sample> kept;
+  {
+    auto loader = Loader::Create(ds, SmallOptions());
+    ASSERT_TRUE(loader.ok());
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok() && next->has_value());
+    kept = (*next)->samples[0];
+  }
+  ExpectSameSample(*kept, *ds->Read(kept->index()));
+}
+
+// ---- Stop -----------------------------------------------------------------------------------
+
+TEST(LoaderTest, StopMidStreamReturnsPromptly) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 60);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.read_size = 4096;  // many small reads in flight
+  o.verify_checksums = true;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->Next().ok());
+  std::atomic<bool> aborted{false};
+  std::thread consumer([&] {
+    while (true) {
+      auto next = (*loader)->Next();
+      if (!next.ok()) {
+        aborted = next.status().code() == StatusCode::kAborted;
+        return;
+      }
+      if (!next->has_value()) {
+        if (!(*loader)->SetEpoch((*loader)->state().epoch + 1).ok()) {
+          aborted = true;
+          return;
+        }
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = std::chrono::steady_clock::now();
+  (*loader)->Stop();
+  consumer.join();
+  loader->reset();  // the destructor waits for reads in flight
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(aborted.load());
+  EXPECT_LT(s, 1.0);
+}
+
+// ---- Order: coverage over ranks and resume ----------------------------------------------------
+
+TEST(LoaderTest, ExactlyOnceCoverageOverRanks) {
+  testing::TempDir dir;
+  const uint64_t n = 37;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", n);
+  ASSERT_NE(ds, nullptr);
+  for (uint32_t world = 1; world <= 8; ++world) {
+    for (bool drop_last : {false, true}) {
+      std::map<uint64_t, int> count;
+      uint64_t per_rank = UINT64_MAX;
+      for (uint32_t rank = 0; rank < world; ++rank) {
+        LoaderOptions o = SmallOptions();
+        o.seed = 11;
+        o.rank = rank;
+        o.world_size = world;
+        o.drop_last = drop_last;
+        auto loader = Loader::Create(ds, o);
+        ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+        std::vector<uint64_t> seen = Drain(**loader);
+        if (per_rank == UINT64_MAX) per_rank = seen.size();
+        EXPECT_EQ(seen.size(), per_rank) << "world " << world << " rank " << rank;
+        EXPECT_EQ((*loader)->batches_per_epoch(), per_rank);
+        for (uint64_t i : seen) ++count[i];
+      }
+      if (drop_last) {
+        EXPECT_EQ(per_rank, n / world);
+        for (const auto& [i, c] : count) EXPECT_EQ(c, 1) << "sample " << i;
+      } else {
+        EXPECT_EQ(per_rank, (n + world - 1) / world);
+        EXPECT_EQ(count.size(), n) << "world " << world;
+        uint64_t repeats = 0;
+        for (const auto& [i, c] : count) repeats += c - 1;
+        EXPECT_EQ(repeats, per_rank * world - n);
+      }
+    }
+  }
+}
+
+TEST(LoaderTest, ResumeEqualsTheUninterruptedSequence) {
+  testing::TempDir dir;
+  const uint64_t n = 45;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", n);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions base = SmallOptions();
+  base.seed = 5;
+  base.epoch = 2;
+  base.world_size = 3;
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    base.rank = rank;
+    std::vector<uint64_t> full = Drain(**Loader::Create(ds, base));
+    ASSERT_EQ(full.size(), 15u);
+    auto first = Loader::Create(ds, base);
+    std::vector<uint64_t> head = Drain(**first, 6);
+    const LoaderState state = (*first)->state();
+    EXPECT_EQ(state.position, 6u * 3u);
+    LoaderOptions resumed = base;
+    resumed.seed = 999;  // ignored: the state wins
+    resumed.resume = state;
+    std::vector<uint64_t> tail = Drain(**Loader::Create(ds, resumed));
+    head.insert(head.end(), tail.begin(), tail.end());
+    EXPECT_EQ(head, full) << "rank " << rank;
+  }
+  // Another world size continues the same global sequence: 3 ranks x 5 steps, then 5 ranks.
+  std::multiset<uint64_t> all;
+  LoaderState state;
+  for (uint32_t rank = 0; rank < 3; ++rank) {
+    base.rank = rank;
+    auto loader = Loader::Create(ds, base);
+    for (uint64_t i : Drain(**loader, 5)) all.insert(i);
+    state = (*loader)->state();
+  }
+  EXPECT_EQ(state.position, 15u);
+  for (uint32_t rank = 0; rank < 5; ++rank) {
+    LoaderOptions o = base;
+    o.world_size = 5;
+    o.rank = rank;
+    o.resume = state;
+    auto loader = Loader::Create(ds, o);
+    std::vector<uint64_t> seen = Drain(**loader);
+    EXPECT_EQ(seen.size(), 6u);
+    for (uint64_t i : seen) all.insert(i);
+  }
+  EXPECT_EQ(all.size(), n);
+  for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(all.count(i), 1u) << "sample " << i;
+}
+
+TEST(LoaderTest, FixedAndTokenBatches) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 30);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.batch_size = 4;
+  auto fixed = Loader::Create(ds, o);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ((*fixed)->batches_per_epoch(), 8u);
+  auto first = (*fixed)->Next();
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->samples.size(), 4u);
+
+  o.batch_size = 0;
+  o.max_tokens = 300;
+  auto tokens = Loader::Create(ds, o);
+  ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
+  uint64_t total = 0;
+  while (true) {
+    auto next = (*tokens)->Next();
+    ASSERT_TRUE(next.ok());
+    if (!next->has_value()) break;
+    uint64_t sum = 0;
+    for (const Sample& s : (*next)->samples) sum += ds->length(s.index());
+    EXPECT_TRUE(sum <= 300 || (*next)->samples.size() == 1) << sum;
+    total += (*next)->samples.size();
+  }
+  EXPECT_EQ(total, 30u);
+}
+
+TEST(LoaderTest, StatsReportEngineWaitAndInflight) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 10);
+  LoaderOptions o = SmallOptions();
+  o.pin_memory = true;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<uint64_t> seen = Drain(**loader);
+  const LoaderStats s = (*loader)->stats();
+  EXPECT_EQ(s.samples_delivered, 10u);
+  EXPECT_EQ(s.batches_delivered, 10u);
+  EXPECT_GT(s.bytes_delivered, 0u);
+  EXPECT_GT(s.elapsed_seconds, 0.0);
+  EXPECT_GE(s.wait_seconds, 0.0);
+  EXPECT_LE(s.wait_share, 1.0);
+  EXPECT_FALSE(s.engine.empty());
+  EXPECT_FALSE(s.pin_status.empty());
+  EXPECT_EQ(s.arena_budget, o.memory_budget);
+}
+
+}  // namespace
+}  // namespace libshard
