@@ -1,0 +1,343 @@
+// libshard::torch: the tensors are the loader's bytes for every dtype, zero-copy on the CPU, and
+// stay valid after the Sample, the Loader and the Dataset are gone.
+#include "libshard/torch.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "libshard/dataset.h"
+#include "libshard/loader.h"
+#include "libshard/writer.h"
+#include "testutil/testutil.h"
+
+namespace libshard {
+namespace {
+
+using libshard::testing::TempDir;
+
+constexpr uint64_t kSamples = 24;
+
+// One field per DType, named after it. input_ids (int64, [L]) is the length field; float64 is a
+// scalar; int8 is [L % 3, L], so some samples hold an empty tensor.
+Schema AllDTypesSchema() {
+  Schema schema;
+  for (uint32_t code = 1; code <= kMaxDTypeCode; ++code) {
+    const auto dtype = static_cast<DType>(code);
+    Field field;
+    field.dtype = dtype;
+    field.name = std::string(DTypeName(dtype));
+    field.rank = 2;
+    field.seq_dim = 1;
+    if (dtype == DType::kInt64) {
+      field.name = "input_ids";
+      field.rank = 1;
+      field.seq_dim = 0;
+      schema.length_field = static_cast<int32_t>(schema.fields.size());
+    } else if (dtype == DType::kFloat64) {
+      field.rank = 0;
+      field.seq_dim = -1;
+    }
+    schema.fields.push_back(field);
+  }
+  return schema;
+}
+
+Shape ShapeOf(const Field& field, uint64_t length) {
+  if (field.rank == 0) return {};
+  if (field.rank == 1) return {length};
+  if (field.dtype == DType::kInt8) return {length % 3, length};
+  return {2, length};
+}
+
+// Arbitrary bytes (any bit pattern, NaNs included), except bool: 0 or 1.
+std::vector<std::byte> FieldBytes(const Field& field, uint64_t sample, uint64_t nbytes) {
+  std::mt19937_64 rng(sample * 131 + static_cast<uint64_t>(field.dtype));
+  std::vector<std::byte> bytes(nbytes);
+  for (auto& b : bytes) {
+    b = static_cast<std::byte>(field.dtype == DType::kBool ? rng() & 1 : rng() & 0xff);
+  }
+  return bytes;
+}
+
+void WriteAllDTypes(const std::string& dir, Compression compression) {
+  const Schema schema = AllDTypesSchema();
+  WriterOptions options;
+  options.fsync = false;
+  options.shard_size = 64 << 10;  // several shards
+  options.compression = compression;
+  auto writer = Writer::Create(dir, schema, options);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    const uint64_t length = 1 + (i * 37) % 300;
+    std::vector<std::vector<std::byte>> storage;
+    SampleInput input;
+    input.source.path = "sample_" + std::to_string(i) + ".pt";
+    for (const Field& field : schema.fields) {
+      TensorInput tensor;
+      tensor.name = field.name;
+      tensor.dtype = field.dtype;
+      tensor.shape = ShapeOf(field, length);
+      storage.push_back(FieldBytes(field, i, NumElements(tensor.shape) * DTypeSize(field.dtype)));
+      tensor.data = storage.back().data();
+      input.tensors.push_back(std::move(tensor));
+    }
+    const Status appended = (*writer)->Append(input);
+    ASSERT_TRUE(appended.ok()) << appended.ToString();
+  }
+  auto summary = (*writer)->Finish();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+}
+
+// Checks that `tensors` are exactly sample `index`'s tensors as written, dtype, shape and bytes.
+void ExpectWritten(const TensorDict& tensors, uint64_t index) {
+  const Schema schema = AllDTypesSchema();
+  ASSERT_EQ(tensors.size(), schema.fields.size());
+  const uint64_t length = 1 + (index * 37) % 300;
+  for (size_t f = 0; f < schema.fields.size(); ++f) {
+    const Field& field = schema.fields[f];
+    SCOPED_TRACE("sample " + std::to_string(index) + " field " + field.name);
+    EXPECT_EQ(tensors[f].key(), field.name);  // schema order
+    const at::Tensor& t = tensors[field.name];
+    EXPECT_EQ(t.scalar_type(), *ToScalarType(field.dtype));
+    EXPECT_EQ(t.element_size(), static_cast<int64_t>(DTypeSize(field.dtype)));
+    const Shape shape = ShapeOf(field, length);
+    ASSERT_EQ(t.dim(), static_cast<int64_t>(shape.size()));
+    for (size_t d = 0; d < shape.size(); ++d) EXPECT_EQ(t.size(d), static_cast<int64_t>(shape[d]));
+    ASSERT_TRUE(t.is_contiguous());
+    const std::vector<std::byte> want = FieldBytes(field, index, t.nbytes());
+    if (!want.empty()) EXPECT_EQ(std::memcmp(t.const_data_ptr(), want.data(), want.size()), 0);
+  }
+}
+
+TEST(TorchScalarType, EveryDTypeMapsBothWays) {
+  for (uint32_t code = 1; code <= kMaxDTypeCode; ++code) {
+    const auto dtype = static_cast<DType>(code);
+    const auto type = ToScalarType(dtype);
+    ASSERT_TRUE(type.has_value()) << DTypeName(dtype);
+    EXPECT_EQ(c10::elementSize(*type), DTypeSize(dtype)) << DTypeName(dtype);
+    EXPECT_EQ(FromScalarType(*type), dtype) << DTypeName(dtype);
+  }
+  EXPECT_EQ(ToScalarType(static_cast<DType>(0)), std::nullopt);
+  EXPECT_EQ(ToScalarType(static_cast<DType>(kMaxDTypeCode + 1)), std::nullopt);
+  EXPECT_EQ(FromScalarType(c10::ScalarType::ComplexFloat), std::nullopt);
+}
+
+class TorchAdapterTest : public ::testing::TestWithParam<Compression> {
+ protected:
+  void SetUp() override { WriteAllDTypes(dir_.path().string(), GetParam()); }
+  TempDir dir_;
+};
+
+TEST_P(TorchAdapterTest, DatasetReadIsZeroCopyAndExact) {
+  auto dataset = Dataset::Open(dir_.path().string());
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  for (uint64_t i = 0; i < kSamples; ++i) {
+    auto sample = (*dataset)->Read(i);
+    ASSERT_TRUE(sample.ok()) << sample.status().ToString();
+    auto tensors = ToTensors(*sample);
+    ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+    ExpectWritten(*tensors, i);
+    for (const TensorView& view : sample->tensors()) {
+      if (view.nbytes == 0) continue;
+      EXPECT_EQ((*tensors)[std::string(view.name)].const_data_ptr(), view.data) << view.name;
+    }
+  }
+}
+
+TEST_P(TorchAdapterTest, LoaderBatchesEqualTheWrittenBytes) {
+  auto dataset = Dataset::Open(dir_.path().string());
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  LoaderOptions options;
+  options.shuffle = true;
+  options.seed = 7;
+  options.batch_size = 3;
+  options.memory_budget = 4 << 20;
+  options.verify_checksums = true;
+  auto loader = Loader::Create(*dataset, options);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  std::vector<bool> seen(kSamples, false);
+  while (true) {
+    auto batch = (*loader)->Next();
+    ASSERT_TRUE(batch.ok()) << batch.status().ToString();
+    if (!batch->has_value()) break;
+    auto tensors = ToTensors(**batch);
+    ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+    ASSERT_EQ(tensors->size(), (*batch)->samples.size());
+    for (size_t s = 0; s < tensors->size(); ++s) {
+      const uint64_t index = (*batch)->samples[s].index();
+      ASSERT_LT(index, kSamples);
+      seen[index] = true;
+      ExpectWritten((*tensors)[s], index);
+    }
+  }
+  for (uint64_t i = 0; i < kSamples; ++i) EXPECT_TRUE(seen[i]) << "sample " << i;
+}
+
+TEST_P(TorchAdapterTest, TensorsOutliveSampleLoaderAndDataset) {
+  std::vector<std::pair<uint64_t, TensorDict>> kept;
+  at::Tensor slice;
+  {
+    auto dataset = Dataset::Open(dir_.path().string());
+    ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+    LoaderOptions options;
+    options.shuffle = false;
+    options.memory_budget = 8 << 20;
+    auto loader = Loader::Create(*dataset, options);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    for (int i = 0; i < 4; ++i) {
+      auto batch = (*loader)->Next();
+      ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status().ToString();
+      const Sample& sample = (*batch)->samples.at(0);
+      auto tensors = ToTensors(sample);
+      ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+      kept.emplace_back(sample.index(), std::move(*tensors));
+    }
+    // A view of a view keeps the memory too.
+    slice = kept[1].second["bfloat16"].select(0, 1);
+  }  // the batches, the loader and the dataset die here; the tensors hold the arena slots
+  for (const auto& [index, tensors] : kept) ExpectWritten(tensors, index);
+  const at::Tensor full = kept[1].second["bfloat16"];
+  kept.clear();
+  EXPECT_TRUE(at::equal(slice.view(at::kShort), full.select(0, 1).view(at::kShort)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Compression, TorchAdapterTest,
+                         ::testing::Values(Compression::kNone, Compression::kZstd),
+                         [](const auto& info) {
+                           return info.param == Compression::kNone ? "Stored" : "Zstd";
+                         });
+
+// A hand-made sample over `bytes`, owned by a shared_ptr that counts its holders.
+Sample HandMade(uint64_t index, std::shared_ptr<std::vector<std::byte>> bytes, DType dtype,
+                Shape shape) {
+  TensorView view;
+  view.name = "t";
+  view.dtype = dtype;
+  view.shape = std::move(shape);
+  view.data = bytes->data();
+  view.nbytes = bytes->size();
+  return Sample(index, {view}, {}, std::move(bytes));
+}
+
+TEST(TorchAdapter, DeleterReleasesTheMemoryWithTheLastTensor) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(64, std::byte{3});
+  std::weak_ptr<std::vector<std::byte>> watch = bytes;
+  at::Tensor view;
+  {
+    Sample sample = HandMade(0, std::move(bytes), DType::kUInt8, {8, 8});
+    auto tensors = ToTensors(sample);
+    ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+    view = (*tensors)["t"][2];
+  }
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(view.sum().item<int64_t>(), 8 * 3);
+  view = at::Tensor();
+  EXPECT_TRUE(watch.expired());
+}
+
+TEST(TorchAdapter, BoolByteOtherThanZeroOrOneIsCorruption) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(6, std::byte{1});
+  (*bytes)[4] = std::byte{2};
+  auto tensors = ToTensors(HandMade(7, bytes, DType::kBool, {2, 3}));
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(tensors.status().message().find("sample 7"), std::string::npos)
+      << tensors.status().message();
+  EXPECT_NE(tensors.status().message().find("byte 4 is 2"), std::string::npos)
+      << tensors.status().message();
+}
+
+TEST(TorchAdapter, SizeThatDoesNotMatchTheShapeIsRejected) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(10);
+  auto tensors = ToTensors(HandMade(3, bytes, DType::kFloat32, {3}));
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tensors.status().message().find("sample 3"), std::string::npos);
+  EXPECT_NE(tensors.status().message().find("10 bytes"), std::string::npos);
+
+  auto huge = ToTensors(HandMade(3, bytes, DType::kUInt8, {uint64_t{1} << 63}));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TorchAdapter, DeviceCopyKeepsDTypeAndShape) {
+  // The meta device exists in every LibTorch build: it exercises the device branch.
+  auto bytes = std::make_shared<std::vector<std::byte>>(24);
+  TorchOptions options;
+  options.device = c10::Device(c10::kMeta);
+  auto tensors = ToTensors(HandMade(0, bytes, DType::kBFloat16, {3, 4}), options);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  const at::Tensor& t = (*tensors)["t"];
+  EXPECT_TRUE(t.is_meta());
+  EXPECT_EQ(t.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(t.sizes(), at::IntArrayRef({3, 4}));
+}
+
+TEST(TorchAdapter, UnavailableDeviceIsAnErrorNotAnException) {
+  if (at::hasCUDA()) GTEST_SKIP() << "CUDA is available";
+  auto bytes = std::make_shared<std::vector<std::byte>>(8);
+  TorchOptions options;
+  options.device = c10::Device(c10::kCUDA);
+  auto tensors = ToTensors(HandMade(5, bytes, DType::kInt64, {1}), options);
+  ASSERT_FALSE(tensors.ok());
+  EXPECT_EQ(tensors.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(tensors.status().message().find("sample 5"), std::string::npos);
+  EXPECT_NE(tensors.status().message().find("LibTorch"), std::string::npos);
+}
+
+TEST(TorchAdapter, ToTensorInputRoundTripsThroughTheWriter) {
+  TempDir dir;
+  const std::vector<at::Tensor> sources = {
+      at::randn({5, 16}).to(at::kBFloat16), at::randint(0, 1000, {5}, at::kLong),
+      at::randn({5, 3}).to(at::kFloat8_e4m3fn), at::ones({2}, at::kBool)};
+  const std::vector<std::string> names = {"hidden_state", "input_ids", "fp8", "mask"};
+  Schema schema;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    Field field;
+    field.name = names[i];
+    field.dtype = *FromScalarType(sources[i].scalar_type());
+    field.rank = static_cast<uint32_t>(sources[i].dim());
+    schema.fields.push_back(field);
+  }
+  WriterOptions options;
+  options.fsync = false;
+  {
+    auto writer = Writer::Create(dir.path().string(), schema, options);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    SampleInput input;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      auto tensor = ToTensorInput(names[i], sources[i]);
+      ASSERT_TRUE(tensor.ok()) << tensor.status().ToString();
+      input.tensors.push_back(std::move(*tensor));
+    }
+    const Status appended = (*writer)->Append(input);
+    ASSERT_TRUE(appended.ok()) << appended.ToString();
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  auto dataset = Dataset::Open(dir.path().string());
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  auto sample = (*dataset)->Read(0);
+  ASSERT_TRUE(sample.ok()) << sample.status().ToString();
+  auto tensors = ToTensors(*sample);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const at::Tensor& got = (*tensors)[names[i]];
+    EXPECT_EQ(got.scalar_type(), sources[i].scalar_type()) << names[i];
+    EXPECT_EQ(got.sizes(), sources[i].sizes()) << names[i];
+    EXPECT_EQ(std::memcmp(got.const_data_ptr(), sources[i].const_data_ptr(), got.nbytes()), 0)
+        << names[i];
+  }
+
+  auto strided = ToTensorInput("x", at::zeros({4, 4}).t());
+  EXPECT_EQ(strided.status().code(), StatusCode::kInvalidArgument);
+  auto complex = ToTensorInput("z", at::zeros({2}, at::kComplexFloat));
+  EXPECT_EQ(complex.status().code(), StatusCode::kUnsupported);
+}
+
+}  // namespace
+}  // namespace libshard
