@@ -1,0 +1,50 @@
+"""libshard: packed, aligned shards of PyTorch hidden-state dumps, streamed with io_uring.
+
+Two lines in a training script::
+
+    import libshard
+    loader = libshard.Loader("/data/packed", batch_size=8, collate="pad")   # or libshard.open(...)
+
+* :func:`pack` converts a directory of ``torch.save`` / ``.safetensors`` files (once).
+* :func:`open` gives a map-style :class:`Dataset` (``ds[i]`` -> dict of tensors, as torch.load).
+* :class:`Loader` streams it: shuffled, split across ranks, batched, resumable.
+* :func:`pad_collate`, :func:`pack_collate` batch variable-length samples.
+
+Errors: ``FileNotFoundError``, ``ValueError``, ``OSError`` (with errno) and
+:class:`CorruptionError`, each with the library's message (file, sample, offset).
+"""
+
+from __future__ import annotations
+
+try:
+    from . import _core
+except ImportError as e:  # pragma: no cover - depends on how the package was installed
+    raise ImportError(
+        "libshard's C++ extension (libshard._core) is missing or does not load: install the "
+        "package with `pip install .` from the repository root, or build it with CMake "
+        "(-DLIBSHARD_BUILD_PYTHON=ON) and put <build>/python on PYTHONPATH. "
+        f"Cause: {e}") from e
+
+from ._collate import pack_collate, pad_collate
+from ._dataset import Dataset, Field, Schema, open
+from ._loader import Loader
+from ._pack import pack
+from ._tensors import INDEX_KEY
+
+#: Raised when dataset bytes violate the format or fail a checksum.
+CorruptionError = _core.CorruptionError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CorruptionError",
+    "Dataset",
+    "Field",
+    "INDEX_KEY",
+    "Loader",
+    "Schema",
+    "open",
+    "pack",
+    "pack_collate",
+    "pad_collate",
+]

@@ -1,0 +1,185 @@
+"""``libshard.Dataset``: a packed dataset as a map-style ``torch.utils.data.Dataset``."""
+
+from __future__ import annotations
+
+import operator
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from . import _core
+from ._tensors import sample_to_dict, torch_dtype
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One named tensor of every sample."""
+
+    name: str
+    #: Element type, e.g. ``torch.bfloat16``.
+    dtype: torch.dtype
+    #: Number of dimensions (0 for a scalar).
+    rank: int
+    #: The dimension holding the sequence (token) axis, or None.
+    seq_dim: Optional[int]
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The fields every sample has, and which one gives the sample's token length."""
+
+    fields: Tuple[Field, ...]
+    #: Name of the field whose ``shape[seq_dim]`` is the sample length, or None.
+    length_field: Optional[str]
+
+    @property
+    def names(self) -> List[str]:
+        return [f.name for f in self.fields]
+
+    @property
+    def seq_dims(self) -> Dict[str, Optional[int]]:
+        return {f.name: f.seq_dim for f in self.fields}
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return any(f.name == name for f in self.fields)
+
+    @staticmethod
+    def _from_core(d: Dict[str, Any]) -> "Schema":
+        fields = tuple(
+            Field(f["name"], torch_dtype(f["dtype"]), int(f["rank"]),
+                  None if f["seq_dim"] < 0 else int(f["seq_dim"]))
+            for f in d["fields"])
+        lf = d["length_field"]
+        return Schema(fields, None if lf < 0 else fields[lf].name)
+
+
+class Dataset(torch.utils.data.Dataset):
+    """A packed libshard dataset opened for random access.
+
+    ``ds[i]`` reads sample ``i`` (negative indices count from the end) and returns a dict of
+    ``torch.Tensor`` with the keys, dtypes, shapes and bytes that ``torch.load`` gives for the
+    source file (nested containers appear flattened, e.g. ``"hidden_states.0"``); non-tensor
+    entries of the source (strings, numbers) follow as Python values unless ``metadata=False``.
+    Tensors view the read buffer without a copy, are writable, and are private to the call.
+
+    Works as a map-style dataset in ``torch.utils.data.DataLoader``, also with ``num_workers > 0``:
+    pickling keeps only the path and options, and workers reopen the dataset.
+    Reads release the GIL. Thread-safe.
+
+    Raises (on open and on reads): ``FileNotFoundError`` (no dataset at ``path``),
+    ``libshard.CorruptionError`` (bad index, manifest or checksum; the message names the file,
+    sample and offset), ``OSError`` (I/O failure, with errno), ``ValueError``.
+    """
+
+    def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True) -> None:
+        """Opens the dataset in directory ``path``.
+
+        Args:
+          verify: check each sample's xxh3-64 checksum when it is read.
+          metadata: add the sample's non-tensor entries to the dicts ``ds[i]`` returns.
+        """
+        self._path = os.fspath(path)
+        self._verify = bool(verify)
+        self._metadata = bool(metadata)
+        self._core = _core.Dataset.open(self._path, self._verify)
+        self._schema: Optional[Schema] = None
+        self._lengths: Optional[np.ndarray] = None
+
+    # -- pickling: reopen by path (DataLoader workers with the spawn/forkserver start method) --
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"path": self._path, "verify": self._verify, "metadata": self._metadata}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__init__(state["path"], verify=state["verify"], metadata=state["metadata"])
+
+    def __repr__(self) -> str:
+        return (f"libshard.Dataset({self._path!r}, samples={len(self)}, "
+                f"fields={self.schema.names})")
+
+    def __len__(self) -> int:
+        return len(self._core)
+
+    def __getitem__(self, index: int) -> Dict[str, Any]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]  # type: ignore[return-value]
+        return sample_to_dict(self._core.read(operator.index(index)), metadata=self._metadata)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        for i in range(len(self)):
+            yield self[i]
+
+    @property
+    def path(self) -> str:
+        """The dataset directory as given to ``open``."""
+        return self._path
+
+    @property
+    def schema(self) -> Schema:
+        if self._schema is None:
+            self._schema = Schema._from_core(self._core.schema)
+        return self._schema
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Token length of every sample (int64 numpy array; from the index, no I/O). Read-only."""
+        if self._lengths is None:
+            lengths = self._core.lengths()
+            lengths.setflags(write=False)
+            self._lengths = lengths
+        return self._lengths
+
+    @property
+    def shards(self) -> List[Dict[str, Any]]:
+        """``[{"path", "size", "samples"}]`` for every shard file."""
+        return self._core.shards
+
+    @property
+    def total_raw_bytes(self) -> int:
+        return self._core.total_raw_bytes
+
+    @property
+    def total_stored_bytes(self) -> int:
+        return self._core.total_stored_bytes
+
+    def source(self, index: int) -> str:
+        """Relative path of the file sample ``index`` was packed from."""
+        return self._core.source(operator.index(index))["path"]
+
+    def provenance(self, index: int) -> Dict[str, Any]:
+        """``{"path", "size", "mtime_ns", "content_hash"}`` of sample ``index``'s source file."""
+        return self._core.source(operator.index(index))
+
+    def location(self, index: int) -> Dict[str, Any]:
+        """Where sample ``index`` is stored: ``{"shard", "offset", "stored_size", "raw_size",
+        "checksum", "flags", "length"}`` (``shard`` indexes :attr:`shards`)."""
+        return self._core.location(operator.index(index))
+
+    def metadata(self, index: int) -> Dict[str, Any]:
+        """The non-tensor entries (strings, numbers, bools) of sample ``index``'s source."""
+        return self._core.metadata(operator.index(index))
+
+    def verify(self, index: Optional[int] = None) -> None:
+        """Checks the checksum of sample ``index`` (all samples when None); raises
+        ``libshard.CorruptionError`` naming the file, sample and offset on a mismatch."""
+        if index is not None:
+            self._core.verify(operator.index(index))
+            return
+        for i in range(len(self)):
+            self._core.verify(i)
+
+
+def open(path: PathLike, *, verify: bool = True, metadata: bool = True) -> Dataset:  # noqa: A001
+    """Opens the packed dataset in directory ``path``; see :class:`Dataset`."""
+    return Dataset(path, verify=verify, metadata=metadata)

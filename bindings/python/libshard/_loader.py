@@ -1,0 +1,387 @@
+"""``libshard.Loader``: the streaming loader as a Python iterable."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _core
+from ._collate import pack_collate, pad_collate
+from ._dataset import Dataset, PathLike
+from ._tensors import sample_to_dict
+from ._units import parse_bytes
+
+Collate = Union[str, Callable[[List[Dict[str, Any]]], Any], None]
+
+
+def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
+    """(rank, world_size): explicit values, else torch.distributed when initialised, else the
+    RANK / WORLD_SIZE environment variables (as torchrun sets them), else (0, 1)."""
+    if rank is None or world_size is None:
+        dist_rank: Optional[int] = None
+        dist_world: Optional[int] = None
+        try:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                dist_rank, dist_world = dist.get_rank(), dist.get_world_size()
+        except Exception:  # noqa: BLE001 - a broken distributed setup falls back to the env
+            pass
+        if dist_rank is None:
+            try:
+                dist_rank = int(os.environ.get("RANK", "0"))
+                dist_world = int(os.environ.get("WORLD_SIZE", "1"))
+            except ValueError as e:
+                raise ValueError(f"RANK / WORLD_SIZE environment variables must be integers: {e}"
+                                 ) from None
+        rank = dist_rank if rank is None else rank
+        world_size = dist_world if world_size is None else world_size
+    if isinstance(rank, bool) or isinstance(world_size, bool) or \
+            not isinstance(rank, int) or not isinstance(world_size, int):
+        raise ValueError(f"rank and world_size must be integers, got rank={rank!r}, "
+                         f"world_size={world_size!r}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+    return rank, world_size
+
+
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(v, fn) for v in obj)
+    return obj
+
+
+class Loader:
+    """Streams a packed dataset: shuffled, split across ranks, batched, resumable.
+
+    Reads run on C++ threads with io_uring (or a pread pool) and O_DIRECT into one pinned arena of
+    ``memory_budget`` bytes; tensors are zero-copy views of it and stay valid after the loader is
+    deleted (their arena memory is reused only once every tensor viewing it is gone, so holding
+    many batches blocks the loader when the budget is spent).
+
+    Iteration yields, per step:
+      * one sample dict when neither ``batch_size`` nor ``max_tokens`` is set;
+      * a list of sample dicts per batch otherwise (``batch_size`` samples, or as many as fit in
+        ``max_tokens`` tokens);
+      * ``collate(list_of_samples)`` when ``collate`` is given (also in single-sample mode, with a
+        list of one). ``collate="pad"`` / ``"pack"`` select :func:`pad_collate` /
+        :func:`pack_collate` with the schema's sequence dimensions.
+
+    Epochs: iterating the loader runs one epoch (``len(loader)`` steps on this rank). The next
+    ``iter()`` continues with the next epoch, unless ``set_epoch(e)`` was called in between, which
+    selects epoch ``e`` (like ``DistributedSampler.set_epoch``). An iteration left early (``break``)
+    is continued by the next ``iter()`` from where it stopped.
+
+    Order: a global permutation per (seed, epoch), independent of the world size; rank ``r`` takes
+    global positions r, r+W, ... Every rank gets the same number of steps (wrap-around padding,
+    or the tail dropped with ``drop_last``). ``state_dict()`` is plain data (ints and lists);
+    ``load_state_dict`` continues exactly after the last step returned, also with another world
+    size.
+
+    Args:
+      data: a dataset directory or a :class:`libshard.Dataset`.
+      batch_size: samples per step (None: single samples).
+      shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
+      rank, world_size: default to torch.distributed when initialised, else RANK/WORLD_SIZE, else
+        0/1.
+      drop_last: drop the tail instead of padding by wrap-around (and drop a last partial batch).
+      fields: read only these tensors (less I/O).
+      max_len: read only the first ``max_len`` positions along each field's sequence dimension.
+      max_tokens: token-budget batches (from the index lengths; no I/O to plan them).
+      collate: see above.
+      memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
+      verify: check every sample's xxh3-64 checksum on worker threads.
+      on_error: "raise" (default) or "skip" (corrupt samples are skipped and counted in stats).
+      return_index: add each sample's dataset index under the key ``"__index__"``.
+      device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
+        stream one step ahead. Needs CUDA (ValueError otherwise).
+      metadata: add the sample's non-tensor source entries to the dicts.
+      queue_depth, read_size, engine ("auto"/"uring"/"pread"), io_mode ("auto"/"direct"/
+        "buffered"), pin_memory, worker_threads, slow_wait_warning_seconds,
+        stats_interval_seconds: tuning, see ``libshard/loader.h``.
+
+    Raises: ``FileNotFoundError`` for a missing dataset, ``ValueError`` for bad options (the message
+    names the option), ``libshard.CorruptionError`` / ``OSError`` while iterating.
+    """
+
+    def __init__(self, data: Union[PathLike, Dataset], *,
+                 batch_size: Optional[int] = None,
+                 shuffle: bool = True,
+                 seed: int = 0,
+                 rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 drop_last: bool = False,
+                 fields: Optional[Sequence[str]] = None,
+                 max_len: Optional[int] = None,
+                 max_tokens: Optional[int] = None,
+                 collate: Collate = None,
+                 memory_budget: Union[int, str] = "2GiB",
+                 verify: bool = False,
+                 on_error: str = "raise",
+                 return_index: bool = False,
+                 device: Union[str, torch.device, None] = None,
+                 metadata: bool = True,
+                 queue_depth: int = 64,
+                 read_size: Union[int, str] = "4MiB",
+                 engine: str = "auto",
+                 io_mode: str = "auto",
+                 pin_memory: bool = True,
+                 worker_threads: int = 1,
+                 slow_wait_warning_seconds: float = 10.0,
+                 stats_interval_seconds: float = 0.0) -> None:
+        if isinstance(data, Dataset):
+            self._dataset = data
+        elif isinstance(data, (str, os.PathLike)):
+            self._dataset = Dataset(data, verify=False)
+        else:
+            raise ValueError(f"Loader needs a dataset directory or a libshard.Dataset, got "
+                             f"{type(data).__name__}")
+        self._rank, self._world_size = resolve_rank(rank, world_size)
+        if batch_size is not None and max_tokens is not None:
+            raise ValueError("batch_size and max_tokens are exclusive: give one of them")
+        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
+                            ("max_len", max_len)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if isinstance(fields, str):
+            fields = [fields]
+        if fields is not None:
+            unknown = [f for f in fields if f not in self._dataset.schema]
+            if unknown:
+                raise ValueError(f"fields {unknown} are not in the dataset {self._dataset.path} "
+                                 f"(it has {self._dataset.schema.names})")
+        self._batched = batch_size is not None or max_tokens is not None
+        self._collate = self._make_collate(collate)
+        self._return_index = bool(return_index)
+        self._metadata = bool(metadata)
+        self._device = self._check_device(device)
+        self._seed = seed
+        self._options: Dict[str, Any] = {
+            "shuffle": bool(shuffle),
+            "seed": seed,
+            "rank": self._rank,
+            "world_size": self._world_size,
+            "drop_last": bool(drop_last),
+            "fields": list(fields or []),
+            "max_len": max_len or 0,
+            "batch_size": batch_size or 0,
+            "max_tokens": max_tokens or 0,
+            "memory_budget": parse_bytes(memory_budget, "memory_budget"),
+            "queue_depth": queue_depth,
+            "read_size": parse_bytes(read_size, "read_size"),
+            "engine": engine,
+            "io_mode": io_mode,
+            "pin_memory": bool(pin_memory),
+            "worker_threads": worker_threads,
+            "verify_checksums": bool(verify),
+            "on_error": on_error,
+            "slow_wait_warning_seconds": float(slow_wait_warning_seconds),
+            "stats_interval_seconds": float(stats_interval_seconds),
+        }
+        self._core: Optional[_core.Loader] = None
+        self._core = _core.Loader(self._dataset._core, self._options)
+        # True once this epoch's last step was returned: the next iter() starts the next epoch.
+        self._exhausted = False
+
+    # -- configuration ---------------------------------------------------------------------
+    def _make_collate(self, collate: Collate) -> Optional[Callable[[List[Dict[str, Any]]], Any]]:
+        schema = self._dataset.schema
+        if collate is None:
+            return None
+        if collate == "pad" or collate is pad_collate:
+            return lambda s: pad_collate(s, seq_dims=schema.seq_dims,
+                                         length_field=schema.length_field)
+        if collate == "pack" or collate is pack_collate:
+            return lambda s: pack_collate(s, seq_dims=schema.seq_dims,
+                                          length_field=schema.length_field)
+        if callable(collate):
+            return collate
+        raise ValueError(f"collate must be None, 'pad', 'pack' or a callable, got {collate!r}")
+
+    @staticmethod
+    def _check_device(device: Union[str, torch.device, None]) -> Optional[torch.device]:
+        if device is None:
+            return None
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device {device!r} is not a valid torch device: {e}") from None
+        if dev.type == "cpu":
+            return None
+        if dev.type != "cuda":
+            raise ValueError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={str(device)!r} needs CUDA, but torch.cuda.is_available() is "
+                             "False (CPU-only torch build or no GPU visible); pass device=None and "
+                             "keep the tensors on the CPU")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r} does not exist: "
+                             f"{torch.cuda.device_count()} CUDA device(s) visible")
+        return dev
+
+    def _require_core(self) -> "_core.Loader":
+        if self._core is None:
+            raise ValueError("the Loader is closed")
+        return self._core
+
+    # -- iteration -------------------------------------------------------------------------
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next step comes from."""
+        return int(self.state_dict()["epoch"])
+
+    def __len__(self) -> int:
+        """Steps (samples or batches) this rank gets per epoch."""
+        return int(self._require_core().batches_per_epoch())
+
+    def __iter__(self) -> Iterator[Any]:
+        core = self._require_core()
+        if self._exhausted:
+            core.set_epoch(int(core.state()["epoch"]) + 1)
+            self._exhausted = False
+        steps = self._steps(core)
+        if self._device is not None:
+            return self._to_device(steps, self._device)
+        return steps
+
+    def _steps(self, core: "_core.Loader") -> Iterator[Any]:
+        convert = sample_to_dict
+        metadata, return_index = self._metadata, self._return_index
+        while True:
+            raw = core.next()
+            if raw is None:
+                self._exhausted = True
+                return
+            samples = [convert(s, metadata=metadata, return_index=return_index) for s in raw]
+            del raw
+            if self._collate is not None:
+                step = self._collate(samples)
+            elif self._batched:
+                step = samples
+            else:
+                step = samples[0]
+            del samples
+            yield step
+            # Drop this frame's reference before waiting for the next step: the consumer alone
+            # decides how long the step's arena memory stays in use.
+            del step
+
+    @staticmethod
+    def _to_device(steps: Iterator[Any], device: torch.device) -> Iterator[Any]:
+        """Copies step k+1 to ``device`` on a side stream while step k is consumed."""
+        stream = torch.cuda.Stream(device=device)
+
+        def stage(step: Any) -> Tuple[Any, Any, Any]:
+            with torch.cuda.stream(stream):
+                moved = _map_tensors(step, lambda t: t.to(device, non_blocking=True))
+                event = torch.cuda.Event()
+                event.record(stream)
+            return moved, step, event  # keep the CPU step alive until its copy completed
+
+        pending: Optional[Tuple[Any, Any, Any]] = None
+        for step in steps:
+            staged = stage(step)
+            del step
+            if pending is not None:
+                yield Loader._deliver(pending, device)
+            pending = staged
+        if pending is not None:
+            yield Loader._deliver(pending, device)
+
+    @staticmethod
+    def _deliver(staged: Tuple[Any, Any, Any], device: torch.device) -> Any:
+        moved, _cpu_step, event = staged
+        current = torch.cuda.current_stream(device)
+        current.wait_event(event)
+        _map_tensors(moved, lambda t: t.record_stream(current))
+        event.synchronize()  # the copy is done; the CPU tensors (arena memory) may be released
+        return moved
+
+    # -- epochs and checkpoints ------------------------------------------------------------
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next ``iter()`` run epoch ``epoch`` from its beginning."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        self._require_core().set_epoch(epoch)
+        self._exhausted = False
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the stream stands, after the last step returned: ``{"seed", "epoch",
+        "position", "skipped"}`` (ints and a list of ints). After a completed epoch it points at
+        the start of the next one. The same on every rank after the same number of steps."""
+        state = self._require_core().state()
+        if self._exhausted:
+            state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
+                     "skipped": []}
+        return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
+                "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]]}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
+        size): the next step is the one after the last step the saved loader returned."""
+        if not isinstance(state, dict):
+            raise ValueError(f"load_state_dict needs the dict from state_dict(), got "
+                             f"{type(state).__name__}")
+        missing = [k for k in ("seed", "epoch", "position") if k not in state]
+        if missing:
+            raise ValueError(f"state dict misses {missing}; pass what Loader.state_dict() returned")
+        options = dict(self._options)
+        options["resume"] = {"seed": state["seed"], "epoch": state["epoch"],
+                             "position": state["position"],
+                             "skipped": list(state.get("skipped", []))}
+        new_core = _core.Loader(self._dataset._core, options)
+        self.close()
+        self._core = new_core
+        self._exhausted = False
+
+    def stats(self) -> Dict[str, Any]:
+        """Loader statistics: samples/bytes delivered and read, throughput (GB/s), the consumer's
+        wait time and share, reads in flight, engine and direct-I/O status, pinning, arena budget /
+        in use / peak, checksum failures and skipped samples."""
+        return self._require_core().stats()
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stops reads in flight and releases the loader. Tensors already returned stay valid."""
+        core, self._core = self._core, None
+        if core is not None:
+            core.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - never raise from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        return (f"libshard.Loader({self._dataset.path!r}, rank={self._rank}, "
+                f"world_size={self._world_size}, steps_per_epoch="
+                f"{len(self) if self._core is not None else 'closed'})")

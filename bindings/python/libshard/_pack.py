@@ -1,0 +1,75 @@
+"""``libshard.pack``: the ``libshard pack`` converter as a function."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+from . import _core
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def pack(src: Optional[PathLike], out: PathLike, *,
+         files_from: Optional[PathLike] = None,
+         include: Optional[Sequence[str]] = None,
+         exclude: Optional[Sequence[str]] = None,
+         shard_size: Union[int, str] = "4GiB",
+         compress: str = "none",
+         fields: Optional[Sequence[str]] = None,
+         threads: Optional[int] = None,
+         on_error: str = "fail",
+         resume: bool = False,
+         append: bool = False,
+         part: Optional[str] = None,
+         allow_varying_dims: bool = False,
+         progress: bool = False,
+         **options: Any) -> Dict[str, Any]:
+    """Packs the ``torch.save`` / ``.safetensors`` files under ``src`` into a dataset at ``out``.
+
+    The same conversion and options as ``libshard pack SRC -o OUT``: files are found recursively
+    and ordered by natural sort of their relative paths (``data_2`` before ``data_10``).
+
+    Args:
+      src: the source directory (may be None with ``files_from``).
+      out: the dataset directory to create.
+      files_from: a file listing sources, one a line ("-" for stdin).
+      include, exclude: glob filters on relative paths (repeatable on the command line).
+      shard_size: roll to a new shard past this size (int bytes or "4GiB", "512M", ...).
+      compress: "none", "zstd" or "zstd:LEVEL" (2-byte dtypes are byte-shuffled first).
+      fields: keep only these tensors.
+      threads: conversion threads (None: the number of CPUs).
+      on_error: "fail" (nothing that opens as complete is left) or "skip" (bad files are listed in
+        ``OUT/skipped.txt``).
+      resume: continue an interrupted pack of ``out``.
+      append: add the sources not yet in the dataset ``out``.
+      part: "I/N": convert only the I-th of N contiguous slices (merge the parts afterwards).
+      allow_varying_dims: allow dimensions other than the sequence dimension to vary.
+      progress: print progress lines to stderr.
+
+    Returns a summary dict (samples, shards, bytes in and out, seconds, skipped, ...).
+    Raises ``FileNotFoundError``, ``ValueError``, ``OSError`` or ``libshard.CorruptionError``
+    (the message names the source file and what is wrong with it). Releases the GIL.
+    """
+    if not getattr(_core, "HAVE_PACK", False):
+        raise RuntimeError("this build of libshard was made without the pack pipeline")
+    opts: Dict[str, Any] = {
+        "src": "" if src is None else os.fspath(src),
+        "out": os.fspath(out),
+        "files_from": "" if files_from is None else os.fspath(files_from),
+        "include": list(include or []),
+        "exclude": list(exclude or []),
+        "shard_size": str(shard_size),
+        "compress": compress,
+        "fields": list(fields or []),
+        "threads": 0 if threads is None else threads,
+        "on_error": on_error,
+        "resume": bool(resume),
+        "append": bool(append),
+        "part": part or "",
+        "allow_varying_dims": bool(allow_varying_dims),
+        "progress": bool(progress),
+    }
+    for key, value in options.items():
+        opts[key] = value
+    return _core.pack(opts)

@@ -1,0 +1,51 @@
+// Internal declarations shared by the translation units of the `libshard._core` extension.
+//
+// Conventions: every function that calls into the library and can block (file I/O, waiting for the
+// loader) releases the GIL around that call and converts results to Python objects only after
+// re-acquiring it. A non-OK Status becomes a Python exception through ThrowStatus().
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <utility>
+
+#include "libshard/sample.h"
+#include "libshard/status.h"
+
+namespace libshard::python {
+
+namespace py = pybind11;
+
+// Raises the Python exception for `status` (which must not be OK): NotFound -> FileNotFoundError,
+// InvalidArgument/Unsupported -> ValueError, IoError -> OSError(errno, message),
+// Corruption -> libshard.CorruptionError, anything else -> RuntimeError. Never returns.
+[[noreturn]] void ThrowStatus(const Status& status);
+
+inline void ThrowIfError(const Status& status) {
+  if (!status.ok()) ThrowStatus(status);
+}
+
+template <typename T>
+T ValueOrThrow(Result<T> result) {
+  if (!result.ok()) ThrowStatus(result.status());
+  return std::move(result).value();
+}
+
+// Python value of a metadata entry, and a dict of all entries.
+py::object MetaValueToPython(const MetaValue& value);
+py::dict MetadataToPython(const Metadata& metadata);
+
+// A sample as plain Python data for the pure-Python layer, which makes the torch tensors:
+//   (index, [(name, dtype_name, shape_tuple, memory_or_None), ...], metadata_dict)
+// `memory` is a `_core.TensorMemory` exporting the tensor's bytes as a 1-D uint8 buffer; it holds
+// the Sample's memory owner, so the bytes stay valid while any tensor made from it lives. Zero-size
+// tensors get None (torch.frombuffer refuses empty buffers).
+py::tuple SampleToPython(const Sample& sample);
+
+void RegisterErrors(py::module_& m);
+void RegisterTensorMemory(py::module_& m);
+void RegisterDataset(py::module_& m);
+void RegisterLoader(py::module_& m);
+void RegisterPack(py::module_& m);
+
+}  // namespace libshard::python

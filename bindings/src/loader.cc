@@ -1,0 +1,289 @@
+// libshard._core.Loader: the streaming loader (libshard/loader.h) for the Python layer.
+//
+// Options arrive as a dict whose keys are LoaderOptions' member names (plus "resume", a state
+// dict); unknown keys and wrong types raise ValueError naming the key. next() blocks with the GIL
+// released. Consumer calls (next, set_epoch, state) are serialised by a mutex so that misuse from
+// several Python threads cannot race inside the library; stats() and stop() may run concurrently.
+#include "libshard/loader.h"
+
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+
+namespace libshard::python {
+namespace {
+
+[[noreturn]] void BadOption(const std::string& key, const std::string& what) {
+  throw py::value_error("Loader option '" + key + "': " + what);
+}
+
+template <typename T>
+T Get(const std::string& key, const py::handle& value) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    BadOption(key, "has the wrong type (" + std::string(py::str(py::type::of(value).attr(
+                                                "__name__"))) + ")");
+  }
+}
+
+uint64_t GetUnsigned(const std::string& key, const py::handle& value) {
+  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value)) {
+    BadOption(key, "must be a non-negative integer");
+  }
+  py::int_ i = py::reinterpret_borrow<py::int_>(value);
+  if (i < py::int_(0)) BadOption(key, "must be a non-negative integer, got " + std::string(py::str(i)));
+  try {
+    return i.cast<uint64_t>();
+  } catch (const py::cast_error&) {
+    BadOption(key, "is too large");
+  }
+}
+
+double GetDouble(const std::string& key, const py::handle& value) {
+  if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
+    BadOption(key, "must be a number");
+  }
+  return value.cast<double>();
+}
+
+uint32_t GetU32(const std::string& key, const py::handle& value) {
+  uint64_t v = GetUnsigned(key, value);
+  if (v > UINT32_MAX) BadOption(key, "is too large");
+  return static_cast<uint32_t>(v);
+}
+
+LoaderState StateFromPython(const py::handle& obj) {
+  if (!py::isinstance<py::dict>(obj)) BadOption("resume", "must be a dict from state()");
+  py::dict d = py::reinterpret_borrow<py::dict>(obj);
+  LoaderState state;
+  for (const char* key : {"seed", "epoch", "position"}) {
+    if (!d.contains(key)) BadOption("resume", std::string("misses the key '") + key + "'");
+  }
+  state.seed = GetUnsigned("resume.seed", d["seed"]);
+  state.epoch = GetUnsigned("resume.epoch", d["epoch"]);
+  state.position = GetUnsigned("resume.position", d["position"]);
+  if (d.contains("skipped")) {
+    for (const py::handle& s : py::iterable(d["skipped"])) {
+      state.skipped.push_back(GetUnsigned("resume.skipped", s));
+    }
+  }
+  return state;
+}
+
+py::dict StateToPython(const LoaderState& state) {
+  py::dict out;
+  out["seed"] = state.seed;
+  out["epoch"] = state.epoch;
+  out["position"] = state.position;
+  py::list skipped;
+  for (uint64_t s : state.skipped) skipped.append(s);
+  out["skipped"] = std::move(skipped);
+  return out;
+}
+
+LoaderOptions OptionsFromPython(const py::dict& d) {
+  LoaderOptions o;
+  for (const auto& [k, v] : d) {
+    const std::string key = py::str(k);
+    if (key == "shuffle") o.shuffle = Get<bool>(key, v);
+    else if (key == "seed") o.seed = GetUnsigned(key, v);
+    else if (key == "epoch") o.epoch = GetUnsigned(key, v);
+    else if (key == "rank") o.rank = GetU32(key, v);
+    else if (key == "world_size") o.world_size = GetU32(key, v);
+    else if (key == "drop_last") o.drop_last = Get<bool>(key, v);
+    else if (key == "resume") {
+      if (!v.is_none()) o.resume = StateFromPython(v);
+    } else if (key == "fields") o.fields = Get<std::vector<std::string>>(key, v);
+    else if (key == "max_len") o.max_len = GetUnsigned(key, v);
+    else if (key == "batch_size") o.batch_size = GetU32(key, v);
+    else if (key == "max_tokens") o.max_tokens = GetUnsigned(key, v);
+    else if (key == "memory_budget") o.memory_budget = GetUnsigned(key, v);
+    else if (key == "queue_depth") o.queue_depth = GetU32(key, v);
+    else if (key == "read_size") o.read_size = GetUnsigned(key, v);
+    else if (key == "engine") {
+      const std::string s = Get<std::string>(key, v);
+      if (s == "auto") o.engine = IoEngineKind::kAuto;
+      else if (s == "uring" || s == "io_uring") o.engine = IoEngineKind::kIoUring;
+      else if (s == "pread") o.engine = IoEngineKind::kPread;
+      else BadOption(key, "must be 'auto', 'uring' or 'pread', got '" + s + "'");
+    } else if (key == "io_mode") {
+      const std::string s = Get<std::string>(key, v);
+      if (s == "auto") o.io_mode = IoMode::kAuto;
+      else if (s == "direct") o.io_mode = IoMode::kDirect;
+      else if (s == "buffered") o.io_mode = IoMode::kBuffered;
+      else BadOption(key, "must be 'auto', 'direct' or 'buffered', got '" + s + "'");
+    } else if (key == "pin_memory") o.pin_memory = Get<bool>(key, v);
+    else if (key == "worker_threads") o.worker_threads = GetU32(key, v);
+    else if (key == "verify_checksums") o.verify_checksums = Get<bool>(key, v);
+    else if (key == "on_error") {
+      const std::string s = Get<std::string>(key, v);
+      if (s == "raise") o.on_error = OnError::kRaise;
+      else if (s == "skip") o.on_error = OnError::kSkip;
+      else BadOption(key, "must be 'raise' or 'skip', got '" + s + "'");
+    } else if (key == "slow_wait_warning_seconds") o.slow_wait_warning_seconds = GetDouble(key, v);
+    else if (key == "stats_interval_seconds") o.stats_interval_seconds = GetDouble(key, v);
+    else BadOption(key, "is not a known option");
+  }
+  return o;
+}
+
+py::dict StatsToPython(const LoaderStats& s) {
+  py::dict out;
+  out["samples_delivered"] = s.samples_delivered;
+  out["batches_delivered"] = s.batches_delivered;
+  out["bytes_delivered"] = s.bytes_delivered;
+  out["bytes_read"] = s.bytes_read;
+  out["elapsed_seconds"] = s.elapsed_seconds;
+  out["throughput_gbps"] = s.throughput_gbps;
+  out["wait_seconds"] = s.wait_seconds;
+  out["wait_share"] = s.wait_share;
+  out["reads_in_flight"] = s.reads_in_flight;
+  out["oldest_read_age_seconds"] = s.oldest_read_age_seconds;
+  py::list inflight;
+  for (const InflightRead& r : s.inflight) {
+    py::dict d;
+    d["file"] = r.file;
+    d["offset"] = r.offset;
+    d["length"] = r.length;
+    d["sample"] = r.sample;
+    d["age_seconds"] = r.age_seconds;
+    inflight.append(std::move(d));
+  }
+  out["inflight"] = std::move(inflight);
+  out["engine"] = s.engine;
+  out["direct_io"] = s.direct_io;
+  out["pinned"] = s.pinned;
+  out["pin_status"] = s.pin_status;
+  out["arena_budget"] = s.arena_budget;
+  out["arena_in_use"] = s.arena_in_use;
+  out["arena_peak"] = s.arena_peak;
+  out["checksum_failures"] = s.checksum_failures;
+  out["samples_skipped"] = s.samples_skipped;
+  return out;
+}
+
+// Owns the library Loader. close() (or destruction) stops reads in flight and waits for them
+// with the GIL released.
+class PyLoader {
+ public:
+  PyLoader(std::shared_ptr<Dataset> dataset, const py::dict& options) {
+    LoaderOptions o = OptionsFromPython(options);
+    Result<std::unique_ptr<Loader>> created = [&] {
+      py::gil_scoped_release release;
+      return Loader::Create(std::move(dataset), o);
+    }();
+    loader_ = std::shared_ptr<Loader>(ValueOrThrow(std::move(created)));
+  }
+  PyLoader(const PyLoader&) = delete;
+  PyLoader& operator=(const PyLoader&) = delete;
+  ~PyLoader() {
+    if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+      py::gil_scoped_release release;
+      Close();
+    } else {
+      Close();
+    }
+  }
+
+  py::object Next() {
+    std::shared_ptr<Loader> loader = Get();
+    Result<std::optional<Batch>> batch = [&] {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(consumer_mu_);
+      return loader->Next();
+    }();
+    std::optional<Batch> value = ValueOrThrow(std::move(batch));
+    if (!value.has_value()) return py::none();
+    py::list out(value->samples.size());
+    for (size_t i = 0; i < value->samples.size(); ++i) out[i] = SampleToPython(value->samples[i]);
+    // Drop the library's references before returning so memory is held only by Python objects.
+    value.reset();
+    return out;
+  }
+
+  void SetEpoch(uint64_t epoch) {
+    std::shared_ptr<Loader> loader = Get();
+    Status status = [&] {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(consumer_mu_);
+      return loader->SetEpoch(epoch);
+    }();
+    ThrowIfError(status);
+  }
+
+  py::dict State() {
+    std::shared_ptr<Loader> loader = Get();
+    LoaderState state;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(consumer_mu_);
+      state = loader->state();
+    }
+    return StateToPython(state);
+  }
+
+  uint64_t BatchesPerEpoch() { return Get()->batches_per_epoch(); }
+  py::dict Stats() { return StatsToPython(Get()->stats()); }
+
+  void Stop() {
+    std::shared_ptr<Loader> loader = Peek();
+    if (loader) loader->Stop();
+  }
+
+  // Stops, waits for reads in flight, and frees the arena once no sample holds it. Idempotent.
+  // Call without the GIL.
+  void Close() {
+    std::shared_ptr<Loader> loader;
+    {
+      std::lock_guard<std::mutex> lock(ptr_mu_);
+      loader = std::move(loader_);
+    }
+    if (!loader) return;
+    loader->Stop();
+    std::lock_guard<std::mutex> lock(consumer_mu_);  // a next() in flight returns Aborted first
+    loader.reset();
+  }
+
+  bool closed() { return Peek() == nullptr; }
+
+ private:
+  std::shared_ptr<Loader> Peek() {
+    std::lock_guard<std::mutex> lock(ptr_mu_);
+    return loader_;
+  }
+  std::shared_ptr<Loader> Get() {
+    std::shared_ptr<Loader> loader = Peek();
+    if (!loader) throw py::value_error("the Loader is closed");
+    return loader;
+  }
+
+  std::mutex ptr_mu_;       // guards loader_
+  std::mutex consumer_mu_;  // serialises next/set_epoch/state
+  std::shared_ptr<Loader> loader_;
+};
+
+}  // namespace
+
+void RegisterLoader(py::module_& m) {
+  py::class_<PyLoader>(m, "Loader", "The streaming loader; see libshard.Loader for the Python API.")
+      .def(py::init<std::shared_ptr<Dataset>, const py::dict&>(), py::arg("dataset"),
+           py::arg("options"))
+      .def("next", &PyLoader::Next,
+           "The next batch as a list of samples (see Dataset.read), or None at the end of the "
+           "epoch. Blocks with the GIL released.")
+      .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("state", &PyLoader::State)
+      .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
+      .def("stats", &PyLoader::Stats)
+      .def("stop", &PyLoader::Stop, py::call_guard<py::gil_scoped_release>())
+      .def("close", &PyLoader::Close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("closed", &PyLoader::closed);
+}
+
+}  // namespace libshard::python

@@ -1,0 +1,168 @@
+// libshard._core.pack: the `libshard pack` pipeline (converters/pack/pack.h) for Python.
+//
+// Takes the options as a dict (built by libshard/_pack.py) whose values use the command line's
+// spellings ("4GiB", "zstd:3", "1/4"), parsed by the same functions as the CLI. Runs with the GIL
+// released; progress lines (when asked) go to stderr from the calling thread.
+#include <pybind11/stl.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+
+#if defined(LIBSHARD_PY_HAVE_PACK)
+#include "pack/option_parsing.h"
+#include "pack/pack.h"
+#endif
+
+namespace libshard::python {
+
+#if defined(LIBSHARD_PY_HAVE_PACK)
+namespace {
+
+[[noreturn]] void BadOption(const std::string& key, const std::string& what) {
+  throw py::value_error("pack option '" + key + "': " + what);
+}
+
+template <typename T>
+T Get(const std::string& key, const py::handle& value) {
+  try {
+    return value.cast<T>();
+  } catch (const py::cast_error&) {
+    BadOption(key, "has the wrong type (" +
+                       std::string(py::str(py::type::of(value).attr("__name__"))) + ")");
+  }
+}
+
+uint64_t GetUnsigned(const std::string& key, const py::handle& value) {
+  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value) ||
+      value.cast<py::int_>() < py::int_(0)) {
+    BadOption(key, "must be a non-negative integer");
+  }
+  return Get<uint64_t>(key, value);
+}
+
+convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
+  convert::PackOptions o;
+  for (const auto& [k, v] : d) {
+    const std::string key = py::str(k);
+    if (key == "src") o.source_root = Get<std::string>(key, v);
+    else if (key == "out") o.output = Get<std::string>(key, v);
+    else if (key == "files_from") o.files_from = Get<std::string>(key, v);
+    else if (key == "include") o.include = Get<std::vector<std::string>>(key, v);
+    else if (key == "exclude") o.exclude = Get<std::vector<std::string>>(key, v);
+    else if (key == "shard_size") {
+      Result<uint64_t> size = convert::ParseByteSize(Get<std::string>(key, v));
+      if (!size.ok()) ThrowStatus(size.status().WithContext("pack option 'shard_size'"));
+      o.shard_size = *size;
+    } else if (key == "compress") {
+      Result<convert::CompressionSpec> parsed = convert::ParseCompression(Get<std::string>(key, v));
+      if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'compress'"));
+      const convert::CompressionSpec& spec = *parsed;
+      o.compression = spec.compression;
+      o.zstd_level = spec.level;
+    } else if (key == "fields") o.fields = Get<std::vector<std::string>>(key, v);
+    else if (key == "threads") {
+      const uint64_t threads = GetUnsigned(key, v);
+      if (threads > 4096) BadOption(key, "is too large");
+      o.threads = static_cast<unsigned>(threads);
+    } else if (key == "on_error") {
+      const std::string s = Get<std::string>(key, v);
+      if (s == "fail" || s == "raise") o.on_error = convert::OnError::kFail;
+      else if (s == "skip") o.on_error = convert::OnError::kSkip;
+      else BadOption(key, "must be 'fail' or 'skip', got '" + s + "'");
+    } else if (key == "resume") o.resume = Get<bool>(key, v);
+    else if (key == "append") o.append = Get<bool>(key, v);
+    else if (key == "part") {
+      const std::string s = Get<std::string>(key, v);
+      if (!s.empty()) {
+        Result<convert::PartSpec> parsed = convert::ParsePart(s);
+        if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'part'"));
+        const convert::PartSpec& part = *parsed;
+        o.part_index = part.index;
+        o.part_count = part.count;
+      }
+    } else if (key == "allow_varying_dims") o.allow_varying_dims = Get<bool>(key, v);
+    else if (key == "hash_sources") o.hash_sources = Get<bool>(key, v);
+    else if (key == "window_bytes") o.window_bytes = GetUnsigned(key, v);
+    else if (key == "fsync") o.fsync = Get<bool>(key, v);
+    else if (key == "journal_every_bytes") o.journal_every_bytes = GetUnsigned(key, v);
+    else if (key == "progress") *progress = Get<bool>(key, v);
+    else BadOption(key, "is not a known option");
+  }
+  return o;
+}
+
+py::dict SummaryToPython(const convert::PackSummary& s) {
+  py::dict out;
+  out["output"] = s.output;
+  out["samples"] = s.dataset.samples;
+  out["shards"] = s.dataset.shards;
+  out["samples_added"] = s.samples_added;
+  out["sources_selected"] = s.sources_selected;
+  out["already_present"] = s.already_present;
+  py::list skipped;
+  for (const convert::SkippedSource& k : s.skipped) {
+    py::dict e;
+    e["path"] = k.path;
+    e["reason"] = k.reason;
+    skipped.append(std::move(e));
+  }
+  out["skipped"] = std::move(skipped);
+  out["skipped_report"] = s.skipped_report;
+  out["bytes_in"] = s.bytes_in;
+  out["bytes_out"] = s.bytes_out;
+  out["raw_bytes"] = s.raw_bytes;
+  out["seconds"] = s.seconds;
+  out["peak_rss_bytes"] = s.peak_rss_bytes;
+  py::dict dataset;
+  dataset["samples"] = s.dataset.samples;
+  dataset["shards"] = s.dataset.shards;
+  dataset["raw_bytes"] = s.dataset.raw_bytes;
+  dataset["stored_bytes"] = s.dataset.stored_bytes;
+  out["dataset"] = std::move(dataset);
+  return out;
+}
+
+}  // namespace
+
+void RegisterPack(py::module_& m) {
+  m.attr("HAVE_PACK") = true;
+  m.def(
+      "pack",
+      [](const py::dict& options) {
+        bool progress = false;
+        convert::PackOptions o = OptionsFromPython(options, &progress);
+        if (progress) {
+          o.progress = [](const convert::PackProgress& p) {
+            std::fprintf(stderr, "libshard pack: %llu/%llu files, %s of %s, %llu skipped%s\n",
+                         static_cast<unsigned long long>(p.files_done),
+                         static_cast<unsigned long long>(p.files_total),
+                         convert::FormatBytes(p.bytes_done).c_str(),
+                         convert::FormatBytes(p.bytes_total).c_str(),
+                         static_cast<unsigned long long>(p.skipped), p.finished ? ", done" : "");
+          };
+        }
+        ThrowIfError(convert::ValidatePackOptions(o));
+        Result<convert::PackSummary> summary = [&] {
+          py::gil_scoped_release release;
+          return convert::Pack(o);
+        }();
+        return SummaryToPython(ValueOrThrow(std::move(summary)));
+      },
+      py::arg("options"), "Runs a pack job (see libshard.pack); returns the summary dict.");
+}
+
+#else  // !LIBSHARD_PY_HAVE_PACK
+
+void RegisterPack(py::module_& m) {
+  m.attr("HAVE_PACK") = false;
+  m.def("pack", [](const py::dict&) {
+    throw py::value_error("this build of libshard has no pack pipeline (LIBSHARD_BUILD_TOOLS=OFF)");
+  });
+}
+
+#endif
+
+}  // namespace libshard::python

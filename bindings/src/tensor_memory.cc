@@ -1,0 +1,98 @@
+// TensorMemory: the bytes of one tensor of a Sample, exported through the Python buffer protocol.
+//
+// The Python layer turns it into a tensor with torch.frombuffer (no LibTorch in this extension).
+// torch keeps a reference to the exporting object for as long as the tensor's storage lives, and
+// the object holds the Sample's memory owner, so arena slots and Dataset::Read buffers outlive the
+// Loader and Dataset that produced them.
+//
+// The buffer is exported writable. That is safe: every Sample gets memory of its own (a Read buffer
+// or an arena slot that is not reused while any holder lives), so a write only changes this
+// sample's tensors. A read-only export would make torch.frombuffer warn on every tensor.
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "bindings.h"
+
+namespace libshard::python {
+namespace {
+
+class TensorMemory {
+ public:
+  TensorMemory(std::shared_ptr<const void> owner, const std::byte* data, uint64_t nbytes)
+      : owner_(std::move(owner)), data_(data), nbytes_(nbytes) {}
+
+  py::buffer_info Buffer() const {
+    // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): see the file comment.
+    void* ptr = const_cast<std::byte*>(data_);
+    return py::buffer_info(ptr, /*itemsize=*/1, py::format_descriptor<uint8_t>::format(),
+                           /*ndim=*/1, {static_cast<py::ssize_t>(nbytes_)}, {py::ssize_t{1}},
+                           /*readonly=*/false);
+  }
+  uint64_t nbytes() const { return nbytes_; }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(data_); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const std::byte* data_;
+  uint64_t nbytes_;
+};
+
+}  // namespace
+
+void RegisterTensorMemory(py::module_& m) {
+  py::class_<TensorMemory>(m, "TensorMemory", py::buffer_protocol(),
+                           "The bytes of one sample tensor (a 1-D uint8 buffer). Keeps the "
+                           "sample's memory alive while referenced.")
+      .def_buffer(&TensorMemory::Buffer)
+      .def_property_readonly("nbytes", &TensorMemory::nbytes)
+      .def_property_readonly("address", &TensorMemory::address)
+      .def("__len__", &TensorMemory::nbytes);
+}
+
+py::object MetaValueToPython(const MetaValue& value) {
+  return std::visit(
+      [](const auto& v) -> py::object {
+        using V = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<V, bool>) {
+          return py::bool_(v);
+        } else if constexpr (std::is_same_v<V, int64_t>) {
+          return py::int_(v);
+        } else if constexpr (std::is_same_v<V, double>) {
+          return py::float_(v);
+        } else {
+          return py::str(v);
+        }
+      },
+      value);
+}
+
+py::dict MetadataToPython(const Metadata& metadata) {
+  py::dict out;
+  for (const MetaEntry& entry : metadata) out[py::str(entry.key)] = MetaValueToPython(entry.value);
+  return out;
+}
+
+py::tuple SampleToPython(const Sample& sample) {
+  const std::vector<TensorView>& views = sample.tensors();
+  py::list fields(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& view = views[i];
+    py::tuple shape(view.shape.size());
+    for (size_t d = 0; d < view.shape.size(); ++d) shape[d] = py::int_(view.shape[d]);
+    py::object memory = py::none();
+    if (view.nbytes > 0) {
+      memory = py::cast(TensorMemory(sample.memory_owner(), view.data, view.nbytes));
+    }
+    fields[i] = py::make_tuple(py::str(view.name.data(), view.name.size()),
+                               py::str(std::string(DTypeName(view.dtype))), std::move(shape),
+                               std::move(memory));
+  }
+  return py::make_tuple(py::int_(sample.index()), std::move(fields),
+                        MetadataToPython(sample.metadata()));
+}
+
+}  // namespace libshard::python
