@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import time
+import warnings
 
 import torch
 
@@ -46,11 +47,13 @@ class TorchLoadFiles(torch.utils.data.Dataset):
         return torch.load(self.files[i], weights_only=True)
 
 
-def measure(name, it):
+def measure(name, make_iterable):
+    """Times one pass; the reader is created inside the timed region (a loader may start
+    reading as soon as it exists)."""
     drop_caches()
     t0, c0 = time.perf_counter(), cpu_seconds()
     nbytes = samples = 0
-    for sample in it:
+    for sample in make_iterable():
         for v in sample.values():
             if isinstance(v, torch.Tensor):
                 nbytes += v.numel() * v.element_size()
@@ -71,10 +74,12 @@ def main(argv=None) -> int:
 
     files = sorted(glob.glob(os.path.join(args.src, "**", "*.ckpt*"), recursive=True) +
                    glob.glob(os.path.join(args.src, "**", "*.pt"), recursive=True))
-    dl = torch.utils.data.DataLoader(TorchLoadFiles(files), batch_size=None, shuffle=True,
-                                     num_workers=args.workers)
-    rows = [measure("torch.load DataLoader", dl),
-            measure("libshard.Loader", libshard.Loader(args.packed, shuffle=True, seed=0))]
+    # The yardstick of DESIGN.md: 4 workers, even on a 2-core machine.
+    warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+    rows = [measure("torch.load DataLoader",
+                    lambda: torch.utils.data.DataLoader(TorchLoadFiles(files), batch_size=None,
+                                                        shuffle=True, num_workers=args.workers)),
+            measure("libshard.Loader", lambda: libshard.Loader(args.packed, shuffle=True, seed=0))]
     cold = "cold cache" if os.geteuid() == 0 else "page cache not dropped (not root)"
     print(f"{'reader':<24}{'samples':>8}{'GB':>8}{'seconds':>9}{'GB/s':>8}{'CPU-s/GB':>10}   ({cold})")
     for r in rows:

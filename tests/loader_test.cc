@@ -608,7 +608,10 @@ TEST(LoaderTest, StatsReportEngineWaitAndInflight) {
   EXPECT_LE(s.wait_share, 1.0);
   EXPECT_FALSE(s.engine.empty());
   EXPECT_FALSE(s.pin_status.empty());
-  EXPECT_EQ(s.arena_budget, o.memory_budget);
+  // The arena is capped at what the dataset can use: ten small samples need less than
+  // the budget asked for, and the cap still holds every sample.
+  EXPECT_LT(s.arena_budget, o.memory_budget);
+  EXPECT_GE(s.arena_budget, ds->total_stored_bytes());
 }
 
 }  // namespace

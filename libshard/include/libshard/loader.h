@@ -65,7 +65,9 @@ struct LoaderOptions {
   uint64_t max_tokens = 0;             // >0: batches whose summed length stays <= max_tokens
 
   // Memory and I/O.
-  uint64_t memory_budget = uint64_t{2} << 30;  // the arena; every queue is bounded by it
+  // The arena; every queue is bounded by it. Capped at what the whole dataset could occupy,
+  // so a small dataset does not fault in and pin a large arena it can never fill.
+  uint64_t memory_budget = uint64_t{2} << 30;
   uint32_t queue_depth = 64;           // reads in flight
   uint64_t read_size = uint64_t{4} << 20;  // large samples are split into reads of this size
   IoEngineKind engine = IoEngineKind::kAuto;   // env LIBSHARD_ENGINE=uring|pread overrides kAuto

@@ -100,6 +100,7 @@ class StreamingLoader final : public Loader {
   Status StuckError(uint64_t batch) const;
   // How long Next() waits for the consumer to release arena memory before ResourceExhausted.
   double HeldMemoryTimeout() const;
+  uint64_t DatasetFootprint() const;
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
