@@ -2,7 +2,7 @@
 # Runs every test suite: the C++ suites (ctest), the Python suites (pytest, against the build
 # tree), an ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the
 # installed-package check. Prints one closing line "test: N passed, N failed".
-set -uo pipefail
+set -uo pipefail  # pipefail: a step fails when its command fails, not tee
 BUILD=${1:-build}
 PY=${2:-python3}
 JOBS=$(nproc)
@@ -11,14 +11,39 @@ passed=0
 failed=0
 failures=()
 
+LOG=$(mktemp)
+trap 'rm -f "$LOG"' EXIT
+
+# Adds the test counts a step printed (ctest and pytest summaries) to the totals; a step that
+# prints none counts as one test.
+count_tests() {  # count_tests OK
+  local p f n
+  if n=$(grep -oE '[0-9]+ tests failed out of [0-9]+' "$LOG" | tail -1) && [ -n "$n" ]; then
+    f=${n%% *}; p=$(( ${n##* } - f ))
+  elif n=$(grep -oE 'tests passed out of [0-9]+' "$LOG" | tail -1) && [ -n "$n" ]; then
+    p=${n##* }; f=0
+  elif grep -qE '^[0-9]+ (passed|failed)|[0-9]+ passed' "$LOG"; then
+    local line; line=$(grep -E '[0-9]+ (passed|failed)' "$LOG" | tail -1)
+    p=0; f=0
+    for n in $(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+'); do p=$((p + n)); done
+    for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$line" | grep -oE '[0-9]+'); do f=$((f + n)); done
+  elif [ "$1" = 1 ]; then p=1; f=0; else p=0; f=1; fi
+  f=${f:-0}
+  if [ "$1" = 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # a failed step counts as at least one failure
+  tests_passed=$((tests_passed + p)); tests_failed=$((tests_failed + f))
+}
+tests_passed=0
+tests_failed=0
+
 step() {  # step NAME COMMAND...
   local name=$1; shift
   echo "=== $name"
   local t0=$SECONDS
-  if "$@"; then
-    passed=$((passed + 1)); echo "=== $name: ok ($((SECONDS - t0)) s)"
+  if "$@" 2>&1 | tee "$LOG"; then
+    passed=$((passed + 1)); count_tests 1; echo "=== $name: ok ($((SECONDS - t0)) s)"
   else
-    failed=$((failed + 1)); failures+=("$name"); echo "=== $name: FAILED ($((SECONDS - t0)) s)"
+    failed=$((failed + 1)); failures+=("$name"); count_tests 0
+    echo "=== $name: FAILED ($((SECONDS - t0)) s)"
   fi
 }
 
@@ -31,21 +56,25 @@ if [ -d tests/python ]; then
   step "Python suites (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider
 fi
 
-sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX
-  cmake -S . -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLIBSHARD_SANITIZE="$1" \
+sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
+  local kind=$1 dir=$2 regex=$3; shift 3
+  local targets=(); for t in "$@"; do targets+=(--target "$t"); done
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLIBSHARD_SANITIZE="$kind" \
     -DLIBSHARD_BUILD_BENCH=OFF -DLIBSHARD_BUILD_TORCH=OFF -DLIBSHARD_BUILD_PYTHON=OFF >/dev/null &&
-  cmake --build "$2" -j"$JOBS" &&
+  cmake --build "$dir" -j"$JOBS" "${targets[@]}" &&
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$2" --output-on-failure -j"$JOBS" -R "$3" --timeout 900
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -R "$regex" -E NOT_BUILT --timeout 900
 }
 step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
-step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Io|Engine'
+# The threaded parts: the loader, its engines, the arena, concurrent Dataset reads.
+step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency' \
+  loader_test io_engine_test io_file_test arena_test dataset_test
 
 if [ -x scripts/test_install.sh ]; then
   step "installed package + examples" bash scripts/test_install.sh "$BUILD" "$PY"
 fi
 
 echo
-if ((failed)); then echo "failed steps: ${failures[*]}"; fi
-echo "test: $passed passed, $failed failed"
+echo "steps: $passed ok, $failed failed${failures:+ (${failures[*]})}"
+echo "test: $tests_passed passed, $tests_failed failed"
 ((failed == 0))
