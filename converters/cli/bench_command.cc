@@ -1,6 +1,7 @@
 // `libshard bench DIR`: the streaming Loader's throughput and CPU cost on a dataset, beside the
 // device's sequential limit (an io_uring O_DIRECT QD32 1 MiB read of the same shard files)
 // measured in the same run, with the page cache dropped before each measurement when possible.
+#include <algorithm>
 #include <unistd.h>
 
 #include <chrono>
@@ -101,17 +102,27 @@ int RunBench(const BenchArgs& a) {
               convert::FormatBytes(ds->total_stored_bytes()).c_str());
   const bool drop = !a.no_drop_caches;
 
+  // The device limit: the better of a fio-like read (QD32, 1 MiB) and a read with the loader's
+  // own I/O shape (its queue depth and read size), so the loader is never compared with a
+  // yardstick that leaves the device idle.
   double raw_gbps = 0;
   if (!a.skip_raw) {
-    std::printf("%s\n", DropCaches(drop).c_str());
-    auto raw = RawSequentialRead(files);
-    if (!raw.ok()) return Fail("bench", raw.status());
-    raw_gbps = raw->gbps();
-    std::printf("raw sequential read (%s, %s, QD32, 1 MiB): %.2f GB/s (%s in %s), %.4f CPU-s/GB\n",
-                raw->engine.c_str(), raw->direct_io ? "O_DIRECT" : "buffered", raw_gbps,
-                convert::FormatBytes(raw->bytes).c_str(),
-                convert::FormatDuration(raw->seconds).c_str(),
-                raw->bytes ? raw->cpu_seconds / (static_cast<double>(raw->bytes) / 1e9) : 0.0);
+    RawReadOptions shapes[2];
+    shapes[1].queue_depth = o.queue_depth;
+    shapes[1].block_size = o.read_size;
+    for (const RawReadOptions& shape : shapes) {
+      std::printf("%s\n", DropCaches(drop).c_str());
+      auto raw = RawSequentialRead(files, shape);
+      if (!raw.ok()) return Fail("bench", raw.status());
+      raw_gbps = std::max(raw_gbps, raw->gbps());
+      std::printf("raw sequential read (%s, %s, QD%u, %s): %.2f GB/s (%s in %s), %.4f CPU-s/GB\n",
+                  raw->engine.c_str(), raw->direct_io ? "O_DIRECT" : "buffered",
+                  shape.queue_depth, convert::FormatBytes(shape.block_size).c_str(), raw->gbps(),
+                  convert::FormatBytes(raw->bytes).c_str(),
+                  convert::FormatDuration(raw->seconds).c_str(),
+                  raw->bytes ? raw->cpu_seconds / (static_cast<double>(raw->bytes) / 1e9) : 0.0);
+    }
+    std::printf("raw sequential read, best: %.2f GB/s (the device limit below)\n", raw_gbps);
   }
 
   auto created = Loader::Create(ds, o);

@@ -43,10 +43,15 @@ class UringEngine final : public IoEngine {
     bool busy = false;
     bool cancelled = false;
   };
+  enum class RegionState { kUnregistered, kRegistered, kFailed };
   struct Region {
     uintptr_t begin = 0;
     uintptr_t end = 0;
+    RegionState state = RegionState::kRegistered;
   };
+  // The registered buffer index for a read of [b, b + len), registering its chunk on first use;
+  // -1 for a plain read.
+  int FixedBufferIndex(uintptr_t b, size_t len);
 
   explicit UringEngine(uint32_t depth);
   // Queues the remainder of slot `index` (an SQE; submitted by the next io_uring_submit).
