@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
+#include "readers/crc32.h"
 
 #include <bit>
 #include <cerrno>
@@ -146,15 +146,7 @@ class ZipFile {
     rec.name = name;
     rec.offset = pos_;
     rec.size = data.size();
-    uLong crc = crc32(0L, Z_NULL, 0);
-    const std::byte* p = data.data();
-    for (uint64_t left = data.size(); left > 0;) {
-      const auto n = static_cast<uInt>(std::min<uint64_t>(left, 1u << 30));
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
-      p += n;
-      left -= n;
-    }
-    rec.crc = static_cast<uint32_t>(crc);
+    rec.crc = Crc32(data);
     const bool zip64 = rec.size >= k32Max || rec.offset >= k32Max;
     // Local header: 30 bytes + name + [zip64 extra: 4 + 16] + 'FB' padding extra (4 + pad).
     uint64_t start = pos_ + 30 + name.size() + 4 + (zip64 ? 20 : 0);

@@ -1,27 +1,14 @@
 #include "readers/torch_zip_source.h"
 
-#include <zlib.h>
 
 #include <unordered_map>
 
+#include "readers/crc32.h"
 #include "readers/tensor_copy.h"
 
 namespace libshard::convert {
 
 namespace {
-
-uint32_t Crc32(std::span<const std::byte> b) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const Bytef* p = reinterpret_cast<const Bytef*>(b.data());
-  size_t left = b.size();
-  while (left > 0) {
-    uInt n = static_cast<uInt>(std::min<size_t>(left, uInt{1} << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    left -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 Status CrcMismatch(const std::string& file, const std::string& record, uint64_t offset,
                    uint64_t size, uint32_t want, uint32_t got) {
