@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "dataset/posix_file.h"
+#include "io/posix_file.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"

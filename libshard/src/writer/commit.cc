@@ -1,6 +1,6 @@
 #include "writer/commit.h"
 
-#include "dataset/posix_file.h"
+#include "io/posix_file.h"
 #include "format/checksum.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "dataset/posix_file.h"
+#include "io/posix_file.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"

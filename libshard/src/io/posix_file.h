@@ -1,5 +1,6 @@
-// Small RAII wrappers over POSIX file calls, private to the writer and the dataset reader.
-// (The generic I/O engine lives in src/io/; this is only what format v1 files need.)
+// Small RAII wrappers over the POSIX file calls the Writer and Dataset make: whole-file reads,
+// positioned reads and writes, fsync, atomic replace, mmap. The loader's read path uses
+// io/file.h and the engines instead.
 #pragma once
 
 #include <sys/types.h>

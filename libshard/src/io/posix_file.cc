@@ -1,4 +1,4 @@
-#include "dataset/posix_file.h"
+#include "io/posix_file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
