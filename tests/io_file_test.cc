@@ -25,23 +25,6 @@ std::string RandomBytes(size_t n, uint32_t seed) {
   return s;
 }
 
-// A directory under `base`, removed afterwards; empty path when `base` is unusable.
-class DirUnder {
- public:
-  explicit DirUnder(const std::string& base) {
-    std::string tmpl = base + "/libshard_io_XXXXXX";
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~DirUnder() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 TEST(FileTest, OpenMissingFileIsNotFoundNamingThePath) {
   Result<File> f = File::Open("/nonexistent/libshard/x", O_RDONLY);
   ASSERT_FALSE(f.ok());
@@ -81,7 +64,7 @@ TEST(FileTest, PReadFullStopsAtEndOfFile) {
 }
 
 TEST(FileTest, DirectOnRealDiskOrCleanFallback) {
-  DirUnder dir("/var/tmp");
+  testing::TempDir dir("/var/tmp");
   ASSERT_FALSE(dir.path().empty());
   testing::WriteStringToFile(dir.path() / "a", RandomBytes(8192, 2));
   DirectIoInfo info;
@@ -97,7 +80,7 @@ TEST(FileTest, DirectOnRealDiskOrCleanFallback) {
 }
 
 TEST(FileTest, TmpfsRefusesDirectAndFallsBackToBuffered) {
-  DirUnder dir("/dev/shm");
+  testing::TempDir dir("/dev/shm");
   if (dir.path().empty()) GTEST_SKIP() << "no /dev/shm";
   testing::WriteStringToFile(dir.path() / "a", RandomBytes(4096, 3));
   const std::string path = (dir.path() / "a").string();

@@ -29,23 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::FastOptions;
 
-// A directory under `base` (real disk or tmpfs), removed afterwards.
-class DirUnder {
- public:
-  explicit DirUnder(const std::string& base) {
-    std::string tmpl = base + "/libshard_loader_XXXXXX";
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~DirUnder() {
-    std::error_code ec;
-    if (!path_.empty()) fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 // Samples of varied size: 1..~70 KiB of hidden state, so reads split into sub-reads.
 testing::OwnedSample VariedSample(uint64_t i, bool compressible = false) {
   return testing::MakeEagleSample(i, 5 + (i * 37) % 131, 256, compressible);
@@ -118,7 +101,7 @@ class LoaderBytesTest : public ::testing::TestWithParam<EngineParam> {};
 
 TEST_P(LoaderBytesTest, EverySampleEqualsDatasetRead) {
   const auto& [engine, mode, base] = GetParam();
-  DirUnder dir(base);
+  testing::TempDir dir(base);
   if (dir.path().empty()) GTEST_SKIP() << base << " unusable";
   const uint64_t n = 41;
   std::shared_ptr<Dataset> ds = WriteDataset(dir.path() / "ds", n);

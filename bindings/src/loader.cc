@@ -14,63 +14,26 @@
 #include <utility>
 
 #include "bindings.h"
+#include "options.h"
 
 namespace libshard::python {
 namespace {
 
-[[noreturn]] void BadOption(const std::string& key, const std::string& what) {
-  throw py::value_error("Loader option '" + key + "': " + what);
-}
-
-template <typename T>
-T Get(const std::string& key, const py::handle& value) {
-  try {
-    return value.cast<T>();
-  } catch (const py::cast_error&) {
-    BadOption(key, "has the wrong type (" + std::string(py::str(py::type::of(value).attr(
-                                                "__name__"))) + ")");
-  }
-}
-
-uint64_t GetUnsigned(const std::string& key, const py::handle& value) {
-  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value)) {
-    BadOption(key, "must be a non-negative integer");
-  }
-  py::int_ i = py::reinterpret_borrow<py::int_>(value);
-  if (i < py::int_(0)) BadOption(key, "must be a non-negative integer, got " + std::string(py::str(i)));
-  try {
-    return i.cast<uint64_t>();
-  } catch (const py::cast_error&) {
-    BadOption(key, "is too large");
-  }
-}
-
-double GetDouble(const std::string& key, const py::handle& value) {
-  if (!py::isinstance<py::int_>(value) && !py::isinstance<py::float_>(value)) {
-    BadOption(key, "must be a number");
-  }
-  return value.cast<double>();
-}
-
-uint32_t GetU32(const std::string& key, const py::handle& value) {
-  uint64_t v = GetUnsigned(key, value);
-  if (v > UINT32_MAX) BadOption(key, "is too large");
-  return static_cast<uint32_t>(v);
-}
+const OptionReader kOptions("Loader option");
 
 LoaderState StateFromPython(const py::handle& obj) {
-  if (!py::isinstance<py::dict>(obj)) BadOption("resume", "must be a dict from state()");
+  if (!py::isinstance<py::dict>(obj)) kOptions.Bad("resume", "must be a dict from state()");
   py::dict d = py::reinterpret_borrow<py::dict>(obj);
   LoaderState state;
   for (const char* key : {"seed", "epoch", "position"}) {
-    if (!d.contains(key)) BadOption("resume", std::string("misses the key '") + key + "'");
+    if (!d.contains(key)) kOptions.Bad("resume", std::string("misses the key '") + key + "'");
   }
-  state.seed = GetUnsigned("resume.seed", d["seed"]);
-  state.epoch = GetUnsigned("resume.epoch", d["epoch"]);
-  state.position = GetUnsigned("resume.position", d["position"]);
+  state.seed = kOptions.Unsigned("resume.seed", d["seed"]);
+  state.epoch = kOptions.Unsigned("resume.epoch", d["epoch"]);
+  state.position = kOptions.Unsigned("resume.position", d["position"]);
   if (d.contains("skipped")) {
     for (const py::handle& s : py::iterable(d["skipped"])) {
-      state.skipped.push_back(GetUnsigned("resume.skipped", s));
+      state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
     }
   }
   return state;
@@ -91,44 +54,44 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
   LoaderOptions o;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "shuffle") o.shuffle = Get<bool>(key, v);
-    else if (key == "seed") o.seed = GetUnsigned(key, v);
-    else if (key == "epoch") o.epoch = GetUnsigned(key, v);
-    else if (key == "rank") o.rank = GetU32(key, v);
-    else if (key == "world_size") o.world_size = GetU32(key, v);
-    else if (key == "drop_last") o.drop_last = Get<bool>(key, v);
+    if (key == "shuffle") o.shuffle = kOptions.Get<bool>(key, v);
+    else if (key == "seed") o.seed = kOptions.Unsigned(key, v);
+    else if (key == "epoch") o.epoch = kOptions.Unsigned(key, v);
+    else if (key == "rank") o.rank = kOptions.U32(key, v);
+    else if (key == "world_size") o.world_size = kOptions.U32(key, v);
+    else if (key == "drop_last") o.drop_last = kOptions.Get<bool>(key, v);
     else if (key == "resume") {
       if (!v.is_none()) o.resume = StateFromPython(v);
-    } else if (key == "fields") o.fields = Get<std::vector<std::string>>(key, v);
-    else if (key == "max_len") o.max_len = GetUnsigned(key, v);
-    else if (key == "batch_size") o.batch_size = GetU32(key, v);
-    else if (key == "max_tokens") o.max_tokens = GetUnsigned(key, v);
-    else if (key == "memory_budget") o.memory_budget = GetUnsigned(key, v);
-    else if (key == "queue_depth") o.queue_depth = GetU32(key, v);
-    else if (key == "read_size") o.read_size = GetUnsigned(key, v);
+    } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);
+    else if (key == "max_len") o.max_len = kOptions.Unsigned(key, v);
+    else if (key == "batch_size") o.batch_size = kOptions.U32(key, v);
+    else if (key == "max_tokens") o.max_tokens = kOptions.Unsigned(key, v);
+    else if (key == "memory_budget") o.memory_budget = kOptions.Unsigned(key, v);
+    else if (key == "queue_depth") o.queue_depth = kOptions.U32(key, v);
+    else if (key == "read_size") o.read_size = kOptions.Unsigned(key, v);
     else if (key == "engine") {
-      const std::string s = Get<std::string>(key, v);
+      const std::string s = kOptions.Get<std::string>(key, v);
       if (s == "auto") o.engine = IoEngineKind::kAuto;
       else if (s == "uring" || s == "io_uring") o.engine = IoEngineKind::kIoUring;
       else if (s == "pread") o.engine = IoEngineKind::kPread;
-      else BadOption(key, "must be 'auto', 'uring' or 'pread', got '" + s + "'");
+      else kOptions.Bad(key, "must be 'auto', 'uring' or 'pread', got '" + s + "'");
     } else if (key == "io_mode") {
-      const std::string s = Get<std::string>(key, v);
+      const std::string s = kOptions.Get<std::string>(key, v);
       if (s == "auto") o.io_mode = IoMode::kAuto;
       else if (s == "direct") o.io_mode = IoMode::kDirect;
       else if (s == "buffered") o.io_mode = IoMode::kBuffered;
-      else BadOption(key, "must be 'auto', 'direct' or 'buffered', got '" + s + "'");
-    } else if (key == "pin_memory") o.pin_memory = Get<bool>(key, v);
-    else if (key == "worker_threads") o.worker_threads = GetU32(key, v);
-    else if (key == "verify_checksums") o.verify_checksums = Get<bool>(key, v);
+      else kOptions.Bad(key, "must be 'auto', 'direct' or 'buffered', got '" + s + "'");
+    } else if (key == "pin_memory") o.pin_memory = kOptions.Get<bool>(key, v);
+    else if (key == "worker_threads") o.worker_threads = kOptions.U32(key, v);
+    else if (key == "verify_checksums") o.verify_checksums = kOptions.Get<bool>(key, v);
     else if (key == "on_error") {
-      const std::string s = Get<std::string>(key, v);
+      const std::string s = kOptions.Get<std::string>(key, v);
       if (s == "raise") o.on_error = OnError::kRaise;
       else if (s == "skip") o.on_error = OnError::kSkip;
-      else BadOption(key, "must be 'raise' or 'skip', got '" + s + "'");
-    } else if (key == "slow_wait_warning_seconds") o.slow_wait_warning_seconds = GetDouble(key, v);
-    else if (key == "stats_interval_seconds") o.stats_interval_seconds = GetDouble(key, v);
-    else BadOption(key, "is not a known option");
+      else kOptions.Bad(key, "must be 'raise' or 'skip', got '" + s + "'");
+    } else if (key == "slow_wait_warning_seconds") o.slow_wait_warning_seconds = kOptions.Double(key, v);
+    else if (key == "stats_interval_seconds") o.stats_interval_seconds = kOptions.Double(key, v);
+    else kOptions.Bad(key, "is not a known option");
   }
   return o;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "options.h"
 
 #if defined(LIBSHARD_PY_HAVE_PACK)
 #include "pack/option_parsing.h"
@@ -21,61 +22,41 @@ namespace libshard::python {
 #if defined(LIBSHARD_PY_HAVE_PACK)
 namespace {
 
-[[noreturn]] void BadOption(const std::string& key, const std::string& what) {
-  throw py::value_error("pack option '" + key + "': " + what);
-}
-
-template <typename T>
-T Get(const std::string& key, const py::handle& value) {
-  try {
-    return value.cast<T>();
-  } catch (const py::cast_error&) {
-    BadOption(key, "has the wrong type (" +
-                       std::string(py::str(py::type::of(value).attr("__name__"))) + ")");
-  }
-}
-
-uint64_t GetUnsigned(const std::string& key, const py::handle& value) {
-  if (py::isinstance<py::bool_>(value) || !py::isinstance<py::int_>(value) ||
-      value.cast<py::int_>() < py::int_(0)) {
-    BadOption(key, "must be a non-negative integer");
-  }
-  return Get<uint64_t>(key, value);
-}
+const OptionReader kOptions("pack option");
 
 convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
   convert::PackOptions o;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "src") o.source_root = Get<std::string>(key, v);
-    else if (key == "out") o.output = Get<std::string>(key, v);
-    else if (key == "files_from") o.files_from = Get<std::string>(key, v);
-    else if (key == "include") o.include = Get<std::vector<std::string>>(key, v);
-    else if (key == "exclude") o.exclude = Get<std::vector<std::string>>(key, v);
+    if (key == "src") o.source_root = kOptions.Get<std::string>(key, v);
+    else if (key == "out") o.output = kOptions.Get<std::string>(key, v);
+    else if (key == "files_from") o.files_from = kOptions.Get<std::string>(key, v);
+    else if (key == "include") o.include = kOptions.Get<std::vector<std::string>>(key, v);
+    else if (key == "exclude") o.exclude = kOptions.Get<std::vector<std::string>>(key, v);
     else if (key == "shard_size") {
-      Result<uint64_t> size = convert::ParseByteSize(Get<std::string>(key, v));
+      Result<uint64_t> size = convert::ParseByteSize(kOptions.Get<std::string>(key, v));
       if (!size.ok()) ThrowStatus(size.status().WithContext("pack option 'shard_size'"));
       o.shard_size = *size;
     } else if (key == "compress") {
-      Result<convert::CompressionSpec> parsed = convert::ParseCompression(Get<std::string>(key, v));
+      Result<convert::CompressionSpec> parsed = convert::ParseCompression(kOptions.Get<std::string>(key, v));
       if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'compress'"));
       const convert::CompressionSpec& spec = *parsed;
       o.compression = spec.compression;
       o.zstd_level = spec.level;
-    } else if (key == "fields") o.fields = Get<std::vector<std::string>>(key, v);
+    } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);
     else if (key == "threads") {
-      const uint64_t threads = GetUnsigned(key, v);
-      if (threads > 4096) BadOption(key, "is too large");
+      const uint64_t threads = kOptions.Unsigned(key, v);
+      if (threads > 4096) kOptions.Bad(key, "is too large");
       o.threads = static_cast<unsigned>(threads);
     } else if (key == "on_error") {
-      const std::string s = Get<std::string>(key, v);
+      const std::string s = kOptions.Get<std::string>(key, v);
       if (s == "fail" || s == "raise") o.on_error = convert::OnError::kFail;
       else if (s == "skip") o.on_error = convert::OnError::kSkip;
-      else BadOption(key, "must be 'fail' or 'skip', got '" + s + "'");
-    } else if (key == "resume") o.resume = Get<bool>(key, v);
-    else if (key == "append") o.append = Get<bool>(key, v);
+      else kOptions.Bad(key, "must be 'fail' or 'skip', got '" + s + "'");
+    } else if (key == "resume") o.resume = kOptions.Get<bool>(key, v);
+    else if (key == "append") o.append = kOptions.Get<bool>(key, v);
     else if (key == "part") {
-      const std::string s = Get<std::string>(key, v);
+      const std::string s = kOptions.Get<std::string>(key, v);
       if (!s.empty()) {
         Result<convert::PartSpec> parsed = convert::ParsePart(s);
         if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'part'"));
@@ -83,13 +64,13 @@ convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
         o.part_index = part.index;
         o.part_count = part.count;
       }
-    } else if (key == "allow_varying_dims") o.allow_varying_dims = Get<bool>(key, v);
-    else if (key == "hash_sources") o.hash_sources = Get<bool>(key, v);
-    else if (key == "window_bytes") o.window_bytes = GetUnsigned(key, v);
-    else if (key == "fsync") o.fsync = Get<bool>(key, v);
-    else if (key == "journal_every_bytes") o.journal_every_bytes = GetUnsigned(key, v);
-    else if (key == "progress") *progress = Get<bool>(key, v);
-    else BadOption(key, "is not a known option");
+    } else if (key == "allow_varying_dims") o.allow_varying_dims = kOptions.Get<bool>(key, v);
+    else if (key == "hash_sources") o.hash_sources = kOptions.Get<bool>(key, v);
+    else if (key == "window_bytes") o.window_bytes = kOptions.Unsigned(key, v);
+    else if (key == "fsync") o.fsync = kOptions.Get<bool>(key, v);
+    else if (key == "journal_every_bytes") o.journal_every_bytes = kOptions.Unsigned(key, v);
+    else if (key == "progress") *progress = kOptions.Get<bool>(key, v);
+    else kOptions.Bad(key, "is not a known option");
   }
   return o;
 }

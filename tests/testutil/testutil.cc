@@ -17,9 +17,14 @@ TempDir::TempDir() {
   path_ = tmpl;
 }
 
+TempDir::TempDir(const std::filesystem::path& base) {
+  std::string tmpl = (base / "libshard_test_XXXXXX").string();
+  if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
+}
+
 TempDir::~TempDir() {
   std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 void WriteBytes(const std::filesystem::path& file, uint64_t offset, const void* data, size_t n) {

@@ -11,6 +11,9 @@ namespace libshard::testing {
 class TempDir {
  public:
   TempDir();
+  // A fresh directory under `base` (e.g. /dev/shm to test a tmpfs); path() is empty when one
+  // cannot be made there, so a test can skip.
+  explicit TempDir(const std::filesystem::path& base);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
