@@ -418,8 +418,15 @@ def test_resume_after_sigkill_equals_uninterrupted(many, reference, tmp_path):
                 resumed_samples += int(m.group(1)) if m else 0
                 break
             assert proc.returncode == -signal.SIGKILL, err
-            assert run("info", out, check=False).returncode == 1  # never "complete" after a kill
-        assert proc.returncode == 0
+            # A kill is either before the commit (the manifest's rename: the dataset reads as
+            # incomplete, exit 1) or after it, while the process prints its summary and exits (the
+            # dataset is complete and must then equal the reference, checked below).
+            rc = run("info", out, check=False).returncode
+            assert rc in (0, 1), f"trial {trial}: info exited {rc} after a kill"
+            if rc == 0:
+                break
+        else:
+            pytest.fail(f"trial {trial}: no run finished")
         assert comparable(info(out)) == ref_info, f"trial {trial}, {kills} kills"
         assert unpack_bytes(out, tmp_path / f"un{trial}") == ref_bytes, f"trial {trial}"
         # Resuming a finished dataset changes nothing.
