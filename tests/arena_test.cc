@@ -85,7 +85,8 @@ TEST(ArenaTest, AcquireBlocksUntilReleaseAndStopAborts) {
   Result<std::shared_ptr<std::byte>> aborted = arena->Acquire(4096);
   stopper.join();
   EXPECT_EQ(aborted.status().code(), StatusCode::kAborted);
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  // A liveness bound, not a speed check: normally milliseconds.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
   arena->SetReleaseCallback(nullptr);
 }
 

@@ -172,7 +172,7 @@ TEST_P(IoEngineTest, WakeInterruptsABlockingReap) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   waker.join();
   EXPECT_TRUE(done.empty());
-  EXPECT_LT(s, 2.0);
+  EXPECT_LT(s, 10.0);  // liveness, not speed: normally milliseconds
 }
 
 TEST_P(IoEngineTest, CancelAllLeavesNothingInFlight) {

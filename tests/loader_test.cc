@@ -332,7 +332,8 @@ TEST(LoaderTest, BatchThatCannotFitIsResourceExhaustedNotAHang) {
   ASSERT_TRUE(loader.ok());
   const auto start = std::chrono::steady_clock::now();
   auto next = (*loader)->Next();
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  // A liveness bound, not a speed check: normally milliseconds.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20.0);
   ASSERT_FALSE(next.ok());
   testing::ExpectError(next.status(), StatusCode::kResourceExhausted, {"batch 0", "memory_budget"});
 }
@@ -454,7 +455,7 @@ TEST(LoaderTest, StopMidStreamReturnsPromptly) {
   loader->reset();  // the destructor waits for reads in flight
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_TRUE(aborted.load());
-  EXPECT_LT(s, 1.0);
+  EXPECT_LT(s, 10.0);  // liveness, not speed: normally milliseconds
 }
 
 // ---- Order: coverage over ranks and resume ----------------------------------------------------
