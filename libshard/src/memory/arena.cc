@@ -18,6 +18,47 @@ std::string Mib(uint64_t bytes) {
   return buf;
 }
 
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+
+// Maps `budget` bytes of anonymous memory starting on a 2 MiB boundary and asks for transparent
+// huge pages there. A huge page is one fault instead of 512 and one pinned page instead of 512
+// when io_uring registers the buffer, so first touching the arena costs a fraction of the CPU
+// (on kernels with THP in "madvise" mode, the default of most distributions, nothing happens
+// without the advice). Where THP is off the advice fails harmlessly and 4 KiB pages are used.
+Result<std::byte*> MapHugeAligned(uint64_t budget, bool populate) {
+  const bool huge = budget >= kHugePage;
+  const uint64_t reserve = huge ? budget + kHugePage : budget;
+  void* p = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::FromErrno(errno, "arena: mmap of " + Mib(budget) +
+                                        " failed; lower the loader memory_budget");
+  }
+  auto* base = static_cast<std::byte*>(p);
+  if (huge) {
+    // Trim the unaligned head and the tail so that exactly [aligned, aligned + budget) stays.
+    const uintptr_t addr = reinterpret_cast<uintptr_t>(base);
+    const uint64_t head = (kHugePage - addr % kHugePage) % kHugePage;
+    if (head > 0) ::munmap(base, head);
+    const uint64_t tail = reserve - head - budget;
+    if (tail > 0) ::munmap(base + head + budget, tail);
+    base += head;
+#ifdef MADV_HUGEPAGE
+    (void)::madvise(base, budget, MADV_HUGEPAGE);
+#endif
+  }
+  if (populate) {
+#ifdef MADV_POPULATE_WRITE
+    if (::madvise(base, budget, MADV_POPULATE_WRITE) == 0) return base;
+#endif
+    // Older kernels: touch one byte a page.
+    for (uint64_t off = 0; off < budget; off += Arena::kAlignment) {
+      reinterpret_cast<volatile unsigned char*>(base)[off] = 0;
+    }
+  }
+  return base;
+}
+
 }  // namespace
 
 Arena::Arena(std::byte* base, uint64_t budget) : base_(base), budget_(budget) {
@@ -31,14 +72,10 @@ Result<std::shared_ptr<Arena>> Arena::Create(uint64_t budget, const ArenaOptions
                                    " bytes is implausibly large; pass a budget in bytes");
   }
   budget = (budget + kAlignment - 1) / kAlignment * kAlignment;
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-  if (options.populate) flags |= MAP_POPULATE;
-  void* p = ::mmap(nullptr, budget, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED) {
-    return Status::FromErrno(errno, "arena: mmap of " + Mib(budget) +
-                                        " failed; lower the loader memory_budget");
-  }
-  std::shared_ptr<Arena> arena(new Arena(static_cast<std::byte*>(p), budget));
+  Result<std::byte*> mapped = MapHugeAligned(budget, options.populate);
+  if (!mapped.ok()) return mapped.status();
+  void* p = *mapped;
+  std::shared_ptr<Arena> arena(new Arena(*mapped, budget));
   if (options.pin) arena->pin_ = CudaHostRegistration::Register(p, budget);
   return arena;
 }
