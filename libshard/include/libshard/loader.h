@@ -32,6 +32,11 @@ enum class IoMode : uint32_t {
 enum class OnError : uint32_t {
   kRaise = 0,    // Next() returns the error (sample, file, offset)
   kSkip = 1,     // the sample is skipped, counted in stats and recorded in the state
+  // With kSkip a batch that lost samples is delivered smaller, and a batch that lost all of them
+  // (every skip, with single samples) is not delivered: that rank then ends the epoch with fewer
+  // steps than batches_per_epoch() says. Under DDP the other ranks then wait in a collective
+  // for a step that never comes, so check a dataset with `libshard verify` before a multi-rank
+  // run and keep kRaise there; kSkip suits one-process runs and data you cannot repair.
 };
 
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
