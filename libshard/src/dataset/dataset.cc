@@ -6,7 +6,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "io/posix_file.h"
+#include "io/file.h"
+#include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
@@ -22,7 +23,6 @@ namespace {
 
 using format::IndexView;
 using internal::MappedFile;
-using internal::PosixFile;
 
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr const char* kRepack = "; the dataset is damaged, re-run libshard pack";
@@ -99,7 +99,7 @@ class DatasetImpl final : public Dataset {
   MappedFile index_map_;
   IndexView index_;
   std::vector<ShardInfo> shards_;
-  std::vector<PosixFile> shard_files_;
+  std::vector<io::File> shard_files_;
   uint64_t stored_bytes_ = 0;
 };
 
@@ -165,7 +165,7 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   std::vector<std::byte> header(format::kShardHeaderSize);
   for (const format::IndexShard& s : index.shards()) {
     const std::string path = internal::JoinPath(dir, s.name);
-    auto file = PosixFile::Open(path, O_RDONLY);
+    auto file = io::File::Open(path, O_RDONLY);
     if (!file.ok())
       return Status(file.status().code(), file.status().message() +
                                               " (a shard named by the index is missing)" + kRepack);

@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace libshard::io {
 namespace {
 
 constexpr uint32_t kDefaultDirectAlign = 4096;
+// Linux transfers at most 0x7ffff000 bytes a call; ask for no more than 1 GiB at a time.
+constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
 
 // Fills the O_DIRECT alignment of an open fd from statx(STATX_DIOALIGN) when available.
 void ProbeDirectAlignment(int fd, DirectIoInfo* info) {
@@ -94,7 +97,8 @@ Result<uint64_t> File::PReadFull(void* dst, uint64_t length, uint64_t offset) co
   auto* out = static_cast<char*>(dst);
   uint64_t done = 0;
   while (done < length) {
-    const ssize_t n = ::pread(fd_, out + done, length - done, static_cast<off_t>(offset + done));
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(length - done, kMaxChunk));
+    const ssize_t n = ::pread(fd_, out + done, chunk, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return Status::FromErrno(errno, "pread " + path_ + " at offset " +
@@ -104,6 +108,44 @@ Result<uint64_t> File::PReadFull(void* dst, uint64_t length, uint64_t offset) co
     done += static_cast<uint64_t>(n);
   }
   return done;
+}
+
+Status File::PReadExact(void* dst, uint64_t length, uint64_t offset) const {
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t done, PReadFull(dst, length, offset));
+  if (done < length) {
+    return Status::Corruption(path_ + ": offset " + std::to_string(offset) + ": file ends after " +
+                              std::to_string(done) + " of " + std::to_string(length) +
+                              " bytes (truncated?)");
+  }
+  return Status::OK();
+}
+
+Status File::PWriteAll(const void* src, uint64_t length, uint64_t offset) {
+  const auto* in = static_cast<const char*>(src);
+  uint64_t done = 0;
+  while (done < length) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(length - done, kMaxChunk));
+    const ssize_t n = ::pwrite(fd_, in + done, chunk, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return Status::FromErrno(errno, path_ + ": pwrite at offset " +
+                                          std::to_string(offset + done));
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  return Status::OK();
+}
+
+Status File::Sync() {
+  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + path_);
+  return Status::OK();
+}
+
+Status File::Truncate(uint64_t size) {
+  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+    return Status::FromErrno(errno, "ftruncate " + path_);
+  }
+  return Status::OK();
 }
 
 Status File::Close() {

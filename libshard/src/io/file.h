@@ -1,5 +1,7 @@
-// File: a move-only owner of one POSIX file descriptor (system calls only; no libshard format
-// knowledge). Close() reports the error of close(2); the destructor closes silently.
+// File: the move-only owner of one POSIX file descriptor, for every file libshard opens: the
+// loader's shards, the Writer's shards and journal, the Dataset's index (system calls only; no
+// libshard format knowledge). Positioned reads and writes are safe to call concurrently on one
+// File. Close() reports the error of close(2); the destructor closes silently.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +29,9 @@ class File {
   File& operator=(const File&) = delete;
   ~File();
 
-  // open(2) with O_CLOEXEC added. Errors name the path.
-  static Result<File> Open(const std::string& path, int flags, int mode = 0);
+  // open(2) with O_CLOEXEC added; `mode` applies when `flags` create the file. Errors name the
+  // path.
+  static Result<File> Open(const std::string& path, int flags, int mode = 0644);
 
   // Opens `path` read-only. `want_direct`: try O_DIRECT; when the file system refuses it (EINVAL,
   // e.g. tmpfs) the file is opened buffered and `info->reason` says why. `require_direct`: fail
@@ -46,6 +49,13 @@ class File {
   // Reads exactly `length` bytes at `offset` unless EOF comes first; returns the bytes read.
   // Retries EINTR/EAGAIN and continues after short reads.
   Result<uint64_t> PReadFull(void* dst, uint64_t length, uint64_t offset) const;
+  // Reads exactly `length` bytes at `offset`: Corruption naming the file and offset when the file
+  // ends first, IoError on a failed call.
+  [[nodiscard]] Status PReadExact(void* dst, uint64_t length, uint64_t offset) const;
+  // Writes all `length` bytes at `offset`, continuing after short writes.
+  [[nodiscard]] Status PWriteAll(const void* src, uint64_t length, uint64_t offset);
+  [[nodiscard]] Status Sync();
+  [[nodiscard]] Status Truncate(uint64_t size);
 
   // Closes the descriptor; reports close(2) failure. Idempotent.
   Status Close();

@@ -1,6 +1,6 @@
 #include "writer/commit.h"
 
-#include "io/posix_file.h"
+#include "io/filesystem.h"
 #include "format/checksum.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"

@@ -1,7 +1,7 @@
 // MergeDatasets (FORMAT.md §7).
 #include "libshard/merge.h"
 
-#include "io/posix_file.h"
+#include "io/filesystem.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/shard_format.h"

@@ -8,7 +8,8 @@
 #include <cstring>
 #include <unordered_map>
 
-#include "io/posix_file.h"
+#include "io/file.h"
+#include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
@@ -26,7 +27,6 @@ namespace libshard {
 namespace {
 
 using internal::JoinPath;
-using internal::PosixFile;
 
 constexpr const char* kTmpSuffix = ".tmp";
 
@@ -112,10 +112,10 @@ class WriterImpl final : public Writer {
   std::vector<format::IndexSample> samples_;
   std::vector<Provenance> existing_sources_;
   uint32_t first_new_shard_ = 0;  // shards before this one belong to the existing dataset
-  PosixFile shard_file_;          // the open shard (the last of shards_) when is_open()
+  io::File shard_file_;          // the open shard (the last of shards_) when valid()
   bool shard_direct_ = false;     // shard_file_ was opened with O_DIRECT
   uint64_t shard_samples_ = 0;    // samples in the open shard
-  PosixFile journal_;             // only in kCreate mode
+  io::File journal_;             // only in kCreate mode
   uint64_t journal_size_ = 0;
   uint64_t journaled_ = 0;        // samples described by the journal
   uint64_t unjournaled_bytes_ = 0;
@@ -143,7 +143,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(0));
   const std::string journal_path = JoinPath(dir, format::kJournalName);
   LIBSHARD_ASSIGN_OR_RETURN(w->journal_,
-                            PosixFile::Open(journal_path, O_RDWR | O_CREAT | O_TRUNC));
+                            io::File::Open(journal_path, O_RDWR | O_CREAT | O_TRUNC));
   const std::string header = format::EncodeJournalHeader(schema);
   LIBSHARD_RETURN_IF_ERROR(w->journal_.PWriteAll(header.data(), header.size(), 0));
   w->journal_size_ = header.size();
@@ -175,7 +175,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   }
   auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
   w->source_root_ = options.source_root;
-  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, PosixFile::Open(journal_path, O_RDWR));
+  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, io::File::Open(journal_path, O_RDWR));
   LIBSHARD_RETURN_IF_ERROR(w->journal_.Truncate(journal.valid_size));
   w->journal_size_ = journal.valid_size;
 
@@ -207,7 +207,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
                                   "write cannot be resumed, delete the directory and pack again");
       LIBSHARD_RETURN_IF_ERROR(internal::RenameFile(final_path, tmp_path));
     }
-    LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(tmp_path, O_RDWR));
+    LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp_path, O_RDWR));
     LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
     if (size < shard.file_size)
       return Status::Corruption(tmp_path + ": " + std::to_string(size) + " bytes, but the journal "
@@ -388,14 +388,14 @@ Status WriterImpl::OpenNewShard() {
   // Shards are written with O_DIRECT where the file system allows it: every write is a
   // 4 KiB-aligned extent from a 4 KiB-aligned buffer (FORMAT.md §4), and skipping the page cache
   // saves a copy of every byte and the cache churn of writing terabytes once.
-  Result<PosixFile> direct =
-      PosixFile::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT);
+  Result<io::File> direct =
+      io::File::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT);
   shard_direct_ = direct.ok();
   if (direct.ok()) {
     shard_file_ = std::move(direct).value();
   } else {
     LIBSHARD_ASSIGN_OR_RETURN(shard_file_,
-                              PosixFile::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC));
+                              io::File::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC));
   }
   const std::string header = format::EncodeShardHeader(number);
   std::shared_ptr<std::byte[]> aligned = buffers_->Acquire(header.size());
@@ -412,13 +412,13 @@ Status WriterImpl::WriteShard(const std::byte* data, uint64_t n, uint64_t offset
   // The file system accepted O_DIRECT at open but refuses the write: go on buffered.
   const std::string path = TmpPath(static_cast<uint32_t>(shards_.size() - 1));
   LIBSHARD_RETURN_IF_ERROR(shard_file_.Close());
-  LIBSHARD_ASSIGN_OR_RETURN(shard_file_, PosixFile::Open(path, O_RDWR));
+  LIBSHARD_ASSIGN_OR_RETURN(shard_file_, io::File::Open(path, O_RDWR));
   shard_direct_ = false;
   return shard_file_.PWriteAll(data, n, offset);
 }
 
 Status WriterImpl::CloseShard() {
-  if (!shard_file_.is_open()) return Status::OK();
+  if (!shard_file_.valid()) return Status::OK();
   LIBSHARD_RETURN_IF_ERROR(Checkpoint());
   if (options_.fsync && mode_ == Mode::kAppend) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
   return shard_file_.Close();
@@ -427,7 +427,7 @@ Status WriterImpl::CloseShard() {
 Status WriterImpl::Checkpoint() {
   unjournaled_bytes_ = 0;
   if (mode_ != Mode::kCreate || journaled_ == samples_.size()) return Status::OK();
-  if (options_.fsync && shard_file_.is_open()) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
+  if (options_.fsync && shard_file_.valid()) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
   const std::string entry = format::EncodeJournalSamples(
       schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_));
   LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
@@ -452,12 +452,12 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
                                      " samples");
   // Roll when the open shard already has a sample and this one would pass shard_size; a sample
   // is never split, and one larger than shard_size gets a shard of its own.
-  if (shard_file_.is_open() && shard_samples_ > 0 &&
+  if (shard_file_.valid() && shard_samples_ > 0 &&
       shards_.back().file_size + padded > options_.shard_size) {
     Status st = CloseShard();
     if (!st.ok()) return Fail(st);
   }
-  if (!shard_file_.is_open()) {
+  if (!shard_file_.valid()) {
     Status st = OpenNewShard();
     if (!st.ok()) return Fail(st);
   }
@@ -513,7 +513,7 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.created_by = options_.created_by;
   req.fsync = options_.fsync;
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
-  if (journal_.is_open()) {
+  if (journal_.valid()) {
     LIBSHARD_RETURN_IF_ERROR(journal_.Close());
     LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir_, format::kJournalName)));
     if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir_));

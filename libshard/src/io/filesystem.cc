@@ -1,4 +1,6 @@
-#include "io/posix_file.h"
+#include "io/filesystem.h"
+
+#include "io/file.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,89 +13,6 @@
 #include <utility>
 
 namespace libshard::internal {
-
-PosixFile::~PosixFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-PosixFile::PosixFile(PosixFile&& o) noexcept
-    : fd_(std::exchange(o.fd_, -1)), path_(std::move(o.path_)) {}
-
-PosixFile& PosixFile::operator=(PosixFile&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(o.fd_, -1);
-    path_ = std::move(o.path_);
-  }
-  return *this;
-}
-
-Result<PosixFile> PosixFile::Open(const std::string& path, int flags, mode_t mode) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
-  if (fd < 0) return Status::FromErrno(errno, "open " + path);
-  PosixFile f;
-  f.fd_ = fd;
-  f.path_ = path;
-  return f;
-}
-
-Status PosixFile::PReadExact(void* buf, uint64_t n, uint64_t offset) const {
-  auto* p = static_cast<char*>(buf);
-  uint64_t done = 0;
-  while (done < n) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1ull << 30));
-    ssize_t r = ::pread(fd_, p + done, chunk, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, path_ + ": pread at offset " + std::to_string(offset + done));
-    }
-    if (r == 0)
-      return Status::Corruption(path_ + ": offset " + std::to_string(offset) + ": file ends after " +
-                                std::to_string(done) + " of " + std::to_string(n) +
-                                " bytes (truncated?)");
-    done += static_cast<uint64_t>(r);
-  }
-  return Status::OK();
-}
-
-Status PosixFile::PWriteAll(const void* buf, uint64_t n, uint64_t offset) {
-  const auto* p = static_cast<const char*>(buf);
-  uint64_t done = 0;
-  while (done < n) {
-    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1ull << 30));
-    ssize_t r = ::pwrite(fd_, p + done, chunk, static_cast<off_t>(offset + done));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, path_ + ": pwrite at offset " + std::to_string(offset + done));
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return Status::OK();
-}
-
-Status PosixFile::Sync() {
-  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync " + path_);
-  return Status::OK();
-}
-
-Status PosixFile::Truncate(uint64_t size) {
-  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
-    return Status::FromErrno(errno, "ftruncate " + path_);
-  return Status::OK();
-}
-
-Result<uint64_t> PosixFile::Size() const {
-  struct stat st;
-  if (::fstat(fd_, &st) != 0) return Status::FromErrno(errno, "fstat " + path_);
-  return static_cast<uint64_t>(st.st_size);
-}
-
-Status PosixFile::Close() {
-  if (fd_ < 0) return Status::OK();
-  int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) return Status::FromErrno(errno, "close " + path_);
-  return Status::OK();
-}
 
 MappedFile::~MappedFile() {
   if (addr_) ::munmap(addr_, size_);
@@ -112,7 +31,7 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 }
 
 Result<MappedFile> MappedFile::Map(const std::string& path) {
-  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(path, O_RDONLY));
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
   MappedFile m;
   if (size == 0) return m;
@@ -153,7 +72,7 @@ Status MakeDirectories(const std::string& dir) {
 }
 
 Status SyncDirectory(const std::string& dir) {
-  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(dir, O_RDONLY | O_DIRECTORY));
+  LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(dir, O_RDONLY | O_DIRECTORY));
   return f.Sync();
 }
 
@@ -182,7 +101,7 @@ Result<std::vector<std::string>> ListDirectory(const std::string& dir) {
 }
 
 Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_size) {
-  LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(path, O_RDONLY));
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
   if (size > max_size)
     return Status::Corruption(path + ": " + std::to_string(size) + " bytes exceeds the limit of " +
@@ -197,7 +116,7 @@ Status WriteFileAtomically(const std::string& dir, const std::string& name, std:
   const std::string path = JoinPath(dir, name);
   const std::string tmp = path + ".tmp";
   {
-    LIBSHARD_ASSIGN_OR_RETURN(PosixFile f, PosixFile::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC));
+    LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC));
     LIBSHARD_RETURN_IF_ERROR(f.PWriteAll(data.data(), data.size(), 0));
     if (sync) LIBSHARD_RETURN_IF_ERROR(f.Sync());
     LIBSHARD_RETURN_IF_ERROR(f.Close());
@@ -207,9 +126,9 @@ Status WriteFileAtomically(const std::string& dir, const std::string& name, std:
 
 Status LinkOrCopyFile(const std::string& from, const std::string& to, bool link, bool sync) {
   if (link && ::link(from.c_str(), to.c_str()) == 0) return Status::OK();
-  LIBSHARD_ASSIGN_OR_RETURN(PosixFile in, PosixFile::Open(from, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(io::File in, io::File::Open(from, O_RDONLY));
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, in.Size());
-  LIBSHARD_ASSIGN_OR_RETURN(PosixFile out, PosixFile::Open(to, O_WRONLY | O_CREAT | O_EXCL));
+  LIBSHARD_ASSIGN_OR_RETURN(io::File out, io::File::Open(to, O_WRONLY | O_CREAT | O_EXCL));
   constexpr uint64_t kChunk = 8ull << 20;
   std::vector<char> buf(static_cast<size_t>(std::min(size, kChunk)));
   for (uint64_t off = 0; off < size;) {

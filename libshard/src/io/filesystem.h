@@ -1,6 +1,5 @@
-// Small RAII wrappers over the POSIX file calls the Writer and Dataset make: whole-file reads,
-// positioned reads and writes, fsync, atomic replace, mmap. The loader's read path uses
-// io/file.h and the engines instead.
+// File-system helpers the Writer and Dataset use: paths, directories, whole-file reads, atomic
+// replace, links and copies, mmap. Open files are io::File (io/file.h).
 #pragma once
 
 #include <sys/types.h>
@@ -16,37 +15,6 @@
 #include "libshard/status.h"
 
 namespace libshard::internal {
-
-// An owned file descriptor. Move-only; closes on destruction (errors ignored: call Close() to see
-// them). pread/pwrite are safe to call concurrently on one PosixFile.
-class PosixFile {
- public:
-  PosixFile() = default;
-  ~PosixFile();
-  PosixFile(PosixFile&& o) noexcept;
-  PosixFile& operator=(PosixFile&& o) noexcept;
-  PosixFile(const PosixFile&) = delete;
-  PosixFile& operator=(const PosixFile&) = delete;
-
-  static Result<PosixFile> Open(const std::string& path, int flags, mode_t mode = 0644);
-
-  bool is_open() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-
-  // Reads exactly n bytes at `offset`; Corruption naming the file and offset when the file ends
-  // first, IoError on a failed call.
-  [[nodiscard]] Status PReadExact(void* buf, uint64_t n, uint64_t offset) const;
-  [[nodiscard]] Status PWriteAll(const void* buf, uint64_t n, uint64_t offset);
-  [[nodiscard]] Status Sync();
-  [[nodiscard]] Status Truncate(uint64_t size);
-  Result<uint64_t> Size() const;
-  [[nodiscard]] Status Close();
-
- private:
-  int fd_ = -1;
-  std::string path_;
-};
 
 // A read-only private mapping of a whole file (an empty file maps to an empty span).
 class MappedFile {
