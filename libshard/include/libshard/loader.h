@@ -134,7 +134,9 @@ class Loader {
   virtual ~Loader() = default;  // stops and waits for reads in flight
 
   // Blocks until the next batch of this rank is ready; nullopt at the end of the epoch (call
-  // SetEpoch to go on). Errors name the sample, the shard file and the offset.
+  // SetEpoch to go on). Errors name the sample, the shard file and the offset. A batch whose read
+  // failed counts as consumed: state() moves past it, so a Next() after the error continues
+  // with the following batch, and a state saved then resumes after the failed one.
   virtual Result<std::optional<Batch>> Next() = 0;
   // Starts epoch `epoch` from its beginning (drops what was prefetched).
   virtual Status SetEpoch(uint64_t epoch) = 0;
