@@ -1,10 +1,12 @@
-// Tests for io::File: ownership, O_DIRECT probing and fallback, full positional reads.
+// Tests for io::File: ownership, O_DIRECT probing and fallback, full positional reads; and the
+// cleanup contract of testing::NoDirectIoDir, which the fallback tests rely on.
 #include "io/file.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -79,21 +81,102 @@ TEST(FileTest, DirectOnRealDiskOrCleanFallback) {
   }
 }
 
-TEST(FileTest, TmpfsRefusesDirectAndFallsBackToBuffered) {
-  testing::TempDir dir("/dev/shm");
-  if (dir.path().empty()) GTEST_SKIP() << "no /dev/shm";
-  testing::WriteStringToFile(dir.path() / "a", RandomBytes(4096, 3));
-  const std::string path = (dir.path() / "a").string();
+// The automatic fallback, on a file system that really refuses O_DIRECT (tmpfs before Linux
+// 6.6, else a ramfs we mount; skipped only when neither can be had, e.g. unprivileged).
+TEST(FileTest, FileSystemRefusingDirectFallsBackToBuffered) {
+  testing::NoDirectIoDir dir;
+  if (dir.path().empty()) GTEST_SKIP() << dir.why_unavailable();
+  // Not a multiple of 4096: buffered reads have no alignment rules, so an odd size and offset
+  // must read exactly.
+  const std::string data = RandomBytes(3 * 4096 + 123, 3);
+  const std::string path = (dir / "a").string();
+  testing::WriteStringToFile(path, data);
+  ASSERT_EQ(testing::ReadFileToString(path), data);
+
   DirectIoInfo info;
-  Result<File> f = File::OpenForReading(path, true, false, &info);
-  ASSERT_TRUE(f.ok()) << f.status().ToString();
-  if (info.direct) GTEST_SKIP() << "this tmpfs accepts O_DIRECT (Linux >= 6.6)";
-  EXPECT_EQ(::fcntl(f->fd(), F_GETFL) & O_DIRECT, 0);
-  EXPECT_NE(info.reason.find(path), std::string::npos);
-  Result<File> strict = File::OpenForReading(path, true, true, &info);
-  ASSERT_FALSE(strict.ok());
-  EXPECT_EQ(strict.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(strict.status().message().find("buffered"), std::string::npos);
+  Result<File> f = File::OpenForReading(path, /*want_direct=*/true, /*require_direct=*/false,
+                                        &info);
+  ASSERT_TRUE(f.ok()) << dir.description() << ": " << f.status().ToString();
+  EXPECT_FALSE(info.direct) << dir.description();
+  EXPECT_EQ(::fcntl(f->fd(), F_GETFL) & O_DIRECT, 0) << "opened with O_DIRECT on "
+                                                      << dir.description();
+  EXPECT_NE(info.reason.find(path), std::string::npos) << info.reason;
+  EXPECT_NE(info.reason.find("buffered"), std::string::npos) << info.reason;
+
+  std::string buf(data.size(), '\0');
+  Result<uint64_t> n = f->PReadFull(buf.data(), data.size(), 0);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size());
+  EXPECT_TRUE(buf == data) << "buffered read differs from the written bytes";
+  n = f->PReadFull(buf.data(), data.size() - 1001, 1001);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, data.size() - 1001);
+  EXPECT_TRUE(buf.compare(0, *n, data, 1001, *n) == 0) << "unaligned read at 1001 differs";
+
+  DirectIoInfo strict_info;
+  Result<File> strict = File::OpenForReading(path, /*want_direct=*/true,
+                                             /*require_direct=*/true, &strict_info);
+  ASSERT_FALSE(strict.ok()) << "require_direct succeeded on " << dir.description();
+  EXPECT_EQ(strict.status().code(), StatusCode::kUnsupported) << strict.status().ToString();
+  EXPECT_NE(strict.status().message().find("buffered"), std::string::npos)
+      << strict.status().ToString();
+  EXPECT_NE(strict.status().message().find(path), std::string::npos)
+      << strict.status().ToString();
+}
+
+// Why `dir` mounted nothing, for skipping the cleanup tests below.
+std::string NoMountReason(const testing::NoDirectIoDir& dir) {
+  return dir.path().empty() ? dir.why_unavailable() : dir.description() + " needs no mount";
+}
+
+// NoDirectIoDir's cleanup contract, for the ramfs it mounts: the destructor removes the mount
+// and the directory, and when the process dies without running destructors the reaper does.
+TEST(NoDirectIoDirTest, DestructorRemovesTheMount) {
+  fs::path mount_point;
+  {
+    testing::NoDirectIoDir dir;
+    if (!dir.mounted()) GTEST_SKIP() << NoMountReason(dir);
+    mount_point = dir.path();
+    testing::WriteStringToFile(dir / "a", "x");
+    ASSERT_TRUE(testing::IsMountPoint(mount_point));
+  }
+  EXPECT_FALSE(testing::IsMountPoint(mount_point)) << mount_point;
+  EXPECT_FALSE(fs::exists(mount_point)) << mount_point;
+}
+
+TEST(NoDirectIoDirDeathTest, MountIsRemovedWhenTheProcessAborts) {
+  {
+    testing::NoDirectIoDir probe;
+    if (!probe.mounted()) GTEST_SKIP() << NoMountReason(probe);
+  }
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  // "fast" death tests (the default) fork at EXPECT_DEATH, so the child inherits the pipe.
+  // The child mounts, reports the mount point through the pipe and aborts: no destructor runs.
+  EXPECT_DEATH(
+      {
+        ::close(fds[0]);
+        testing::NoDirectIoDir dir;
+        // Reports nothing unless the mount really exists, so the test cannot pass vacuously.
+        const std::string p =
+            (testing::IsMountPoint(dir.path()) ? dir.path().string() : std::string()) + "\n";
+        (void)!::write(fds[1], p.data(), p.size());
+        std::abort();
+      },
+      "");
+  ::close(fds[1]);
+  std::string reported;
+  char c;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') reported += c;
+  ::close(fds[0]);
+  ASSERT_FALSE(reported.empty()) << "the child mounted nothing";
+  const fs::path mount_point = reported;
+  // The reaper acts as soon as the pipe's write end is gone; allow it a moment.
+  for (int i = 0; i < 200 && (testing::IsMountPoint(mount_point) || fs::exists(mount_point)); ++i) {
+    ::usleep(10 * 1000);
+  }
+  EXPECT_FALSE(testing::IsMountPoint(mount_point)) << mount_point << " still mounted";
+  EXPECT_FALSE(fs::exists(mount_point)) << mount_point << " still exists";
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Tests for the streaming Loader: identical bytes on both engines and both I/O modes (real disk
-// and tmpfs), fields/max_len subsets, zstd + verification, budget bounds, clear errors (sample
+// and tmpfs), the buffered fallback on a file system that refuses O_DIRECT, fields/max_len subsets, zstd + verification, budget bounds, clear errors (sample
 // larger than the budget, checksum failure), Stop(), exact-once coverage over ranks and resume.
 #include "libshard/loader.h"
 
@@ -148,6 +148,78 @@ INSTANTIATE_TEST_SUITE_P(
       name += std::get<2>(info.param) == "/dev/shm" ? "Tmpfs" : "Disk";
       return name;
     });
+
+// ---- A file system that refuses O_DIRECT ---------------------------------------------------
+// tmpfs accepts O_DIRECT since Linux 6.6, so the /dev/shm cases above no longer reach the
+// fallback; NoDirectIoDir gives a directory that really refuses it (a ramfs we mount as root).
+
+class LoaderNoDirectTest : public ::testing::TestWithParam<IoEngineKind> {};
+
+// io_mode kAuto falls back to buffered reads on every shard and still delivers every sample
+// exactly once with the bytes Dataset::Read returns.
+TEST_P(LoaderNoDirectTest, AutoFallsBackToBufferedWithIdenticalBytes) {
+  const IoEngineKind engine = GetParam();
+  testing::NoDirectIoDir dir;
+  if (dir.path().empty()) GTEST_SKIP() << dir.why_unavailable();
+  const uint64_t n = 29;
+  // Small shards: several files, each of which must take the fallback.
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", n, /*zstd=*/false, 256 << 10);
+  ASSERT_NE(ds, nullptr);
+  ASSERT_GT(ds->shards().size(), 1u);
+  LoaderOptions o = SmallOptions();
+  o.engine = engine;
+  o.io_mode = IoMode::kAuto;
+  o.seed = 5;
+  auto loader = Loader::Create(ds, o);
+  if (!loader.ok() && engine == IoEngineKind::kIoUring &&
+      loader.status().code() == StatusCode::kUnsupported) {
+    GTEST_SKIP() << "io_uring refused here: " << loader.status().ToString();
+  }
+  ASSERT_TRUE(loader.ok()) << dir.description() << ": " << loader.status().ToString();
+  std::set<uint64_t> seen;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    ASSERT_EQ((*next)->samples.size(), 1u);
+    const Sample& got = (*next)->samples[0];
+    auto want = ds->Read(got.index());
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ExpectSameSample(got, *want);
+    EXPECT_TRUE(seen.insert(got.index()).second) << "sample " << got.index() << " twice";
+  }
+  EXPECT_EQ(seen.size(), n);
+  const LoaderStats s = (*loader)->stats();
+  EXPECT_EQ(s.samples_delivered, n);
+  EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");
+  EXPECT_FALSE(s.direct_io) << "O_DIRECT reported on " << dir.description();
+  // LoaderStats has no field for why reads are buffered (io::DirectIoInfo::reason is dropped
+  // by the loader), so the reason itself is covered by the io::File test only.
+  EXPECT_GE(s.bytes_read, ds->total_stored_bytes() - 4096 * ds->shards().size());
+}
+
+INSTANTIATE_TEST_SUITE_P(BothEngines, LoaderNoDirectTest,
+                         ::testing::Values(IoEngineKind::kIoUring, IoEngineKind::kPread),
+                         [](const ::testing::TestParamInfo<IoEngineKind>& info) {
+                           return std::string(info.param == IoEngineKind::kPread ? "Pread"
+                                                                                 : "Uring");
+                         });
+
+// io_mode kDirect there is a clear error at Create(): it names the shard file and says to use
+// buffered mode, instead of silently reading buffered.
+TEST(LoaderTest, DirectModeOnFileSystemRefusingDirectIsAClearError) {
+  testing::NoDirectIoDir dir;
+  if (dir.path().empty()) GTEST_SKIP() << dir.why_unavailable();
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 4);
+  ASSERT_NE(ds, nullptr);
+  LoaderOptions o = SmallOptions();
+  o.engine = IoEngineKind::kPread;
+  o.io_mode = IoMode::kDirect;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_FALSE(loader.ok()) << "io_mode=direct succeeded on " << dir.description();
+  testing::ExpectError(loader.status(), StatusCode::kUnsupported,
+                       {ds->shards()[0].path, "O_DIRECT", "buffered"});
+}
 
 // ---- Subsets, compression, verification -------------------------------------------------------
 
