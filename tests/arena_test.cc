@@ -61,6 +61,27 @@ TEST(ArenaTest, TooLargeRequestIsResourceExhaustedWithSizes) {
   EXPECT_EQ(arena->Acquire(2 << 20).status().code(), StatusCode::kResourceExhausted);
 }
 
+TEST(ArenaTest, LargeArenaStartsOnAHugePageBoundaryAndPopulates) {
+  // Budgets of 2 MiB and more are mapped on a 2 MiB boundary (transparent huge pages), with the
+  // exact budget usable: the first slot is the arena's start, the last ends at its end.
+  constexpr uint64_t kBudget = (uint64_t{6} << 20) + 4096;
+  ArenaOptions options;
+  options.populate = true;
+  std::shared_ptr<Arena> arena = *Arena::Create(kBudget, options);
+  std::shared_ptr<std::byte> first = *arena->TryAcquire(uint64_t{2} << 20);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first.get()) % (uintptr_t{2} << 20), 0u);
+  std::shared_ptr<std::byte> rest = *arena->TryAcquire(kBudget - (uint64_t{2} << 20));
+  ASSERT_NE(rest, nullptr);
+  EXPECT_EQ(rest.get() - first.get(), std::ptrdiff_t{2} << 20);
+  // Fresh anonymous memory reads as zeros and every byte is writable.
+  const std::vector<std::byte> zeros(kBudget - (uint64_t{2} << 20));
+  EXPECT_EQ(std::memcmp(rest.get(), zeros.data(), zeros.size()), 0);
+  std::memset(rest.get(), 0xab, zeros.size());
+  std::memset(first.get(), 0xcd, uint64_t{2} << 20);
+  EXPECT_EQ(rest.get()[zeros.size() - 1], std::byte{0xab});
+}
+
 TEST(ArenaTest, AcquireBlocksUntilReleaseAndStopAborts) {
   std::shared_ptr<Arena> arena = *Arena::Create(64 << 10);
   std::shared_ptr<std::byte> held = *arena->TryAcquire(64 << 10);

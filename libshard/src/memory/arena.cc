@@ -72,11 +72,9 @@ Result<std::shared_ptr<Arena>> Arena::Create(uint64_t budget, const ArenaOptions
                                    " bytes is implausibly large; pass a budget in bytes");
   }
   budget = (budget + kAlignment - 1) / kAlignment * kAlignment;
-  Result<std::byte*> mapped = MapHugeAligned(budget, options.populate);
-  if (!mapped.ok()) return mapped.status();
-  void* p = *mapped;
-  std::shared_ptr<Arena> arena(new Arena(*mapped, budget));
-  if (options.pin) arena->pin_ = CudaHostRegistration::Register(p, budget);
+  LIBSHARD_ASSIGN_OR_RETURN(std::byte* base, MapHugeAligned(budget, options.populate));
+  std::shared_ptr<Arena> arena(new Arena(base, budget));
+  if (options.pin) arena->pin_ = CudaHostRegistration::Register(base, budget);
   return arena;
 }
 
