@@ -1,6 +1,7 @@
 // Tests for the streaming Loader: identical bytes on both engines and both I/O modes (real disk
-// and tmpfs), the buffered fallback on a file system that refuses O_DIRECT, fields/max_len subsets, zstd + verification, budget bounds, clear errors (sample
-// larger than the budget, checksum failure), Stop(), exact-once coverage over ranks and resume.
+// and tmpfs), the buffered fallback on a file system that refuses O_DIRECT, fields/max_len
+// subsets, zstd + verification, budget bounds, clear errors (sample larger than the budget,
+// checksum failure), Stop(), exact-once coverage over ranks and resume.
 #include "libshard/loader.h"
 
 #include <stdlib.h>
@@ -132,7 +133,11 @@ TEST_P(LoaderBytesTest, EverySampleEqualsDatasetRead) {
   const LoaderStats s = (*loader)->stats();
   EXPECT_EQ(s.samples_delivered, n);
   EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");
-  if (mode == IoMode::kBuffered) EXPECT_FALSE(s.direct_io);
+  if (mode == IoMode::kBuffered) {
+    EXPECT_FALSE(s.direct_io);
+    EXPECT_NE(s.io_status.find("buffered reads requested"), std::string::npos) << s.io_status;
+  }
+  if (s.direct_io) EXPECT_EQ(s.io_status, "");
   EXPECT_GE(s.bytes_read, ds->total_stored_bytes() - 4096 * ds->shards().size());
   EXPECT_LE(s.arena_peak, s.arena_budget);
 }
@@ -193,8 +198,12 @@ TEST_P(LoaderNoDirectTest, AutoFallsBackToBufferedWithIdenticalBytes) {
   EXPECT_EQ(s.samples_delivered, n);
   EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");
   EXPECT_FALSE(s.direct_io) << "O_DIRECT reported on " << dir.description();
-  // LoaderStats has no field for why reads are buffered (io::DirectIoInfo::reason is dropped
-  // by the loader), so the reason itself is covered by the io::File test only.
+  // The report says why: the first shard's refusal, and how many more shards share it.
+  EXPECT_NE(s.io_status.find(ds->shards()[0].path), std::string::npos) << s.io_status;
+  EXPECT_NE(s.io_status.find("refuses O_DIRECT"), std::string::npos) << s.io_status;
+  EXPECT_NE(s.io_status.find(std::to_string(ds->shards().size() - 1) + " more shard(s)"),
+            std::string::npos)
+      << s.io_status;
   EXPECT_GE(s.bytes_read, ds->total_stored_bytes() - 4096 * ds->shards().size());
 }
 
@@ -218,7 +227,7 @@ TEST(LoaderTest, DirectModeOnFileSystemRefusingDirectIsAClearError) {
   auto loader = Loader::Create(ds, o);
   ASSERT_FALSE(loader.ok()) << "io_mode=direct succeeded on " << dir.description();
   testing::ExpectError(loader.status(), StatusCode::kUnsupported,
-                       {ds->shards()[0].path, "O_DIRECT", "buffered"});
+                       {ds->shards()[0].path, "O_DIRECT", "io_mode auto or buffered"});
 }
 
 // ---- Subsets, compression, verification -------------------------------------------------------

@@ -120,7 +120,9 @@ py::dict StatsToPython(const LoaderStats& s) {
   }
   out["inflight"] = std::move(inflight);
   out["engine"] = s.engine;
+  out["engine_status"] = s.engine_status;
   out["direct_io"] = s.direct_io;
+  out["io_status"] = s.io_status;
   out["pinned"] = s.pinned;
   out["pin_status"] = s.pin_status;
   out["arena_budget"] = s.arena_budget;

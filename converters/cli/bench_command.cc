@@ -168,9 +168,10 @@ int RunBench(const BenchArgs& a) {
               total_read ? total_cpu / (static_cast<double>(total_read) / 1e9) : 0.0);
   if (raw_gbps > 0) std::printf(", %.1f%% of raw", 100 * gbps / raw_gbps);
   std::printf("\n");
-  std::printf("arena peak %s of %s; %s%s%s\n", convert::FormatBytes(s.arena_peak).c_str(),
+  std::printf("arena peak %s of %s; %s%s%s%s%s\n", convert::FormatBytes(s.arena_peak).c_str(),
               convert::FormatBytes(s.arena_budget).c_str(), s.pin_status.c_str(),
-              s.engine_status.empty() ? "" : "; ", s.engine_status.c_str());
+              s.engine_status.empty() ? "" : "; ", s.engine_status.c_str(),
+              s.io_status.empty() ? "" : "; ", s.io_status.c_str());
   return kExitOk;
 }
 

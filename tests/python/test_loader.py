@@ -217,7 +217,8 @@ def test_memory_within_budget_over_epochs(eagle_dataset):
     stats = loader.stats()
     assert stats["samples_delivered"] == 4 * N_EAGLE
     assert stats["bytes_read"] > budget  # the arena was reused
-    for key in ("throughput_gbps", "wait_seconds", "wait_share", "engine", "direct_io", "pinned",
+    for key in ("throughput_gbps", "wait_seconds", "wait_share", "engine", "engine_status",
+                "direct_io", "io_status", "pinned",
                 "arena_in_use", "checksum_failures", "samples_skipped", "inflight"):
         assert key in stats
 
@@ -299,3 +300,126 @@ def test_device_cuda(eagle_dataset):
     sample = next(iter(cpu))
     if cpu.stats()["pinned"]:
         assert sample["hidden_state"].is_pinned()
+
+
+# ---- A file system that refuses O_DIRECT -------------------------------------------------------
+# tmpfs accepts O_DIRECT since Linux 6.6; ramfs refuses it. These tests mount a ramfs (as root)
+# unless /dev/shm still refuses O_DIRECT, and skip with the reason when neither is possible.
+
+# Runs beside pytest in its own session: when pytest dies without cleaning up (SIGKILL,
+# crash), its stdin hits EOF without the "done" line, and it detaches the mount and removes the
+# directory, so no ramfs outlives the test run.
+_RAMFS_REAPER = r"""
+import ctypes, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if sys.stdin.readline().strip() != "done":
+    ctypes.CDLL(None, use_errno=True).umount2(os.fsencode(sys.argv[1]), 2)  # MNT_DETACH
+    try:
+        os.rmdir(sys.argv[1])
+    except OSError:
+        pass
+"""
+
+
+def _refuses_direct(directory) -> bool:
+    """Whether a file in `directory` really cannot be opened with O_DIRECT (EINVAL/EOPNOTSUPP)."""
+    import errno
+    import os
+    probe = os.path.join(directory, ".libshard_odirect_probe")
+    with open(probe, "wb") as f:
+        f.write(b"x" * 4096)
+    try:
+        fd = os.open(probe, os.O_RDONLY | os.O_DIRECT)
+    except OSError as e:
+        return e.errno in (errno.EINVAL, errno.EOPNOTSUPP)
+    else:
+        os.close(fd)
+        return False
+    finally:
+        os.unlink(probe)
+
+
+@pytest.fixture
+def no_direct_dir(tmp_path):
+    """A writable directory whose file system refuses O_DIRECT; removed (and unmounted) after."""
+    import ctypes
+    import os
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    if os.path.isdir("/dev/shm"):
+        shm = tempfile.mkdtemp(prefix="libshard_test_", dir="/dev/shm")
+        try:
+            if _refuses_direct(shm):
+                yield pathlib.Path(shm)
+                return
+        finally:
+            shutil.rmtree(shm, ignore_errors=True)
+    if os.geteuid() != 0:
+        pytest.skip("/dev/shm accepts O_DIRECT and only root can mount a ramfs")
+    mount_point = tmp_path / "ramfs"
+    mount_point.mkdir()
+    reaper = subprocess.Popen([sys.executable, "-c", _RAMFS_REAPER, str(mount_point)],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    mounted = False
+    try:
+        if libc.mount(b"ramfs", os.fsencode(mount_point), b"ramfs", 0, None) != 0:
+            pytest.skip(f"mount -t ramfs on {mount_point} failed: "
+                        f"{os.strerror(ctypes.get_errno())} (not permitted in this container?)")
+        mounted = True
+        if not _refuses_direct(mount_point):
+            pytest.skip("this kernel's ramfs accepts O_DIRECT")
+        yield mount_point
+    finally:
+        unmounted = True
+        if mounted:
+            for entry in mount_point.iterdir():
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+            unmounted = libc.umount2(os.fsencode(mount_point), 2) == 0  # MNT_DETACH
+        if unmounted:
+            reaper.stdin.write("done\n")  # else EOF alone: the reaper retries the unmount
+        reaper.stdin.close()
+        reaper.wait(timeout=30)
+
+
+@pytest.mark.parametrize("engine", ["uring", "pread"])
+def test_auto_io_mode_falls_back_to_buffered_where_direct_is_refused(eagle_src, no_direct_dir,
+                                                                    engine):
+    from conftest import pack_dir
+    dataset = pack_dir(eagle_src, no_direct_dir / "ds", shard_size="64KiB")
+    ds = libshard.open(dataset)
+    try:
+        loader = libshard.Loader(ds, io_mode="auto", engine=engine, shuffle=True, seed=3,
+                                 return_index=True, **SMALL)
+    except ValueError as e:
+        if engine == "uring" and "io_uring" in str(e):
+            pytest.skip(f"io_uring refused here: {e}")
+        raise
+    with loader:
+        seen = []
+        for sample in loader:
+            i = sample.pop("__index__")
+            seen.append(i)
+            assert_sample_equal(sample, ds[i], f"sample {i}")
+        assert sorted(seen) == list(range(N_EAGLE))
+        stats = loader.stats()
+    assert stats["direct_io"] is False
+    assert "refuses O_DIRECT" in stats["io_status"] and ds.shards[0]["path"] in stats["io_status"]
+    assert stats["engine"] == ("io_uring" if engine == "uring" else "pread")
+
+
+def test_direct_io_mode_where_direct_is_refused_is_value_error(eagle_src, no_direct_dir):
+    from conftest import pack_dir
+    dataset = pack_dir(eagle_src, no_direct_dir / "ds", shard_size="64KiB")
+    with pytest.raises(ValueError, match="O_DIRECT") as e:
+        libshard.Loader(dataset, io_mode="direct", engine="pread", **SMALL)
+    assert str(no_direct_dir / "ds") in str(e.value)
+    assert "io_mode auto or buffered" in str(e.value)

@@ -48,7 +48,8 @@ bool RefusesDirect(const std::filesystem::path& dir, std::string* why_not) {
     return false;
   }
   const std::string block(4096, 'x');  // one aligned block, so a direct open has data to refer to
-  const bool written = ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
+  const bool written =
+      ::write(fd, block.data(), block.size()) == static_cast<ssize_t>(block.size());
   const int write_errno = errno;
   ::close(fd);
   if (!written) {

@@ -112,7 +112,8 @@ struct LoaderStats {
   std::vector<InflightRead> inflight;  // a few of the oldest reads in flight
   std::string engine;                  // "io_uring" or "pread"
   std::string engine_status;           // why the fallback, or what registration failed; "" if none
-  bool direct_io = false;
+  bool direct_io = false;              // every shard is read with O_DIRECT
+  std::string io_status;               // why (some) shards are read buffered; "" when all direct
   bool pinned = false;
   std::string pin_status;              // why not pinned, when not
   uint64_t arena_budget = 0;

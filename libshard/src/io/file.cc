@@ -77,8 +77,9 @@ Result<File> File::OpenForReading(const std::string& path, bool want_direct,
                    direct.status().message() + "); using buffered reads";
     if (require_direct) {
       return Status(StatusCode::kUnsupported,
-                    path + ": O_DIRECT was requested (LIBSHARD_IO_MODE=direct or "
-                           "io_mode=direct) but the file system refuses it; use buffered mode",
+                    path + ": O_DIRECT was requested (io_mode=direct or LIBSHARD_IO_MODE=direct) "
+                           "but the file system refuses it (" + direct.status().message() +
+                           "); use io_mode auto or buffered (LIBSHARD_IO_MODE=buffered)",
                     e);
     }
   } else {

@@ -177,6 +177,7 @@ Status StreamingLoader::OpenFiles() {
     }
   }
   direct_io_ = !dataset_->shards().empty() && mode != IoMode::kBuffered;
+  buffered_shards_ = 0;
   for (const ShardInfo& shard : dataset_->shards()) {
     io::DirectIoInfo info;
     LIBSHARD_ASSIGN_OR_RETURN(
@@ -187,11 +188,20 @@ Status StreamingLoader::OpenFiles() {
       if (mode == IoMode::kDirect) {
         return Status::Unsupported(shard.path + ": O_DIRECT needs " +
                                    std::to_string(info.offset_align) +
-                                   "-byte alignment, more than the format's 4096; use buffered");
+                                   "-byte alignment, more than the format's 4096; use io_mode auto or buffered");
       }
+      const std::string why = shard.path + ": O_DIRECT needs " +
+                              std::to_string(info.offset_align) +
+                              "-byte alignment, more than the format's 4096; using buffered reads";
       LIBSHARD_ASSIGN_OR_RETURN(file, io::File::OpenForReading(shard.path, false, false, &info));
+      info.reason = why;
     }
-    if (!info.direct) direct_io_ = false;
+    if (!info.direct) {
+      direct_io_ = false;
+      // One reason is enough to explain the mode; say how many more shards share it.
+      if (io_note_.empty()) io_note_ = info.reason;
+      ++buffered_shards_;
+    }
     files_.push_back(std::move(file));
   }
   return Status::OK();
@@ -735,6 +745,10 @@ LoaderStats StreamingLoader::stats() const {
   s.pinned = arena_->pinned();
   s.pin_status = options_.pin_memory ? arena_->pin_status() : "not requested (pin_memory=false)";
   s.engine_status = engine_note_;
+  s.io_status = io_note_;
+  if (buffered_shards_ > 1) {
+    s.io_status += " (and " + std::to_string(buffered_shards_ - 1) + " more shard(s) buffered)";
+  }
   s.arena_budget = arena_->budget();
   s.arena_in_use = arena_->in_use();
   s.arena_peak = arena_->peak();

@@ -111,6 +111,8 @@ class StreamingLoader final : public Loader {
   bool direct_io_ = false;
   std::unique_ptr<io::IoEngine> engine_;
   std::string engine_note_;
+  std::string io_note_;          // why the first buffered shard is not read with O_DIRECT
+  uint64_t buffered_shards_ = 0;
   uint64_t read_size_ = 0;
   uint32_t queue_depth_ = 0;
   std::vector<std::thread> workers_;
