@@ -51,6 +51,36 @@ TEST(FileTest, MoveTransfersOwnershipAndCloseIsIdempotent) {
   EXPECT_EQ(::fcntl(fd, F_GETFD), -1);  // the descriptor is really closed
 }
 
+TEST(FileTest, WriteReadExactSyncAndTruncate) {
+  testing::TempDir dir;
+  const std::string path = (dir / "w").string();
+  Result<File> f = File::Open(path, O_RDWR | O_CREAT | O_EXCL);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::string data = RandomBytes(20000, 7);
+  ASSERT_TRUE(f->PWriteAll(data.data(), data.size(), 100).ok());
+  ASSERT_TRUE(f->Sync().ok());
+  EXPECT_EQ(*f->Size(), 20100u);
+  std::string back(data.size(), '\0');
+  ASSERT_TRUE(f->PReadExact(back.data(), back.size(), 100).ok());
+  EXPECT_EQ(back, data);
+  // The gap before the first write reads as zeros.
+  std::string head(100, 'x');
+  ASSERT_TRUE(f->PReadExact(head.data(), head.size(), 0).ok());
+  EXPECT_EQ(head, std::string(100, '\0'));
+  ASSERT_TRUE(f->Truncate(4096).ok());
+  EXPECT_EQ(*f->Size(), 4096u);
+  // Past the end: Corruption naming the file, the offset and how much was there.
+  Status short_read = f->PReadExact(back.data(), 5000, 0);
+  EXPECT_EQ(short_read.code(), StatusCode::kCorruption);
+  EXPECT_NE(short_read.message().find(path), std::string::npos) << short_read.ToString();
+  EXPECT_NE(short_read.message().find("4096 of 5000"), std::string::npos) << short_read.ToString();
+  // A created file gets mode 0644 (before the umask): its owner can read and write it.
+  const fs::perms perms = fs::status(path).permissions();
+  EXPECT_NE(perms & fs::perms::owner_read, fs::perms::none);
+  EXPECT_NE(perms & fs::perms::owner_write, fs::perms::none);
+  EXPECT_TRUE(f->Close().ok());
+}
+
 TEST(FileTest, PReadFullStopsAtEndOfFile) {
   testing::TempDir dir;
   const std::string data = RandomBytes(10000, 1);
