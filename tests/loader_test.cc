@@ -329,10 +329,99 @@ TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok());
   std::vector<uint64_t> seen = Drain(**loader);
-  EXPECT_EQ(seen.size(), 15u);
+  // Single samples: the skipped sample's step is filled by a repeat of the sample before it, so
+  // the rank keeps its step count.
+  ASSERT_EQ(seen.size(), 16u);
+  EXPECT_EQ((*loader)->batches_per_epoch(), 16u);
   EXPECT_EQ(std::count(seen.begin(), seen.end(), bad), 0);
+  EXPECT_EQ(seen[bad], bad - 1);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), bad - 1), 2);
   EXPECT_EQ((*loader)->state().skipped, std::vector<uint64_t>{bad});
   EXPECT_EQ((*loader)->stats().samples_skipped, 1u);
+  EXPECT_EQ((*loader)->stats().samples_repeated, 1u);
+}
+
+// on_error=skip under DDP: whatever fails, every rank yields batches_per_epoch() batches (a rank
+// one step short would leave the others waiting in a collective). A batch that lost some samples
+// comes smaller; one that lost all of them is a repeat of the previous batch's first sample;
+// only a first batch with nothing before it is dropped.
+// The stand-in kept for on_error=skip never holds the stream up: with room for one sample only,
+// the loader lets it go instead of waiting for memory it holds itself.
+TEST(LoaderTest, SkipStandInYieldsToATightMemoryBudget) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 12);
+  ASSERT_NE(ds, nullptr);
+  uint64_t largest = 0;
+  for (uint64_t i = 0; i < ds->size(); ++i) {
+    largest = std::max<uint64_t>(largest, (ds->location(i).stored_size + 4095) / 4096 * 4096);
+  }
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = largest + 4096;  // one sample at a time, whichever it is
+  o.on_error = OnError::kSkip;
+  o.slow_wait_warning_seconds = 10;  // a stall on held memory becomes an error after 20 s
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<uint64_t> seen = Drain(**loader);
+  EXPECT_EQ(seen.size(), 12u);
+  std::sort(seen.begin(), seen.end());
+  for (uint64_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], i);
+  // A liveness bound, not a speed check: normally milliseconds.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0);
+}
+
+TEST(LoaderTest, SkipKeepsEveryRanksStepCount) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 24);
+  ASSERT_NE(ds, nullptr);
+  // Unshuffled, world size 2, batches of 2: rank 0 gets {0,1}, {4,5}, {8,9}, ...; rank 1 gets
+  // {2,3}, {6,7}, {10,11}, ... Corrupt 4 and 5 (all of rank 0's second batch) and 6 (half of
+  // rank 1's second batch).
+  for (uint64_t bad : {4, 5, 6}) {
+    const SampleLocation loc = ds->location(bad);
+    testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + loc.stored_size / 2);
+  }
+  LoaderOptions o = SmallOptions();
+  o.verify_checksums = true;
+  o.shuffle = false;
+  o.batch_size = 2;
+  o.world_size = 2;
+  o.on_error = OnError::kSkip;
+  std::vector<std::vector<std::vector<uint64_t>>> per_rank(2);
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    o.rank = rank;
+    auto loader = Loader::Create(ds, o);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    while (true) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      if (!next->has_value()) break;
+      std::vector<uint64_t> batch;
+      for (const Sample& s : (*next)->samples) batch.push_back(s.index());
+      per_rank[rank].push_back(batch);
+    }
+    EXPECT_EQ(per_rank[rank].size(), (*loader)->batches_per_epoch()) << "rank " << rank;
+    EXPECT_EQ((*loader)->stats().samples_repeated, rank == 0 ? 1u : 0u);
+  }
+  ASSERT_EQ(per_rank[0].size(), 6u);
+  ASSERT_EQ(per_rank[1].size(), 6u);
+  EXPECT_EQ(per_rank[0][0], (std::vector<uint64_t>{0, 1}));
+  EXPECT_EQ(per_rank[0][1], (std::vector<uint64_t>{0}));  // stands in for {4, 5}
+  EXPECT_EQ(per_rank[0][2], (std::vector<uint64_t>{8, 9}));
+  EXPECT_EQ(per_rank[1][1], (std::vector<uint64_t>{7}));  // {6, 7} without 6
+
+  // Nothing before them to stand in: rank 0's first two batches, both lost, are dropped.
+  for (uint64_t bad : {0, 1}) {
+    const SampleLocation loc = ds->location(bad);
+    testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + loc.stored_size / 2);
+  }
+  o.rank = 0;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<uint64_t> seen = Drain(**loader);
+  EXPECT_EQ(seen.front(), 8u);
+  EXPECT_EQ((*loader)->stats().batches_delivered, (*loader)->batches_per_epoch() - 2);
+  EXPECT_EQ((*loader)->stats().samples_repeated, 0u);
 }
 
 TEST(LoaderTest, UnknownFieldIsInvalidArgument) {

@@ -130,6 +130,7 @@ py::dict StatsToPython(const LoaderStats& s) {
   out["arena_peak"] = s.arena_peak;
   out["checksum_failures"] = s.checksum_failures;
   out["samples_skipped"] = s.samples_skipped;
+  out["samples_repeated"] = s.samples_repeated;
   return out;
 }
 

@@ -97,9 +97,9 @@ class Loader:
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
       verify: check every sample's xxh3-64 checksum on worker threads.
       on_error: "raise" (default) or "skip" (corrupt samples are skipped and counted in stats).
-        A rank that skips has fewer samples (with single samples or a batch that lost all of its
-        samples: fewer steps) than its peers, which hangs DDP in its last collective: check a
-        dataset with ``libshard verify`` before a multi-rank run and keep "raise" there.
+        A batch that lost every sample (with single samples: each skip) is replaced by a repeat
+        of the previous batch's first sample (``stats()["samples_repeated"]``), so every rank
+        keeps its step count and DDP ranks stay in step.
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
         stream one step ahead. Needs CUDA (ValueError otherwise).

@@ -32,11 +32,13 @@ enum class IoMode : uint32_t {
 enum class OnError : uint32_t {
   kRaise = 0,    // Next() returns the error (sample, file, offset)
   kSkip = 1,     // the sample is skipped, counted in stats and recorded in the state
-  // With kSkip a batch that lost samples is delivered smaller, and a batch that lost all of them
-  // (every skip, with single samples) is not delivered: that rank then ends the epoch with fewer
-  // steps than batches_per_epoch() says. Under DDP the other ranks then wait in a collective
-  // for a step that never comes, so check a dataset with `libshard verify` before a multi-rank
-  // run and keep kRaise there; kSkip suits one-process runs and data you cannot repair.
+  // With kSkip a batch that lost some samples is delivered smaller. A batch that lost all of them
+  // (with single samples: every skip) is replaced by a repeat of the first sample of the last
+  // batch delivered (counted in stats().samples_repeated), so every rank still yields
+  // batches_per_epoch() batches and DDP ranks stay in step. Only when no such sample is at hand
+  // (before the first delivery after Create or a resume, or after the loader let it go to free
+  // memory) is the batch dropped, with a log line. `libshard verify` before a long multi-rank run
+  // avoids all of this.
 };
 
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
@@ -121,6 +123,7 @@ struct LoaderStats {
   uint64_t arena_peak = 0;
   uint64_t checksum_failures = 0;
   uint64_t samples_skipped = 0;
+  uint64_t samples_repeated = 0;       // stand-ins for batches that lost every sample (kSkip)
 };
 
 // Samples of one step. For single-sample mode it holds one sample.

@@ -599,6 +599,16 @@ Result<std::optional<Batch>> StreamingLoader::Next() {
         }
       }
       if (blocked_on_memory_ && tasks_.empty() && active_tasks_ == 0 && !pending) {
+        if (stand_in_) {
+          // The stand-in for failed batches must never be what holds the stream up: let it go
+          // (outside the lock: the release wakes the scheduler) and look again.
+          std::optional<Sample> release = std::move(stand_in_);
+          stand_in_.reset();
+          lock.unlock();
+          release.reset();
+          lock.lock();
+          continue;
+        }
         const uint64_t in_use = arena_->in_use();
         // Any release, and any item scheduled since, restarts the clock.
         if (!stuck || in_use != stuck_in_use || next_seq_ != stuck_seq) {
@@ -669,7 +679,28 @@ Result<std::optional<Batch>> StreamingLoader::Next() {
     wait_seconds_ += waited_total;
     waited_total = 0;
     if (!error.ok()) return error;
-    if (batch.samples.empty()) continue;  // every sample skipped: go on with the next batch
+    if (options_.on_error == OnError::kSkip) {
+      if (!batch.samples.empty()) {
+        stand_in_ = batch.samples.front();
+      } else if (stand_in_) {
+        // Every sample of the batch was skipped. Deliver a repeat of an earlier sample instead
+        // of nothing, so that this rank still yields batches_per_epoch() batches: under DDP a
+        // rank one step short leaves the others waiting in a collective for good.
+        ++samples_repeated_;
+        std::fprintf(stderr,
+                     "libshard: batch %llu lost every sample; sample %llu is repeated in its "
+                     "place so this rank keeps its step count\n",
+                     static_cast<unsigned long long>(batch_index),
+                     static_cast<unsigned long long>(stand_in_->index()));
+        batch.samples.push_back(*stand_in_);
+      } else {
+        std::fprintf(stderr,
+                     "libshard: batch %llu lost every sample and no earlier sample can stand in "
+                     "for it; this rank delivers one batch fewer this epoch\n",
+                     static_cast<unsigned long long>(batch_index));
+        continue;
+      }
+    }
     samples_delivered_ += batch.samples.size();
     ++batches_delivered_;
     return std::optional<Batch>(std::move(batch));
@@ -722,6 +753,7 @@ LoaderStats StreamingLoader::stats() const {
     s.elapsed_seconds = first_next_ ? Seconds(now - *first_next_) : 0;
     s.wait_seconds = wait_seconds_;
     s.samples_skipped = samples_skipped_;
+    s.samples_repeated = samples_repeated_;
   }
   s.bytes_read = bytes_read_.load(std::memory_order_relaxed);
   s.throughput_gbps = s.elapsed_seconds > 0 ? s.bytes_read / s.elapsed_seconds / 1e9 : 0;

@@ -156,6 +156,10 @@ class StreamingLoader final : public Loader {
   uint64_t batches_delivered_ = 0;
   uint64_t bytes_delivered_ = 0;
   uint64_t samples_skipped_ = 0;
+  uint64_t samples_repeated_ = 0;
+  // OnError::kSkip: the first sample of the last batch delivered, repeated in place of a batch
+  // that lost every sample. Consumer thread only (under mu_); dropped whenever memory is short.
+  std::optional<Sample> stand_in_;
   double wait_seconds_ = 0;
   std::optional<Clock::time_point> first_next_;
   Clock::time_point last_stats_print_;
