@@ -424,6 +424,38 @@ TEST(LoaderTest, SkipKeepsEveryRanksStepCount) {
   EXPECT_EQ((*loader)->stats().samples_repeated, 0u);
 }
 
+TEST(LoaderTest, SettingNamesParseInOnePlaceAndEnvironmentErrorsNameTheVariable) {
+  EXPECT_EQ(*ParseIoEngineKind("auto"), IoEngineKind::kAuto);
+  EXPECT_EQ(*ParseIoEngineKind("uring"), IoEngineKind::kIoUring);
+  EXPECT_EQ(*ParseIoEngineKind("io_uring"), IoEngineKind::kIoUring);
+  EXPECT_EQ(*ParseIoEngineKind("pread"), IoEngineKind::kPread);
+  EXPECT_EQ(*ParseIoMode("direct"), IoMode::kDirect);
+  EXPECT_EQ(*ParseIoMode("buffered"), IoMode::kBuffered);
+  EXPECT_EQ(*ParseOnError("skip"), OnError::kSkip);
+  testing::ExpectError(ParseIoEngineKind("aio").status(), StatusCode::kInvalidArgument,
+                       {"'aio'", "auto, uring, pread"});
+  testing::ExpectError(ParseIoMode("mmap").status(), StatusCode::kInvalidArgument,
+                       {"'mmap'", "auto, direct, buffered"});
+  testing::ExpectError(ParseOnError("ignore").status(), StatusCode::kInvalidArgument,
+                       {"'ignore'", "raise, skip"});
+
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 2);
+  ASSERT_NE(ds, nullptr);
+  for (const char* var : {"LIBSHARD_ENGINE", "LIBSHARD_IO_MODE"}) {
+    const char* saved = std::getenv(var);
+    const std::string restore = saved == nullptr ? "" : saved;
+    ::setenv(var, "bogus", 1);
+    auto loader = Loader::Create(ds, SmallOptions());
+    if (saved == nullptr) {
+      ::unsetenv(var);
+    } else {
+      ::setenv(var, restore.c_str(), 1);
+    }
+    testing::ExpectError(loader.status(), StatusCode::kInvalidArgument, {var, "'bogus'"});
+  }
+}
+
 TEST(LoaderTest, UnknownFieldIsInvalidArgument) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 2);

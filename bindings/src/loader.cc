@@ -70,25 +70,20 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
     else if (key == "queue_depth") o.queue_depth = kOptions.U32(key, v);
     else if (key == "read_size") o.read_size = kOptions.Unsigned(key, v);
     else if (key == "engine") {
-      const std::string s = kOptions.Get<std::string>(key, v);
-      if (s == "auto") o.engine = IoEngineKind::kAuto;
-      else if (s == "uring" || s == "io_uring") o.engine = IoEngineKind::kIoUring;
-      else if (s == "pread") o.engine = IoEngineKind::kPread;
-      else kOptions.Bad(key, "must be 'auto', 'uring' or 'pread', got '" + s + "'");
+      Result<IoEngineKind> parsed = ParseIoEngineKind(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.engine = *parsed;
     } else if (key == "io_mode") {
-      const std::string s = kOptions.Get<std::string>(key, v);
-      if (s == "auto") o.io_mode = IoMode::kAuto;
-      else if (s == "direct") o.io_mode = IoMode::kDirect;
-      else if (s == "buffered") o.io_mode = IoMode::kBuffered;
-      else kOptions.Bad(key, "must be 'auto', 'direct' or 'buffered', got '" + s + "'");
+      Result<IoMode> parsed = ParseIoMode(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.io_mode = *parsed;
     } else if (key == "pin_memory") o.pin_memory = kOptions.Get<bool>(key, v);
     else if (key == "worker_threads") o.worker_threads = kOptions.U32(key, v);
     else if (key == "verify_checksums") o.verify_checksums = kOptions.Get<bool>(key, v);
     else if (key == "on_error") {
-      const std::string s = kOptions.Get<std::string>(key, v);
-      if (s == "raise") o.on_error = OnError::kRaise;
-      else if (s == "skip") o.on_error = OnError::kSkip;
-      else kOptions.Bad(key, "must be 'raise' or 'skip', got '" + s + "'");
+      Result<OnError> parsed = ParseOnError(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.on_error = *parsed;
     } else if (key == "slow_wait_warning_seconds") o.slow_wait_warning_seconds = kOptions.Double(key, v);
     else if (key == "stats_interval_seconds") o.stats_interval_seconds = kOptions.Double(key, v);
     else kOptions.Bad(key, "is not a known option");

@@ -79,20 +79,12 @@ int RunBench(const BenchArgs& a) {
   if (!read_size.ok()) return UsageError("bench", "--read-size: " + read_size.status().message());
   o.memory_budget = *budget;
   o.read_size = *read_size;
-  if (a.engine == "uring") {
-    o.engine = IoEngineKind::kIoUring;
-  } else if (a.engine == "pread") {
-    o.engine = IoEngineKind::kPread;
-  } else if (a.engine != "auto") {
-    return UsageError("bench", "--engine must be auto, uring or pread");
-  }
-  if (a.io_mode == "direct") {
-    o.io_mode = IoMode::kDirect;
-  } else if (a.io_mode == "buffered") {
-    o.io_mode = IoMode::kBuffered;
-  } else if (a.io_mode != "auto") {
-    return UsageError("bench", "--io-mode must be auto, direct or buffered");
-  }
+  auto engine = ParseIoEngineKind(a.engine);
+  if (!engine.ok()) return UsageError("bench", "--engine: " + engine.status().message());
+  o.engine = *engine;
+  auto io_mode = ParseIoMode(a.io_mode);
+  if (!io_mode.ok()) return UsageError("bench", "--io-mode: " + io_mode.status().message());
+  o.io_mode = *io_mode;
   if (a.epochs == 0) return UsageError("bench", "--epochs must be >= 1");
 
   std::vector<std::string> files;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/dataset.h"
@@ -40,6 +41,13 @@ enum class OnError : uint32_t {
   // memory) is the batch dropped, with a log line. `libshard verify` before a long multi-rank run
   // avoids all of this.
 };
+
+// The names users give these settings (Python options, CLI flags, LIBSHARD_ENGINE and
+// LIBSHARD_IO_MODE): "auto" | "uring" (or "io_uring") | "pread"; "auto" | "direct" | "buffered";
+// "raise" | "skip". Anything else is InvalidArgument listing the accepted names.
+Result<IoEngineKind> ParseIoEngineKind(std::string_view name);
+Result<IoMode> ParseIoMode(std::string_view name);
+Result<OnError> ParseOnError(std::string_view name);
 
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
 // created with `resume` set continues exactly where the saved one stopped, also on another

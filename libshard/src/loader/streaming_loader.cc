@@ -113,16 +113,11 @@ Status StreamingLoader::Init() {
   LIBSHARD_RETURN_IF_ERROR(OpenFiles());
 
   IoEngineKind kind = options_.engine;
-  if (kind == IoEngineKind::kAuto) {
-    const std::string env = EnvOr("LIBSHARD_ENGINE");
-    if (env == "uring" || env == "io_uring") {
-      kind = IoEngineKind::kIoUring;
-    } else if (env == "pread") {
-      kind = IoEngineKind::kPread;
-    } else if (!env.empty() && env != "auto") {
-      return Status::InvalidArgument("LIBSHARD_ENGINE='" + env +
-                                     "' is not one of uring, pread, auto");
-    }
+  if (const std::string env = EnvOr("LIBSHARD_ENGINE");
+      kind == IoEngineKind::kAuto && !env.empty()) {
+    Result<IoEngineKind> parsed = ParseIoEngineKind(env);
+    if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_ENGINE");
+    kind = *parsed;
   }
   io::EngineOptions engine_options;
   engine_options.queue_depth = queue_depth_;
@@ -165,16 +160,10 @@ Status StreamingLoader::Init() {
 
 Status StreamingLoader::OpenFiles() {
   IoMode mode = options_.io_mode;
-  if (mode == IoMode::kAuto) {
-    const std::string env = EnvOr("LIBSHARD_IO_MODE");
-    if (env == "direct") {
-      mode = IoMode::kDirect;
-    } else if (env == "buffered") {
-      mode = IoMode::kBuffered;
-    } else if (!env.empty() && env != "auto") {
-      return Status::InvalidArgument("LIBSHARD_IO_MODE='" + env +
-                                     "' is not one of direct, buffered, auto");
-    }
+  if (const std::string env = EnvOr("LIBSHARD_IO_MODE"); mode == IoMode::kAuto && !env.empty()) {
+    Result<IoMode> parsed = ParseIoMode(env);
+    if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_IO_MODE");
+    mode = *parsed;
   }
   direct_io_ = !dataset_->shards().empty() && mode != IoMode::kBuffered;
   buffered_shards_ = 0;

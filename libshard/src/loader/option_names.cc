@@ -1,0 +1,37 @@
+// The user-facing names of the loader's enum settings, parsed in one place for the Python
+// options, the CLI flags and the environment variables.
+#include <string>
+#include <string_view>
+
+#include "libshard/loader.h"
+
+namespace libshard {
+namespace {
+
+Status NotOneOf(std::string_view name, const char* accepted) {
+  return Status::InvalidArgument("'" + std::string(name) + "' is not one of " + accepted);
+}
+
+}  // namespace
+
+Result<IoEngineKind> ParseIoEngineKind(std::string_view name) {
+  if (name == "auto") return IoEngineKind::kAuto;
+  if (name == "uring" || name == "io_uring") return IoEngineKind::kIoUring;
+  if (name == "pread") return IoEngineKind::kPread;
+  return NotOneOf(name, "auto, uring, pread");
+}
+
+Result<IoMode> ParseIoMode(std::string_view name) {
+  if (name == "auto") return IoMode::kAuto;
+  if (name == "direct") return IoMode::kDirect;
+  if (name == "buffered") return IoMode::kBuffered;
+  return NotOneOf(name, "auto, direct, buffered");
+}
+
+Result<OnError> ParseOnError(std::string_view name) {
+  if (name == "raise") return OnError::kRaise;
+  if (name == "skip") return OnError::kSkip;
+  return NotOneOf(name, "raise, skip");
+}
+
+}  // namespace libshard
