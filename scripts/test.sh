@@ -67,8 +67,8 @@ sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
 }
 step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # The threaded parts: the loader, its engines, the arena, concurrent Dataset reads.
-step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency' \
-  loader_test io_engine_test io_file_test arena_test dataset_test
+step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
+  loader_test io_engine_test io_file_test arena_test dataset_test io_prefaulter_test
 
 if [ -x scripts/test_install.sh ]; then
   step "installed package + examples" bash scripts/test_install.sh "$BUILD" "$PY"

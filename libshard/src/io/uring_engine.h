@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "io/io_engine.h"
+#include "io/prefaulter.h"
 
 namespace libshard::io {
 
@@ -52,6 +53,8 @@ class UringEngine final : public IoEngine {
   // The registered buffer index for a read of [b, b + len), registering its chunk on first use;
   // -1 for a plain read.
   int FixedBufferIndex(uintptr_t b, size_t len);
+  // Asks the prefaulter for the unregistered chunks before index `end` not asked for yet.
+  void PrefaultChunksBefore(size_t end);
 
   explicit UringEngine(uint32_t depth);
   // Queues the remainder of slot `index` (an SQE; submitted by the next io_uring_submit).
@@ -74,6 +77,9 @@ class UringEngine final : public IoEngine {
   std::vector<uint64_t> sizes_;
   bool files_registered_ = false;
   std::vector<Region> regions_;  // registered buffers, in registration order
+  // Lazy registration only: faults in the next chunks ahead of their registration.
+  std::unique_ptr<Prefaulter> prefaulter_;
+  size_t prefault_next_ = 0;      // chunks [0, prefault_next_) were asked for
 };
 
 }  // namespace libshard::io
