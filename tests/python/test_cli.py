@@ -390,6 +390,13 @@ def reference(many, tmp_path_factory):
     return comparable(info(out)), unpack_bytes(out, out.parent / "un")
 
 
+def size_or_zero(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # not created yet, or removed by the commit
+        return 0
+
+
 def test_resume_after_sigkill_equals_uninterrupted(many, reference, tmp_path):
     ref_info, ref_bytes = reference
     rnd = random.Random(1234)
@@ -408,7 +415,14 @@ def test_resume_after_sigkill_equals_uninterrupted(many, reference, tmp_path):
             proc = subprocess.Popen([CLI, *args, "-o", str(out), *extra], text=True,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             if attempt < 3:
-                time.sleep(rnd.uniform(0.02, max(0.05, full * 0.9)))
+                # Kill after this run has made a checkpoint of its own (its journal grew), at a
+                # random point after that: a kill timed against the clock alone lands before the
+                # first checkpoint or after the commit too often to test resuming.
+                journal = out / "_journal.lsj"
+                start_size = size_or_zero(journal)
+                while proc.poll() is None and size_or_zero(journal) <= start_size:
+                    time.sleep(0.001)
+                time.sleep(rnd.uniform(0, full * 0.3))
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
                     kills += 1
