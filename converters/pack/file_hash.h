@@ -8,7 +8,8 @@
 
 namespace libshard::convert {
 
-// Reads `path` sequentially in 4 MiB chunks. Errors name the file and the offset.
+// Reads `path` sequentially in 4 MiB chunks, up to the size it has when opened. Errors name the
+// file and the offset.
 Result<uint64_t> HashFile(const std::string& path);
 
 }  // namespace libshard::convert
