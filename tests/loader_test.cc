@@ -564,7 +564,8 @@ TEST(LoaderTest, ConsumerHoldingAllMemoryGetsAWarningThenProceedsWhenItReleases)
     held.push_back(std::move(**next));
     if (!releaser.joinable()) {
       releaser = std::thread([&] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        // The warning comes after 1 s stuck; 3 s leaves a loaded machine room to get there.
+        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
         std::lock_guard<std::mutex> lock(held_mu);
         held.clear();
         release = true;
