@@ -464,6 +464,7 @@ void StreamingLoader::Complete(Item* item, Status status) {
     }
   }
   std::shared_ptr<std::byte> drop;  // the stored bytes of a decoded sample, released unlocked
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (item->raw_slot != nullptr && item->read_slot != nullptr) {
@@ -481,8 +482,11 @@ void StreamingLoader::Complete(Item* item, Status status) {
     item->read_slot.reset();
     item->raw_slot.reset();
     item->ready = true;
+    // Only an item of the batch the consumer waits for can end its wait: completions further
+    // ahead would wake it for nothing (a futex round trip and a context switch each).
+    wake = item->seq < wake_before_seq_;
   }
-  ready_cv_.notify_all();
+  if (wake) ready_cv_.notify_all();
 }
 
 void StreamingLoader::WorkerLoop() {
@@ -568,7 +572,9 @@ Result<std::optional<Batch>> StreamingLoader::Next() {
         return ready;
       };
       if (batch_ready()) break;
+      wake_before_seq_ = (window_.empty() ? next_seq_ : window_.front()->seq) + count;
       ready_cv_.wait_for(lock, std::chrono::milliseconds(kPollMs));
+      wake_before_seq_ = 0;
       if (batch_ready()) break;
       const double waited = Seconds(Clock::now() - wait_start);
       if (!warned_slow && options_.slow_wait_warning_seconds > 0 &&

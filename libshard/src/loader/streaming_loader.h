@@ -156,6 +156,8 @@ class StreamingLoader final : public Loader {
   uint64_t batches_delivered_ = 0;
   uint64_t bytes_delivered_ = 0;
   uint64_t samples_skipped_ = 0;
+  // While Next() waits: the consumer needs the items with seq below this; 0 when not waiting.
+  uint64_t wake_before_seq_ = 0;
   uint64_t samples_repeated_ = 0;
   // OnError::kSkip: the first sample of the last batch delivered, repeated in place of a batch
   // that lost every sample. Consumer thread only (under mu_); dropped whenever memory is short.
