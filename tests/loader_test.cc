@@ -83,6 +83,24 @@ void ExpectSameSample(const Sample& got, const Sample& want) {
 }
 
 // Every sample index delivered by `loader` until the end of the epoch, in order.
+// Drains one epoch of a single-sample loader: every sample of `ds` exactly once, each with the
+// bytes Dataset::Read returns.
+void ExpectEpochEqualsDataset(Loader& loader, const Dataset& ds) {
+  std::set<uint64_t> seen;
+  while (true) {
+    auto next = loader.Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    ASSERT_EQ((*next)->samples.size(), 1u);
+    const Sample& got = (*next)->samples[0];
+    auto want = ds.Read(got.index());
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ExpectSameSample(got, *want);
+    EXPECT_TRUE(seen.insert(got.index()).second) << "sample " << got.index() << " twice";
+  }
+  EXPECT_EQ(seen.size(), ds.size());
+}
+
 std::vector<uint64_t> Drain(Loader& loader, uint64_t max_batches = UINT64_MAX) {
   std::vector<uint64_t> seen;
   for (uint64_t b = 0; b < max_batches; ++b) {
@@ -117,19 +135,7 @@ TEST_P(LoaderBytesTest, EverySampleEqualsDatasetRead) {
     GTEST_SKIP() << "io_uring refused here: " << loader.status().ToString();
   }
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
-  std::set<uint64_t> seen;
-  while (true) {
-    auto next = (*loader)->Next();
-    ASSERT_TRUE(next.ok()) << next.status().ToString();
-    if (!next->has_value()) break;
-    ASSERT_EQ((*next)->samples.size(), 1u);
-    const Sample& got = (*next)->samples[0];
-    auto want = ds->Read(got.index());
-    ASSERT_TRUE(want.ok());
-    ExpectSameSample(got, *want);
-    EXPECT_TRUE(seen.insert(got.index()).second) << "sample " << got.index() << " twice";
-  }
-  EXPECT_EQ(seen.size(), n);
+  ExpectEpochEqualsDataset(**loader, *ds);
   const LoaderStats s = (*loader)->stats();
   EXPECT_EQ(s.samples_delivered, n);
   EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");
@@ -181,19 +187,7 @@ TEST_P(LoaderNoDirectTest, AutoFallsBackToBufferedWithIdenticalBytes) {
     GTEST_SKIP() << "io_uring refused here: " << loader.status().ToString();
   }
   ASSERT_TRUE(loader.ok()) << dir.description() << ": " << loader.status().ToString();
-  std::set<uint64_t> seen;
-  while (true) {
-    auto next = (*loader)->Next();
-    ASSERT_TRUE(next.ok()) << next.status().ToString();
-    if (!next->has_value()) break;
-    ASSERT_EQ((*next)->samples.size(), 1u);
-    const Sample& got = (*next)->samples[0];
-    auto want = ds->Read(got.index());
-    ASSERT_TRUE(want.ok()) << want.status().ToString();
-    ExpectSameSample(got, *want);
-    EXPECT_TRUE(seen.insert(got.index()).second) << "sample " << got.index() << " twice";
-  }
-  EXPECT_EQ(seen.size(), n);
+  ExpectEpochEqualsDataset(**loader, *ds);
   const LoaderStats s = (*loader)->stats();
   EXPECT_EQ(s.samples_delivered, n);
   EXPECT_EQ(s.engine, engine == IoEngineKind::kPread ? "pread" : "io_uring");

@@ -22,16 +22,23 @@ def indices(loader) -> list:
     return [s["__index__"] for s in loader]
 
 
-def test_single_samples_equal_dataset(eagle_dataset):
-    ds = libshard.open(eagle_dataset)
-    loader = libshard.Loader(ds, shuffle=True, seed=3, return_index=True, **SMALL)
-    assert len(loader) == N_EAGLE
+def expect_epoch_equals_dataset(loader, ds) -> list:
+    """One epoch of a single-sample loader with return_index=True: every sample of ``ds`` once,
+    each equal to ``ds[i]``. Returns the indices in delivery order."""
     seen = []
     for sample in loader:
         i = sample.pop("__index__")
         seen.append(i)
         assert_sample_equal(sample, ds[i], f"sample {i}")
-    assert sorted(seen) == list(range(N_EAGLE))
+    assert sorted(seen) == list(range(len(ds)))
+    return seen
+
+
+def test_single_samples_equal_dataset(eagle_dataset):
+    ds = libshard.open(eagle_dataset)
+    loader = libshard.Loader(ds, shuffle=True, seed=3, return_index=True, **SMALL)
+    assert len(loader) == N_EAGLE
+    seen = expect_epoch_equals_dataset(loader, ds)
     assert seen != list(range(N_EAGLE))  # shuffled
 
 
@@ -404,12 +411,7 @@ def test_auto_io_mode_falls_back_to_buffered_where_direct_is_refused(eagle_src, 
             pytest.skip(f"io_uring refused here: {e}")
         raise
     with loader:
-        seen = []
-        for sample in loader:
-            i = sample.pop("__index__")
-            seen.append(i)
-            assert_sample_equal(sample, ds[i], f"sample {i}")
-        assert sorted(seen) == list(range(N_EAGLE))
+        expect_epoch_equals_dataset(loader, ds)
         stats = loader.stats()
     assert stats["direct_io"] is False
     assert "refuses O_DIRECT" in stats["io_status"] and ds.shards[0]["path"] in stats["io_status"]
