@@ -80,7 +80,8 @@ TEST(PrefaulterTest, UnmappedRangeIsSkippedAndLaterRequestsStillRun) {
 #ifdef MADV_POPULATE_WRITE
   if (prefaulter.populated() == 0) GTEST_SKIP() << "the kernel lacks MADV_POPULATE_WRITE";
   EXPECT_EQ(prefaulter.populated(), 1u);
-  EXPECT_EQ(ResidentPages(later.get(), kSize), kSize / static_cast<size_t>(::sysconf(_SC_PAGESIZE)));
+  const size_t pages = kSize / static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  EXPECT_EQ(ResidentPages(later.get(), kSize), pages);
 #endif
 }
 

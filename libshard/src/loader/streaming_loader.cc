@@ -160,13 +160,15 @@ Status StreamingLoader::Init() {
 
 Status StreamingLoader::OpenFiles() {
   IoMode mode = options_.io_mode;
-  if (const std::string env = EnvOr("LIBSHARD_IO_MODE"); mode == IoMode::kAuto && !env.empty()) {
+  if (const std::string env = EnvOr("LIBSHARD_IO_MODE");
+      mode == IoMode::kAuto && !env.empty()) {
     Result<IoMode> parsed = ParseIoMode(env);
     if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_IO_MODE");
     mode = *parsed;
   }
   direct_io_ = !dataset_->shards().empty() && mode != IoMode::kBuffered;
   buffered_shards_ = 0;
+  io_note_.clear();
   for (const ShardInfo& shard : dataset_->shards()) {
     io::DirectIoInfo info;
     LIBSHARD_ASSIGN_OR_RETURN(
@@ -174,16 +176,14 @@ Status StreamingLoader::OpenFiles() {
                                                 mode == IoMode::kDirect, &info));
     // Samples and slots are 4 KiB aligned; a device that needs more is read buffered.
     if (info.direct && (info.offset_align > kAlign || info.memory_align > kAlign)) {
+      const std::string needs = shard.path + ": O_DIRECT needs " +
+                                std::to_string(info.offset_align) +
+                                "-byte alignment, more than the format's 4096";
       if (mode == IoMode::kDirect) {
-        return Status::Unsupported(shard.path + ": O_DIRECT needs " +
-                                   std::to_string(info.offset_align) +
-                                   "-byte alignment, more than the format's 4096; use io_mode auto or buffered");
+        return Status::Unsupported(needs + "; use io_mode auto or buffered");
       }
-      const std::string why = shard.path + ": O_DIRECT needs " +
-                              std::to_string(info.offset_align) +
-                              "-byte alignment, more than the format's 4096; using buffered reads";
       LIBSHARD_ASSIGN_OR_RETURN(file, io::File::OpenForReading(shard.path, false, false, &info));
-      info.reason = why;
+      info.reason = needs + "; using buffered reads";
     }
     if (!info.direct) {
       direct_io_ = false;
