@@ -31,6 +31,9 @@ class Mapping {
  public:
   explicit Mapping(size_t size) : size_(size) {
     p_ = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    // 4 KiB pages only: with THP "always" a fault near a range's end could bring in a whole
+    // 2 MiB page past it, and the residency checks below are exact.
+    if (p_ != MAP_FAILED) (void)::madvise(p_, size, MADV_NOHUGEPAGE);
   }
   ~Mapping() {
     if (p_ != MAP_FAILED) ::munmap(p_, size_);
