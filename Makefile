@@ -7,7 +7,7 @@ TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefi
 CMAKE_ARGS ?=
 DEMO_DIR  ?= demo_data
 
-.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install demo bench clean
+.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install demo bench fuzz fuzz-replay clean
 
 all: build
 
@@ -26,6 +26,16 @@ build: configure
 test: build
 	@bash scripts/test.sh "$(BUILD)" "$(PYTHON)"
 
+# Fuzzing (fuzz/, scripts/fuzz.sh): clang, ASan+UBSan, in build-fuzz. `make fuzz` runs each target
+# for FUZZ_SECONDS; `make fuzz-replay` (also a step of `make test`) replays the committed corpus and
+# crash reproducers, then fuzzes each target briefly.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash scripts/fuzz.sh run build-fuzz
+
+fuzz-replay: deps
+	@bash scripts/fuzz.sh replay build-fuzz
+
 demo: build
 	@bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"
 
@@ -33,4 +43,4 @@ bench: build
 	@echo "see bench/README.md"
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan $(DEMO_DIR)
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz $(DEMO_DIR)

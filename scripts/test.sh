@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite: the C++ suites (ctest), the Python suites (pytest, against the build
 # tree), an ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the
-# installed-package check. Prints one closing line "test: N passed, N failed".
+# fuzz targets' replay and brief run, and the installed-package check. Prints one closing line
+# "test: N passed, N failed".
 set -uo pipefail  # pipefail: a step fails when its command fails, not tee
 BUILD=${1:-build}
 PY=${2:-python3}
@@ -69,6 +70,10 @@ step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # The threaded parts: the loader, its engines, the arena, concurrent Dataset reads.
 step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
   loader_test io_engine_test io_file_test arena_test dataset_test io_prefaulter_test
+
+# Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
+# ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).
+step "fuzz replay + brief run" bash scripts/fuzz.sh replay build-fuzz
 
 if [ -x scripts/test_install.sh ]; then
   step "installed package + examples" bash scripts/test_install.sh "$BUILD" "$PY"

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+"""Regenerates the fuzz seed corpora under fuzz/corpus/<target>/ from the test fixtures.
+
+Usage: python3 fuzz/make_corpus.py   (from anywhere; writes next to this script)
+
+Seeds are made from tests/data/pt/* (torch.save zips, their data.pkl, gzips, safetensors),
+tests/data/golden_v1*/ (index.lsi, manifest.json, shard headers, per-sample metadata, and journals
+re-encoded from the golden indexes per FORMAT.md §6), plus hand-made hostile inputs: the cases of
+issue 9 (a pickle bomb of memo references, deep nesting, a gzip of zeros in many members,
+overlapping safetensors offsets, non-UTF-8 keys, forged counts). Every file is small (under
+64 KiB) except the 200,000-deep manifest, which the issue asks for as it is.
+
+The targets' input layouts (flag bytes) are described at the top of each fuzz/<target>.cc.
+Needs only the Python standard library and libxxhash (for the journal's checksums).
+"""
+
+import ctypes
+import ctypes.util
+import gzip
+import io
+import json
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+FUZZ = Path(__file__).resolve().parent
+ROOT = FUZZ.parent
+PT = ROOT / "tests" / "data" / "pt"
+GOLDEN = [ROOT / "tests" / "data" / "golden_v1", ROOT / "tests" / "data" / "golden_v1_zstd"]
+CORPUS = FUZZ / "corpus"
+MAX_SEED = 64 << 10
+
+_xxh = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
+_xxh.XXH3_64bits.restype = ctypes.c_uint64
+_xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
+def xxh3(b: bytes) -> int:
+    return _xxh.XXH3_64bits(b, len(b))
+
+
+class Corpus:
+    def __init__(self, target: str):
+        self.dir = CORPUS / target
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+
+    def add(self, name: str, data: bytes, allow_large: bool = False):
+        assert allow_large or len(data) <= MAX_SEED, (self.dir.name, name, len(data))
+        (self.dir / name).write_bytes(data)
+
+
+def pt_files():
+    return sorted(p for p in PT.iterdir() if p.suffix in (".pt", ".ckpt"))
+
+
+def data_pkl(path: Path):
+    """The data.pkl record of a torch.save zip, or None (legacy files)."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            for n in z.namelist():
+                if n.endswith("/data.pkl"):
+                    return z.read(n)
+    except zipfile.BadZipFile:
+        return None
+    return None
+
+
+def with_pickle(path: Path, pkl: bytes) -> bytes:
+    """`path` (a torch.save zip) with its data.pkl replaced, stored like torch.save does."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
+        for info in src.infolist():
+            data = pkl if info.filename.endswith("/data.pkl") else src.read(info.filename)
+            dst.writestr(zipfile.ZipInfo(info.filename), data)
+    return out.getvalue()
+
+
+# --- hostile pickles (protocol 2 opcodes) -------------------------------------------------------
+
+PROTO2 = b"\x80\x02"
+
+
+def binunicode(s: bytes) -> bytes:
+    return b"X" + struct.pack("<I", len(s)) + s
+
+
+def pickle_bomb(string_bytes: int, fanout: int, levels: int) -> bytes:
+    """{"k": L_levels} where L_0 is a string of `string_bytes` and L_i is a list of `fanout` memo
+    references to L_{i-1}: fanout**levels references, string_bytes * fanout**levels bytes when
+    flattened, from a pickle of about string_bytes + 4 * fanout * levels bytes."""
+    p = PROTO2 + b"}" + binunicode(b"k")
+    p += binunicode(b"A" * string_bytes) + b"r" + struct.pack("<I", 0)  # LONG_BINPUT 0
+    for level in range(1, levels + 1):
+        p += b"](" + (b"j" + struct.pack("<I", level - 1)) * fanout + b"e"  # LONG_BINGET, APPENDS
+        p += b"r" + struct.pack("<I", level)
+    return p + b"s."  # SETITEM, STOP
+
+
+def deep_list(depth: int) -> bytes:
+    """{"k": [[[...]]]} nested `depth` lists deep."""
+    return PROTO2 + b"}" + binunicode(b"k") + b"]" * depth + b"a" * (depth - 1) + b"s."
+
+
+def mark_flood(n: int) -> bytes:
+    return PROTO2 + b"(" * n + b"."
+
+
+def non_utf8_key() -> bytes:
+    k = b"\xff\xfe\xc0\x80"
+    return PROTO2 + b"}" + b"X" + struct.pack("<I", len(k)) + k + b"K\x01s."
+
+
+def tensor_refs(path: Path, n: int) -> bytes:
+    """A list of `n` memo references to the first REDUCE result (a tensor) of `path`'s pickle."""
+    pkl = data_pkl(path)
+    # Appended after the original root: a dict {"t": [ref]*n} built from memo slot 1 (torch.save
+    # memoizes each rebuilt tensor; slot numbers differ per file, the fuzzer adjusts them).
+    body = pkl[:-1]  # drop STOP; the root dict stays on the stack
+    body += binunicode(b"refs") + b"](" + b"h\x01" * n + b"es."
+    return body
+
+
+# --- targets -------------------------------------------------------------------------------------
+
+
+def pickle_corpus():
+    c = Corpus("pickle_fuzz")
+    for p in pt_files():
+        pkl = data_pkl(p)
+        if pkl is not None:
+            c.add(p.stem + ".pkl", pkl)
+    c.add("bomb_memo_1m_refs.pkl", pickle_bomb(32 << 10, 16, 5))  # 16^5 = 1M refs to 32 KiB
+    c.add("bomb_memo_tensor.pkl", tensor_refs(PT / "one_key.pt", 4000))
+    c.add("deep_list_30k.pkl", deep_list(30000))
+    c.add("mark_flood.pkl", mark_flood(60000))
+    c.add("non_utf8_key.pkl", non_utf8_key())
+    return c
+
+
+def zip_corpus():
+    c = Corpus("zip_fuzz")
+    for p in pt_files():
+        data = p.read_bytes()
+        c.add(p.name + ".nocrc", b"\x01" + data)  # flag bit 0: CRC-32 checks off
+    for name in ("one_key.pt", "zip64_small.pt", "views.pt"):
+        c.add(name + ".crc", b"\x00" + (PT / name).read_bytes())
+    one = PT / "one_key.pt"
+    c.add("bomb_memo.pt", b"\x01" + with_pickle(one, pickle_bomb(4 << 10, 16, 5)))
+    c.add("deep_list.pt", b"\x01" + with_pickle(one, deep_list(20000)))
+    c.add("non_utf8_key.pt", b"\x01" + with_pickle(one, non_utf8_key()))
+    data = one.read_bytes()
+    c.add("truncated.pt", b"\x01" + data[: len(data) // 2])
+    c.add("eocd_only.pt", b"\x01" + data[data.rfind(b"PK\x05\x06"):])
+    return c
+
+
+def gzip_corpus():
+    c = Corpus("gzip_fuzz")
+    for p in sorted(PT.glob("*.gz")):
+        c.add(p.name, p.read_bytes())
+    for name in ("one_key.pt", "views.pt", "nested.pt", "all_dtypes.safetensors", "metadata.pt"):
+        c.add(name + ".gz", gzip.compress((PT / name).read_bytes(), mtime=0))
+    # Two members: a .pt split across concatenated gzip members.
+    data = (PT / "one_key.pt").read_bytes()
+    half = len(data) // 2
+    c.add("two_members.pt.gz", gzip.compress(data[:half], mtime=0) + gzip.compress(data[half:], mtime=0))
+    # Zeros in many members: 48 members of 1 MiB each inflate far past the target's 1 MiB limit.
+    member = gzip.compress(bytes(1 << 20), compresslevel=9, mtime=0)
+    c.add("zeros_48_members.gz", member * 48)
+    c.add("zeros_one_member.gz", gzip.compress(bytes(48 << 20), compresslevel=9, mtime=0))
+    c.add("nested.gz.gz", gzip.compress(gzip.compress(data, mtime=0), mtime=0))
+    gz = gzip.compress(data, mtime=0)
+    c.add("truncated.gz", gz[: len(gz) // 2])
+    c.add("bad_trailer.gz", gz[:-8] + b"\0" * 8)
+    return c
+
+
+def safetensors(header, data: bytes = b"", raw_header: bytes = None) -> bytes:
+    h = raw_header if raw_header is not None else json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_corpus():
+    c = Corpus("safetensors_fuzz")
+    for p in sorted(PT.glob("*.safetensors")):
+        c.add(p.name, p.read_bytes())
+    c.add("small.safetensors", safetensors(
+        {"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+         "b": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]},
+         "__metadata__": {"source": "x"}}, bytes(range(22))))
+    c.add("overlap.safetensors", safetensors(
+        {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+         "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, bytes(24)))
+    c.add("same_range.safetensors", safetensors(
+        {"a": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]},
+         "b": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}}, bytes(8)))
+    c.add("non_utf8_key.safetensors", safetensors(
+        None, bytes(4), raw_header=b'{"\xff\xfe":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}'))
+    c.add("shape_overflow.safetensors", safetensors(
+        {"a": {"dtype": "F64", "shape": [1 << 32, 1 << 32, 16], "data_offsets": [0, 0]}}))
+    c.add("offsets_past_end.safetensors", safetensors(
+        {"a": {"dtype": "U8", "shape": [16], "data_offsets": [0, 1 << 62]}}, bytes(16)))
+    c.add("header_len_huge.safetensors", struct.pack("<Q", 1 << 63) + b"{}")
+    c.add("deep_json.safetensors", safetensors(None, raw_header=b"[" * 30000 + b"]" * 30000))
+    c.add("duplicate_key.safetensors", safetensors(
+        None, bytes(4), raw_header=b'{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},'
+                                   b'"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}'))
+    c.add("metadata_types.safetensors", safetensors(
+        {"__metadata__": {"n": 1, "l": [1, 2], "d": {"x": None}},
+         "a": {"dtype": "BOOL", "shape": [], "data_offsets": [0, 1]}}, b"\x01"))
+    return c
+
+
+def golden_indexes():
+    return [(g.name, (g / "index.lsi").read_bytes()) for g in GOLDEN]
+
+
+def with_checksum(index: bytes) -> bytes:
+    b = bytearray(index)
+    b[120:128] = bytes(8)
+    b[120:128] = struct.pack("<Q", xxh3(bytes(b)))
+    return bytes(b)
+
+
+def index_corpus():
+    c = Corpus("index_fuzz")
+    for name, idx in golden_indexes():
+        c.add(name + ".lsi", b"\x00" + idx)
+        c.add(name + ".raw.lsi", b"\x01" + idx)
+    idx = bytearray(golden_indexes()[0][1])
+    forged = bytearray(idx)
+    forged[16:24] = struct.pack("<Q", 1 << 60)  # N = 2^60 (FORMAT.md §3.1)
+    c.add("forged_count.lsi", b"\x01" + with_checksum(bytes(forged)))
+    forged = bytearray(idx)
+    forged[24:28] = struct.pack("<I", 0xFFFFFFFF)  # F = 2^32 - 1
+    c.add("forged_fields.lsi", b"\x01" + with_checksum(bytes(forged)))
+    c.add("header_only.lsi", b"\x00" + bytes(idx[:128]))
+    return c
+
+
+def parse_index(idx: bytes):
+    n, f_count, s_count = struct.unpack_from("<QII", idx, 16)
+    fields_off, _, samples_off, tensors_off, dims_off, blob_off = struct.unpack_from("<6Q", idx, 32)
+    (length_field,) = struct.unpack_from("<i", idx, 96)
+    blob = lambda off, size: idx[blob_off + off: blob_off + off + size]
+    fields = []
+    for f in range(f_count):
+        dtype, rank, seq_dim, _, name_off, name_size = struct.unpack_from(
+            "<IIiIQQ", idx, fields_off + 32 * f)
+        fields.append((dtype, rank, seq_dim, blob(name_off, name_size)))
+    d = sum(f[1] for f in fields)
+    samples = []
+    for i in range(n):
+        rec = bytearray(idx[samples_off + 128 * i: samples_off + 128 * (i + 1)])
+        meta_off, meta_size, src_off, src_size = struct.unpack_from("<4Q", rec, 48)
+        rec[48:80] = bytes(32)
+        tensors = idx[tensors_off + 16 * f_count * i: tensors_off + 16 * f_count * (i + 1)]
+        dims = idx[dims_off + 8 * d * i: dims_off + 8 * d * (i + 1)]
+        samples.append((bytes(rec[:104]), tensors, dims, blob(meta_off, meta_size),
+                        blob(src_off, src_size)))
+    return fields, length_field, samples
+
+
+def journal_entry(kind: int, payload: bytes) -> bytes:
+    e = struct.pack("<IIQ", 0x454A534C, kind, len(payload)) + payload
+    return e + struct.pack("<Q", xxh3(e))
+
+
+def journal_from_index(idx: bytes, per_entry: int) -> bytes:
+    """The journal (FORMAT.md §6) a writer would have left after writing `idx`'s samples."""
+    fields, length_field, samples = parse_index(idx)
+    h = b"LSHDJNL\0" + struct.pack("<IIIi", 1, 0, len(fields), length_field)
+    for dtype, rank, seq_dim, name in fields:
+        h += struct.pack("<IIiI", dtype, rank, seq_dim, len(name)) + name
+    out = journal_entry(1, h)
+    for first in range(0, len(samples), per_entry):
+        batch = samples[first: first + per_entry]
+        p = struct.pack("<QII", first, len(batch), 0)
+        for rec, tensors, dims, meta, path in batch:
+            p += rec + tensors + dims + struct.pack("<I", len(meta)) + meta
+            p += struct.pack("<I", len(path)) + path
+        out += journal_entry(2, p)
+    return out
+
+
+def journal_corpus():
+    c = Corpus("journal_fuzz")
+    for name, idx in golden_indexes():
+        for per in (1, 4):
+            j = journal_from_index(idx, per)
+            c.add(f"{name}_per{per}.lsj", b"\x01" + j)
+            c.add(f"{name}_per{per}.fix.lsj", b"\x00" + j)
+        c.add(f"{name}_torn.lsj", b"\x01" + j[:-5])
+    j = journal_from_index(golden_indexes()[0][1], 2)
+    c.add("header_only.lsj", b"\x01" + j[: j.find(b"LSJE", 4)])
+    return c
+
+
+def manifest_corpus():
+    c = Corpus("manifest_fuzz")
+    for g in GOLDEN:
+        c.add(g.name + ".json", (g / "manifest.json").read_bytes())
+    text = (GOLDEN[0] / "manifest.json").read_text()
+    c.add("deep_list_200k.json", b"[" * 200000 + b"]" * 200000, allow_large=True)
+    c.add("deep_object.json", b'{"a":' * 10000 + b"1" + b"}" * 10000)
+    c.add("non_utf8_name.json", text.replace('"input_ids"', '"\\udcff"').encode())
+    c.add("raw_non_utf8_name.json", text.encode().replace(b'"input_ids"', b'"\xff\xfe"'))
+    c.add("huge_numbers.json", text.replace('"size": 3286', '"size": 1e400').encode())
+    return c
+
+
+def metadata_corpus():
+    c = Corpus("metadata_fuzz")
+    for name, idx in golden_indexes():
+        for i, (_, _, _, meta, _) in enumerate(parse_index(idx)[2]):
+            if meta:
+                c.add(f"{name}_meta{i}", b"\x00" + meta)
+        for g in GOLDEN:
+            if g.name == name:
+                header = (g / "shard-00000.lss").read_bytes()[:4096]
+                c.add(f"{name}_shard_header", b"\x01" + header)
+                c.add(f"{name}_shard_header.raw", b"\x03" + header)
+    big = struct.pack("<I", 0xFFFFFFFF) + struct.pack("<H", 1) + b"k" + b"\x04" + struct.pack("<I", 1 << 31)
+    c.add("forged_count_meta", b"\x00" + big)
+    return c
+
+
+def main():
+    for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
+                 journal_corpus, manifest_corpus, metadata_corpus):
+        c = make()
+        files = list(c.dir.iterdir())
+        print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "
+              f"{sum(f.stat().st_size for f in files)} bytes")
+
+
+if __name__ == "__main__":
+    main()
