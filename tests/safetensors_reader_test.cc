@@ -136,6 +136,64 @@ TEST_F(SafetensorsTest, BadHeadersAreClearErrors) {
   ExpectError(s, StatusCode::kUnsupported, "unknown file format");  // not even sniffed as one
 }
 
+// As safetensors.torch.load_file (safetensors 0.8) decides: the tensors, sorted by offsets, must
+// tile the data section exactly. Two tensors sharing bytes were packed before.
+TEST_F(SafetensorsTest, OffsetsMustTileTheDataSectionExactly) {
+  auto u8 = [](const char* name, int b, int e) {
+    return "\"" + std::string(name) + R"(":{"dtype":"U8","shape":[)" + std::to_string(e - b) +
+           R"(],"data_offsets":[)" + std::to_string(b) + "," + std::to_string(e) + "]}";
+  };
+  // Overlap (the issue's case, as F32: a [0,16], b [8,24]).
+  ExpectError(Safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                          R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+                          std::string(24, '\0')),
+              StatusCode::kCorruption, "tensor 'b' data_offsets [8, 24) overlap");
+  ExpectError(Safetensors("{" + u8("a", 0, 8) + "," + u8("b", 0, 8) + "}", std::string(8, 'x')),
+              StatusCode::kCorruption, "overlap");
+  ExpectError(Safetensors("{" + u8("a", 0, 8) + "," + u8("b", 16, 24) + "}", std::string(24, 'x')),
+              StatusCode::kCorruption, "leave a gap");
+  ExpectError(Safetensors("{" + u8("a", 8, 16) + "}", std::string(16, 'x')),
+              StatusCode::kCorruption, "leave a gap");
+  ExpectError(Safetensors("{" + u8("a", 0, 8) + "}", std::string(16, 'x')),
+              StatusCode::kCorruption, "trailing bytes");
+  ExpectError(Safetensors(R"({"__metadata__":{}})", std::string(8, 'x')),
+              StatusCode::kCorruption, "trailing bytes");
+  // What safetensors accepts still opens: offsets out of header order, zero-size tensors
+  // anywhere (sharing an offset), no tensors at all.
+  for (const std::string& header :
+       {"{" + u8("b", 8, 16) + "," + u8("a", 0, 8) + "}",
+        "{" + u8("z", 0, 0) + "," + u8("a", 0, 8) + "," + u8("y", 8, 8) + "," + u8("b", 8, 16) +
+            "," + u8("w", 16, 16) + "}"}) {
+    auto r = Open(Safetensors(header, "0123456789abcdef"));
+    ASSERT_TRUE(r.ok()) << header << ": " << r.status().ToString();
+    for (size_t t = 0; t < (*r)->tensors().size(); ++t) {
+      const auto& info = (*r)->tensors()[t];
+      std::vector<std::byte> buf(info.nbytes);
+      ASSERT_TRUE((*r)->ReadTensor(t, buf).ok());
+      if (info.name == "b") {
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(buf.data()), 8), "89abcdef");
+      }
+    }
+  }
+  EXPECT_TRUE(Open(Safetensors(R"({"__metadata__":{"k":"v"}})", "")).ok());
+}
+
+// A header nested 200,000 deep is refused by a linear pre-scan: the JSON parser (and the
+// destructor of what it builds) never sees the depth, so nothing recurses on it.
+TEST_F(SafetensorsTest, DeeplyNestedHeaderIsAClearError) {
+  const size_t depth = 200000;
+  ExpectError(Safetensors(R"({"x":)" + std::string(depth, '[') + std::string(depth, ']') + "}", ""),
+              StatusCode::kCorruption, "nested deeper than 64");
+  ExpectError(Safetensors(R"({"__metadata__":{"k":)" + std::string(depth, '{') , ""),
+              StatusCode::kCorruption, "nested deeper than 64");
+  // Brackets inside strings (escaped quotes included) are not nesting.
+  auto r = Open(Safetensors(R"({"__metadata__":{"k":"[[[[\"{{{{"},)"
+                            R"("a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})",
+                            "x"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->metadata()[0].value, MetaValue(std::string("[[[[\"{{{{")));
+}
+
 TEST_F(SafetensorsTest, HeaderLimit) {
   convert::SourceOptions o;
   o.max_header_bytes = 16;

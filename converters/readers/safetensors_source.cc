@@ -2,8 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <optional>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 namespace libshard::convert {
 
@@ -21,6 +24,36 @@ std::optional<DType> SafetensorsDType(std::string_view s) {
   for (const auto& [n, d] : kMap)
     if (n == s) return d;
   return std::nullopt;
+}
+
+// A safetensors header nests 3 deep ({name: {"shape": [..]}}); anything deeper is refused before
+// parsing, so a hostile header of 200,000 '[' costs one linear scan (the parser and the value's
+// destructor must never see such depth).
+constexpr size_t kMaxHeaderNesting = 64;
+
+// Deepest nesting of arrays and objects in `text`, skipping string contents (with escapes);
+// stops counting past `limit`.
+size_t JsonNesting(std::string_view text, size_t limit) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 }  // namespace
@@ -48,6 +81,9 @@ Result<std::unique_ptr<SafetensorsSource>> SafetensorsSource::Open(
   std::string text(n, '\0');
   LIBSHARD_RETURN_IF_ERROR(
       src->ReadAt(8, std::as_writable_bytes(std::span(text)), "safetensors header"));
+  if (JsonNesting(text, kMaxHeaderNesting) > kMaxHeaderNesting)
+    return bad("JSON nested deeper than " + std::to_string(kMaxHeaderNesting) +
+               " levels (a safetensors header nests 3)");
   // Count top-level keys while parsing: a duplicate would silently collapse in the object.
   size_t top_keys = 0;
   Json::parser_callback_t count = [&top_keys](int depth, Json::parse_event_t event, Json&) {
@@ -64,6 +100,11 @@ Result<std::unique_ptr<SafetensorsSource>> SafetensorsSource::Open(
   auto out = std::unique_ptr<SafetensorsSource>(new SafetensorsSource());
   out->file_size_ = file_size;
   out->gzipped_ = gzipped;
+  struct Extent {
+    uint64_t begin, end;
+    size_t tensor;
+  };
+  std::vector<Extent> extents;
   for (const auto& [name, v] : header.items()) {
     if (name == "__metadata__") {
       if (!v.is_object()) return bad("__metadata__ is not an object");
@@ -111,9 +152,31 @@ Result<std::unique_ptr<SafetensorsSource>> SafetensorsSource::Open(
     if (end - begin != t.nbytes)
       return bad(where + " data_offsets span " + std::to_string(end - begin) +
                  " bytes but dtype and shape need " + std::to_string(t.nbytes));
+    extents.push_back({begin, end, out->tensors_.size()});
     out->tensors_.push_back(std::move(t));
     out->offsets_.push_back(data_start + begin);
   }
+  // As the safetensors library itself requires: sorted by offsets, the tensors tile the data
+  // section exactly, from 0 to its end, with no overlap (two tensors sharing bytes) and no gap
+  // or trailing bytes (bytes that belong to no tensor).
+  std::sort(extents.begin(), extents.end(), [](const Extent& a, const Extent& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  uint64_t covered = 0;
+  for (const Extent& x : extents) {
+    if (x.begin != covered) {
+      const std::string& name = out->tensors_[x.tensor].name;
+      return bad("tensor '" + name + "' data_offsets [" + std::to_string(x.begin) + ", " +
+                 std::to_string(x.end) + ") " +
+                 (x.begin < covered ? "overlap another tensor's bytes (which end at "
+                                    : "leave a gap after the previous tensor (which ends at ") +
+                 std::to_string(covered) + "); tensors must tile the data section exactly");
+    }
+    covered = x.end;
+  }
+  if (covered != data_size)
+    return bad("the tensors cover " + std::to_string(covered) + " bytes of the data section but it has " +
+               std::to_string(data_size) + " (trailing bytes that belong to no tensor)");
   out->src_ = std::move(src);
   return out;
 }
