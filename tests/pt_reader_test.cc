@@ -3,11 +3,18 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <thread>
 
+#include "readers/byte_source.h"
 #include "readers/source_file.h"
 #include "readers/torch_pickle.h"
 #include "readers_expect.h"
@@ -359,6 +366,137 @@ TEST(PtPickleTest, SelfReferenceIsRefused) {
   auto r = Unpickle("}X\x01\x00\x00\x00" "a]q\x00h\x00" "as"s);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("nested deeper"), std::string::npos) << r.status().message();
+}
+
+// The pickle bomb in small: {"x": ..., "meta": [s] * n} stores s once and refers to it n
+// times through the memo. Flattening must charge every copy to the per-sample metadata budget
+// (FORMAT.md §5) and refuse before materialising them (n * |s| bytes; the full-size bomb asks
+// for 1 TB).
+TEST(PtPickleTest, MemoReferencesAreChargedToTheMetadataBudget) {
+  const uint32_t len = 64 << 10;  // 64 KiB string, referenced 100 times: 6.4 MB > 1 MiB
+  auto le32 = [](uint32_t v) {
+    std::string b(4, '\0');
+    for (int k = 0; k < 4; ++k) b[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+    return b;
+  };
+  std::string body = "}X" + le32(4) + "meta](X" + le32(len) + std::string(len, 'a') + "q\x01";
+  for (int i = 1; i < 100; ++i) body += "h\x01";
+  body += "es";
+  auto r = Unpickle(body);
+  ASSERT_FALSE(r.ok()) << "accepted " << r->metadata.size() << " metadata entries";
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("mem.pt"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("FORMAT.md §5"), std::string::npos) << r.status().message();
+  // The same list of 15 references fits (15 * 64 KiB < 1 MiB) and flattens to 15 entries.
+  body = "}X" + le32(4) + "meta](X" + le32(len) + std::string(len, 'a') + "q\x01";
+  for (int i = 1; i < 15; ++i) body += "h\x01";
+  body += "es";
+  r = Unpickle(body);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->metadata.size(), 15u);
+  EXPECT_EQ(r->metadata[14].key, "meta.14");
+  EXPECT_EQ(std::get<std::string>(r->metadata[14].value).size(), len);
+}
+
+// A key longer than any dataset name (FORMAT.md §5: 1024 bytes) is refused before a name is
+// built from it; so is a memoised long key repeated under many dicts.
+TEST(PtPickleTest, NamesLongerThanTheFormatAllowsAreRefused) {
+  std::string key(1500, 'k');
+  auto r = Unpickle("}X\xdc\x05\x00\x00"s + key + "K\x01s");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("longer than 1024 bytes"), std::string::npos)
+      << r.status().message();
+  std::string ok_key(1024, 'k');
+  r = Unpickle("}X\x00\x04\x00\x00"s + ok_key + "K\x01s");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->metadata.at(0).key, ok_key);
+}
+
+// A REDUCE on a memoised tuple of a million items is refused by its size, not copied.
+TEST(PtPickleTest, ReduceWithTooManyArgumentsIsRefused) {
+  std::string body = "ccollections\nOrderedDict\n(";
+  for (int i = 0; i < 20; ++i) body += "K\x01";
+  body += "tR";
+  auto r = Unpickle(body);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("REDUCE with 20 arguments"), std::string::npos)
+      << r.status().message();
+}
+
+// Concatenated gzip members inflate to their concatenation (as gzip -d), and the limit counts
+// the whole output, not one member.
+TEST(PtReaderTest, MultiMemberGzipIsConcatenatedUnderOneLimit) {
+  TempDir dir;
+  auto member = [](const std::string& text) {
+    z_stream zs{};
+    EXPECT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    std::string out(deflateBound(&zs, text.size()) + 64, '\0');
+    zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+    zs.avail_in = static_cast<uInt>(text.size());
+    zs.next_out = reinterpret_cast<Bytef*>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    EXPECT_EQ(deflate(&zs, Z_FINISH), Z_STREAM_END);
+    out.resize(zs.total_out);
+    deflateEnd(&zs);
+    return out;
+  };
+  const std::string a(3 << 20, 'a'), b = "the second member";
+  const fs::path p = dir / "two.gz";
+  WriteStringToFile(p, member(a) + member(b) + member(""));
+  auto r = convert::InflateGzipFile(p.string(), a.size() + b.size());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), a.size() + b.size());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(r->data()), r->size()), a + b);
+  r = convert::InflateGzipFile(p.string(), a.size() + b.size() - 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find(p.string()), std::string::npos);
+  EXPECT_NE(r.status().message().find("--max-decompressed"), std::string::npos);
+  // Twenty members of 4 MiB zeros (80 MiB) under a 10 MiB limit: refused, and the buffer never
+  // grew past the limit (the second member alone would pass it).
+  std::string bomb;
+  const std::string m = member(std::string(4 << 20, '\0'));
+  for (int i = 0; i < 20; ++i) bomb += m;
+  WriteStringToFile(dir / "bomb.gz", bomb);
+  r = convert::InflateGzipFile((dir / "bomb.gz").string(), 10 << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  // An empty gzip inflates to nothing.
+  WriteStringToFile(dir / "empty.gz", member(""));
+  r = convert::InflateGzipFile((dir / "empty.gz").string(), 0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->size(), 0u);
+}
+
+TEST(PtReaderTest, DefaultDecompressionLimitIsAShareOfPhysicalMemory) {
+  const uint64_t one = convert::DefaultMaxDecompressedBytes(1);
+  const uint64_t many = convert::DefaultMaxDecompressedBytes(1000);
+  EXPECT_GE(many, uint64_t{256} << 20);
+  EXPECT_GE(one, many);
+  EXPECT_LE(one, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 + 1);
+}
+
+// A FIFO (or a symlink to one) where a source file is expected must be refused at once: a
+// blocking open() would wait forever for a writer. If the open does block, the test unblocks it
+// by opening the write end, so a regression fails instead of hanging.
+TEST(PtReaderTest, FifoSourceIsRefusedWithoutBlocking) {
+  TempDir dir;
+  const fs::path fifo = dir / "sample.pt";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  fs::create_symlink(fifo, dir / "link.pt");
+  for (const fs::path& p : {fifo, dir / "link.pt"}) {
+    auto done = std::async(std::launch::async, [&] { return OpenSource(p.string()).status(); });
+    if (done.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+      ADD_FAILURE() << "opening a FIFO source blocked";
+    }
+    const Status st = done.get();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(p.string()), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("FIFO"), std::string::npos) << st.message();
+  }
 }
 
 // A record past 4 GiB (zip64 sizes and offsets, 24-byte data descriptors). Needs ~8.5 GB of

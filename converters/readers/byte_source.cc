@@ -2,12 +2,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace libshard::convert {
 
@@ -28,7 +30,10 @@ bool RangeFits(uint64_t offset, uint64_t n, uint64_t size) {
 }  // namespace
 
 Result<std::unique_ptr<FileByteSource>> FileByteSource::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: open() of a FIFO without a writer would block forever (the path may have been
+  // replaced after the source list was made); a device may also block. For a regular file the
+  // flag changes nothing, so it is left set.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Status::FromErrno(errno, "cannot open source " + path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -38,7 +43,16 @@ Result<std::unique_ptr<FileByteSource>> FileByteSource::Open(const std::string& 
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return Status::InvalidArgument(path + ": not a regular file");
+    const char* kind = S_ISFIFO(st.st_mode)  ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                                              : "not a regular file";
+    return Status::InvalidArgument(path + ": source is " + kind +
+                                   ", not a regular file; it was not read. Sources must be "
+                                   "regular files (or symlinks to them): remove it from the "
+                                   "source directory or list");
   }
   return std::unique_ptr<FileByteSource>(
       new FileByteSource(path, fd, static_cast<uint64_t>(st.st_size)));
@@ -75,7 +89,59 @@ Status MemoryByteSource::ReadAt(uint64_t offset, std::span<std::byte> dst,
   return Status::OK();
 }
 
-Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t max_bytes) {
+GrowableBuffer::~GrowableBuffer() {
+  if (addr_ != nullptr) ::munmap(addr_, mapped_);
+}
+
+GrowableBuffer::GrowableBuffer(GrowableBuffer&& other) noexcept
+    : addr_(std::exchange(other.addr_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)) {}
+
+GrowableBuffer& GrowableBuffer::operator=(GrowableBuffer&& other) noexcept {
+  if (this != &other) {
+    if (addr_ != nullptr) ::munmap(addr_, mapped_);
+    addr_ = std::exchange(other.addr_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+  }
+  return *this;
+}
+
+Status GrowableBuffer::Resize(uint64_t n) {
+  static const uint64_t kPage = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (n > (uint64_t{1} << 56))
+    return Status::ResourceExhausted("cannot hold " + std::to_string(n) + " bytes in memory");
+  const uint64_t want = (n + kPage - 1) / kPage * kPage;
+  if (want == mapped_) {
+    // Bytes given up must read as zero if the buffer grows again.
+    if (n < size_) std::memset(data() + n, 0, static_cast<size_t>(size_ - n));
+    size_ = n;
+    return Status::OK();
+  }
+  void* p = nullptr;
+  if (want == 0) {
+    ::munmap(addr_, mapped_);
+  } else if (addr_ == nullptr) {
+    p = ::mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  } else {
+    // Moves page tables, never bytes; new pages read as zero.
+    p = ::mremap(addr_, mapped_, want, MREMAP_MAYMOVE);
+  }
+  if (p == MAP_FAILED)
+    return Status::ResourceExhausted("cannot map " + std::to_string(want) +
+                                     " bytes of memory: " + std::strerror(errno));
+  if (n < size_ && want > 0) {
+    // Bytes past n on the last page must read as zero if the buffer grows again.
+    std::memset(static_cast<std::byte*>(p) + n, 0, static_cast<size_t>(want - n));
+  }
+  addr_ = p;
+  mapped_ = want;
+  size_ = n;
+  return Status::OK();
+}
+
+Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes) {
   LIBSHARD_ASSIGN_OR_RETURN(auto file, FileByteSource::Open(path));
   z_stream zs;
   std::memset(&zs, 0, sizeof zs);
@@ -85,24 +151,22 @@ Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t
     z_stream* z;
     ~ZGuard() { inflateEnd(z); }
   } guard{&zs};
+  auto too_big = [&] {
+    return Status::ResourceExhausted(
+        path + ": gzip inflates past the limit of " + std::to_string(max_bytes) +
+        " bytes; refusing a possible zip bomb. If the file is genuine, raise the limit "
+        "(libshard pack --max-decompressed SIZE, SourceOptions::max_decompressed_bytes)");
+  };
 
-  std::vector<std::byte> out;
-  // The gzip trailer's ISIZE (size mod 2^32) is only a hint; it is capped so a forged value
-  // cannot reserve more than the limit allows.
-  if (file->size() >= 18) {
-    unsigned char tail[4];
-    LIBSHARD_RETURN_IF_ERROR(file->ReadAt(file->size() - 4,
-                                          std::as_writable_bytes(std::span(tail)), "gzip trailer"));
-    uint64_t hint = uint64_t{tail[0]} | uint64_t{tail[1]} << 8 | uint64_t{tail[2]} << 16 |
-                    uint64_t{tail[3]} << 24;
-    // Deflate cannot expand beyond ~1032:1, which bounds a forged or torn trailer.
-    const uint64_t plausible = file->size() * 1032 + (uint64_t{1} << 16);
-    out.reserve(std::min<uint64_t>({hint, plausible, max_bytes, uint64_t{1} << 32}));
-  }
+  // The output grows in steps of at most kGzipGrowStep (mremap: no copy) and never past
+  // max_bytes + 1, the one byte that proves the limit is passed. The trailer's ISIZE is not
+  // trusted: it is mod 2^32 and per member.
+  const uint64_t cap = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
+  GrowableBuffer out;
   std::vector<std::byte> in(size_t{1} << 20);
   uint64_t in_off = 0;
-  size_t produced = 0;
-  bool stream_end = false;  // last member finished and no input is pending
+  uint64_t produced = 0;
+  bool stream_end = false;  // the last member finished and no input is pending
   while (true) {
     if (zs.avail_in == 0) {
       if (in_off >= file->size()) break;
@@ -113,28 +177,21 @@ Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t
       zs.avail_in = static_cast<uInt>(n);
     }
     if (out.size() == produced) {
-      uint64_t limit = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
-      uint64_t new_size = out.size() + std::max<uint64_t>(out.size(), uint64_t{1} << 20);
-      // Within the reserved capacity first (no reallocation; only used bytes get touched).
-      if (out.capacity() > out.size()) new_size = std::min<uint64_t>(new_size, out.capacity());
-      new_size = std::min(new_size, limit);
-      if (new_size <= produced)
-        return Status::ResourceExhausted(
-            path + ": gzip inflates past the limit of " + std::to_string(max_bytes) +
-            " bytes (SourceOptions::max_decompressed_bytes); refusing a possible zip bomb, or "
-            "raise the limit");
-      out.resize(new_size);
+      if (produced >= cap) return too_big();
+      const uint64_t step = std::clamp<uint64_t>(produced / 4, uint64_t{1} << 20, kGzipGrowStep);
+      const uint64_t new_size = produced + std::min(step, cap - produced);
+      Status grown = out.Resize(new_size);
+      if (!grown.ok())
+        return Status::ResourceExhausted(path + ": inflating the gzip source: " +
+                                         grown.message() + " (after " + std::to_string(produced) +
+                                         " bytes); lower --threads or --max-decompressed");
     }
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    zs.avail_out = static_cast<uInt>(std::min<size_t>(out.size() - produced, UINT32_MAX));
+    zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT32_MAX));
     uInt before = zs.avail_out;
     int rc = inflate(&zs, Z_NO_FLUSH);
     produced += before - zs.avail_out;
-    if (produced > max_bytes)
-      return Status::ResourceExhausted(
-          path + ": gzip inflates past the limit of " + std::to_string(max_bytes) +
-          " bytes (SourceOptions::max_decompressed_bytes); refusing a possible zip bomb, or "
-          "raise the limit");
+    if (produced > max_bytes) return too_big();
     if (rc == Z_STREAM_END) {
       stream_end = true;
       // Another member may follow (concatenated gzip files inflate to their concatenation).
@@ -144,6 +201,7 @@ Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t
       continue;
     }
     if (rc == Z_BUF_ERROR && zs.avail_in == 0) continue;  // needs more input
+    if (rc == Z_BUF_ERROR && zs.avail_out == 0) continue;  // needs more output space
     if (rc != Z_OK)
       return Status::Corruption(path + ": gzip data is corrupt near compressed offset " +
                                 std::to_string(in_off - zs.avail_in) + " (" +
@@ -153,7 +211,7 @@ Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t
     return Status::Corruption(path + ": gzip stream is truncated after " +
                               std::to_string(file->size()) +
                               " compressed bytes; the file is incomplete, re-create it");
-  out.resize(produced);
+  LIBSHARD_RETURN_IF_ERROR(out.Resize(produced));
   return out;
 }
 

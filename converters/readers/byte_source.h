@@ -31,6 +31,9 @@ class ByteSource {
 // cannot lose data).
 class FileByteSource final : public ByteSource {
  public:
+  // Opens without blocking (O_NONBLOCK: a FIFO put where a sample file was would otherwise hang
+  // open() until a writer appears) and refuses with InvalidArgument anything that is not a
+  // regular file once opened (FIFO, socket, device; also behind a symlink), naming the path.
   static Result<std::unique_ptr<FileByteSource>> Open(const std::string& path);
   ~FileByteSource() override;
   FileByteSource(const FileByteSource&) = delete;
@@ -48,11 +51,39 @@ class FileByteSource final : public ByteSource {
   uint64_t size_;
 };
 
+// Anonymous memory that grows in place with mremap: growing never copies, so holding n bytes
+// costs n bytes (plus one growth step) at every moment, never the 2n..3n of vector doubling.
+// Move-only owner of the mapping (unmapped on destruction).
+class GrowableBuffer {
+ public:
+  GrowableBuffer() = default;
+  ~GrowableBuffer();
+  GrowableBuffer(GrowableBuffer&& other) noexcept;
+  GrowableBuffer& operator=(GrowableBuffer&& other) noexcept;
+  GrowableBuffer(const GrowableBuffer&) = delete;
+  GrowableBuffer& operator=(const GrowableBuffer&) = delete;
+
+  // Makes size() == n (new bytes are zero; shrinking releases the tail). ResourceExhausted when
+  // the kernel refuses the memory; the buffer is then unchanged.
+  Status Resize(uint64_t n);
+  uint64_t size() const { return size_; }
+  std::byte* data() { return static_cast<std::byte*>(addr_); }
+  const std::byte* data() const { return static_cast<const std::byte*>(addr_); }
+  std::span<const std::byte> bytes() const { return {data(), static_cast<size_t>(size_)}; }
+
+ private:
+  void* addr_ = nullptr;
+  uint64_t size_ = 0;     // bytes in use
+  uint64_t mapped_ = 0;   // bytes mapped (size_ rounded up to pages)
+};
+
 // Serves bytes from an owned buffer.
 class MemoryByteSource final : public ByteSource {
  public:
   MemoryByteSource(std::string name, std::vector<std::byte> data)
-      : name_(std::move(name)), data_(std::move(data)) {}
+      : name_(std::move(name)), vector_(std::move(data)), data_(vector_) {}
+  MemoryByteSource(std::string name, GrowableBuffer data)
+      : name_(std::move(name)), mapped_(std::move(data)), data_(mapped_.bytes()) {}
   uint64_t size() const override { return data_.size(); }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst, std::string_view what) const override;
   std::span<const std::byte> InMemory() const override { return data_; }
@@ -60,12 +91,17 @@ class MemoryByteSource final : public ByteSource {
 
  private:
   std::string name_;
-  std::vector<std::byte> data_;
+  std::vector<std::byte> vector_;  // one of the two owners holds the bytes
+  GrowableBuffer mapped_;
+  std::span<const std::byte> data_;
 };
 
-// Inflates the gzip file `path` (one or more concatenated members) into memory, reading it in
-// chunks. Refuses with ResourceExhausted as soon as the output would pass max_bytes, so a
-// zip bomb costs at most max_bytes of memory.
-Result<std::vector<std::byte>> InflateGzipFile(const std::string& path, uint64_t max_bytes);
+// Inflates the gzip file `path` (one or more concatenated members, inflated to their
+// concatenation as `gzip -d` does) into memory, reading it in chunks. The output grows in steps
+// of at most kGzipGrowStep and never past max_bytes + 1, so a zip bomb costs at most max_bytes
+// (+ one step) of memory; it is refused with ResourceExhausted naming the file and
+// `--max-decompressed` as soon as the output passes max_bytes.
+inline constexpr uint64_t kGzipGrowStep = uint64_t{64} << 20;
+Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes);
 
 }  // namespace libshard::convert

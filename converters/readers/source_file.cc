@@ -1,5 +1,8 @@
 #include "readers/source_file.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
 
 #include "readers/byte_source.h"
@@ -60,6 +63,15 @@ Result<std::unique_ptr<SourceFile>> OpenFromBytes(std::unique_ptr<ByteSource> sr
 
 }  // namespace
 
+uint64_t DefaultMaxDecompressedBytes(unsigned threads) {
+  constexpr uint64_t kFloor = uint64_t{256} << 20;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{4} << 30;  // unknown machine: a modest guess
+  const uint64_t physical = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+  return std::max<uint64_t>(kFloor, physical / 4 / std::max(1u, threads));
+}
+
 Result<std::unique_ptr<SourceFile>> OpenSource(const std::string& path,
                                                const SourceOptions& options) {
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<FileByteSource> file, FileByteSource::Open(path));
@@ -68,8 +80,9 @@ Result<std::unique_ptr<SourceFile>> OpenSource(const std::string& path,
   if (file_size >= 2) LIBSHARD_RETURN_IF_ERROR(file->ReadAt(0, magic, "file header"));
   if (magic[0] == std::byte{0x1f} && magic[1] == std::byte{0x8b}) {
     file.reset();
-    LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes,
-                              InflateGzipFile(path, options.max_decompressed_bytes));
+    const uint64_t limit = options.max_decompressed_bytes != 0 ? options.max_decompressed_bytes
+                                                               : DefaultMaxDecompressedBytes(1);
+    LIBSHARD_ASSIGN_OR_RETURN(GrowableBuffer bytes, InflateGzipFile(path, limit));
     return OpenFromBytes(std::make_unique<MemoryByteSource>(path, std::move(bytes)), file_size,
                          true, options);
   }

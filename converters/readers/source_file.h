@@ -32,8 +32,9 @@ struct SourceTensor {
 
 struct SourceOptions {
   // Zip-bomb guard: a gzip source that inflates past this many bytes is refused
-  // (ResourceExhausted) before more memory is taken.
-  uint64_t max_decompressed_bytes = uint64_t{1} << 40;
+  // (ResourceExhausted) before more memory is taken. 0 = automatic: OpenSource uses
+  // DefaultMaxDecompressedBytes(1) (byte_source.h), Pack DefaultMaxDecompressedBytes(threads).
+  uint64_t max_decompressed_bytes = 0;
   // Largest data.pkl (or safetensors JSON header) accepted; real ones are a few KiB.
   uint64_t max_header_bytes = uint64_t{64} << 20;
   // Largest tensor accepted. A view with zero strides (t.expand) materialises to more bytes than
@@ -66,6 +67,10 @@ class SourceFile {
   // "torch-zip", "torch-zip+gzip", "safetensors", "safetensors+gzip".
   virtual const char* format_name() const = 0;
 };
+
+// The default for SourceOptions::max_decompressed_bytes when `threads` sources may be inflated
+// at once: a quarter of physical memory (sysconf) shared among them, at least 256 MiB each.
+uint64_t DefaultMaxDecompressedBytes(unsigned threads);
 
 // Opens `path`, choosing the reader by content, not only by extension: zip magic (torch.save
 // archives: .pt .pth .ckpt .bin), gzip magic (a gzip of either kind, inflated in a streaming way

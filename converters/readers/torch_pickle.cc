@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "libshard/schema.h"
+
 namespace libshard::convert {
 
 namespace {
@@ -17,6 +19,16 @@ constexpr size_t kMaxMarkDepth = 4096;
 constexpr size_t kMaxNesting = 64;             // container depth when flattening
 constexpr size_t kMaxFlattenVisits = size_t{1} << 22;
 constexpr size_t kMaxRankAccepted = 64;        // torch's own limit on dims
+// Most arguments an allowed callable takes (_rebuild_tensor_v3 with its metadata dict: 8).
+constexpr size_t kMaxReduceArgs = 8;
+
+// What flattening may materialise is bounded by what one sample of a dataset can hold (FORMAT.md
+// §5), not by the object graph: through the memo a 3 MB pickle can name one 1 MiB string a
+// million times, which flattened naively is a terabyte of metadata. The budget counts the bytes
+// of every metadata key and value (strings by length, numbers as 8) and refuses as soon as it is
+// passed, before the copy is made.
+constexpr uint64_t kMaxFlattenMetadataBytes = kMaxMetadataBytes;
+constexpr size_t kMaxFlattenTensors = kMaxFields;
 
 enum class Kind : uint8_t { kNone, kBool, kInt, kFloat, kStr, kTuple, kList, kDict, kGlobal,
                             kStorage, kTensor };
@@ -399,6 +411,11 @@ class Machine {
                        (fn.kind == Kind::kGlobal ? "storage type or dtype" : KindName(fn.kind)) +
                        ", which is not an allowed callable");
     if (args_obj.kind != Kind::kTuple) return Corrupt(at_, "REDUCE arguments are not a tuple");
+    // Bounded before the copy: a memoised huge tuple REDUCEd over and over must stay cheap.
+    if (seqs_[args_obj.aux].size() > kMaxReduceArgs)
+      return Corrupt(at_, "REDUCE with " + std::to_string(seqs_[args_obj.aux].size()) +
+                              " arguments; no allowed callable takes more than " +
+                              std::to_string(kMaxReduceArgs));
     const std::vector<uint32_t> args = seqs_[args_obj.aux];
     switch (fn.global) {
       case Global::kOrderedDict:
@@ -661,8 +678,17 @@ class Machine {
                    "containers nested deeper than " + std::to_string(kMaxNesting) +
                        " (or a self-referencing container) under '" + Printable(prefix) + "'");
     const Obj& o = objs_[id];
-    auto child = [&](const std::string& part, uint32_t v) -> Status {
+    auto child = [&](std::string_view part, uint32_t v) -> Status {
       size_t keep = prefix.size();
+      // A name longer than any field or metadata key may be (FORMAT.md §5) is refused before it
+      // is built, so a long key repeated through the memo cannot grow the prefix.
+      if (keep + (keep != 0 ? 1 : 0) + part.size() > kMaxNameBytes)
+        return Error(StatusCode::kUnsupported, 0,
+                     "entry name '" + Printable(prefix) + (prefix.empty() ? "" : ".") +
+                         Printable(part) +
+                         "' is longer than " + std::to_string(kMaxNameBytes) +
+                         " bytes, the most a dataset field or metadata key may have "
+                         "(FORMAT.md §5); use shorter dict keys");
       if (!prefix.empty()) prefix += '.';
       prefix += part;
       Status st = Flatten(v, prefix, depth + 1, out);
@@ -677,16 +703,33 @@ class Machine {
                          "' (duplicate or clashing keys)");
       return Status::OK();
     };
+    // Charges one metadata entry (key plus value bytes) to the budget before it is copied.
+    auto charge_metadata = [&](uint64_t value_bytes) -> Status {
+      metadata_bytes_ += prefix.size() + value_bytes;
+      if (metadata_bytes_ > kMaxFlattenMetadataBytes)
+        return Error(StatusCode::kResourceExhausted, 0,
+                     "the non-tensor entries (metadata) come to more than " +
+                         std::to_string(kMaxFlattenMetadataBytes) + " bytes (at '" +
+                         Printable(prefix) + "'); a sample holds at most " +
+                         std::to_string(kMaxMetadataBytes) +
+                         " bytes of metadata (FORMAT.md §5): store large values as tensors or "
+                         "leave them out of the file");
+      return Status::OK();
+    };
     switch (o.kind) {
       case Kind::kDict: {
-        const auto items = seqs_[o.aux];
+        // By reference: seqs_ does not change while flattening, and a copy per visit would make
+        // a memoised large container cost its size at every reference.
+        const auto& items = seqs_[o.aux];
         for (size_t k = 0; k + 1 < items.size(); k += 2) {
           const Obj& key = objs_[items[k]];
-          std::string part;
+          std::string number;
+          std::string_view part;
           if (key.kind == Kind::kStr) {
-            part = strs_[key.aux];
+            part = strs_[key.aux];  // a view: never copied, however long (child() checks it)
           } else if (key.kind == Kind::kInt) {
-            part = std::to_string(key.i);
+            number = std::to_string(key.i);
+            part = number;
           } else {
             return Error(StatusCode::kUnsupported, 0,
                          std::string("dict key of type ") + KindName(key.kind) + " under '" +
@@ -701,7 +744,7 @@ class Machine {
       }
       case Kind::kList:
       case Kind::kTuple: {
-        const auto items = seqs_[o.aux];
+        const auto& items = seqs_[o.aux];
         for (size_t k = 0; k < items.size(); ++k)
           LIBSHARD_RETURN_IF_ERROR(child(std::to_string(k), items[k]));
         return Status::OK();
@@ -709,22 +752,31 @@ class Machine {
       case Kind::kNone:
         return Status::OK();  // dropped, see SourceFile::metadata()
       case Kind::kBool:
+        LIBSHARD_RETURN_IF_ERROR(charge_metadata(8));
         LIBSHARD_RETURN_IF_ERROR(leaf_name());
         out->metadata.push_back({prefix, MetaValue(o.i != 0)});
         return Status::OK();
       case Kind::kInt:
+        LIBSHARD_RETURN_IF_ERROR(charge_metadata(8));
         LIBSHARD_RETURN_IF_ERROR(leaf_name());
         out->metadata.push_back({prefix, MetaValue(o.i)});
         return Status::OK();
       case Kind::kFloat:
+        LIBSHARD_RETURN_IF_ERROR(charge_metadata(8));
         LIBSHARD_RETURN_IF_ERROR(leaf_name());
         out->metadata.push_back({prefix, MetaValue(o.f)});
         return Status::OK();
       case Kind::kStr:
+        LIBSHARD_RETURN_IF_ERROR(charge_metadata(strs_[o.aux].size()));
         LIBSHARD_RETURN_IF_ERROR(leaf_name());
         out->metadata.push_back({prefix, MetaValue(strs_[o.aux])});
         return Status::OK();
       case Kind::kTensor: {
+        if (out->tensors.size() >= kMaxFlattenTensors)
+          return Error(StatusCode::kResourceExhausted, 0,
+                       "more than " + std::to_string(kMaxFlattenTensors) + " tensors (at '" +
+                           Printable(prefix) + "'); a dataset sample holds at most " +
+                           std::to_string(kMaxFields) + " fields (FORMAT.md §5)");
         LIBSHARD_RETURN_IF_ERROR(leaf_name());
         const TensorInfo& t = tensors_[o.aux];
         const StorageInfo& s = storages_[t.storage];
@@ -763,6 +815,7 @@ class Machine {
   std::unordered_map<uint32_t, uint32_t> memo_;
   std::unordered_set<std::string> names_;
   size_t visits_ = 0;
+  uint64_t metadata_bytes_ = 0;  // charged by Flatten, see kMaxFlattenMetadataBytes
 };
 
 }  // namespace
