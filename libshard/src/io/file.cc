@@ -30,6 +30,18 @@ void ProbeDirectAlignment(int fd, DirectIoInfo* info) {
 #endif
 }
 
+// "<path>: is a FIFO, not a regular file; ..." for a file that must be regular.
+std::string NotRegularMessage(const std::string& path, mode_t mode) {
+  const char* kind = S_ISFIFO(mode)   ? "a FIFO (named pipe)"
+                     : S_ISDIR(mode)  ? "a directory"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                     : S_ISSOCK(mode) ? "a socket"
+                                      : "a special file";
+  return path + ": is " + kind + ", not a regular file; libshard reads and writes only regular "
+                "files: replace it with the file it stands for";
+}
+
 }  // namespace
 
 File::File(File&& other) noexcept
@@ -47,16 +59,37 @@ File& File::operator=(File&& other) noexcept {
 File::~File() { Close().IgnoreError(); }
 
 Result<File> File::Open(const std::string& path, int flags, int mode) {
+  // Everything libshard opens, other than directories, must be a regular file: a FIFO (or a
+  // device) put in place of a dataset file would block open(2) or read(2) forever. O_NONBLOCK
+  // makes the open itself return at once (a FIFO without a writer opens; with O_WRONLY and no
+  // reader it fails with ENXIO), fstat then rejects the file, and the flag is cleared again for
+  // regular files (where it has no effect on Linux anyway).
+  const bool directory = (flags & O_DIRECTORY) != 0;
+  const int open_flags = flags | O_CLOEXEC | (directory ? 0 : O_NONBLOCK);
   int fd;
   do {
-    fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+    fd = ::open(path.c_str(), open_flags, mode);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0) {
     const int e = errno;
     if (e == ENOENT) return Status::NotFound(path + ": no such file", e);
+    struct stat st {};
+    if (e == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      return Status(StatusCode::kInvalidArgument, NotRegularMessage(path, st.st_mode), e);
     return Status::FromErrno(e, "open " + path);
   }
-  return File(fd, path);
+  File file(fd, path);
+  if (directory) return file;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "fstat " + path);
+  if (!S_ISREG(st.st_mode))
+    return Status::InvalidArgument(NotRegularMessage(path, st.st_mode));
+  if ((flags & O_NONBLOCK) == 0) {
+    const int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+      return Status::FromErrno(errno, "fcntl " + path);
+  }
+  return file;
 }
 
 Result<File> File::OpenForReading(const std::string& path, bool want_direct,

@@ -30,7 +30,10 @@ class File {
   ~File();
 
   // open(2) with O_CLOEXEC added; `mode` applies when `flags` create the file. Errors name the
-  // path.
+  // path. Unless `flags` has O_DIRECTORY, the path must be a regular file: a FIFO, device or
+  // socket is refused with InvalidArgument without blocking (the open is made with O_NONBLOCK,
+  // which is cleared again unless `flags` asked for it), so hostile directory entries can never
+  // hang a reader or writer.
   static Result<File> Open(const std::string& path, int flags, int mode = 0644);
 
   // Opens `path` read-only. `want_direct`: try O_DIRECT; when the file system refuses it (EINVAL,
