@@ -77,13 +77,7 @@ StreamingLoader::~StreamingLoader() {
 
 Status StreamingLoader::Init() {
   const Schema& schema = dataset_->schema();
-  if (options_.queue_depth == 0) {
-    return Status::InvalidArgument("queue_depth is 0; use at least 1 (64 is a good default)");
-  }
-  if (options_.memory_budget < kAlign) {
-    return Status::InvalidArgument("memory_budget " + std::to_string(options_.memory_budget) +
-                                   " bytes is too small; use at least a few MiB");
-  }
+  LIBSHARD_RETURN_IF_ERROR(ValidateLoaderOptions(options_));  // before any thread or memory
   for (const std::string& name : options_.fields) {
     std::optional<size_t> f = schema.Find(name);
     if (!f) {

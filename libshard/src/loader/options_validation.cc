@@ -1,0 +1,46 @@
+// ValidateLoaderOptions: bounds of the loader's numeric settings (loader.h).
+#include <cmath>
+#include <string>
+
+#include "libshard/loader.h"
+
+namespace libshard {
+namespace {
+
+Status OutOfRange(const char* name, uint64_t value, uint64_t lo, uint64_t hi, const char* hint) {
+  return Status::InvalidArgument(std::string(name) + " " + std::to_string(value) +
+                                 " is out of range; use " + std::to_string(lo) + ".." +
+                                 std::to_string(hi) + hint);
+}
+
+}  // namespace
+
+Status ValidateLoaderOptions(const LoaderOptions& o) {
+  // Threads are started one per worker: an unbounded count exhausts the process's threads
+  // (EAGAIN) seconds later instead of failing at once.
+  if (o.worker_threads < 1 || o.worker_threads > kMaxLoaderWorkerThreads)
+    return OutOfRange("worker_threads", o.worker_threads, 1, kMaxLoaderWorkerThreads,
+                      " (checksum and zstd threads; 1-4 keep up with one NVMe disk)");
+  if (o.queue_depth < 1 || o.queue_depth > kMaxLoaderQueueDepth)
+    return OutOfRange("queue_depth", o.queue_depth, 1, kMaxLoaderQueueDepth,
+                      " (reads in flight; 64 is a good default)");
+  if (o.memory_budget < kMinLoaderMemoryBudget || o.memory_budget > kMaxLoaderMemoryBudget)
+    return OutOfRange("memory_budget", o.memory_budget, kMinLoaderMemoryBudget,
+                      kMaxLoaderMemoryBudget, " bytes (a few GiB is typical)");
+  if (o.read_size > kMaxLoaderReadSize)
+    return OutOfRange("read_size", o.read_size, 0, kMaxLoaderReadSize,
+                      " bytes (rounded up to 4096; 4 MiB is a good default)");
+  if (o.batch_size > kMaxLoaderBatchSize)
+    return OutOfRange("batch_size", o.batch_size, 0, kMaxLoaderBatchSize, " samples");
+  if (std::isnan(o.slow_wait_warning_seconds) || o.slow_wait_warning_seconds < 0)
+    return Status::InvalidArgument("slow_wait_warning_seconds " +
+                                   std::to_string(o.slow_wait_warning_seconds) +
+                                   " must be a number >= 0 (0 turns the warning off)");
+  if (std::isnan(o.stats_interval_seconds) || o.stats_interval_seconds < 0)
+    return Status::InvalidArgument("stats_interval_seconds " +
+                                   std::to_string(o.stats_interval_seconds) +
+                                   " must be a number >= 0 (0 turns periodic stats off)");
+  return Status::OK();
+}
+
+}  // namespace libshard
