@@ -1,11 +1,19 @@
 // Dataset: Open validation, corruption detection with precise messages, loader entry points.
 #include "libshard/dataset.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
+#include "format/manifest.h"
 #include "format/shard_format.h"
 #include "format_test_helpers.h"
 #include "testutil/testutil.h"
@@ -152,8 +160,84 @@ TEST_F(DatasetTest, ReservedRecordBytesAreRejected) {
 }
 
 TEST_F(DatasetTest, HeaderFlagsAreRejected) {
-  EditIndex([&](std::string& s) { PutU32(At(s, 12), 1); });
-  ExpectError(Open().status(), StatusCode::kCorruption, {"offset 12", "reserved header flags"});
+  // Bit 0 says shard uids are present (FORMAT.md §3.1); the other bits are reserved.
+  EditIndex([&](std::string& s) { PutU32(At(s, 12), 1u << 1); });
+  ExpectError(Open().status(), StatusCode::kCorruption, {"offset 12", "unknown header flags"});
+}
+
+// FORMAT.md §8: the index is read into memory at Open, so what happens to the file afterwards
+// (truncated, rewritten) cannot crash a reader (a mapped index raised SIGBUS) or change what it
+// returns (a small truncated index gave shape-(0,) tensors and an empty source).
+TEST_F(DatasetTest, IndexChangedWhileOpenDoesNotChangeWhatIsRead) {
+  auto ds = Open();
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  const uint64_t size = std::filesystem::file_size(Index());
+  for (int round = 0; round < 2; ++round) {
+    if (round == 0) TruncateFile(Index(), 0);
+    else WriteStringToFile(Index(), std::string(size, '\x5a'));
+    for (uint64_t i = 0; i < kSamples; ++i) {
+      auto s = (*ds)->Read(i);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ExpectSampleEq(*s, StandardSample(i));
+      auto src = (*ds)->source(i);
+      ASSERT_TRUE(src.ok());
+      EXPECT_EQ(*src, StandardSample(i).input.source);
+      EXPECT_EQ((*ds)->tensor(i, 2).shape, (std::vector<uint64_t>{1, 3 + (i * 5) % 17, 24}));
+    }
+  }
+  // A new Open sees the damage.
+  EXPECT_FALSE(Open().ok());
+}
+
+// A manifest.json member nested 200,000 deep overflowed nlohmann::json's recursive parser.
+TEST_F(DatasetTest, DeeplyNestedManifestIsCorruptionNotACrash) {
+  const std::string m = ReadFileToString(dir_ / "manifest.json");
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  for (const char* member : {"\"version\": 1", "\"created_by\": "}) {
+    std::string edited = m;
+    const size_t at = edited.find(member);
+    ASSERT_NE(at, std::string::npos) << member;
+    if (std::string(member).find("version") != std::string::npos) {
+      edited.replace(at, std::string(member).size(), "\"version\": " + deep);
+    } else {
+      edited.insert(at + std::string(member).size(), deep + ", \"x\": ");
+    }
+    WriteStringToFile(dir_ / "manifest.json", edited);
+    ExpectError(Open().status(), StatusCode::kCorruption,
+                {(dir_ / "manifest.json").string(), "JSON nested deeper than 64 levels"});
+  }
+  // Brackets inside strings do not count.
+  std::string in_string = m;
+  in_string.insert(in_string.find("\"created_by\": \"") + 15, std::string(1000, '['));
+  WriteStringToFile(dir_ / "manifest.json", in_string);
+  EXPECT_TRUE(format::CheckJsonNesting(in_string, "m").ok());
+}
+
+// A FIFO in place of a dataset file blocked open(2) forever. The open runs on a thread; if it
+// ever blocks again the test opens the FIFO's other end to release it and fails instead of
+// hanging.
+TEST_F(DatasetTest, FifoInPlaceOfADatasetFileIsRefused) {
+  for (const std::string name : {"manifest.json", "index.lsi", "shard-00000.lss"}) {
+    SCOPED_TRACE(name);
+    TempDir copy;
+    for (const auto& e : std::filesystem::directory_iterator(dir_.path()))
+      std::filesystem::copy_file(e.path(), copy / e.path().filename().string());
+    const std::filesystem::path fifo = copy / name;
+    std::filesystem::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    std::promise<Status> done;
+    std::future<Status> result = done.get_future();
+    std::thread opener([&] { done.set_value(Dataset::Open(copy.path().string()).status()); });
+    if (result.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // releases the blocked open
+      opener.join();
+      if (w >= 0) ::close(w);
+      FAIL() << "Dataset::Open blocked on a FIFO";
+    }
+    opener.join();
+    ExpectError(result.get(), StatusCode::kInvalidArgument,
+                {fifo.string(), "FIFO", "not a regular file"});
+  }
 }
 
 TEST_F(DatasetTest, IndexVersion2IsUnsupported) {

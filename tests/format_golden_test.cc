@@ -1,7 +1,11 @@
 // Format stability: datasets checked in under tests/data/golden_v1*/ must keep reading, and the
-// writer must keep producing the same bytes for them (FORMAT.md is version 1 forever).
+// writer must keep producing the same bytes (FORMAT.md is version 1 forever).
 //
-// Regenerate (only when the format version changes, never to make a failing test pass):
+// golden_v1 and golden_v1_zstd were written before the shard-uid revision (FORMAT.md §4.1: shard
+// uid 0, index flags 0); they are frozen and never regenerated: readers must keep accepting them
+// unchanged. golden_v1_uids is what the writer produces now (with a fixed shard_uid_seed).
+//
+// Regenerate golden_v1_uids (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
 
@@ -46,6 +50,7 @@ constexpr uint64_t kGoldenSamples = 4;
 WriterOptions GoldenOptions(bool zstd) {
   WriterOptions o;
   o.fsync = false;
+  o.shard_uid_seed = 0x601d;  // reproducible shard uids
   o.shard_size = 2 * 4096;  // several shards
   o.compression = zstd ? Compression::kZstd : Compression::kNone;
   o.source_root = "/golden";
@@ -84,14 +89,28 @@ void ExpectGoldenContents(const std::filesystem::path& dir, bool zstd) {
 TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v1", false);
   ExpectGoldenContents(kGoldenDir / "golden_v1_zstd", true);
+  ExpectGoldenContents(kGoldenDir / "golden_v1_uids", false);
+}
+
+// The files written before shard uids carry none, and are read without the ownership check.
+TEST(FormatGoldenTest, PreUidDatasetsHaveNoShardUids) {
+  for (const char* name : {"golden_v1", "golden_v1_zstd"}) {
+    auto ds = Dataset::Open((kGoldenDir / name).string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    for (const ShardInfo& s : (*ds)->shards()) EXPECT_EQ(s.uid, 0u) << s.path;
+  }
+  auto ds = Dataset::Open((kGoldenDir / "golden_v1_uids").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  for (const ShardInfo& s : (*ds)->shards()) EXPECT_NE(s.uid, 0u) << s.path;
 }
 
 TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   TempDir dir;
   WriteGolden(dir.path(), false);
-  for (const auto& e : std::filesystem::directory_iterator(kGoldenDir / "golden_v1")) {
+  for (const auto& e : std::filesystem::directory_iterator(kGoldenDir / "golden_v1_uids")) {
     const std::string name = e.path().filename().string();
     if (name == "manifest.json") continue;  // holds created_at
+    if (name.starts_with(".")) continue;     // e.g. the writer's lock file, not dataset bytes
     EXPECT_EQ(ReadFileToString(e.path()), ReadFileToString(dir / name)) << name << " changed";
   }
   // The manifest differs only in its timestamp.
@@ -99,14 +118,14 @@ TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
     size_t at = m.find("\"created_at\"");
     return m.erase(at, m.find('\n', at) - at);
   };
-  EXPECT_EQ(strip(ReadFileToString(kGoldenDir / "golden_v1" / "manifest.json")),
+  EXPECT_EQ(strip(ReadFileToString(kGoldenDir / "golden_v1_uids" / "manifest.json")),
             strip(ReadFileToString(dir / "manifest.json")));
 }
 
 TEST(FormatGoldenTest, Regenerate) {
   if (!std::getenv("LIBSHARD_REGENERATE_GOLDEN")) GTEST_SKIP() << "set LIBSHARD_REGENERATE_GOLDEN=1";
-  WriteGolden(kGoldenDir / "golden_v1", false);
-  WriteGolden(kGoldenDir / "golden_v1_zstd", true);
+  WriteGolden(kGoldenDir / "golden_v1_uids", false);
+  std::filesystem::remove(kGoldenDir / "golden_v1_uids" / ".libshard.lock");
 }
 
 }  // namespace

@@ -319,6 +319,7 @@ void WriteWithCrash(const std::filesystem::path& dir, uint64_t n, int64_t crash_
   o.shard_size = 6 * 4096;
   o.journal_every_bytes = 2 * 4096;
   o.compression = Compression::kZstd;
+  o.shard_uid_seed = 7;  // the reference and the resumed write must give the same bytes
   uint64_t next = 0;
   if (crash_after >= 0) {
     auto w = Writer::Create(dir.string(), EagleSchema(), o);

@@ -25,6 +25,9 @@ struct ShardInfo {
   std::string path;       // absolute path of the shard file
   uint64_t size = 0;      // bytes, checked at Open
   uint64_t samples = 0;
+  // The shard's uid (FORMAT.md §4.1), checked at Open against the index when it records uids; 0
+  // for a shard written before uids existed.
+  uint64_t uid = 0;
 };
 
 // Where sample i lives and how it is stored (FORMAT.md §3.3).

@@ -30,6 +30,11 @@ struct WriterOptions {
   std::string source_root;        // recorded in the manifest's provenance summary
   std::string created_by;         // free text recorded in the manifest ("libshard pack 0.1.0")
   uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
+  // Shard uids (FORMAT.md §4.1): 0 draws each new shard's uid at random (getrandom), which is
+  // what makes a shard of another write detectable at open. Non-zero derives them from this
+  // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
+  // with one seed can no longer be told apart.
+  uint64_t shard_uid_seed = 0;
 };
 
 // A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.

@@ -22,10 +22,40 @@ namespace libshard {
 namespace {
 
 using format::IndexView;
-using internal::MappedFile;
 
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr const char* kRepack = "; the dataset is damaged, re-run libshard pack";
+
+// Largest index Open reads into memory: ~2^28 samples of a typical EAGLE-3 schema (about 230
+// bytes each). The manifest's index.size must match the file's size first, so a damaged manifest
+// cannot make Open allocate more than the file holds.
+constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 30;
+
+// Reads the index file `path`, whose size the manifest records as `expected_size`, into one
+// 4 KiB-aligned buffer (FORMAT.md §8 step 1). The copy costs memory equal to the index (about
+// 230 bytes a sample for the EAGLE-3 schema: 10 million samples ~ 2.3 GB, once per process that
+// opens the dataset); in exchange nothing done to the file after Open can crash a reader or
+// change what it returns. A later index layout is meant to be read in blocks.
+Result<std::shared_ptr<std::byte[]>> ReadIndex(const std::string& path, uint64_t expected_size) {
+  LIBSHARD_ASSIGN_OR_RETURN(io::File file, io::File::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file.Size());
+  if (size != expected_size)
+    return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
+                              std::to_string(expected_size) +
+                              " recorded in manifest.json (truncated or replaced)" + kRepack);
+  if (size > kMaxIndexBytes)
+    return Status::ResourceExhausted(path + ": " + std::to_string(size) +
+                                     " bytes is more than the largest index this libshard reads (" +
+                                     std::to_string(kMaxIndexBytes) + ")");
+  auto bytes = internal::AllocateAligned(size, 4096);
+  if (!bytes)
+    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(size) +
+                                     " bytes to read the index");
+  // A file that shrank since fstat fails here (Corruption naming the offset); one that grew is
+  // caught by the checksum and the recorded file size (§3.6, §3.1).
+  LIBSHARD_RETURN_IF_ERROR(file.PReadExact(bytes.get(), size, 0));
+  return bytes;
+}
 
 class DatasetImpl final : public Dataset {
  public:
@@ -96,7 +126,9 @@ class DatasetImpl final : public Dataset {
   std::string dir_;
   std::string index_path_;
   DatasetOptions options_;
-  MappedFile index_map_;
+  // The whole index, read once at Open; index_ views it. Owned memory, not a mapping: a mapped
+  // index truncated or rewritten while open would raise SIGBUS or change under the readers.
+  std::shared_ptr<std::byte[]> index_bytes_;
   IndexView index_;
   std::vector<ShardInfo> shards_;
   std::vector<io::File> shard_files_;
@@ -128,12 +160,9 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   ds->options_ = options;
   ds->index_path_ = internal::JoinPath(dir, manifest.index_file);
   const std::string& ip = ds->index_path_;
-  LIBSHARD_ASSIGN_OR_RETURN(ds->index_map_, MappedFile::Map(ip));
-  if (ds->index_map_.bytes().size() != manifest.index_size)
-    return Status::Corruption(ip + ": size " + std::to_string(ds->index_map_.bytes().size()) +
-                              " != " + std::to_string(manifest.index_size) +
-                              " recorded in manifest.json (truncated or replaced)" + kRepack);
-  LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexView::Parse(ds->index_map_.bytes(), ip));
+  LIBSHARD_ASSIGN_OR_RETURN(ds->index_bytes_, ReadIndex(ip, manifest.index_size));
+  LIBSHARD_ASSIGN_OR_RETURN(
+      ds->index_, IndexView::Parse({ds->index_bytes_.get(), manifest.index_size}, ip));
   const IndexView& index = ds->index_;
 
   // Manifest agreement (§2.2).
@@ -176,9 +205,17 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
                                 (size < s.file_size ? "truncated" : "extended or replaced") + ")" +
                                 kRepack);
     LIBSHARD_RETURN_IF_ERROR(file->PReadExact(header.data(), header.size(), 0));
-    LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, path));
+    uint64_t uid = 0;
+    LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, path, &uid));
+    // Shard ownership (§3.7): a shard file is served only as part of the dataset it was written
+    // for. Indexes without uids (written before the uid revision) are not checked.
+    if (index.has_shard_uids() && uid != s.uid)
+      return Status::Corruption(
+          path + ": shard was written for another dataset (uid " + format::Hex16(uid) +
+          ", index expects " + format::Hex16(s.uid) + "); the directory mixes two writers' " +
+          "output — re-run libshard pack into an empty directory");
     ds->stored_bytes_ += s.file_size;
-    ds->shards_.push_back(ShardInfo{path, s.file_size, s.sample_count});
+    ds->shards_.push_back(ShardInfo{path, s.file_size, s.sample_count, uid});
     ds->shard_files_.push_back(std::move(*file));
   }
   if (manifest.total_stored_bytes != ds->stored_bytes_)

@@ -20,7 +20,7 @@ enum : size_t {
   kHVersion = 8, kHFlags = 12, kHSampleCount = 16, kHFieldCount = 24, kHShardCount = 28,
   kHFieldsOffset = 32, kHShardsOffset = 40, kHSamplesOffset = 48, kHTensorsOffset = 56,
   kHDimsOffset = 64, kHBlobOffset = 72, kHBlobSize = 80, kHFileSize = 88, kHLengthField = 96,
-  kHReserved = 100,
+  kHShardUidsOffset = 100, kHReserved = 108,
 };
 
 std::string ShapeString(std::span<const uint64_t> dims) {
@@ -132,13 +132,26 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
   const uint64_t dims_offset = out.size();
   for (const IndexSample& s : samples)
     for (uint64_t j = 0; j < d; ++j) w.U64(s.dims[j]);
+  // Shard uids (§3.4): an 8-byte aligned array of S u64 at the end of the blob.
+  bool uids = false;
+  for (const IndexShard& sh : shards) uids = uids || sh.uid != 0;
+  uint64_t uids_offset = 0;
+  if (uids) {
+    blob.resize(AlignUp(blob.size(), 8), '\0');
+    uids_offset = blob.size();
+    std::string arr;
+    ByteWriter uw(&arr);
+    for (const IndexShard& sh : shards) uw.U64(sh.uid);
+    blob.append(arr);
+  }
   const uint64_t blob_offset = out.size();
   out.append(blob);
 
   auto* h = reinterpret_cast<std::byte*>(out.data());
   std::memcpy(h, kIndexMagic, 8);
   PutU32(h + kHVersion, kIndexVersion);
-  PutU32(h + kHFlags, 0);
+  PutU32(h + kHFlags, uids ? kIndexFlagShardUids : 0);
+  PutU64(h + kHShardUidsOffset, uids_offset);
   PutU64(h + kHSampleCount, n);
   PutU32(h + kHFieldCount, static_cast<uint32_t>(f_count));
   PutU32(h + kHShardCount, static_cast<uint32_t>(shards.size()));
@@ -178,7 +191,13 @@ Result<IndexView> IndexView::Parse(std::span<const std::byte> bytes, const std::
   if (actual != v.checksum_)
     return corrupt(kIndexChecksumOffset, "index checksum mismatch: stored " + Hex16(v.checksum_) +
                                              ", computed " + Hex16(actual));
-  if (GetU32(h + kHFlags) != 0) return corrupt(kHFlags, "reserved header flags are not zero");
+  const uint32_t flags = GetU32(h + kHFlags);
+  if (flags & ~kKnownIndexFlags)
+    return corrupt(kHFlags, "unknown header flags 0x" + Hex16(flags & ~kKnownIndexFlags).substr(8));
+  v.has_shard_uids_ = (flags & kIndexFlagShardUids) != 0;
+  const uint64_t uids_offset = GetU64(h + kHShardUidsOffset);
+  if (!v.has_shard_uids_ && uids_offset != 0)
+    return corrupt(kHShardUidsOffset, "shard uids offset is set but the shard-uid flag is not");
   for (size_t k = kHReserved; k < kIndexChecksumOffset; ++k)
     if (h[k] != std::byte{0}) return corrupt(k, "reserved header byte is not zero");
 
@@ -315,6 +334,16 @@ Result<IndexView> IndexView::Parse(std::span<const std::byte> bytes, const std::
       return corrupt(at + 16, "shard " + std::to_string(k) + ": file size " +
                                   std::to_string(shard.file_size) + " is smaller than its header");
     v.shards_.push_back(std::move(shard));
+  }
+
+  // Shard uids (§3.4): S u64, 8-byte aligned within the blob.
+  if (v.has_shard_uids_) {
+    if (uids_offset % 8 != 0 || !blob_ok(uids_offset, uint64_t{8} * s_count))
+      return corrupt(kHShardUidsOffset, "shard uids at blob offset " + std::to_string(uids_offset) +
+                                            " (" + std::to_string(s_count) +
+                                            " x 8 bytes) are unaligned or outside the blob");
+    const std::byte* uids = h + blob_offset + uids_offset;
+    for (uint32_t k = 0; k < s_count; ++k) v.shards_[k].uid = GetU64(uids + uint64_t{8} * k);
   }
 
   // Samples (§3.3).

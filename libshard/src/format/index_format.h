@@ -59,13 +59,20 @@ struct IndexSample {
   std::string source_path;
 };
 
+// Index header flags (§3.1).
+inline constexpr uint32_t kIndexFlagShardUids = 1u << 0;  // shard uids present (§3.4)
+inline constexpr uint32_t kKnownIndexFlags = kIndexFlagShardUids;
+
 struct IndexShard {
   std::string name;  // plain file name, "shard-00000.lss"
   uint64_t file_size = 0;
   uint64_t sample_count = 0;
+  // The uid in the shard's header (§4.1); 0 for a shard written before the uid revision.
+  uint64_t uid = 0;
 };
 
-// Encodes a complete index. Shard sample counts are recomputed from the records. Preconditions
+// Encodes a complete index. Shard sample counts are recomputed from the records. The shard uids
+// are recorded (flag kIndexFlagShardUids) when any shard has a non-zero uid. Preconditions
 // (the writer's invariants): the schema is valid; every sample has the schema's dims and tensors.
 std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
                         const std::vector<IndexSample>& samples);
@@ -89,6 +96,9 @@ class IndexView {
   uint64_t file_size() const { return bytes_.size(); }
   uint64_t total_raw_bytes() const { return total_raw_bytes_; }
   uint64_t dims_per_sample() const { return dims_per_sample_; }
+  // True when the index records shard uids (§3.1 flags bit 0); then shards()[k].uid must equal the
+  // uid in shard k's header (§3.7).
+  bool has_shard_uids() const { return has_shard_uids_; }
 
   // Preconditions: i < sample_count(), f < field count, j < dims_per_sample().
   SampleRecord record(uint64_t i) const;
@@ -117,6 +127,7 @@ class IndexView {
   uint64_t blob_offset_ = 0;
   uint64_t checksum_ = 0;
   uint64_t total_raw_bytes_ = 0;
+  bool has_shard_uids_ = false;
 };
 
 }  // namespace libshard::format

@@ -108,7 +108,36 @@ class ObjectReader {
 
 }  // namespace
 
+Status CheckJsonNesting(std::string_view text, const std::string& file) {
+  // One pass over the bytes, skipping strings (and the escapes in them), counting open arrays
+  // and objects. Malformed JSON passes here and is rejected by the parser, whose depth is then
+  // known to be bounded.
+  uint32_t depth = 0;
+  bool in_string = false;
+  for (size_t k = 0; k < text.size(); ++k) {
+    const char c = text[k];
+    if (in_string) {
+      if (c == '\\') ++k;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        return Status::Corruption(file + ": offset " + std::to_string(k) +
+                                  ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                  " levels; the file is damaged or not a libshard manifest, "
+                                  "re-run libshard pack");
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return Status::OK();
+}
+
 Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
+  // nlohmann::json parses (and destroys) nested values recursively: 200,000 nested '[' overflow
+  // the stack, so the depth is bounded before parsing.
+  LIBSHARD_RETURN_IF_ERROR(CheckJsonNesting(text, file));
   json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded())
     return Status::Corruption(file + ": not valid JSON; the manifest is damaged, re-run libshard pack");
@@ -120,7 +149,9 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
       return Status::Corruption(file + ": \"format\" is not \"libshard\"");
     const json* version = top.Get("version");
     if (version && !(version->is_number_unsigned() && version->get<uint64_t>() == kManifestVersion))
-      return Status::Unsupported(file + ": manifest version " + version->dump() +
+      return Status::Unsupported(file + ": manifest version " +
+                                 version->dump(-1, ' ', false, json::error_handler_t::replace)
+                                     .substr(0, 64) +
                                  " is not supported (this libshard reads version 1); upgrade libshard");
   }
   top.Only({"format", "version", "schema", "index", "shards", "totals", "provenance"});

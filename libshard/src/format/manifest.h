@@ -39,8 +39,15 @@ struct Manifest {
 // Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.
 std::string EncodeManifest(const Manifest& manifest);
 // Parses and checks the structure and types (not the agreement with the index). `file` names the
-// manifest in messages. Unsupported for a version other than 1.
+// manifest in messages. Unsupported for a version other than 1; Corruption for JSON nested deeper
+// than kMaxJsonDepth (checked before parsing). Safe on any bytes (a fuzz target's entry point).
 Result<Manifest> ParseManifest(std::string_view text, const std::string& file);
+
+// The deepest nesting of arrays and objects any JSON libshard reads may have (a manifest needs 4).
+inline constexpr uint32_t kMaxJsonDepth = 64;
+// Corruption naming `file` when `text` nests arrays/objects deeper than kMaxJsonDepth; brackets
+// inside strings do not count. Linear time, no allocation, no recursion.
+[[nodiscard]] Status CheckJsonNesting(std::string_view text, const std::string& file);
 
 // "2025-01-01T00:00:00Z" for now.
 std::string UtcTimestamp();

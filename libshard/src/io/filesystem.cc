@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,17 @@ Status LinkOrCopyFile(const std::string& from, const std::string& to, bool link,
   }
   if (sync) LIBSHARD_RETURN_IF_ERROR(out.Sync());
   return out.Close();
+}
+
+Result<uint64_t> RandomNonZeroU64() {
+  for (;;) {
+    uint64_t v = 0;
+    const ssize_t n = ::getrandom(&v, sizeof v, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n != static_cast<ssize_t>(sizeof v))
+      return Status::FromErrno(n < 0 ? errno : EIO, "getrandom");
+    if (v != 0) return v;
+  }
 }
 
 std::shared_ptr<std::byte[]> AllocateAligned(uint64_t size, uint64_t alignment) {

@@ -55,6 +55,9 @@ Result<std::string> ReadWholeFile(const std::string& path, uint64_t max_size);
 [[nodiscard]] Status LinkOrCopyFile(const std::string& from, const std::string& to, bool link,
                                     bool sync);
 
+// 64 random bits from getrandom(2), never 0 (shard uids, FORMAT.md §4.1).
+Result<uint64_t> RandomNonZeroU64();
+
 // A buffer of `size` bytes (rounded up to `alignment`) aligned to `alignment`, or null when the
 // allocation fails. Contents are uninitialised.
 std::shared_ptr<std::byte[]> AllocateAligned(uint64_t size, uint64_t alignment = 4096);

@@ -42,8 +42,9 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     const Dataset& ds = *datasets[p];
     const uint32_t base = static_cast<uint32_t>(shards.size());
     for (const ShardInfo& s : ds.shards()) {
+      // The linked file keeps its header, so the shard keeps its uid (FORMAT.md §4.1, §7).
       format::IndexShard shard{format::ShardFileName(static_cast<uint32_t>(shards.size())), s.size,
-                               s.samples};
+                               s.samples, s.uid};
       const std::string target = internal::JoinPath(out_dir, shard.name);
       LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(target));  // leftover of an interrupted merge
       LIBSHARD_RETURN_IF_ERROR(internal::LinkOrCopyFile(s.path, target, link, true));

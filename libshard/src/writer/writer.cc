@@ -214,6 +214,12 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
                                 "describes samples up to byte " + std::to_string(shard.file_size) +
                                 "; delete the directory and pack again");
     LIBSHARD_RETURN_IF_ERROR(f.Truncate(shard.file_size));
+    // The shard keeps the uid its header was written with (FORMAT.md §4.1, §6).
+    {
+      std::vector<std::byte> header(format::kShardHeaderSize);
+      LIBSHARD_RETURN_IF_ERROR(f.PReadExact(header.data(), header.size(), 0));
+      LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, tmp_path, &shard.uid));
+    }
     w->shards_.push_back(std::move(shard));
     if (k + 1 == shard_count) {
       w->shard_file_ = std::move(f);
@@ -244,7 +250,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppend(const std::string& dir
   w->old_index_file_ = manifest.index_file;
   for (const ShardInfo& s : ds->shards()) {
     std::string name = s.path.substr(s.path.find_last_of('/') + 1);
-    w->shards_.push_back(format::IndexShard{std::move(name), s.size, s.samples});
+    w->shards_.push_back(format::IndexShard{std::move(name), s.size, s.samples, s.uid});
   }
   w->first_new_shard_ = static_cast<uint32_t>(w->shards_.size());
   LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(w->shards_.size()));
@@ -384,7 +390,16 @@ Status WriterImpl::OpenNewShard() {
     return Status::ResourceExhausted(dir_ + ": more than " + std::to_string(kMaxShards) +
                                      " shards; use a larger shard size");
   const uint32_t number = static_cast<uint32_t>(shards_.size());
-  shards_.push_back(format::IndexShard{format::ShardFileName(number), format::kShardHeaderSize, 0});
+  // A fresh uid per shard (FORMAT.md §4.1): the index records it, and a reader refuses a shard
+  // file whose header carries another (a shard of a different write).
+  uint64_t uid = 0;
+  if (options_.shard_uid_seed != 0) {
+    uid = format::ShardUidFromSeed(options_.shard_uid_seed, number);
+  } else {
+    LIBSHARD_ASSIGN_OR_RETURN(uid, internal::RandomNonZeroU64());
+  }
+  shards_.push_back(
+      format::IndexShard{format::ShardFileName(number), format::kShardHeaderSize, 0, uid});
   // Shards are written with O_DIRECT where the file system allows it: every write is a
   // 4 KiB-aligned extent from a 4 KiB-aligned buffer (FORMAT.md §4), and skipping the page cache
   // saves a copy of every byte and the cache churn of writing terabytes once.
@@ -397,7 +412,7 @@ Status WriterImpl::OpenNewShard() {
     LIBSHARD_ASSIGN_OR_RETURN(shard_file_,
                               io::File::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC));
   }
-  const std::string header = format::EncodeShardHeader(number);
+  const std::string header = format::EncodeShardHeader(number, uid);
   std::shared_ptr<std::byte[]> aligned = buffers_->Acquire(header.size());
   if (!aligned) return Status::ResourceExhausted(dir_ + ": cannot allocate a shard header");
   std::memcpy(aligned.get(), header.data(), header.size());
