@@ -87,15 +87,17 @@ def binunicode(s: bytes) -> bytes:
 
 
 def pickle_bomb(string_bytes: int, fanout: int, levels: int) -> bytes:
-    """{"k": L_levels} where L_0 is a string of `string_bytes` and L_i is a list of `fanout` memo
-    references to L_{i-1}: fanout**levels references, string_bytes * fanout**levels bytes when
-    flattened, from a pickle of about string_bytes + 4 * fanout * levels bytes."""
-    p = PROTO2 + b"}" + binunicode(b"k")
-    p += binunicode(b"A" * string_bytes) + b"r" + struct.pack("<I", 0)  # LONG_BINPUT 0
+    """{"a0": s, "a1": L_1, ..., "aN": L_N} where s is a string of `string_bytes` and L_i is a
+    list of `fanout` memo references to L_{i-1} (s for L_1): fanout**levels references,
+    string_bytes * fanout**levels bytes when flattened, from a pickle of about
+    string_bytes + 5 * fanout * levels bytes."""
+    p = PROTO2 + b"}" + binunicode(b"a0")
+    p += binunicode(b"A" * string_bytes) + b"r" + struct.pack("<I", 0) + b"s"  # LONG_BINPUT 0
     for level in range(1, levels + 1):
+        p += binunicode(b"a%d" % level)
         p += b"](" + (b"j" + struct.pack("<I", level - 1)) * fanout + b"e"  # LONG_BINGET, APPENDS
-        p += b"r" + struct.pack("<I", level)
-    return p + b"s."  # SETITEM, STOP
+        p += b"r" + struct.pack("<I", level) + b"s"  # memoize, SETITEM
+    return p + b"."
 
 
 def deep_list(depth: int) -> bytes:
