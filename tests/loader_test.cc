@@ -295,6 +295,26 @@ TEST(LoaderTest, ZstdSamplesWithVerificationDecodeToTheSameBytes) {
   EXPECT_EQ((*loader)->stats().checksum_failures, 0u);
 }
 
+TEST(LoaderTest, DefaultOptionsVerifyChecksums) {
+  EXPECT_TRUE(LoaderOptions{}.verify_checksums);
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 8);
+  ASSERT_NE(ds, nullptr);
+  const SampleLocation loc = ds->location(2);
+  testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + loc.stored_size / 2);
+  LoaderOptions o = SmallOptions();  // verify_checksums left at its default
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  Status failure;
+  for (int i = 0; i < 16 && failure.ok(); ++i) {
+    auto next = (*loader)->Next();
+    if (!next.ok()) failure = next.status();
+    else if (!next->has_value()) break;
+  }
+  EXPECT_EQ(failure.code(), StatusCode::kCorruption) << failure.ToString();
+  EXPECT_NE(failure.ToString().find("sample 2"), std::string::npos) << failure.ToString();
+}
+
 TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 16);

@@ -24,7 +24,7 @@ namespace {
 struct BenchArgs {
   std::string dir;
   bool shuffle = false;
-  bool verify = false;
+  bool verify = true;
   std::string fields;
   uint32_t queue_depth = 64;
   uint32_t epochs = 1;
@@ -176,7 +176,9 @@ Command AddBenchCommand(CLI::App& app) {
                "sequential O_DIRECT read of the same shard files");
   c->add_option("DIR", args->dir, "Dataset directory")->required();
   c->add_flag("--shuffle", args->shuffle, "Read in a shuffled order (default: dataset order)");
-  c->add_flag("--verify", args->verify, "Verify every sample's xxh3 checksum");
+  c->add_flag("--verify,!--no-verify", args->verify,
+              "Verify every sample's xxh3 checksum (default, as the loader does; --no-verify: "
+              "serve stored bytes unchecked)");
   c->add_option("--fields", args->fields, "Comma-separated fields to read (default: all)");
   c->add_option("--max-len", args->max_len, "Read only the first N rows of the sequence axis");
   c->add_option("--queue-depth", args->queue_depth, "Reads in flight (default 64)");

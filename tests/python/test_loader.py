@@ -425,3 +425,22 @@ def test_direct_io_mode_where_direct_is_refused_is_value_error(eagle_src, no_dir
         libshard.Loader(dataset, io_mode="direct", engine="pread", **SMALL)
     assert str(no_direct_dir / "ds") in str(e.value)
     assert "io_mode auto or buffered" in str(e.value)
+
+
+def test_default_loader_verifies_checksums(eagle_dataset, copy_dataset):
+    """Damaged bytes are never served as tensors by a loader made with the defaults; only an
+    explicit verify=False hands out the stored bytes unchecked."""
+    dataset = copy_dataset(eagle_dataset)
+    ds = libshard.open(dataset)
+    loc = ds.location(3)
+    shard = ds.shards[loc["shard"]]["path"]
+    with open(shard, "r+b") as f:
+        f.seek(loc["offset"] + loc["stored_size"] // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x5A]))
+    with pytest.raises(libshard.CorruptionError, match="sample 3"):
+        for _ in libshard.Loader(dataset, shuffle=False, **SMALL):
+            pass
+    unchecked = libshard.Loader(dataset, shuffle=False, verify=False, return_index=True, **SMALL)
+    assert sorted(indices(unchecked)) == list(range(N_EAGLE))

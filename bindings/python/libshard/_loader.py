@@ -95,7 +95,8 @@ class Loader:
       max_tokens: token-budget batches (from the index lengths; no I/O to plan them).
       collate: see above.
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
-      verify: check every sample's xxh3-64 checksum on worker threads.
+      verify: check every sample's xxh3-64 checksum on worker threads before handing it out
+        (default; about 0.06 CPU-s per GB). ``False`` serves the stored bytes unchecked.
       on_error: "raise" (default) or "skip" (corrupt samples are skipped and counted in stats).
         A batch that lost every sample (with single samples: each skip) is replaced by a repeat
         of the previous batch's first sample (``stats()["samples_repeated"]``), so every rank
@@ -124,7 +125,7 @@ class Loader:
                  max_tokens: Optional[int] = None,
                  collate: Collate = None,
                  memory_budget: Union[int, str] = "2GiB",
-                 verify: bool = False,
+                 verify: bool = True,
                  on_error: str = "raise",
                  return_index: bool = False,
                  device: Union[str, torch.device, None] = None,
