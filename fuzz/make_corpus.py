@@ -27,7 +27,7 @@ from pathlib import Path
 FUZZ = Path(__file__).resolve().parent
 ROOT = FUZZ.parent
 PT = ROOT / "tests" / "data" / "pt"
-GOLDEN = [ROOT / "tests" / "data" / "golden_v1", ROOT / "tests" / "data" / "golden_v1_zstd"]
+GOLDEN = sorted((ROOT / "tests" / "data").glob("golden_v1*"))
 CORPUS = FUZZ / "corpus"
 MAX_SEED = 64 << 10
 
