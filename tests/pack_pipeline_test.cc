@@ -2,8 +2,18 @@
 // order, the byte window, --on-error skip/fail, --part, --append, --resume and schema checks.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +23,7 @@
 #include "pack/option_parsing.h"
 #include "pack/pack.h"
 #include "pack/schema_inference.h"
+#include "pack/torch_file_writer.h"
 #include "testutil/testutil.h"
 
 namespace libshard::convert {
@@ -294,6 +305,195 @@ TEST_F(PackPipelineTest, FieldsSelectsTensors) {
   auto r = Pack(o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("'nope'"), std::string::npos);
+}
+
+// A stored zip of (name, bytes) records as torch.save lays one out; CRC-32s 0 ("not recorded").
+std::string StoredZip(const std::vector<std::pair<std::string, std::string>>& records) {
+  auto u16 = [](std::string& s, uint64_t v) {
+    s += static_cast<char>(v & 0xff);
+    s += static_cast<char>((v >> 8) & 0xff);
+  };
+  auto u32 = [&](std::string& s, uint64_t v) {
+    u16(s, v & 0xffff);
+    u16(s, v >> 16);
+  };
+  std::string out, cd;
+  for (const auto& [name, data] : records) {
+    const uint64_t offset = out.size();
+    u32(out, 0x04034b50);
+    for (int k = 0; k < 5; ++k) u16(out, k == 0 ? 20 : 0);  // version, flags, method, time, date
+    u32(out, 0);
+    u32(out, data.size());
+    u32(out, data.size());
+    u16(out, name.size());
+    u16(out, 0);
+    out += name + data;
+    u32(cd, 0x02014b50);
+    for (int k = 0; k < 6; ++k) u16(cd, k < 2 ? 20 : 0);  // versions, flags, method, time, date
+    u32(cd, 0);
+    u32(cd, data.size());
+    u32(cd, data.size());
+    u16(cd, name.size());
+    for (int k = 0; k < 4; ++k) u16(cd, 0);  // extra, comment, disk, internal attributes
+    u32(cd, 0);
+    u32(cd, offset);
+    cd += name;
+  }
+  const uint64_t cd_offset = out.size();
+  out += cd;
+  u32(out, 0x06054b50);
+  u16(out, 0);
+  u16(out, 0);
+  u16(out, records.size());
+  u16(out, records.size());
+  u32(out, cd.size());
+  u32(out, cd_offset);
+  u16(out, 0);
+  return out;
+}
+
+std::string Le32(uint32_t v) {
+  std::string b(4, '\0');
+  for (int k = 0; k < 4; ++k) b[k] = static_cast<char>((v >> (8 * k)) & 0xff);
+  return b;
+}
+
+// The bomb: torch.save({"meta": ["a" * (1 << 20)] * 1_000_000}) without the tensor (it is
+// refused before tensors matter): 3 MB of pickle naming 1 TB of metadata through the memo.
+std::string MetadataBombPt() {
+  std::string pkl = "\x80\x02}X" + Le32(4) + "meta](X" + Le32(1 << 20) + std::string(1 << 20, 'a') +
+                    "q\x01";
+  for (int i = 1; i < 1000000; ++i) pkl += "h\x01";
+  pkl += "es.";
+  return StoredZip({{"archive/data.pkl", pkl}});
+}
+
+// A pickle of four million empty lists: within the interpreter's object bound, but it takes a few
+// hundred MB to hold; under a tight address-space limit, a std::bad_alloc in the reader.
+std::string ObjectFloodPt() {
+  std::string pkl = "\x80\x02(" + std::string(4000000, ']') + "t.";
+  return StoredZip({{"archive/data.pkl", pkl}});
+}
+
+// The pickle bomb next to a good source, in a child process under an address-space limit (so a
+// regression fails the test, not the machine): --on-error skip lists it and packs the good one.
+// A source whose reading throws std::bad_alloc on a worker thread (the object flood under the
+// limit) is skipped in the same way, named, instead of ending the process with std::terminate.
+TEST_F(PackPipelineTest, HostileSourcesNextToAGoodOneAreSkippedNamedAndBounded) {
+  MakeSources(1);
+  testing::WriteStringToFile(src_ / "part_0" / "data_1.pt", MetadataBombPt());
+  testing::WriteStringToFile(src_ / "part_0" / "data_2.pt", ObjectFloodPt());
+  PackOptions o = Options("out");
+  o.on_error = OnError::kSkip;
+  o.threads = 2;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Room for the job itself, not for the hostile sources.
+    std::ifstream statm("/proc/self/statm");
+    uint64_t pages = 0;
+    statm >> pages;
+    const uint64_t limit = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + (uint64_t{160} << 20);
+    struct rlimit rl = {limit, limit};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(10);
+    auto r = Pack(o);
+    if (!r.ok()) {
+      std::fprintf(stderr, "pack failed: %s\n", r.status().ToString().c_str());
+      _exit(11);
+    }
+    if (r->samples_added != 1 || r->skipped.size() != 2) _exit(12);
+    for (const SkippedSource& s : r->skipped) std::fprintf(stderr, "skipped %s: %s\n", s.path.c_str(), s.reason.c_str());
+    if (r->skipped[0].path != "part_0/data_1.pt" || r->skipped[1].path != "part_0/data_2.pt") _exit(13);
+    for (const SkippedSource& s : r->skipped) {
+      if (s.reason.find(s.path) == std::string::npos) _exit(14);
+      if (s.reason.find("Resource exhausted") == std::string::npos) _exit(15);
+    }
+    // --on-error fail: the bomb stops the job, named.
+    auto rf = Pack(Options("fail"));
+    if (rf.ok() || rf.status().code() != StatusCode::kResourceExhausted ||
+        rf.status().message().find("data_1.pt") == std::string::npos)
+      _exit(16);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the pack process died of signal " << WTERMSIG(status)
+                                 << " (an exception escaped a worker thread?)";
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  const std::string report = testing::ReadFileToString(dir_.path() / "out" / "skipped.txt");
+  EXPECT_NE(report.find("part_0/data_1.pt\t"), std::string::npos) << report;
+  EXPECT_NE(report.find("FORMAT.md §5"), std::string::npos) << report;
+  EXPECT_NE(report.find("part_0/data_2.pt\t"), std::string::npos) << report;
+  EXPECT_NE(report.find("out of memory"), std::string::npos) << report;
+  auto ds = Dataset::Open((dir_.path() / "out").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->size(), 1u);
+
+  EXPECT_FALSE(Dataset::Open((dir_.path() / "fail").string()).ok());
+}
+
+// A source replaced by a FIFO after the listing: the worker's open must not block (it did,
+// forever). One source in flight at a time (window 1 byte), so when source 0 is reported the
+// worker is at most at source 1 and the last one is still to be opened. If the open does block,
+// the test opens the write end so the job can end, and fails.
+TEST_F(PackPipelineTest, SourceReplacedByAFifoAfterListingIsRefusedNotWaitedFor) {
+  MakeSources(6);
+  PackOptions o = Options("out");
+  o.on_error = OnError::kSkip;
+  o.threads = 1;
+  o.window_bytes = 1;
+  const fs::path last = Rel(5);
+  bool replaced = false;
+  o.progress = [&](const PackProgress& p) {
+    if (replaced || p.files_done != 1) return;
+    fs::remove(last);
+    replaced = ::mkfifo(last.c_str(), 0600) == 0;
+  };
+  auto job = std::async(std::launch::async, [&] { return Pack(o); });
+  if (job.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    const int w = ::open(last.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w >= 0) ::close(w);
+    ADD_FAILURE() << "pack blocked opening a FIFO";
+  }
+  auto r = job.get();
+  ASSERT_TRUE(replaced);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->skipped.size(), 1u);
+  EXPECT_EQ(r->skipped[0].path, "part_0/data_5.safetensors");
+  EXPECT_NE(r->skipped[0].reason.find("FIFO"), std::string::npos) << r->skipped[0].reason;
+  EXPECT_NE(r->skipped[0].reason.find(last.string()), std::string::npos) << r->skipped[0].reason;
+  ExpectDataset("out", {0, 1, 2, 3, 4});
+}
+
+// A tensor key whose bytes are not UTF-8 ('x\udce9' pickles to x ED B3 A9) was packed, and the
+// dataset then never opened ("schema disagrees": the manifest's JSON had replaced the bytes).
+// Field names must be UTF-8 (FORMAT.md §3.2): refused at pack, naming file and key. Non-UTF-8
+// metadata string values are bytes and pack byte-exact.
+TEST_F(PackPipelineTest, NonUtf8TensorNameIsRefusedAndNonUtf8MetadataIsKept) {
+  const std::vector<float> x = {1, 2, 3, 4};
+  const TorchTensorRef bad{"x\xed\xb3\xa9", DType::kFloat32, {4}, std::as_bytes(std::span(x))};
+  ASSERT_TRUE(WriteTorchFile((src_ / "bad.pt").string(), {bad}, {}).ok());
+  auto r = Pack(Options("bad"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("bad.pt"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("'x\\xed\\xb3\\xa9' is not valid UTF-8"), std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(Dataset::Open((dir_.path() / "bad").string()).ok());
+
+  fs::remove(src_ / "bad.pt");
+  const TorchTensorRef good{"x", DType::kFloat32, {4}, std::as_bytes(std::span(x))};
+  const std::string cafe = "caf\xed\xb3\xa9";
+  ASSERT_TRUE(
+      WriteTorchFile((src_ / "good.pt").string(), {good}, {{"s", MetaValue(cafe)}}).ok());
+  auto g = Pack(Options("good"));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto ds = Dataset::Open((dir_.path() / "good").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  auto meta = (*ds)->metadata(0);
+  ASSERT_TRUE(meta.ok()) << meta.status().ToString();
+  ASSERT_EQ(meta->size(), 1u);
+  EXPECT_EQ(meta->at(0).key, "s");
+  EXPECT_EQ(std::get<std::string>(meta->at(0).value), cafe);
 }
 
 TEST(PackOptionsTest, ValidationIsUsage) {

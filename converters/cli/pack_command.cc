@@ -178,7 +178,9 @@ Command AddPackCommand(CLI::App& app) {
   c->add_option("--journal-every", args->journal_every,
                 "Journal checkpoint interval for --resume (default 1GiB)");
   c->add_option("--max-decompressed", args->max_decompressed,
-                "Refuse a .gz source that inflates past this size (default 1TiB)");
+                "Refuse a .gz source that inflates past this size (a zip-bomb guard; memory use stays "
+                "below it). Default (or 0): a quarter of physical memory divided by --threads, at "
+                "least 256MiB");
   c->add_option("--progress", args->progress, "auto (bar on a terminal, else lines), bar, lines or none")
       ->capture_default_str();
   c->add_option("--progress-interval", args->progress_interval,

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -37,6 +39,26 @@ constexpr const char* kJournal = "_journal.lsj";
 Status WithSource(const Status& st, const std::string& path) {
   if (st.message().find(path) != std::string::npos) return st;
   return st.WithContext("source " + path);
+}
+
+// Runs `fn` (which reads the source `path`) so that nothing it throws escapes: an exception out of
+// a worker thread would end the process (std::terminate), and one reaching the user would not
+// say which file caused it. std::bad_alloc becomes ResourceExhausted, anything else Internal;
+// both name the file and then follow --on-error like any other bad source.
+template <typename Fn>
+auto Guarded(const std::string& path, Fn&& fn) noexcept -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted(
+        "source " + path + ": out of memory while reading it (std::bad_alloc); the file may be "
+        "hostile or damaged, or the machine too small for it: check the file, or lower "
+        "--threads / --window / --max-decompressed");
+  } catch (const std::exception& e) {
+    return Status::Internal("source " + path + ": unexpected error while reading it: " + e.what());
+  } catch (...) {
+    return Status::Internal("source " + path + ": unexpected error while reading it");
+  }
 }
 
 std::string OneLine(std::string s) {
@@ -126,7 +148,8 @@ class Pipeline {
 
 class PackJob {
  public:
-  explicit PackJob(const PackOptions& o) : o_(o), start_(std::chrono::steady_clock::now()) {}
+  explicit PackJob(const PackOptions& o)
+      : o_(o), start_(std::chrono::steady_clock::now()), source_options_(o.source_options) {}
 
   Result<PackSummary> Run();
 
@@ -135,6 +158,12 @@ class PackJob {
   Status OpenWriter();
   Status FindReference();
   Result<EncodedSample> Process(uint64_t i) const;
+  Result<EncodedSample> ProcessGuarded(uint64_t i) const {
+    return Guarded(sources_[i].path, [&] { return Process(i); });
+  }
+  unsigned Threads() const {
+    return o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  }
   Status RecordSkip(const SourceEntry& e, const Status& why);
   Status TrimSkipReport(const std::unordered_map<std::string, size_t>& position, size_t resume_at);
   double Elapsed() const {
@@ -144,6 +173,7 @@ class PackJob {
 
   const PackOptions& o_;
   const std::chrono::steady_clock::time_point start_;
+  SourceOptions source_options_;               // o_.source_options with the defaults resolved
   std::vector<SourceEntry> sources_;           // to process this run, in order
   std::unique_ptr<Writer> writer_;
   ReferenceSchema ref_;
@@ -275,15 +305,12 @@ Status PackJob::FindReference() {
   const std::vector<SourceEntry>& candidates = probing ? probe : sources_;
   for (uint64_t i = 0; i < candidates.size(); ++i) {
     const SourceEntry& e = candidates[i];
-    Result<ReferenceSchema> ref = Status::Internal("unset");
-    auto src = OpenSource(e.path, o_.source_options);
-    if (src.ok()) {
-      ref = writer_ ? ReferenceFromSchema(writer_->schema(), (*src)->tensors(), e.rel_path,
-                                          keep_subset_)
-                    : InferSchema((*src)->tensors(), o_.fields, e.rel_path);
-    } else {
-      ref = src.status();
-    }
+    Result<ReferenceSchema> ref = Guarded(e.path, [&]() -> Result<ReferenceSchema> {
+      LIBSHARD_ASSIGN_OR_RETURN(auto src, OpenSource(e.path, source_options_));
+      return writer_ ? ReferenceFromSchema(writer_->schema(), src->tensors(), e.rel_path,
+                                           keep_subset_)
+                     : InferSchema(src->tensors(), o_.fields, e.rel_path);
+    });
     if (ref.ok()) {
       ref_ = std::move(*ref);
       break;
@@ -313,7 +340,7 @@ Status PackJob::FindReference() {
 Result<EncodedSample> PackJob::Process(uint64_t i) const {
   const SourceEntry& e = sources_[i];
   if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
-  auto opened = OpenSource(e.path, o_.source_options);
+  auto opened = OpenSource(e.path, source_options_);
   if (!opened.ok()) return WithSource(opened.status(), e.path);
   const std::unique_ptr<SourceFile>& src = *opened;
   auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims);
@@ -387,6 +414,9 @@ Status PackJob::TrimSkipReport(const std::unordered_map<std::string, size_t>& po
 
 Result<PackSummary> PackJob::Run() {
   summary_.output = o_.output;
+  // Every worker may inflate a gzip source at once: the default limit shares memory among them.
+  if (source_options_.max_decompressed_bytes == 0)
+    source_options_.max_decompressed_bytes = DefaultMaxDecompressedBytes(Threads());
   LIBSHARD_RETURN_IF_ERROR(ListAndSelect());
   LIBSHARD_RETURN_IF_ERROR(OpenWriter());
   if (finished_already_) {
@@ -408,8 +438,7 @@ Result<PackSummary> PackJob::Run() {
     bytes_total += e.size;
     largest = std::max(largest, e.size);
   }
-  const unsigned threads =
-      o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = Threads();
   const uint64_t window =
       o_.window_bytes != 0 ? o_.window_bytes
                            : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
@@ -421,7 +450,7 @@ Result<PackSummary> PackJob::Run() {
     const unsigned n_workers = static_cast<unsigned>(std::min<uint64_t>(threads, std::max<size_t>(sources_.size(), 1)));
     for (unsigned w = 0; w < n_workers && !sources_.empty(); ++w) {
       workers.emplace_back([&] {
-        while (auto i = pipe.Claim()) pipe.Complete(*i, Process(*i));
+        while (auto i = pipe.Claim()) pipe.Complete(*i, ProcessGuarded(*i));
       });
     }
     PackProgress progress;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 
 namespace libshard::convert {
@@ -28,9 +29,65 @@ int32_t ChooseSeqDim(const Shape& shape, std::optional<uint64_t> length) {
   return candidates[0];
 }
 
+// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates (U+D800..DFFF, which is what a
+// Python str with a surrogate-escaped byte pickles to), nothing above U+10FFFF.
+bool IsValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto b0 = static_cast<unsigned char>(s[i]);
+    if (b0 < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+      n = 2;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+      n = 3;
+      if (b0 == 0xE0) lo = 0xA0;  // overlong
+      if (b0 == 0xED) hi = 0x9F;  // surrogates
+    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+      n = 4;
+      if (b0 == 0xF0) lo = 0x90;  // overlong
+      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return false;
+    }
+    if (s.size() - i < n) return false;
+    const auto b1 = static_cast<unsigned char>(s[i + 1]);
+    if (b1 < lo || b1 > hi) return false;
+    for (size_t k = 2; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < 0x80 || b > 0xBF) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// A name from a file, safe to put in a message (and so in a Python str): bytes outside
+// printable ASCII as \xNN, at most 200 of them.
+std::string Printable(std::string_view s) {
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (char c : s.substr(0, 200)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  if (s.size() > 200) out += "...";
+  return out;
+}
+
 std::string KeyList(const std::vector<SourceTensor>& tensors) {
   std::string out;
-  for (const auto& t : tensors) out += (out.empty() ? "" : ", ") + t.name;
+  for (const auto& t : tensors) out += (out.empty() ? "" : ", ") + Printable(t.name);
   return out.empty() ? "(no tensors)" : out;
 }
 
@@ -61,6 +118,15 @@ Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
   }
   for (const SourceTensor& t : tensors) {
     if (!keep.empty() && std::find(keep.begin(), keep.end(), t.name) == keep.end()) continue;
+    // Field names are UTF-8 (FORMAT.md §3.2); they are also JSON strings of the manifest, where
+    // other bytes cannot be represented (a writer would have to replace them, and the manifest's
+    // schema would then disagree with the index's).
+    if (!IsValidUtf8(t.name)) {
+      return Status::InvalidArgument("source " + file + ": tensor name '" + Printable(t.name) +
+                                     "' is not valid UTF-8; dataset field names must be UTF-8 "
+                                     "(FORMAT.md §3.2): rename the key (e.g. decode it with "
+                                     "errors='replace') before torch.save");
+    }
     if (t.shape.size() > kMaxRank) {
       return Status::Unsupported("source " + file + ": tensor '" + t.name + "' has rank " +
                                  std::to_string(t.shape.size()) + "; at most " +
@@ -153,7 +219,8 @@ Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
   if (!allow_extra_tensors && tensors.size() != ref.schema.fields.size()) {
     for (const SourceTensor& t : tensors) {
       if (!ref.schema.Find(t.name)) {
-        return mismatch("tensor '" + t.name + "' is not in the schema; pass --fields to select tensors");
+        return mismatch("tensor '" + Printable(t.name) +
+                        "' is not in the schema; pass --fields to select tensors");
       }
     }
     return mismatch("duplicate tensor names");
