@@ -477,6 +477,24 @@ TEST(PtReaderTest, DefaultDecompressionLimitIsAShareOfPhysicalMemory) {
   EXPECT_LE(one, static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) / 4 + 1);
 }
 
+// Views may materialise more than the file stores (views.pt: an expand() with zero strides and
+// several views of one storage). The excess is bounded by max_decompressed_bytes, so a 2 KB file
+// of torch.zeros(1).expand(2**31) cannot make pack fill 8 GiB; within the limit views read as
+// before (MatchesTorchLoad/views_pt).
+TEST(PtReaderTest, ViewsMaterialisingMoreThanTheFileAreBounded) {
+  const std::string views = PtFixtureDir() + "/views.pt";
+  SourceOptions opts;
+  opts.max_decompressed_bytes = 1;
+  auto r = OpenSource(views, opts);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(views), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("--max-decompressed"), std::string::npos);
+  opts.max_decompressed_bytes = 1 << 20;
+  EXPECT_TRUE(OpenSource(views, opts).ok());
+  EXPECT_TRUE(OpenSource(views).ok());
+}
+
 // A FIFO (or a symlink to one) where a source file is expected must be refused at once: a
 // blocking open() would wait forever for a writer. If the open does block, the test unblocks it
 // by opening the write end, so a regression fails instead of hanging.

@@ -86,6 +86,14 @@ Result<std::unique_ptr<TorchZipSource>> TorchZipSource::Open(std::unique_ptr<Byt
   LIBSHARD_ASSIGN_OR_RETURN(PickledObject obj,
                             UnpickleTorch(std::as_bytes(std::span(pickle)), file));
 
+  // Views can materialise more bytes than the file holds (expand(): zero strides; or many names
+  // for one storage). What the tensors materialise beyond the bytes of the records they read is
+  // bounded like an inflated gzip is, by max_decompressed_bytes: a 2 KB file must not make the
+  // caller allocate and fill 8 GiB.
+  const uint64_t excess_limit = options.max_decompressed_bytes != 0
+                                    ? options.max_decompressed_bytes
+                                    : DefaultMaxDecompressedBytes(1);
+  uint64_t materialised = 0, stored = 0;
   std::unordered_map<std::string, size_t> record_index;
   for (PickledTensor& t : obj.tensors) {
     auto it = record_index.find(t.storage_key);
@@ -100,6 +108,7 @@ Result<std::unique_ptr<TorchZipSource>> TorchZipSource::Open(std::unique_ptr<Byt
       LIBSHARD_ASSIGN_OR_RETURN(uint64_t off, zip.DataOffset(*src, *e));
       out->records_.push_back({name, off, e->size, e->crc32});
       it = record_index.emplace(t.storage_key, out->records_.size() - 1).first;
+      stored += e->size;  // records lie in the file: no overflow
     }
     const Record& r = out->records_[it->second];
     // The pickle's declared storage size must be what the archive holds (a mismatch is the
@@ -119,6 +128,16 @@ Result<std::unique_ptr<TorchZipSource>> TorchZipSource::Open(std::unique_ptr<Byt
           file + ": tensor '" + t.name + "' (data.pkl byte " + std::to_string(t.pickle_offset) +
           ") materialises to " + std::to_string(st.nbytes) + " bytes, over the limit of " +
           std::to_string(options.max_tensor_bytes) + " (SourceOptions::max_tensor_bytes)");
+    if (__builtin_add_overflow(materialised, st.nbytes, &materialised) ||
+        (materialised > stored && materialised - stored > excess_limit))
+      return Status::ResourceExhausted(
+          file + ": tensor '" + t.name + "' (data.pkl byte " + std::to_string(t.pickle_offset) +
+          ", " + std::to_string(st.nbytes) + " bytes) is a view that, with the tensors before it, "
+          "materialises more than " + std::to_string(excess_limit) + " bytes beyond the " +
+          std::to_string(stored) + " the file stores for them (expand() or repeated references "
+          "to one storage); refusing a possible memory bomb. Save .contiguous() tensors, or "
+          "raise the limit (libshard pack --max-decompressed, "
+          "SourceOptions::max_decompressed_bytes)");
     out->tensors_.push_back(std::move(st));
     out->views_.push_back({it->second, std::move(t)});
   }

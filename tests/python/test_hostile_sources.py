@@ -182,6 +182,18 @@ def test_max_decompressed_default_is_in_the_help():
     assert "physical memory" in out and "--threads" in out, out
 
 
+def test_expanded_view_bomb_is_refused_in_bounded_memory(tmp_path):
+    """2 KB on disk, 8 GiB once materialised: bounded like an inflated gzip."""
+    src = tmp_path / "src"
+    src.mkdir()
+    torch.save({"x": torch.zeros(1).expand(2 ** 31)}, src / "expand.pt")
+    assert (src / "expand.pt").stat().st_size < 4096
+    rc, _, err, rss = pack_cli(src, tmp_path / "out", "--max-decompressed", "256MiB")
+    assert rc == 1, err
+    assert "expand.pt" in err and "--max-decompressed" in err, err
+    assert rss < 256 * MiB, f"peak RSS {rss / MiB:.0f} MiB"
+
+
 # ---- 3. non-UTF-8 names and values --------------------------------------------------------------
 
 def test_non_utf8_tensor_key_is_refused_at_pack(tmp_path):
