@@ -31,6 +31,14 @@ T ValueOrThrow(Result<T> result) {
   return std::move(result).value();
 }
 
+// A Python str of bytes read from a dataset (names, source paths, metadata keys and strings):
+// FORMAT.md §1 makes them raw bytes, UTF-8 by convention only. Undecodable bytes become lone
+// surrogates (PEP 383 "surrogateescape"), as Python does for file names, so nothing read from a
+// dataset raises UnicodeDecodeError and os.fsencode() gives the original bytes back.
+// `pickled`: the bytes came from a pickled str (metadata keys and values), which pickle writes
+// with "surrogatepass"; those are decoded the same way first, so 'caf\udce9' comes back as saved.
+py::str DecodeDatasetString(std::string_view bytes, bool pickled = false);
+
 // Python value of a metadata entry, and a dict of all entries.
 py::object MetaValueToPython(const MetaValue& value);
 py::dict MetadataToPython(const Metadata& metadata);

@@ -32,7 +32,7 @@ py::dict SchemaToPython(const Schema& schema) {
   py::list fields;
   for (const Field& field : schema.fields) {
     py::dict f;
-    f["name"] = field.name;
+    f["name"] = DecodeDatasetString(field.name);
     f["dtype"] = std::string(DTypeName(field.dtype));
     f["rank"] = field.rank;
     f["seq_dim"] = field.seq_dim;
@@ -46,7 +46,7 @@ py::dict SchemaToPython(const Schema& schema) {
 
 py::dict ProvenanceToPython(const Provenance& p) {
   py::dict out;
-  out["path"] = p.path;
+  out["path"] = DecodeDatasetString(p.path);
   out["size"] = p.size;
   out["mtime_ns"] = p.mtime_ns;
   out["content_hash"] = p.content_hash;
@@ -80,7 +80,7 @@ void RegisterDataset(py::module_& m) {
                                py::list out;
                                for (const ShardInfo& s : d.shards()) {
                                  py::dict shard;
-                                 shard["path"] = s.path;
+                                 shard["path"] = DecodeDatasetString(s.path);
                                  shard["size"] = s.size;
                                  shard["samples"] = s.samples;
                                  out.append(std::move(shard));

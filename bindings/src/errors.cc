@@ -14,39 +14,46 @@ PyObject* g_corruption_error = nullptr;
 }  // namespace
 
 void ThrowStatus(const Status& status) {
-  const std::string& message = status.message();
+  // Messages quote names and source paths, which are raw bytes (FORMAT.md §1): undecodable bytes
+  // are shown as \xNN escapes rather than turning the error into a UnicodeDecodeError.
+  const StatusCode code = status.code();
+  const bool plain = code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument ||
+                     code == StatusCode::kUnsupported || code == StatusCode::kIoError ||
+                     code == StatusCode::kCorruption;
+  const std::string text = plain ? status.message() : status.ToString();
+  PyObject* message =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (message == nullptr) throw py::error_already_set();
+  // Raises `type(message)`, or `type(errno, message)` when the status carries an errno (OSError
+  // then also selects the matching subclass: PermissionError, ...).
+  auto raise = [&](PyObject* type, bool with_errno) {
+    if (with_errno && status.sys_errno() != 0) {
+      PyObject* args = Py_BuildValue("(iO)", status.sys_errno(), message);
+      PyErr_SetObject(type, args);
+      Py_XDECREF(args);
+    } else {
+      PyErr_SetObject(type, message);
+    }
+  };
   switch (status.code()) {
     case StatusCode::kNotFound:
-      if (status.sys_errno() != 0) {
-        PyObject* args = Py_BuildValue("(is)", status.sys_errno(), message.c_str());
-        PyErr_SetObject(PyExc_FileNotFoundError, args);
-        Py_XDECREF(args);
-      } else {
-        PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
-      }
+      raise(PyExc_FileNotFoundError, true);
       break;
     case StatusCode::kInvalidArgument:
     case StatusCode::kUnsupported:
-      PyErr_SetString(PyExc_ValueError, message.c_str());
+      raise(PyExc_ValueError, false);
       break;
     case StatusCode::kIoError:
-      if (status.sys_errno() != 0) {
-        // OSError(errno, msg) also selects the matching subclass (PermissionError, ...).
-        PyObject* args = Py_BuildValue("(is)", status.sys_errno(), message.c_str());
-        PyErr_SetObject(PyExc_OSError, args);
-        Py_XDECREF(args);
-      } else {
-        PyErr_SetString(PyExc_OSError, message.c_str());
-      }
+      raise(PyExc_OSError, true);
       break;
     case StatusCode::kCorruption:
-      PyErr_SetString(g_corruption_error != nullptr ? g_corruption_error : PyExc_RuntimeError,
-                      message.c_str());
+      raise(g_corruption_error != nullptr ? g_corruption_error : PyExc_RuntimeError, false);
       break;
     default:
-      PyErr_SetString(PyExc_RuntimeError, status.ToString().c_str());
+      raise(PyExc_RuntimeError, false);
       break;
   }
+  Py_DECREF(message);
   throw py::error_already_set();
 }
 

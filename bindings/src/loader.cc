@@ -106,7 +106,7 @@ py::dict StatsToPython(const LoaderStats& s) {
   py::list inflight;
   for (const InflightRead& r : s.inflight) {
     py::dict d;
-    d["file"] = r.file;
+    d["file"] = DecodeDatasetString(r.file);
     d["offset"] = r.offset;
     d["length"] = r.length;
     d["sample"] = r.sample;

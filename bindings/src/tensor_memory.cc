@@ -53,6 +53,18 @@ void RegisterTensorMemory(py::module_& m) {
       .def("__len__", &TensorMemory::nbytes);
 }
 
+py::str DecodeDatasetString(std::string_view bytes, bool pickled) {
+  const auto size = static_cast<Py_ssize_t>(bytes.size());
+  if (pickled) {
+    if (PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), size, "surrogatepass"))
+      return py::reinterpret_steal<py::str>(s);
+    PyErr_Clear();
+  }
+  PyObject* s = PyUnicode_DecodeUTF8(bytes.data(), size, "surrogateescape");
+  if (s == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(s);
+}
+
 py::object MetaValueToPython(const MetaValue& value) {
   return std::visit(
       [](const auto& v) -> py::object {
@@ -64,7 +76,7 @@ py::object MetaValueToPython(const MetaValue& value) {
         } else if constexpr (std::is_same_v<V, double>) {
           return py::float_(v);
         } else {
-          return py::str(v);
+          return DecodeDatasetString(v, /*pickled=*/true);
         }
       },
       value);
@@ -72,7 +84,7 @@ py::object MetaValueToPython(const MetaValue& value) {
 
 py::dict MetadataToPython(const Metadata& metadata) {
   py::dict out;
-  for (const MetaEntry& entry : metadata) out[py::str(entry.key)] = MetaValueToPython(entry.value);
+  for (const MetaEntry& entry : metadata) out[DecodeDatasetString(entry.key, /*pickled=*/true)] = MetaValueToPython(entry.value);
   return out;
 }
 
@@ -87,7 +99,7 @@ py::tuple SampleToPython(const Sample& sample) {
     if (view.nbytes > 0) {
       memory = py::cast(TensorMemory(sample.memory_owner(), view.data, view.nbytes));
     }
-    fields[i] = py::make_tuple(py::str(view.name.data(), view.name.size()),
+    fields[i] = py::make_tuple(DecodeDatasetString(view.name),
                                py::str(std::string(DTypeName(view.dtype))), std::move(shape),
                                std::move(memory));
   }
