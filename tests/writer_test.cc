@@ -2,13 +2,17 @@
 #include "libshard/writer.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <future>
 #include <thread>
 
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
+#include "libshard/dataset_lock.h"
 #include "libshard/merge.h"
 #include "testutil/testutil.h"
 
@@ -462,6 +466,138 @@ TEST(WriterTest, MergeRefusesDifferentSchemas) {
   }
   ExpectError(MergeDatasets(out.path().string(), {a.path().string(), b.path().string()}, true),
               StatusCode::kInvalidArgument, {b.path().string(), "different schema"});
+}
+
+// The refusal a second writer gets while `dir` is held by this process.
+void ExpectBusy(const Status& st, const std::filesystem::path& dir) {
+  ExpectError(st, StatusCode::kAlreadyExists,
+              {dir.string() + " is being written by another process",
+               "pid " + std::to_string(::getpid()), "host ", "since 20", "wait for it"});
+}
+
+TEST(WriterLockTest, OneWriterAtATimePerDirectory) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  {
+    auto first = Writer::Create(d, EagleSchema(), FastOptions());
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    ASSERT_TRUE((*first)->Append(StandardSample(0).input).ok());
+    ExpectBusy(Writer::Create(d, EagleSchema(), FastOptions()).status(), dir.path());
+    ExpectBusy(Writer::Resume(d, FastOptions()).status(), dir.path());
+    ExpectBusy(DatasetLock::Acquire(d).status(), dir.path());
+    ASSERT_TRUE((*first)->Append(StandardSample(1).input).ok());
+    ASSERT_TRUE((*first)->Finish().ok());
+    // Finished: the lock is released although the Writer still exists.
+    auto append = Writer::OpenForAppend(d, FastOptions());
+    ASSERT_TRUE(append.ok()) << append.status().ToString();
+    ExpectBusy(Writer::OpenForAppend(d, FastOptions()).status(), dir.path());
+    ExpectBusy(Writer::Resume(d, FastOptions()).status(), dir.path());
+    ASSERT_TRUE((*append)->Append(StandardSample(2).input).ok());
+  }  // the appender is destroyed without Finish: the lock goes with it
+  auto again = Writer::OpenForAppend(d, FastOptions());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE((*again)->Append(StandardSample(2).input).ok());
+  ASSERT_TRUE((*again)->Finish().ok());
+  auto ds = OpenOrDie(dir.path());  // the lock file is not part of the dataset (FORMAT.md §2.1)
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 3);
+  EXPECT_TRUE(std::filesystem::exists(dir / DatasetLock::kFileName));
+}
+
+TEST(WriterLockTest, AnInterruptedWriteIsResumableOnceItsWriterIsGone) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  auto first = Writer::Create(d, EagleSchema(), FastOptions());
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->Append(StandardSample(0).input).ok());
+  ExpectBusy(Writer::Resume(d, FastOptions()).status(), dir.path());
+  first->reset();  // the interrupted job ends
+  auto resumed = Writer::Resume(d, FastOptions());
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+}
+
+TEST(WriterLockTest, AKilledHolderReleasesTheLock) {
+  TempDir dir;
+  const std::string d = dir.path().string();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto lock = DatasetLock::Acquire(d);
+    const char c = lock.ok() ? '1' : '0';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    ::pause();  // until SIGKILL, never releasing the lock itself
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(c, '1');
+  Status busy = Writer::Create(d, EagleSchema(), FastOptions()).status();
+  ExpectError(busy, StatusCode::kAlreadyExists,
+              {"is being written by another process", "pid " + std::to_string(child)});
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  auto w = Writer::Create(d, EagleSchema(), FastOptions());
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+}
+
+TEST(WriterLockTest, ACallerHeldLockIsSharedWithTheWriter) {
+  TempDir dir, other;
+  auto lock = DatasetLock::Acquire(dir.path().string());
+  ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+  WriterOptions o = FastOptions();
+  ExpectBusy(Writer::Create(dir.path().string(), EagleSchema(), o).status(), dir.path());
+  o.lock = *lock;
+  ExpectError(Writer::Create(other.path().string(), EagleSchema(), o).status(),
+              StatusCode::kInvalidArgument, {"WriterOptions.lock", other.path().string()});
+  {
+    auto w = Writer::Create(dir.path().string(), EagleSchema(), o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Append(StandardSample(0).input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  // The caller still holds it after the Writer let go of its share.
+  ExpectBusy(Writer::OpenForAppend(dir.path().string(), FastOptions()).status(), dir.path());
+  lock->reset();
+  o.lock.reset();
+  EXPECT_TRUE(Writer::OpenForAppend(dir.path().string(), FastOptions()).ok());
+}
+
+TEST(WriterLockTest, MergeLocksItsOutput) {
+  TempDir a, out;
+  WriteStandard(a.path(), 2, FastOptions());
+  {
+    auto lock = DatasetLock::Acquire(out.path().string());
+    ASSERT_TRUE(lock.ok());
+    ExpectBusy(MergeDatasets(out.path().string(), {a.path().string()}, true), out.path());
+    EXPECT_FALSE(std::filesystem::exists(out / "manifest.json"));
+  }
+  ASSERT_TRUE(MergeDatasets(out.path().string(), {a.path().string()}, true).ok());
+  auto ds = OpenOrDie(out.path());
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 2);
+}
+
+TEST(WriterLockTest, ASymlinkedLockFileIsRefused) {
+  TempDir dir, elsewhere;
+  const auto target = elsewhere / "victim";
+  WriteStringToFile(target, "keep");
+  std::filesystem::create_symlink(target, dir / DatasetLock::kFileName);
+  ExpectError(Writer::Create(dir.path().string(), EagleSchema(), FastOptions()).status(),
+              StatusCode::kInvalidArgument, {DatasetLock::kFileName, "symbolic link"});
+  EXPECT_EQ(ReadFileToString(target), "keep");
+}
+
+TEST(WriterLockTest, AppendToAMissingDirectoryCreatesNothing) {
+  TempDir dir;
+  const auto missing = dir / "nope";
+  EXPECT_FALSE(Writer::OpenForAppend(missing.string(), FastOptions()).ok());
+  EXPECT_FALSE(Writer::Resume(missing.string(), FastOptions()).ok());
+  EXPECT_FALSE(std::filesystem::exists(missing));
 }
 
 }  // namespace

@@ -128,6 +128,14 @@ int RunPack(const PackArgs& a) {
   auto summary = convert::Pack(o);
   printer.EndLine();
   if (!summary.ok()) return Fail(kCmd, summary.status());
+  if (summary->nothing_to_resume) {
+    if (!a.quiet)
+      std::printf("nothing to resume: %s is complete with all %llu sources (%llu samples)\n",
+                  summary->output.c_str(),
+                  static_cast<unsigned long long>(summary->already_present),
+                  static_cast<unsigned long long>(summary->dataset.samples));
+    return kExitOk;
+  }
   if (!a.quiet) PrintSummary(*summary);
   return kExitOk;
 }
@@ -160,9 +168,14 @@ Command AddPackCommand(CLI::App& app) {
                 "fail: stop at the first bad source; skip: leave it out and list it in OUT/skipped.txt")
       ->capture_default_str();
   c->add_flag("--resume", args->resume,
-              "Continue an interrupted pack into OUT from its journal, without redoing what was written");
+              "Continue an interrupted pack into OUT from its journal, without redoing what was "
+              "written (starts it when nothing was written yet). On a finished OUT: exit 0 "
+              "'nothing to resume' when it holds every source, else exit 1 naming how many "
+              "sources are not in it (add them with --append)");
   c->add_flag("--append", args->append,
-              "Add the sources whose relative path is not yet in the finished dataset OUT");
+              "Add the sources whose relative path is not yet in the finished dataset OUT. One "
+              "writer at a time: a pack, --append, --resume or merge into an OUT that another "
+              "process is writing fails at once (exit 1) naming that process");
   c->add_option("--part", args->part,
                 "I/N: convert only the I-th (0-based) contiguous 1/N of the sorted sources; join "
                 "the parts in order with 'libshard merge'");

@@ -156,6 +156,11 @@ class PackJob {
  private:
   Status ListAndSelect();
   Status OpenWriter();
+  // --resume on a complete dataset: OK with PackSummary::nothing_to_resume when every selected
+  // source is in it (or was skipped by the job that made it); else InvalidArgument saying how
+  // many sources are not in it and that --append adds them (resume never adds to a finished
+  // dataset: a user who added files to SRC must say so).
+  Status CheckComplete();
   Status FindReference();
   Result<EncodedSample> Process(uint64_t i) const;
   Result<EncodedSample> ProcessGuarded(uint64_t i) const {
@@ -183,6 +188,9 @@ class PackJob {
   std::optional<SourceEntry> schema_probe_;    // read for the schema only (an empty --part)
   FILE* skipped_file_ = nullptr;
   PackSummary summary_;
+  // OUT's lock, held from before OUT is inspected until Run returns (after Finish), and shared
+  // with the Writer through WriterOptions::lock.
+  std::shared_ptr<const DatasetLock> lock_;
 };
 
 WriterOptions PackJob::MakeWriterOptions() const {
@@ -194,6 +202,7 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
   w.created_by = "libshard pack 0.1.0";
   if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
+  w.lock = lock_;
   return w;
 }
 
@@ -223,6 +232,15 @@ Status PackJob::ListAndSelect() {
 }
 
 Status PackJob::OpenWriter() {
+  {
+    std::error_code ec;
+    // --append needs an existing dataset: a missing OUT is left to OpenForAppend's message.
+    if (!o_.append || fs::exists(o_.output, ec)) {
+      auto lock = DatasetLock::Acquire(o_.output, /*create_directory=*/!o_.append);
+      if (!lock.ok()) return lock.status();
+      lock_ = std::move(*lock);
+    }
+  }
   const WriterOptions wo = MakeWriterOptions();
   std::error_code ec;
   const bool has_manifest = fs::exists(fs::path(o_.output) / kManifest, ec);
@@ -231,13 +249,12 @@ Status PackJob::OpenWriter() {
     auto w = Writer::OpenForAppend(o_.output, wo);
     if (!w.ok()) return w.status().WithContext("--append: cannot open " + o_.output);
     writer_ = std::move(*w);
+  } else if (o_.resume && has_manifest) {
+    return CheckComplete();
   } else if (o_.resume && has_journal) {
     auto w = Writer::Resume(o_.output, wo);
     if (!w.ok()) return w.status().WithContext("--resume: cannot resume " + o_.output);
     writer_ = std::move(*w);
-  } else if (o_.resume && has_manifest) {
-    finished_already_ = true;  // the interrupted job had already finished
-    return Status::OK();
   } else {
     // A fresh job (also --resume when nothing was journaled yet).
     if (has_manifest || has_journal) {
@@ -283,6 +300,44 @@ Status PackJob::OpenWriter() {
     }
   }
   sources_ = std::move(todo);
+  return Status::OK();
+}
+
+Status PackJob::CheckComplete() {
+  // Resume on a committed dataset is OpenForAppend (it also removes the journal of a job that
+  // was interrupted between its commit and its cleanup); it is only read here, never finished.
+  auto w = Writer::Resume(o_.output, MakeWriterOptions());
+  if (!w.ok()) return w.status().WithContext("--resume: cannot open " + o_.output);
+  std::unordered_set<std::string> handled;
+  for (const Provenance& p : (*w)->existing_sources()) handled.insert(p.path);
+  const uint64_t samples = (*w)->samples_written();
+  // Sources the job left out with --on-error skip were handled too (skipped.txt: "PATH\tWHY").
+  if (FILE* f = std::fopen((fs::path(o_.output) / kSkippedReport).c_str(), "r")) {
+    std::string line;
+    for (int c; (c = std::fgetc(f)) != EOF;) {
+      if (c != '\n') {
+        line += static_cast<char>(c);
+        continue;
+      }
+      handled.insert(line.substr(0, line.find('\t')));
+      line.clear();
+    }
+    std::fclose(f);
+  }
+  std::vector<std::string> missing;
+  for (const SourceEntry& e : sources_)
+    if (!handled.count(e.rel_path)) missing.push_back(e.rel_path);
+  const std::string complete =
+      o_.output + " is complete (" + std::to_string(samples) + " samples)";
+  if (!missing.empty()) {
+    return Status::InvalidArgument(
+        "--resume: " + complete + "; nothing to resume. " + std::to_string(missing.size()) +
+        " of the " + std::to_string(sources_.size()) + " sources selected (first: " +
+        missing.front() + ") are not in it: use --append to add them");
+  }
+  summary_.already_present = sources_.size();
+  summary_.nothing_to_resume = true;
+  finished_already_ = true;
   return Status::OK();
 }
 

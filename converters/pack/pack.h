@@ -49,8 +49,10 @@ struct PackOptions {
   unsigned threads = 0;              // worker threads; 0 = one per CPU
   OnError on_error = OnError::kFail;
   // At most one of resume / append. resume: continue an interrupted job in `output` from its
-  // journal (or start it when there is none; a finished dataset is left as it is). append: add the
-  // sources whose relative path is not yet in the complete dataset `output`.
+  // journal (or start it when there is none). A finished dataset is left as it is: OK with
+  // PackSummary::nothing_to_resume when it holds every selected source, else InvalidArgument
+  // telling to --append the sources it lacks. append: add the sources whose relative path is not
+  // yet in the complete dataset `output`.
   bool resume = false;
   bool append = false;
   uint32_t part_index = 0;           // convert only slice part_index of part_count (PartSlice)
@@ -73,6 +75,7 @@ struct PackSummary {
   std::string output;
   uint64_t sources_selected = 0;   // after filters and --part
   uint64_t already_present = 0;    // left out by --resume / --append
+  bool nothing_to_resume = false;  // --resume found OUT complete with every selected source
   uint64_t samples_added = 0;      // this run
   std::vector<SkippedSource> skipped;
   uint64_t bytes_in = 0;           // source bytes of the samples added this run
@@ -88,7 +91,9 @@ struct PackSummary {
 // shard size, no sources or no output. The CLI maps this to exit code 2.
 Status ValidatePackOptions(const PackOptions& options);
 
-// Runs a pack job. Errors: InvalidArgument for bad options (the CLI maps it to exit 2 when it
+// Runs a pack job. `output` is locked (DatasetLock) for the whole job, from before it is first
+// inspected until after the commit: a second job on it fails at once with AlreadyExists naming
+// the holder. Errors: InvalidArgument for bad options (the CLI maps it to exit 2 when it
 // comes from option checking), and for source and schema problems the Status of the failing
 // source, prefixed with "sample N (PATH)".
 Result<PackSummary> Pack(const PackOptions& options);

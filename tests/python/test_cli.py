@@ -479,3 +479,174 @@ def test_append_adds_only_new_sources(tmp_path):
     # A plain pack into an existing dataset refuses and says what to do.
     p = run("pack", src, "-o", out, "-q", check=False)
     assert p.returncode == 1 and "--append" in p.stderr
+
+
+# --- one writer per dataset; a truthful --resume --------------------------------------------
+
+def write_named(root: Path, prefix: str, n: int, seed: int) -> List[str]:
+    """n small torch.save files PREFIX_i.pt (the prefix names which run a sample came from)."""
+    root.mkdir(parents=True, exist_ok=True)
+    rels = []
+    for i in range(n):
+        gen = torch.Generator().manual_seed(seed * 1009 + i)
+        torch.save(eagle_sample(gen, 3 + (i * 13 + seed) % 40), root / f"{prefix}_{i}.pt")
+        rels.append(f"{prefix}_{i}.pt")
+    return rels
+
+
+def assert_samples_match_their_sources(out: Path, roots: Dict[str, Path], tmp: Path) -> int:
+    """verify passes, and every sample unpacked under the name its provenance gives equals
+    torch.load of that source file (roots: file-name prefix -> source directory)."""
+    run("verify", out)
+    un = tmp / f"by_source_{len(list(tmp.iterdir()))}"
+    run("unpack", out, "-o", un, "--naming", "source", "-q")
+    files = sorted(p for p in un.rglob("*") if p.is_file())
+    assert len(files) == info(out)["samples"]
+    for f in files:
+        rel = f.relative_to(un).as_posix()
+        root = roots[rel.split("_")[0]]
+        assert_same(load(f), load(root / rel), f"sample named {rel}")
+    return len(files)
+
+
+def hold_lock(out: Path, note: str):
+    """Takes OUT/.libshard.lock as a writer would, from this process; returns the open file."""
+    import fcntl
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / ".libshard.lock", "a+")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    f.truncate(0)
+    f.write(note)
+    f.flush()
+    return f
+
+
+def test_a_held_dataset_refuses_every_other_writer_at_once(tmp_path):
+    src = tmp_path / "src"
+    write_named(src, "base", 4, seed=1)
+    out = tmp_path / "ds"
+    run("pack", src, "-o", out, "-q")
+    before = unpack_bytes(out, tmp_path / "before")
+    extra = tmp_path / "extra"
+    write_named(extra, "a", 3, seed=2)
+    note = f"pid=4242\nhost=elsewhere\nsince=2026-01-02T03:04:05Z\n"
+    fresh = tmp_path / "fresh"
+    with hold_lock(out, note), hold_lock(fresh, note):
+        for args in (["pack", extra, "-o", out, "--append"],
+                     ["pack", src, "-o", out, "--resume"],
+                     ["pack", src, "-o", fresh],
+                     ["merge", fresh, out]):
+            p = run(*args, "--progress" if args[0] == "pack" else "-q",
+                    *(["none"] if args[0] == "pack" else []), check=False)
+            assert p.returncode == 1, (args, p.stderr)
+            assert ("is being written by another process (pid 4242, host elsewhere, since "
+                    "2026-01-02T03:04:05Z); wait for it") in p.stderr, (args, p.stderr)
+        assert not (fresh / "manifest.json").exists() and not (fresh / "_journal.lsj").exists()
+    assert unpack_bytes(out, tmp_path / "after") == before
+    # Released: the same commands now work.
+    run("pack", extra, "-o", out, "--append", "-q")
+    assert assert_samples_match_their_sources(out, {"base": src, "a": extra}, tmp_path) == 7
+
+
+def test_two_appends_at_once_one_is_refused_while_the_other_holds_the_dataset(tmp_path):
+    """The first --append is stopped (SIGSTOP) while it holds OUT; the second must be refused at
+    once, and the first then completes a dataset whose every sample is its own source's."""
+    base, a, b = tmp_path / "base", tmp_path / "a", tmp_path / "b"
+    write_named(base, "base", 3, seed=3)
+    write_named(a, "a", 40, seed=4)
+    write_named(b, "b", 5, seed=5)
+    for attempt in range(10):
+        out = tmp_path / f"ds{attempt}"
+        run("pack", base, "-o", out, "-q")
+        first = subprocess.Popen([CLI, "pack", str(a), "-o", str(out), "--append", "--threads", "1",
+                                  "--progress", "none"], text=True, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE)
+        lock = out / ".libshard.lock"
+        deadline = time.monotonic() + 60
+        caught = False
+        while first.poll() is None and time.monotonic() < deadline:
+            try:
+                if f"pid={first.pid}\n" in lock.read_text():
+                    first.send_signal(signal.SIGSTOP)
+                    caught = True
+                    break
+            except FileNotFoundError:
+                pass
+            time.sleep(0.0005)
+        if not caught:  # it finished before we saw it holding the lock: a faster machine
+            first.communicate(timeout=120)
+            continue
+        try:
+            second = run("pack", b, "-o", out, "--append", "--progress", "none", check=False,
+                         timeout=120)
+        finally:
+            first.send_signal(signal.SIGCONT)
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"is being written by another process (pid {first.pid}, host " in second.stderr
+        _, err = first.communicate(timeout=120)
+        assert first.returncode == 0, err
+        assert assert_samples_match_their_sources(out, {"base": base, "a": a}, tmp_path) == 43
+        # Once the first is done the second goes through.
+        run("pack", b, "-o", out, "--append", "-q")
+        assert assert_samples_match_their_sources(out, {"base": base, "a": a, "b": b},
+                                                  tmp_path) == 48
+        return
+    pytest.skip("every first --append finished before it could be stopped while holding OUT")
+
+
+def test_concurrent_packs_never_make_a_wrong_dataset(tmp_path):
+    """The race of the issue, unsynchronised: two --append (and two fresh packs) started
+    together. Whatever the interleaving, each run either succeeds or is refused with the lock
+    message, and the dataset verifies with every sample equal to the file its name says."""
+    base, a, b = tmp_path / "base", tmp_path / "a", tmp_path / "b"
+    write_named(base, "base", 2, seed=6)
+    write_named(a, "a", 6, seed=7)
+    write_named(b, "b", 6, seed=8)
+    roots = {"base": base, "a": a, "b": b}
+    for trial in range(6):
+        out = tmp_path / f"ds{trial}"
+        append = trial % 2 == 0
+        if append:
+            run("pack", base, "-o", out, "-q")
+        procs = [subprocess.Popen([CLI, "pack", str(src), "-o", str(out), "--threads", "1",
+                                   "--progress", "none", *(["--append"] if append else [])],
+                                  text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for src in (a, b)]
+        results = [(p.wait(timeout=120), p.communicate()[1]) for p in procs]
+        for rc, err in results:
+            assert rc == 0 or (rc == 1 and ("is being written by another process" in err or
+                                            "already holds a dataset" in err)), err
+        assert any(rc == 0 for rc, _ in results)
+        expect = (2 if append else 0) + 6 * sum(rc == 0 for rc, _ in results)
+        assert assert_samples_match_their_sources(out, roots, tmp_path) == expect
+
+
+def test_resume_of_a_finished_dataset_tells_the_truth(tmp_path):
+    src = tmp_path / "src"
+    write_named(src, "s", 8, seed=10)
+    out = tmp_path / "ds"
+    run("pack", src, "-o", out, "-q")
+    before = unpack_bytes(out, tmp_path / "before")
+    p = run("pack", src, "-o", out, "--resume", "--progress", "none")
+    assert f"nothing to resume: {out} is complete with all 8 sources" in p.stdout, p.stdout
+    write_named(src, "t", 5, seed=11)
+    p = run("pack", src, "-o", out, "--resume", "--progress", "none", check=False)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert (f"{out} is complete (8 samples); nothing to resume. 5 of the 13 sources selected "
+            f"(first: t_0.pt) are not in it: use --append to add them") in p.stderr, p.stderr
+    assert unpack_bytes(out, tmp_path / "after") == before
+    run("pack", src, "-o", out, "--append", "-q")
+    p = run("pack", src, "-o", out, "--resume", "--progress", "none")
+    assert f"nothing to resume: {out} is complete with all 13 sources" in p.stdout, p.stdout
+    assert info(out)["samples"] == 13
+
+
+def test_resume_counts_sources_the_finished_job_skipped(tmp_path):
+    src = tmp_path / "src"
+    write_named(src, "s", 4, seed=12)
+    (src / "s_9.pt").write_bytes(b"not a torch file")
+    out = tmp_path / "ds"
+    run("pack", src, "-o", out, "-q", "--on-error", "skip")
+    assert info(out)["samples"] == 4
+    p = run("pack", src, "-o", out, "--resume", "--on-error", "skip", "--progress", "none")
+    assert "nothing to resume" in p.stdout and "all 5 sources" in p.stdout, p.stdout

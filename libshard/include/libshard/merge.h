@@ -14,6 +14,8 @@ namespace libshard {
 // hard-linked into `out_dir` when `link` is true (falling back to a copy when linking fails, e.g.
 // across file systems) and copied otherwise; only the index and the manifest are new
 // (docs/FORMAT.md §7). Sample bytes are not re-read or re-checksummed. The parts are left intact.
+// `out_dir` is locked (dataset_lock.h) from before it is inspected until the commit: a second
+// writer of it fails at once with AlreadyExists.
 [[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
                                    bool link = true);
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "libshard/dataset_lock.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -30,6 +31,11 @@ struct WriterOptions {
   std::string source_root;        // recorded in the manifest's provenance summary
   std::string created_by;         // free text recorded in the manifest ("libshard pack 0.1.0")
   uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
+  // The dataset's lock (dataset_lock.h), for a caller that must hold `dir` across more than the
+  // Writer's lifetime (`libshard pack` inspects OUT before it knows the schema). When null, the
+  // Writer takes the lock itself. Either way the Writer holds it until Finish() returns or the
+  // Writer is destroyed; a lock for another directory is InvalidArgument.
+  std::shared_ptr<const DatasetLock> lock;
   // Shard uids (FORMAT.md §4.1): 0 draws each new shard's uid at random (getrandom), which is
   // what makes a shard of another write detectable at open. Non-zero derives them from this
   // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
@@ -62,6 +68,10 @@ struct WriteSummary {
 
 class Writer {
  public:
+  // One writer at a time per directory: Create, Resume and OpenForAppend take the dataset lock
+  // (dataset_lock.h) before they look at `dir`, and fail at once with AlreadyExists naming the
+  // holder while another writer (of any process, this one included) holds it.
+  //
   // Starts a new dataset in `dir` (created if missing). Fails with AlreadyExists if `dir` holds a
   // dataset or a journal (use Resume or OpenForAppend).
   static Result<std::unique_ptr<Writer>> Create(const std::string& dir, const Schema& schema,

@@ -6,6 +6,7 @@
 #include "format/manifest.h"
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
+#include "libshard/dataset_lock.h"
 #include "writer/commit.h"
 
 namespace libshard {
@@ -28,7 +29,9 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   if (total_shards > kMaxShards || total_samples > kMaxSamples)
     return Status::ResourceExhausted("merge: the merged dataset would exceed the format limits");
 
-  LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(out_dir));
+  // Held until the merged dataset is committed: one writer at a time per directory.
+  auto lock = DatasetLock::Acquire(out_dir, /*create_directory=*/true);
+  if (!lock.ok()) return lock.status().WithContext("merge");
   if (internal::PathExists(internal::JoinPath(out_dir, format::kManifestName)) ||
       internal::PathExists(internal::JoinPath(out_dir, format::kJournalName)))
     return Status::AlreadyExists("merge: " + out_dir +

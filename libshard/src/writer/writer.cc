@@ -58,6 +58,18 @@ Status ValidateOptions(const WriterOptions& o) {
 
 enum class Mode { kCreate, kAppend };
 
+using LockPtr = std::shared_ptr<const DatasetLock>;
+
+// The lock the caller passed in WriterOptions (checked to be `dir`'s), else a fresh one.
+Result<LockPtr> LockDataset(const std::string& dir, const WriterOptions& options,
+                            bool create_directory) {
+  if (!options.lock) return DatasetLock::Acquire(dir, create_directory);
+  if (!options.lock->Covers(dir))
+    return Status::InvalidArgument("WriterOptions.lock is the lock of " + options.lock->dir() +
+                                   ", not of " + dir);
+  return options.lock;
+}
+
 class WriterImpl final : public Writer {
  public:
   WriterImpl(std::string dir, Schema schema, WriterOptions options, Mode mode)
@@ -70,6 +82,10 @@ class WriterImpl final : public Writer {
                                                 const WriterOptions& options);
   static Result<std::unique_ptr<Writer>> OpenForAppend(const std::string& dir,
                                                        const WriterOptions& options);
+  // OpenForAppend with the dataset lock already held (Resume of a committed job).
+  static Result<std::unique_ptr<Writer>> OpenForAppendLocked(const std::string& dir,
+                                                             const WriterOptions& options,
+                                                             LockPtr lock);
 
   Result<EncodedSample> Encode(const SampleInput& sample) const override;
   Status AppendEncoded(EncodedSample sample) override;
@@ -101,6 +117,8 @@ class WriterImpl final : public Writer {
     return st;
   }
 
+  // Declared first so that it is released last, after every file below is closed.
+  LockPtr lock_;
   std::string dir_;
   Schema schema_;
   WriterOptions options_;
@@ -129,7 +147,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
                                                    const WriterOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(schema.Validate());
   LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
-  LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(dir));
+  LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/true));
   if (internal::PathExists(JoinPath(dir, format::kManifestName)))
     return Status::AlreadyExists(dir + " already holds a dataset; add to it with "
                                  "Writer::OpenForAppend (libshard pack --append) or choose an "
@@ -139,6 +157,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
                                  "); continue it with Writer::Resume (libshard pack --resume) "
                                  "or delete the directory");
   auto w = std::make_unique<WriterImpl>(dir, schema, options, Mode::kCreate);
+  w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
   LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(0));
   const std::string journal_path = JoinPath(dir, format::kJournalName);
@@ -158,11 +177,15 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
                                                    const WriterOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
   const std::string journal_path = JoinPath(dir, format::kJournalName);
+  if (!internal::PathExists(dir))
+    return Status::NotFound(dir + ": no such directory, so no " + format::kJournalName +
+                            " to resume from; start a new write instead");
+  LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/false));
   if (internal::PathExists(JoinPath(dir, format::kManifestName))) {
     // Finish() committed but was interrupted before removing the journal: the dataset is
     // complete, so resuming means adding to it.
     LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(journal_path));
-    return OpenForAppend(dir, options);
+    return OpenForAppendLocked(dir, options, std::move(lock));
   }
   if (!internal::PathExists(journal_path))
     return Status::NotFound(dir + ": no " + format::kJournalName +
@@ -174,6 +197,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
     LIBSHARD_ASSIGN_OR_RETURN(journal, format::ParseJournal(map.bytes(), journal_path));
   }
   auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
+  w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
   LIBSHARD_ASSIGN_OR_RETURN(w->journal_, io::File::Open(journal_path, O_RDWR));
   LIBSHARD_RETURN_IF_ERROR(w->journal_.Truncate(journal.valid_size));
@@ -239,6 +263,15 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
 Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppend(const std::string& dir,
                                                           const WriterOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
+  // A missing `dir` is left to Dataset::Open's message (not created just to be locked).
+  if (!internal::PathExists(dir)) return Dataset::Open(dir).status();
+  LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/false));
+  return OpenForAppendLocked(dir, options, std::move(lock));
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::string& dir,
+                                                                const WriterOptions& options,
+                                                                LockPtr lock) {
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<Dataset> ds, Dataset::Open(dir));
   const std::string manifest_path = JoinPath(dir, format::kManifestName);
   LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(manifest_path, 256u << 20));
@@ -246,6 +279,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppend(const std::string& dir
   LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir, format::kJournalName)));
 
   auto w = std::make_unique<WriterImpl>(dir, ds->schema(), options, Mode::kAppend);
+  w->lock_ = std::move(lock);
   w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
   w->old_index_file_ = manifest.index_file;
   for (const ShardInfo& s : ds->shards()) {
@@ -534,6 +568,7 @@ Result<WriteSummary> WriterImpl::Finish() {
     if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir_));
   }
   finished_ = true;
+  lock_.reset();  // committed and cleaned up: the next writer may start
   return summary;
 }
 
