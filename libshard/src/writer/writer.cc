@@ -161,15 +161,15 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   w->source_root_ = options.source_root;
   LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(0));
   const std::string journal_path = JoinPath(dir, format::kJournalName);
-  LIBSHARD_ASSIGN_OR_RETURN(w->journal_,
-                            io::File::Open(journal_path, O_RDWR | O_CREAT | O_TRUNC));
+  // The journal appears whole or not at all (written aside, fsynced and renamed): a job stopped
+  // while writing its header (a full disk, an I/O error, a kill) leaves no journal, so
+  // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
   const std::string header = format::EncodeJournalHeader(schema);
-  LIBSHARD_RETURN_IF_ERROR(w->journal_.PWriteAll(header.data(), header.size(), 0));
+  LIBSHARD_RETURN_IF_ERROR(
+      internal::WriteFileAtomically(dir, format::kJournalName, header, options.fsync));
+  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, io::File::Open(journal_path, O_RDWR));
   w->journal_size_ = header.size();
-  if (options.fsync) {
-    LIBSHARD_RETURN_IF_ERROR(w->journal_.Sync());
-    LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
-  }
+  if (options.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
   return std::unique_ptr<Writer>(std::move(w));
 }
 
