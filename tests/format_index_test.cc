@@ -233,6 +233,27 @@ TEST(FormatMetadataTest, RoundTripAndErrors) {
               {"key"});
 }
 
+// Found by fuzz/metadata_fuzz (fuzz/regressions/metadata_fuzz/): the decoder accepted what the
+// encoder refuses, so a duplicate key silently shadowed a value and the metadata could not be
+// written back (merge, unpack + pack).
+TEST(FormatMetadataTest, DecoderRefusesWhatTheEncoderRefuses) {
+  std::string one;
+  ASSERT_TRUE(format::EncodeMetadata({{"k", int64_t{1}}}, &one).ok());
+  std::string twice = one + one.substr(4);  // the entry again
+  twice[0] = 2;
+  ExpectError(format::DecodeMetadata(Bytes(twice), nullptr), StatusCode::kCorruption,
+              {"byte 19", "key 'k' appears twice"});
+  const std::string long_key(kMaxNameBytes + 1, 'k');
+  std::string overlong("\x01\0\0\0", 4);
+  overlong += static_cast<char>(long_key.size() & 0xff);
+  overlong += static_cast<char>(long_key.size() >> 8);
+  overlong += long_key + std::string("\x01\x01", 2);
+  ExpectError(format::DecodeMetadata(Bytes(overlong), nullptr), StatusCode::kCorruption,
+              {"key of 1025 bytes exceeds 1024"});
+  ExpectError(format::EncodeMetadata({{long_key, true}}, &one), StatusCode::kInvalidArgument,
+              {"key"});
+}
+
 TEST(FormatPayloadTest, CanonicalLayoutAndShuffle) {
   Schema schema = EagleSchema();
   format::PayloadLayout layout;

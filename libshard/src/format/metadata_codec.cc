@@ -68,13 +68,21 @@ Status DecodeMetadata(std::span<const std::byte> bytes, Metadata* out) {
   // that allows is rejected before reserving anything.
   if (count > r.remaining() / 5) return bad("entry count " + std::to_string(count) + " too large");
   if (out) out->reserve(count);
+  // Keys are checked as EncodeMetadata checks them (1..kMaxNameBytes, §5; unique, §3.4), so
+  // whatever decodes encodes again, and a duplicate never silently shadows a value (a Python
+  // dict keeps only one of them).
+  std::unordered_set<std::string_view> keys;
   for (uint32_t k = 0; k < count; ++k) {
     uint16_t key_len = 0;
     std::string_view key;
     uint8_t type = 0;
     if (!r.U16(&key_len)) return bad("truncated key length");
     if (key_len == 0) return bad("empty key");
+    if (key_len > kMaxNameBytes)
+      return bad("key of " + std::to_string(key_len) + " bytes exceeds " +
+                 std::to_string(kMaxNameBytes));
     if (!r.Bytes(key_len, &key)) return bad("truncated key");
+    if (!keys.insert(key).second) return bad("key '" + std::string(key) + "' appears twice");
     if (!r.U8(&type)) return bad("truncated type");
     MetaValue value;
     switch (type) {
