@@ -7,7 +7,7 @@ TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefi
 CMAKE_ARGS ?=
 DEMO_DIR  ?= demo_data
 
-.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install demo bench fuzz fuzz-replay clean
+.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench fuzz fuzz-replay clean
 
 all: build
 
@@ -35,6 +35,12 @@ fuzz: deps
 
 fuzz-replay: deps
 	@bash scripts/fuzz.sh replay build-fuzz
+
+# The write-path fault harness at every fault point (`make test` runs a bounded spread of them).
+test-faults: build
+	LIBSHARD_FAULTS=full LIBSHARD_CLI=$(CURDIR)/$(BUILD)/converters/libshard \
+	  PYTHONPATH=$(CURDIR)/$(BUILD)/python $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  tests/python/test_write_faults.py
 
 demo: build
 	@bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"
