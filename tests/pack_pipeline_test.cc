@@ -496,6 +496,37 @@ TEST_F(PackPipelineTest, NonUtf8TensorNameIsRefusedAndNonUtf8MetadataIsKept) {
   EXPECT_EQ(std::get<std::string>(meta->at(0).value), cafe);
 }
 
+// A skip reason can quote bytes of the file (here a zip entry name that is not UTF-8): the
+// report and PackSummary get them escaped, so both are UTF-8 text (Python takes the reason as a
+// str; it raised UnicodeDecodeError after packing).
+TEST_F(PackPipelineTest, SkipReasonsQuotingNonUtf8BytesAreEscaped) {
+  MakeSources(1);
+  testing::WriteStringToFile(src_ / "part_0" / "data_1.pt", StoredZip({{"\xff\xfe.pkl", "x"}}));
+  PackOptions o = Options("out");
+  o.on_error = OnError::kSkip;
+  auto r = Pack(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->skipped.size(), 1u);
+  const std::string& why = r->skipped[0].reason;
+  EXPECT_TRUE(IsValidUtf8(why)) << why;
+  EXPECT_NE(why.find("'\\xff\\xfe.pkl'"), std::string::npos) << why;
+  const std::string report = testing::ReadFileToString(dir_.path() / "out" / "skipped.txt");
+  EXPECT_TRUE(IsValidUtf8(report));
+  EXPECT_NE(report.find("\\xff\\xfe.pkl"), std::string::npos) << report;
+}
+
+TEST(SchemaInferenceTest, Utf8Validation) {
+  EXPECT_TRUE(IsValidUtf8("plain ascii"));
+  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("caf\xed\xb3\xa9"));       // a surrogate (Python's surrogateescape)
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));              // overlong
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));      // above U+10FFFF
+  EXPECT_FALSE(IsValidUtf8("\xe2\x82"));              // truncated
+  EXPECT_FALSE(IsValidUtf8("\xff"));
+  EXPECT_EQ(Utf8Safe("ok \xc3\xa9"), "ok \xc3\xa9");
+  EXPECT_EQ(Utf8Safe("x\xed\xb3\xa9"), "x\\xed\\xb3\\xa9");
+}
+
 TEST(PackOptionsTest, ValidationIsUsage) {
   PackOptions o;
   EXPECT_EQ(ValidatePackOptions(o).code(), StatusCode::kInvalidArgument);  // no sources

@@ -427,7 +427,10 @@ Result<EncodedSample> PackJob::Process(uint64_t i) const {
 }
 
 Status PackJob::RecordSkip(const SourceEntry& e, const Status& why) {
-  summary_.skipped.push_back({e.rel_path, why.ToString()});
+  // Messages may quote bytes from the file (a zip entry name, a key): escaped unless UTF-8, so the
+  // report is text and Python can take the reason as a str.
+  const std::string reason = Utf8Safe(why.ToString());
+  summary_.skipped.push_back({e.rel_path, reason});
   if (skipped_file_ == nullptr) {
     summary_.skipped_report = (fs::path(o_.output) / kSkippedReport).string();
     skipped_file_ = std::fopen(summary_.skipped_report.c_str(), "a");
@@ -436,7 +439,7 @@ Status PackJob::RecordSkip(const SourceEntry& e, const Status& why) {
     }
   }
   // Flushed per line: a killed job's report stays complete for --resume.
-  std::fprintf(skipped_file_, "%s\t%s\n", OneLine(e.rel_path).c_str(), OneLine(why.ToString()).c_str());
+  std::fprintf(skipped_file_, "%s\t%s\n", OneLine(e.rel_path).c_str(), OneLine(reason).c_str());
   std::fflush(skipped_file_);
   return Status::OK();
 }

@@ -29,8 +29,9 @@ int32_t ChooseSeqDim(const Shape& shape, std::optional<uint64_t> length) {
   return candidates[0];
 }
 
-// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates (U+D800..DFFF, which is what a
-// Python str with a surrogate-escaped byte pickles to), nothing above U+10FFFF.
+}  // namespace
+
+// Surrogates (U+D800..DFFF) are what a Python str with a surrogate-escaped byte pickles to.
 bool IsValidUtf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
@@ -65,6 +66,25 @@ bool IsValidUtf8(std::string_view s) {
   }
   return true;
 }
+
+std::string Utf8Safe(std::string_view s) {
+  if (IsValidUtf8(s)) return std::string(s);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80) {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
+
+namespace {
 
 // A name from a file, safe to put in a message (and so in a Python str): bytes outside
 // printable ASCII as \xNN, at most 200 of them.

@@ -206,6 +206,29 @@ def test_non_utf8_tensor_key_is_refused_at_pack(tmp_path):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_skip_reason_quoting_non_utf8_bytes_is_a_str(tmp_path):
+    """A skip reason that quotes a non-UTF-8 zip entry name made libshard.pack raise
+    UnicodeDecodeError after packing; it is escaped now."""
+    import zipfile
+    src = tmp_path / "src"
+    save_good(src / "a.pt")
+    with zipfile.ZipFile(src / "b.pt", "w") as z:
+        z.writestr("QQQQ.pkl", b"x")
+    raw = (src / "b.pt").read_bytes()
+    (src / "b.pt").write_bytes(raw.replace(b"QQQQ", b"\xff\xfe\xff\xfe"))
+    out = tmp_path / "out"
+    code = textwrap.dedent(f"""
+        import json, libshard
+        s = libshard.pack({str(src)!r}, {str(out)!r}, on_error="skip")
+        print(json.dumps([k["reason"] for k in s["skipped"]]))
+    """)
+    rc, stdout, err, _ = run_measured([sys.executable, "-c", code])
+    assert rc == 0, err
+    (reason,) = json.loads(stdout.strip().splitlines()[-1])
+    assert "b.pt" in reason and "\\xff\\xfe" in reason, reason
+    assert "\\xff\\xfe" in (out / "skipped.txt").read_text(encoding="utf-8")
+
+
 def test_non_utf8_metadata_value_still_packs_and_opens(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
