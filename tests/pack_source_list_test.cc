@@ -1,5 +1,6 @@
 // Natural sort, globs, --part slicing, option parsing and source discovery of `libshard pack`.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -263,6 +264,32 @@ TEST_F(SourceListTest, ErrorsNameTheProblem) {
   r = ListSources(o);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("listed twice"), std::string::npos) << r.status().message();
+}
+
+// A FIFO with a sample name (or a symlink to one) is listed, marked not readable, so pack reports
+// it instead of opening it (which blocks) or dropping it silently; other names and dangling
+// links are not sources.
+TEST(SourceListWalkTest, NonRegularSampleNamesAreListedAsNotReadable) {
+  testing::TempDir dir;
+  testing::WriteStringToFile(dir / "a.pt", "x");
+  ASSERT_EQ(::mkfifo((dir / "b.pt").c_str(), 0600), 0);
+  std::filesystem::create_symlink("b.pt", dir / "c.pt");
+  std::filesystem::create_symlink("missing.pt", dir / "d.pt");
+  ASSERT_EQ(::mkfifo((dir / "e.txt").c_str(), 0600), 0);
+  SourceListOptions o;
+  o.root = dir.path().string();
+  auto r = ListSources(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].rel_path, "a.pt");
+  EXPECT_TRUE((*r)[0].not_readable.empty());
+  for (size_t i : {1, 2}) {
+    EXPECT_NE((*r)[i].not_readable.find("is a FIFO (named pipe), not a regular file"),
+              std::string::npos)
+        << (*r)[i].not_readable;
+    EXPECT_NE((*r)[i].not_readable.find((*r)[i].path), std::string::npos);
+  }
+  EXPECT_EQ((*r)[2].rel_path, "c.pt");
 }
 
 }  // namespace

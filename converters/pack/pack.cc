@@ -361,6 +361,7 @@ Status PackJob::FindReference() {
   for (uint64_t i = 0; i < candidates.size(); ++i) {
     const SourceEntry& e = candidates[i];
     Result<ReferenceSchema> ref = Guarded(e.path, [&]() -> Result<ReferenceSchema> {
+      if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);
       LIBSHARD_ASSIGN_OR_RETURN(auto src, OpenSource(e.path, source_options_));
       return writer_ ? ReferenceFromSchema(writer_->schema(), src->tensors(), e.rel_path,
                                            keep_subset_)
@@ -395,6 +396,7 @@ Status PackJob::FindReference() {
 Result<EncodedSample> PackJob::Process(uint64_t i) const {
   const SourceEntry& e = sources_[i];
   if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
+  if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);  // never opened
   auto opened = OpenSource(e.path, source_options_);
   if (!opened.ok()) return WithSource(opened.status(), e.path);
   const std::unique_ptr<SourceFile>& src = *opened;

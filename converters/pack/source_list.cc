@@ -65,9 +65,27 @@ Status Walk(const SourceListOptions& o, std::vector<SourceEntry>& out) {
       if (!skip.empty() && fs::weakly_canonical(p, ec) == skip) it.disable_recursion_pending();
       continue;
     }
-    if (!it->is_regular_file(ec)) continue;  // sockets, dangling links
+    const bool regular = it->is_regular_file(ec);
     const std::string rel = p.lexically_relative(root).generic_string();
     if (!Selected(rel, o)) continue;
+    if (!regular) {
+      // Never opened: stat (through symlinks) says what it is; dangling links are left out.
+      struct stat st;
+      if (::stat(p.c_str(), &st) != 0) continue;
+      SourceEntry e;
+      e.path = p.string();
+      e.rel_path = rel;
+      e.not_readable = "source " + e.path + " is " +
+                       (S_ISFIFO(st.st_mode)   ? "a FIFO (named pipe)"
+                        : S_ISSOCK(st.st_mode) ? "a socket"
+                        : S_ISCHR(st.st_mode)  ? "a character device"
+                        : S_ISBLK(st.st_mode)  ? "a block device"
+                                               : "not a regular file") +
+                       ", not a regular file; it was not read. Remove it from the source "
+                       "directory, or leave it out with --exclude";
+      out.push_back(std::move(e));
+      continue;
+    }
     LIBSHARD_ASSIGN_OR_RETURN(SourceEntry e, StatEntry(p.string(), rel));
     out.push_back(std::move(e));
   }

@@ -15,6 +15,10 @@ struct SourceEntry {
   std::string rel_path;  // recorded as provenance and used for ordering: '/'-separated
   uint64_t size = 0;     // bytes, from stat
   int64_t mtime_ns = 0;  // from stat
+  // Non-empty for a walked entry with a sample name that is not a regular file (a FIFO, socket or
+  // device, or a symlink to one): why it cannot be read. Pack never opens it (opening a FIFO
+  // blocks, opening a device can act) and fails or skips it (--on-error) with this reason.
+  std::string not_readable;
 };
 
 struct SourceListOptions {
@@ -33,7 +37,8 @@ bool HasSampleExtension(const std::string& rel_path);
 
 // Lists the sources in natural-sorted relative-path order (NaturalLess), filtered. Hidden entries
 // (names starting with '.') are skipped while walking; symlinked files are followed, symlinked
-// directories are not (no cycles). Errors: NotFound for a missing root or listed file,
+// directories are not (no cycles). A selected name that is a FIFO, socket or device is listed
+// with `not_readable` set (so a sample never goes missing silently); dangling links are skipped. Errors: NotFound for a missing root or listed file,
 // InvalidArgument for a duplicate relative path or a path that names no regular file.
 Result<std::vector<SourceEntry>> ListSources(const SourceListOptions& options);
 

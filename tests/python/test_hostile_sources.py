@@ -245,15 +245,27 @@ def test_non_utf8_metadata_value_still_packs_and_opens(tmp_path):
 
 # ---- 4. FIFOs, sockets and symlinks to them -----------------------------------------------------
 
-def test_fifo_in_the_source_directory_is_never_opened(tmp_path):
+def test_fifo_in_the_source_directory_is_never_opened_and_never_silently_dropped(tmp_path):
+    """A FIFO (or a symlink to one) with a sample name: a clear error naming it, or with
+    --on-error skip a line in skipped.txt; never opened (that would block), never left out
+    without a word (a sample would go missing)."""
     src = tmp_path / "src"
     save_good(src / "a.pt")
     os.mkfifo(src / "b.pt")
     os.symlink("b.pt", src / "c.pt")
-    rc, _, err, _ = pack_cli(src, tmp_path / "out")  # would block forever on open()
+    os.mkfifo(src / "notes.txt")  # not a sample name: not a source at all
+    rc, _, err, _ = pack_cli(src, tmp_path / "fail")
+    assert rc == 1, err
+    assert "b.pt is a FIFO" in err and "not read" in err, err
+    out = tmp_path / "out"
+    rc, _, err, _ = pack_cli(src, out, "--on-error", "skip")
     assert rc == 0, err
-    ds = libshard.open(tmp_path / "out")
+    report = (out / "skipped.txt").read_text()
+    assert report.startswith("b.pt\t") and "\nc.pt\t" in report and "FIFO" in report, report
+    ds = libshard.open(out)
     assert [ds.source(i) for i in range(len(ds))] == ["a.pt"]
+    rc, _, err, _ = pack_cli(src, tmp_path / "excluded", "--exclude", "[bc].pt")
+    assert rc == 0, err
 
 
 def test_fifo_named_in_files_from_is_a_clear_error(tmp_path):
