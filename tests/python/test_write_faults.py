@@ -240,3 +240,41 @@ def test_disk_full_on_a_small_tmpfs(small_tmpfs, tmp_path):
     r = pack(src, out, "--resume", args=("--shard-size", "512K"))
     assert r.returncode == 0, r.stderr
     assert contents(out) == reference
+
+
+@pytest.mark.parametrize("kind", ["enospc", "kill"])
+def test_fault_during_append(setup, tmp_path, kind):
+    """`pack --append` never breaks the dataset it adds to: after a fault at any of its calls OUT
+    opens as it was before the append or as the complete result, and a new --append finishes."""
+    import shutil
+    base, src, runs = setup
+    args, reference, _ = runs["raw"]
+    first = tmp_path / "first"
+    first.mkdir()
+    for i in range(6):
+        shutil.copy2(src / f"s_{i}.pt", first / f"s_{i}.pt")
+    start = tmp_path / "start"
+    assert pack(first, start, args=args).returncode == 0
+    assert contents(start) == reference[:6]
+    counted = tmp_path / "counted"
+    shutil.copytree(start, counted)
+    log = tmp_path / "append.log"
+    p = pack(src, counted, "--append", env=fault_env(counted, log=log), args=args)
+    assert p.returncode == 0, p.stderr
+    calls = log.read_text().splitlines()
+    assert contents(counted) == reference
+    for n in points(len(calls)):
+        where = f"append, {kind} at call {n}/{len(calls)} ({calls[n - 1]})"
+        out = tmp_path / f"append_{n}"
+        shutil.copytree(start, out)
+        p = pack(src, out, "--append", env=fault_env(out, at=n, kind=kind), args=args)
+        if kind == "kill":
+            assert p.returncode == -9, f"{where}: exit {p.returncode}: {p.stderr}"
+        elif p.returncode:
+            assert str(out) in p.stderr and "No space left on device" in p.stderr, \
+                f"{where}: {p.stderr}"
+        got = contents(out)  # must open: the old dataset stays until the new one is committed
+        assert got in (reference[:6], reference), f"{where}: opens with {len(got)} samples"
+        r = pack(src, out, "--append", args=args)
+        assert r.returncode == 0, f"{where}: the next --append failed: {r.stderr}"
+        assert contents(out) == reference, f"{where}: the appended dataset differs"
