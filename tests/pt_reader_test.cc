@@ -413,6 +413,28 @@ TEST(PtPickleTest, NamesLongerThanTheFormatAllowsAreRefused) {
   EXPECT_EQ(r->metadata.at(0).key, ok_key);
 }
 
+// One tensor named 5000 times through the memo: more tensors than a sample holds (kMaxFields,
+// FORMAT.md §5), refused while flattening rather than described 5000 times.
+TEST(PtPickleTest, MoreTensorsThanASampleHoldsAreRefused) {
+  const std::string tensor =
+      "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"
+      "X\x01\x00\x00\x00" "0X\x03\x00\x00\x00" "cpuK\x04tQK\x00K\x04\x85K\x01\x85\x89"
+      "ccollections\nOrderedDict\n)RtR"s;
+  auto many = [&](int n) {
+    std::string body = "}X\x01\x00\x00\x00" "a]("s + tensor + "q\x01";
+    for (int i = 1; i < n; ++i) body += "h\x01";
+    return Unpickle(body + "es");
+  };
+  auto r = many(4096);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tensors.size(), 4096u);
+  r = many(5000);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("more than 4096 tensors"), std::string::npos)
+      << r.status().message();
+}
+
 // A REDUCE on a memoised tuple of a million items is refused by its size, not copied.
 TEST(PtPickleTest, ReduceWithTooManyArgumentsIsRefused) {
   std::string body = "ccollections\nOrderedDict\n(";
