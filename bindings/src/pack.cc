@@ -83,6 +83,7 @@ py::dict SummaryToPython(const convert::PackSummary& s) {
   out["samples_added"] = s.samples_added;
   out["sources_selected"] = s.sources_selected;
   out["already_present"] = s.already_present;
+  out["nothing_to_resume"] = s.nothing_to_resume;
   py::list skipped;
   for (const convert::SkippedSource& k : s.skipped) {
     py::dict e;

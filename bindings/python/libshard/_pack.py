@@ -41,8 +41,11 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       threads: conversion threads (None: the number of CPUs).
       on_error: "fail" (nothing that opens as complete is left) or "skip" (bad files are listed in
         ``OUT/skipped.txt``).
-      resume: continue an interrupted pack of ``out``.
-      append: add the sources not yet in the dataset ``out``.
+      resume: continue an interrupted pack of ``out``. On a finished ``out`` nothing is written:
+        the summary has ``nothing_to_resume`` when it holds every source, else ValueError says
+        how many sources are not in it (add them with ``append``).
+      append: add the sources not yet in the dataset ``out``. One writer at a time: a pack into an
+        ``out`` another process is writing fails at once, naming that process.
       part: "I/N": convert only the I-th of N contiguous slices (merge the parts afterwards).
       allow_varying_dims: allow dimensions other than the sequence dimension to vary.
       progress: print progress lines to stderr.
