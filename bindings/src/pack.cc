@@ -87,8 +87,8 @@ py::dict SummaryToPython(const convert::PackSummary& s) {
   py::list skipped;
   for (const convert::SkippedSource& k : s.skipped) {
     py::dict e;
-    e["path"] = k.path;
-    e["reason"] = k.reason;
+    e["path"] = DecodeDatasetString(k.path);  // a file name: any bytes (surrogateescape)
+    e["reason"] = DecodeDatasetString(k.reason);
     skipped.append(std::move(e));
   }
   out["skipped"] = std::move(skipped);

@@ -229,6 +229,27 @@ def test_skip_reason_quoting_non_utf8_bytes_is_a_str(tmp_path):
     assert "\\xff\\xfe" in (out / "skipped.txt").read_text(encoding="utf-8")
 
 
+def test_skipped_source_with_a_non_utf8_name_is_reported_as_its_fs_name(tmp_path):
+    """A damaged source whose file name is not UTF-8 is skipped and reported under the name
+    os.fsdecode gives it (so os.fsencode returns the bytes on disk), never a UnicodeDecodeError."""
+    src = tmp_path / "src"
+    save_good(src / "a.pt")
+    bad = os.path.join(os.fsencode(src), b"bad_\xe9.pt")
+    with open(bad, "wb") as f:
+        f.write(b"PK\x03\x04 not a zip archive")
+    out = tmp_path / "out"
+    code = textwrap.dedent(f"""
+        import json, os, libshard
+        s = libshard.pack({str(src)!r}, {str(out)!r}, on_error="skip")
+        print(json.dumps([s["samples_added"], [os.fsencode(k["path"]).hex() for k in s["skipped"]]]))
+    """)
+    rc, stdout, err, _ = run_measured([sys.executable, "-c", code])
+    assert rc == 0, err
+    added, skipped = json.loads(stdout.strip().splitlines()[-1])
+    assert added == 1
+    assert [bytes.fromhex(h) for h in skipped] == [b"bad_\xe9.pt"]
+
+
 def test_non_utf8_metadata_value_still_packs_and_opens(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
