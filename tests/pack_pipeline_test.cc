@@ -23,6 +23,7 @@
 #include "pack/option_parsing.h"
 #include "pack/pack.h"
 #include "pack/schema_inference.h"
+#include "libshard/text.h"
 #include "pack/torch_file_writer.h"
 #include "testutil/testutil.h"
 
@@ -513,18 +514,6 @@ TEST_F(PackPipelineTest, SkipReasonsQuotingNonUtf8BytesAreEscaped) {
   const std::string report = testing::ReadFileToString(dir_.path() / "out" / "skipped.txt");
   EXPECT_TRUE(IsValidUtf8(report));
   EXPECT_NE(report.find("\\xff\\xfe.pkl"), std::string::npos) << report;
-}
-
-TEST(SchemaInferenceTest, Utf8Validation) {
-  EXPECT_TRUE(IsValidUtf8("plain ascii"));
-  EXPECT_TRUE(IsValidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
-  EXPECT_FALSE(IsValidUtf8("caf\xed\xb3\xa9"));       // a surrogate (Python's surrogateescape)
-  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));              // overlong
-  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));      // above U+10FFFF
-  EXPECT_FALSE(IsValidUtf8("\xe2\x82"));              // truncated
-  EXPECT_FALSE(IsValidUtf8("\xff"));
-  EXPECT_EQ(Utf8Safe("ok \xc3\xa9"), "ok \xc3\xa9");
-  EXPECT_EQ(Utf8Safe("x\xed\xb3\xa9"), "x\\xed\\xb3\\xa9");
 }
 
 TEST(PackOptionsTest, ValidationIsUsage) {

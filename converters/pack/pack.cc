@@ -22,6 +22,7 @@
 #include <unordered_set>
 
 #include "libshard/dataset.h"
+#include "libshard/text.h"
 #include "pack/file_hash.h"
 #include "pack/option_parsing.h"
 #include "pack/schema_inference.h"
@@ -431,7 +432,7 @@ Result<EncodedSample> PackJob::Process(uint64_t i) const {
 Status PackJob::RecordSkip(const SourceEntry& e, const Status& why) {
   // Messages may quote bytes from the file (a zip entry name, a key): escaped unless UTF-8, so the
   // report is text and Python can take the reason as a str.
-  const std::string reason = Utf8Safe(why.ToString());
+  const std::string reason = EscapeNonUtf8(why.ToString());
   summary_.skipped.push_back({e.rel_path, reason});
   if (skipped_file_ == nullptr) {
     summary_.skipped_report = (fs::path(o_.output) / kSkippedReport).string();

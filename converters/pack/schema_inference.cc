@@ -5,6 +5,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "libshard/text.h"
+
 namespace libshard::convert {
 namespace {
 
@@ -31,79 +33,9 @@ int32_t ChooseSeqDim(const Shape& shape, std::optional<uint64_t> length) {
 
 }  // namespace
 
-// Surrogates (U+D800..DFFF) are what a Python str with a surrogate-escaped byte pickles to.
-bool IsValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    if (b0 < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (b0 >= 0xC2 && b0 <= 0xDF) {
-      n = 2;
-    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-      n = 3;
-      if (b0 == 0xE0) lo = 0xA0;  // overlong
-      if (b0 == 0xED) hi = 0x9F;  // surrogates
-    } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-      n = 4;
-      if (b0 == 0xF0) lo = 0x90;  // overlong
-      if (b0 == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return false;
-    }
-    if (s.size() - i < n) return false;
-    const auto b1 = static_cast<unsigned char>(s[i + 1]);
-    if (b1 < lo || b1 > hi) return false;
-    for (size_t k = 2; k < n; ++k) {
-      const auto b = static_cast<unsigned char>(s[i + k]);
-      if (b < 0x80 || b > 0xBF) return false;
-    }
-    i += n;
-  }
-  return true;
-}
-
-std::string Utf8Safe(std::string_view s) {
-  if (IsValidUtf8(s)) return std::string(s);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x80) {
-      out += c;
-    } else {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    }
-  }
-  return out;
-}
-
 namespace {
 
-// A name from a file, safe to put in a message (and so in a Python str): bytes outside
-// printable ASCII as \xNN, at most 200 of them.
-std::string Printable(std::string_view s) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (char c : s.substr(0, 200)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out += c;
-    } else {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    }
-  }
-  if (s.size() > 200) out += "...";
-  return out;
-}
+std::string Printable(std::string_view s) { return PrintableBytes(s, 200); }
 
 std::string KeyList(const std::vector<SourceTensor>& tensors) {
   std::string out;

@@ -53,11 +53,4 @@ Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
 // "[1, 128, 64]"
 std::string ShapeString(const Shape& shape);
 
-// Well-formed UTF-8 (RFC 3629): no overlong forms, no surrogates, nothing above U+10FFFF.
-bool IsValidUtf8(std::string_view s);
-
-// `s` when it is valid UTF-8, else `s` with every byte >= 0x80 written as \xNN: text from files
-// made safe for a Python str and for a UTF-8 report (skipped.txt).
-std::string Utf8Safe(std::string_view s);
-
 }  // namespace libshard::convert

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "libshard/schema.h"
+#include "libshard/text.h"
 
 namespace libshard::convert {
 
@@ -76,22 +77,7 @@ std::optional<DType> TypedStorageDType(std::string_view name) {
   return std::nullopt;
 }
 
-// Printable, bounded rendering of bytes from the file for messages.
-std::string Printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 120)) {
-    if (c >= 0x20 && c < 0x7f) {
-      out += c;
-    } else {
-      static const char* kHex = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[(static_cast<unsigned char>(c) >> 4) & 15];
-      out += kHex[static_cast<unsigned char>(c) & 15];
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out;
-}
+std::string Printable(std::string_view s) { return PrintableBytes(s, 120); }
 
 bool MulOverflow(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
 bool AddOverflow(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_add_overflow(a, b, out); }

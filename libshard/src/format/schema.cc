@@ -3,6 +3,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "libshard/text.h"
+
 namespace libshard {
 
 std::optional<size_t> Schema::Find(std::string_view name) const {
@@ -26,12 +28,14 @@ Status Schema::Validate() const {
   std::unordered_set<std::string_view> seen;
   for (size_t k = 0; k < fields.size(); ++k) {
     const Field& f = fields[k];
-    std::string where = "schema: field " + std::to_string(k) + " '" + f.name + "'";
+    std::string where = "schema: field " + std::to_string(k) + " '" + PrintableBytes(f.name) + "'";
     if (f.name.empty() || f.name.size() > kMaxNameBytes)
       return Status::InvalidArgument(where + ": a name must have 1.." +
                                      std::to_string(kMaxNameBytes) + " bytes");
     if (f.name.find('\0') != std::string::npos)
       return Status::InvalidArgument(where + ": a name must not contain a NUL byte");
+    if (!IsValidUtf8(f.name))
+      return Status::InvalidArgument(where + ": a name must be well-formed UTF-8 (FORMAT.md §3.2)");
     if (!seen.insert(f.name).second)
       return Status::InvalidArgument(where + ": duplicate field name");
     if (!IsValidDType(static_cast<uint32_t>(f.dtype)))
