@@ -315,6 +315,43 @@ TEST(LoaderTest, DefaultOptionsVerifyChecksums) {
   EXPECT_NE(failure.ToString().find("sample 2"), std::string::npos) << failure.ToString();
 }
 
+// A partial read (fields, max_len) cannot be checksummed: by default it is served as read, with
+// verify_partial_reads the sample is read whole and checked, so damage outside the selection is
+// found too.
+TEST(LoaderTest, PartialReadsAreVerifiedOnlyWhenAskedToReadWhole) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 6);
+  ASSERT_NE(ds, nullptr);
+  const SampleLocation loc = ds->location(1);
+  const TensorLocation hs = ds->tensor(1, *ds->schema().Find("hidden_state"));
+  testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + hs.offset + hs.nbytes / 2);
+  auto run = [&](bool partial_verified, uint64_t* bytes_read) {
+    LoaderOptions o = SmallOptions();
+    o.fields = {"input_ids"};
+    o.shuffle = false;
+    o.verify_partial_reads = partial_verified;
+    auto loader = Loader::Create(ds, o);
+    EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+    Status st;
+    while (true) {
+      auto next = (*loader)->Next();
+      if (!next.ok()) {
+        st = next.status();
+        break;
+      }
+      if (!next->has_value()) break;
+    }
+    *bytes_read = (*loader)->stats().bytes_read;
+    return st;
+  };
+  uint64_t partial_bytes = 0, whole_bytes = 0;
+  EXPECT_TRUE(run(false, &partial_bytes).ok());
+  const Status st = run(true, &whole_bytes);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  EXPECT_NE(st.ToString().find("sample 1"), std::string::npos) << st.ToString();
+  EXPECT_LT(partial_bytes, ds->total_stored_bytes() / 2);
+}
+
 TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 16);

@@ -444,3 +444,30 @@ def test_default_loader_verifies_checksums(eagle_dataset, copy_dataset):
             pass
     unchecked = libshard.Loader(dataset, shuffle=False, verify=False, return_index=True, **SMALL)
     assert sorted(indices(unchecked)) == list(range(N_EAGLE))
+
+
+def test_verify_none_true_false_with_partial_reads(eagle_dataset, copy_dataset):
+    """verify=None (default) checks every sample read whole but serves a fields= selection as
+    read; verify=True reads such samples whole to check them; verify=False checks nothing."""
+    dataset = copy_dataset(eagle_dataset)
+    ds = libshard.open(dataset)
+    loc = ds.location(2)
+    shard = ds.shards[loc["shard"]]["path"]
+    # Damage the last stored byte of the sample: inside the last field, never input_ids (first).
+    with open(shard, "r+b") as f:
+        f.seek(loc["offset"] + loc["stored_size"] - 1)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x5A]))
+    partial = libshard.Loader(dataset, shuffle=False, fields=["input_ids"], return_index=True,
+                              **SMALL)
+    assert sorted(indices(partial)) == list(range(N_EAGLE))
+    with pytest.raises(libshard.CorruptionError, match="sample 2"):
+        for _ in libshard.Loader(dataset, shuffle=False, fields=["input_ids"], verify=True,
+                                 **SMALL):
+            pass
+    with pytest.raises(libshard.CorruptionError, match="sample 2"):
+        for _ in libshard.Loader(dataset, shuffle=False, **SMALL):
+            pass
+    unchecked = libshard.Loader(dataset, shuffle=False, verify=False, return_index=True, **SMALL)
+    assert sorted(indices(unchecked)) == list(range(N_EAGLE))

@@ -95,8 +95,12 @@ class Loader:
       max_tokens: token-budget batches (from the index lengths; no I/O to plan them).
       collate: see above.
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
-      verify: check every sample's xxh3-64 checksum on worker threads before handing it out
-        (default; about 0.06 CPU-s per GB). ``False`` serves the stored bytes unchecked.
+      verify: check each sample's xxh3-64 checksum on worker threads before handing it out.
+        ``None`` (default): every sample read whole is checked (about 0.06 CPU-s per GB); with
+        ``fields``/``max_len`` a sample read in part cannot be checked and is served as stored.
+        ``True``: every sample is checked, reading whole the ones ``fields``/``max_len`` would
+        read in part. ``False``: nothing is checked. Shards of another dataset are refused when
+        the dataset opens either way.
       on_error: "raise" (default) or "skip" (corrupt samples are skipped and counted in stats).
         A batch that lost every sample (with single samples: each skip) is replaced by a repeat
         of the previous batch's first sample (``stats()["samples_repeated"]``), so every rank
@@ -125,7 +129,7 @@ class Loader:
                  max_tokens: Optional[int] = None,
                  collate: Collate = None,
                  memory_budget: Union[int, str] = "2GiB",
-                 verify: bool = True,
+                 verify: Optional[bool] = None,
                  on_error: str = "raise",
                  return_index: bool = False,
                  device: Union[str, torch.device, None] = None,
@@ -185,7 +189,8 @@ class Loader:
             "io_mode": io_mode,
             "pin_memory": bool(pin_memory),
             "worker_threads": worker_threads,
-            "verify_checksums": bool(verify),
+            "verify_checksums": verify is None or bool(verify),
+            "verify_partial_reads": verify is not None and bool(verify),
             "on_error": on_error,
             "slow_wait_warning_seconds": float(slow_wait_warning_seconds),
             "stats_interval_seconds": float(stats_interval_seconds),

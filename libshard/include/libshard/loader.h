@@ -99,11 +99,16 @@ struct LoaderOptions {
   IoMode io_mode = IoMode::kAuto;              // env LIBSHARD_IO_MODE=direct|buffered overrides
   bool pin_memory = true;              // cudaHostRegister the arena when a CUDA runtime loads
   uint32_t worker_threads = 1;         // checksum verification and zstd decoding; 1..256
-  // Each sample's xxh3-64 is checked on the worker threads before it is handed out, so damaged or
-  // foreign bytes are never served as tensors. It costs about 0.06 CPU-s per GB and no
-  // throughput at this machine's disk speed (README, "Checksums"); turn it off only for data
-  // whose integrity is known (e.g. just verified with `libshard verify`).
+  // Each sample read whole has its xxh3-64 checked on the worker threads before it is handed
+  // out, so damaged or foreign bytes are never served as tensors. It costs about 0.06 CPU-s per
+  // GB and no throughput at this machine's disk speed (README, "Checksums"); turn it off only for
+  // data whose integrity is known (e.g. just checked with `libshard verify`).
   bool verify_checksums = true;
+  // The checksum covers a sample's whole stored extent, so a partial read (`fields`, `max_len`)
+  // cannot be checked and is served unverified unless this is set, which reads such samples
+  // whole to check them (more I/O). Samples whose shard was replaced by another dataset's are
+  // refused at Dataset::Open either way (shard uids, FORMAT.md §4.1).
+  bool verify_partial_reads = false;
   OnError on_error = OnError::kRaise;
 
   // Observability.

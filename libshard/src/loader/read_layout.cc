@@ -52,7 +52,7 @@ std::vector<size_t> AllFields(const Dataset& dataset, std::span<const size_t> fi
 }  // namespace
 
 ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation& location,
-                    std::span<const size_t> fields, uint64_t max_len, bool verify) {
+                    std::span<const size_t> fields, uint64_t max_len, bool whole) {
   ReadLayout r;
   r.whole = true;
   r.file_offset = location.offset;
@@ -61,7 +61,7 @@ ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation
   r.payload_begin = 0;
   r.payload_end = location.stored_size;
   const bool compressed = (location.flags & kSampleFlagZstd) != 0;
-  if (compressed || verify || (fields.empty() && max_len == 0)) return r;
+  if (compressed || whole || (fields.empty() && max_len == 0)) return r;
   const std::vector<Field>& schema_fields = dataset.schema().fields;
   uint64_t begin = UINT64_MAX;
   uint64_t end = 0;

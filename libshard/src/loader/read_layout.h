@@ -26,9 +26,10 @@ struct ReadLayout {
 };
 
 // `fields`: selected field indices (empty: all). `max_len` > 0: rows kept on each selected
-// field's seq_dim. A partial read is planned only for uncompressed samples without verification.
+// field's seq_dim. A partial read is planned only for uncompressed samples, and not when `whole`
+// (the caller verifies checksums of partial selections, which needs the whole stored extent).
 ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation& location,
-                    std::span<const size_t> fields, uint64_t max_len, bool verify);
+                    std::span<const size_t> fields, uint64_t max_len, bool whole);
 
 // Views over decoded payload bytes: `base` holds payload bytes [base_offset, base_offset +
 // base_size). With max_len > 0, tensors longer than max_len along seq_dim are cut to max_len rows

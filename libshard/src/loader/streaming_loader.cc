@@ -318,7 +318,7 @@ Result<bool> StreamingLoader::StartNextItem() {
   item->sample = sample;
   item->location = dataset_->location(sample);
   item->layout = PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len,
-                          options_.verify_checksums);
+                          /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
   const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
   const uint64_t read_bytes = item->layout.read_length;
   const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
@@ -397,7 +397,7 @@ void StreamingLoader::FinishRead(Item* item) {
     return;
   }
   const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
-  if (options_.verify_checksums || compressed) {
+  if (Verifies(*item) || compressed) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       tasks_.push_back(item);
@@ -408,10 +408,14 @@ void StreamingLoader::FinishRead(Item* item) {
   Complete(item, Status::OK());
 }
 
+bool StreamingLoader::Verifies(const Item& item) const {
+  return options_.verify_checksums && item.layout.whole;
+}
+
 Status StreamingLoader::VerifyAndDecode(Item* item) {
   const SampleLocation& loc = item->location;
   std::span<const std::byte> stored(item->read_slot.get(), loc.stored_size);
-  if (options_.verify_checksums) {
+  if (Verifies(*item)) {
     const uint64_t sum = format::Xxh3(stored);
     if (sum != loc.checksum) {
       checksum_failures_.fetch_add(1, std::memory_order_relaxed);

@@ -93,6 +93,9 @@ class StreamingLoader final : public Loader {
   // Turns a fully read (and verified/decoded) item into its Sample or error; marks it ready.
   void Complete(Item* item, Status status);
   Status VerifyAndDecode(Item* item);
+  // Whether `item`'s checksum is checked: verification is on and the read covers the whole
+  // stored extent (LoaderOptions::verify_partial_reads).
+  bool Verifies(const Item& item) const;
   void WorkerLoop();
   void MaybePrintStats();
   void WarnSlowWait(double waited, uint64_t batch);
