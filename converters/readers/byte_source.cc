@@ -163,7 +163,8 @@ Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_byt
   // trusted: it is mod 2^32 and per member.
   const uint64_t cap = max_bytes == UINT64_MAX ? max_bytes : max_bytes + 1;
   GrowableBuffer out;
-  std::vector<std::byte> in(size_t{1} << 20);
+  // Input is read in pieces of at most 1 MiB; a small file needs no more than its size.
+  std::vector<std::byte> in(static_cast<size_t>(std::clamp<uint64_t>(file->size(), 1, uint64_t{1} << 20)));
   uint64_t in_off = 0;
   uint64_t produced = 0;
   bool stream_end = false;  // the last member finished and no input is pending
