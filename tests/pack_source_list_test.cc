@@ -147,6 +147,21 @@ TEST(OptionParsingTest, ByteSizes) {
     EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
 }
 
+TEST(OptionParsingTest, OnErrorRaiseIsCanonicalAndFailItsAlias) {
+  EXPECT_EQ(*ParsePackOnError("raise"), OnError::kFail);
+  EXPECT_EQ(*ParsePackOnError("fail"), OnError::kFail);
+  EXPECT_EQ(*ParsePackOnError("skip"), OnError::kSkip);
+  for (const char* bad : {"", "ignore", "Raise", "stop"}) {
+    auto r = ParsePackOnError(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    const std::string& m = r.status().message();
+    EXPECT_NE(m.find("'" + std::string(bad) + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("raise"), std::string::npos) << m;
+    EXPECT_NE(m.find("skip"), std::string::npos) << m;
+  }
+}
+
 TEST(OptionParsingTest, Compression) {
   EXPECT_EQ(ParseCompression("none")->compression, Compression::kNone);
   EXPECT_EQ(ParseCompression("zstd")->compression, Compression::kZstd);

@@ -21,7 +21,7 @@ struct PackArgs {
   std::string compress = "none";
   std::string fields;
   unsigned threads = 0;
-  std::string on_error = "fail";
+  std::string on_error = "raise";
   bool resume = false, append = false;
   std::string part;
   bool allow_varying_dims = false;
@@ -79,13 +79,9 @@ int RunPack(const PackArgs& a) {
   o.zstd_level = comp->level;
   o.fields = convert::SplitList(a.fields);
   o.threads = a.threads;
-  if (a.on_error == "fail") {
-    o.on_error = convert::OnError::kFail;
-  } else if (a.on_error == "skip") {
-    o.on_error = convert::OnError::kSkip;
-  } else {
-    return UsageError(kCmd, "--on-error must be fail or skip, not '" + a.on_error + "'");
-  }
+  auto on_error = convert::ParsePackOnError(a.on_error);
+  if (!on_error.ok()) return UsageError(kCmd, "--on-error: " + on_error.status().message());
+  o.on_error = *on_error;
   o.resume = a.resume;
   o.append = a.append;
   if (!a.part.empty()) {
@@ -165,7 +161,8 @@ Command AddPackCommand(CLI::App& app) {
   c->add_option("--threads", args->threads, "Worker threads parsing and encoding (0 = one per CPU)")
       ->capture_default_str();
   c->add_option("--on-error", args->on_error,
-                "fail: stop at the first bad source; skip: leave it out and list it in OUT/skipped.txt")
+                "raise: stop at the first bad source ('fail' is an alias); skip: leave it out and "
+                "list it in OUT/skipped.txt")
       ->capture_default_str();
   c->add_flag("--resume", args->resume,
               "Continue an interrupted pack into OUT from its journal, without redoing what was "

@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "libshard/status.h"
+#include "libshard/units.h"
 #include "libshard/writer.h"
+#include "pack/pack.h"
 
 namespace libshard::convert {
 
-// "4096", "512K", "512M", "4G", "4GiB", "1.5T", "64MB", "2gb": K/M/G/T (optionally followed by
-// "iB") are powers of 1024, KB/MB/GB/TB powers of 1000, a bare number or "B" is bytes. Case-
-// insensitive; the result must be >= 1 and fit in 64 bits.
-Result<uint64_t> ParseByteSize(std::string_view text);
+// Byte sizes ("4GiB", "512M", "64MB"): the library's one parser (libshard/units.h).
+using ::libshard::ParseByteSize;
 
 // "512.0 MiB", "4.00 GiB", "123 B": human-readable binary units.
 std::string FormatBytes(uint64_t bytes);
@@ -50,6 +50,11 @@ PartRange PartSlice(uint64_t total, uint32_t index, uint32_t count);
 // "A:B" (half-open, like Python), "A:" (to the end), ":B", "A-B" (inclusive). Indices must be
 // < `size`; the result is in the order given, duplicates removed keeping the first occurrence.
 Result<std::vector<uint64_t>> ParseSampleRange(std::string_view text, uint64_t size);
+
+// The pack option `on_error` / `--on-error`: "raise" (the canonical name, shared with the Loader
+// and parsed by libshard::ParseOnError) or "skip"; "fail" is accepted as an alias of "raise" for
+// existing scripts. Anything else is InvalidArgument listing the accepted names.
+Result<OnError> ParsePackOnError(std::string_view text);
 
 // "a,b,,c" -> {"a","b","c"} (empty items dropped, surrounding spaces trimmed).
 std::vector<std::string> SplitList(std::string_view text, char sep = ',');
