@@ -16,9 +16,9 @@ namespace libshard::python {
 
 namespace py = pybind11;
 
-// Raises the Python exception for `status` (which must not be OK): NotFound -> FileNotFoundError,
-// InvalidArgument/Unsupported -> ValueError, IoError -> OSError(errno, message),
-// Corruption -> libshard.CorruptionError, anything else -> RuntimeError. Never returns.
+// Raises the Python exception for `status` (which must not be OK): the libshard.Error subclass of
+// its code, which also derives from the matching built-in (see errors.cc for the table; IoError
+// and NotFound are raised as cls(errno, message)). Never returns.
 [[noreturn]] void ThrowStatus(const Status& status);
 
 inline void ThrowIfError(const Status& status) {

@@ -1,6 +1,19 @@
 // Mapping of libshard Status codes to Python exceptions (see bindings.h).
+//
+// One class per StatusCode, all deriving from libshard.Error and, where Python users expect one,
+// from the matching built-in, so `except ValueError` and `except libshard.Error` both work:
+//   InvalidArgument   -> InvalidArgumentError(Error, ValueError)
+//   Unsupported       -> UnsupportedError(Error, ValueError)
+//   NotFound          -> NotFoundError(Error, FileNotFoundError)
+//   IoError           -> IoError(Error, OSError)             raised as cls(errno, message)
+//   Corruption        -> CorruptionError(Error)
+//   ResourceExhausted -> ResourceExhaustedError(Error, MemoryError)
+//   AlreadyExists     -> AlreadyExistsError(Error, FileExistsError)
+//   Aborted           -> AbortedError(Error)
+//   Internal          -> InternalError(Error, RuntimeError)
 #include <Python.h>
 
+#include <array>
 #include <string>
 
 #include "bindings.h"
@@ -8,63 +21,92 @@
 namespace libshard::python {
 namespace {
 
-// libshard.CorruptionError; created once at module import and kept for the process lifetime.
-PyObject* g_corruption_error = nullptr;
+// The classes, indexed by StatusCode; created once at module import and kept for the process
+// lifetime (module-level exception types are never freed).
+constexpr size_t kNumCodes = static_cast<size_t>(StatusCode::kAlreadyExists) + 1;
+PyObject* g_error = nullptr;
+std::array<PyObject*, kNumCodes> g_classes{};
+
+struct ClassSpec {
+  StatusCode code;
+  const char* name;      // attribute name in the module
+  PyObject* builtin;     // second base, or nullptr for Error alone
+  const char* doc;
+};
 
 }  // namespace
 
 void ThrowStatus(const Status& status) {
   // Messages quote names and source paths, which are raw bytes (FORMAT.md §1): undecodable bytes
-  // are shown as \xNN escapes rather than turning the error into a UnicodeDecodeError.
-  const StatusCode code = status.code();
-  const bool plain = code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument ||
-                     code == StatusCode::kUnsupported || code == StatusCode::kIoError ||
-                     code == StatusCode::kCorruption;
-  const std::string text = plain ? status.message() : status.ToString();
+  // are shown as \xNN escapes rather than turning the error into a UnicodeDecodeError. The class
+  // names the code, so the message is the status message alone.
+  const std::string& text = status.message();
   PyObject* message =
       PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
   if (message == nullptr) throw py::error_already_set();
-  // Raises `type(message)`, or `type(errno, message)` when the status carries an errno (OSError
-  // then also selects the matching subclass: PermissionError, ...).
-  auto raise = [&](PyObject* type, bool with_errno) {
-    if (with_errno && status.sys_errno() != 0) {
-      PyObject* args = Py_BuildValue("(iO)", status.sys_errno(), message);
-      PyErr_SetObject(type, args);
-      Py_XDECREF(args);
-    } else {
-      PyErr_SetObject(type, message);
-    }
-  };
-  switch (status.code()) {
-    case StatusCode::kNotFound:
-      raise(PyExc_FileNotFoundError, true);
-      break;
-    case StatusCode::kInvalidArgument:
-    case StatusCode::kUnsupported:
-      raise(PyExc_ValueError, false);
-      break;
-    case StatusCode::kIoError:
-      raise(PyExc_OSError, true);
-      break;
-    case StatusCode::kCorruption:
-      raise(g_corruption_error != nullptr ? g_corruption_error : PyExc_RuntimeError, false);
-      break;
-    default:
-      raise(PyExc_RuntimeError, false);
-      break;
+  const auto index = static_cast<size_t>(status.code());
+  PyObject* type = index < kNumCodes ? g_classes[index] : nullptr;
+  if (type == nullptr) type = g_classes[static_cast<size_t>(StatusCode::kInternal)];
+  if (type == nullptr) type = PyExc_RuntimeError;  // before RegisterErrors ran
+  // OSError-derived classes take (errno, message) so .errno and .strerror are set.
+  const bool with_errno = status.sys_errno() != 0 && PyType_Check(type) &&
+                          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type),
+                                           reinterpret_cast<PyTypeObject*>(PyExc_OSError));
+  if (with_errno) {
+    PyObject* args = Py_BuildValue("(iO)", status.sys_errno(), message);
+    PyErr_SetObject(type, args);
+    Py_XDECREF(args);
+  } else {
+    PyErr_SetObject(type, message);
   }
   Py_DECREF(message);
   throw py::error_already_set();
 }
 
 void RegisterErrors(py::module_& m) {
-  g_corruption_error = PyErr_NewExceptionWithDoc(
-      "libshard.CorruptionError",
-      "Bytes of a packed dataset violate the format or fail their checksum. The message names the "
-      "file, the sample and the byte offset; re-pack the dataset or restore the named file.",
+  g_error = PyErr_NewExceptionWithDoc(
+      "libshard.Error",
+      "Base class of every exception libshard raises. Each subclass also derives from the "
+      "built-in Python users expect (ValueError, FileNotFoundError, OSError, MemoryError, ...).",
       PyExc_Exception, nullptr);
-  if (g_corruption_error == nullptr) throw py::error_already_set();
-  m.add_object("CorruptionError", py::handle(g_corruption_error));
+  if (g_error == nullptr) throw py::error_already_set();
+  m.add_object("Error", py::handle(g_error));
+
+  const ClassSpec specs[] = {
+      {StatusCode::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError,
+       "An argument or option is wrong; the message names it and the accepted values."},
+      {StatusCode::kNotFound, "NotFoundError", PyExc_FileNotFoundError,
+       "A file or dataset does not exist; the message names the path."},
+      {StatusCode::kCorruption, "CorruptionError", nullptr,
+       "Bytes of a packed dataset or a source file violate the format or fail their checksum. "
+       "The message names the file, the sample and the byte offset; re-pack the dataset or "
+       "restore the named file."},
+      {StatusCode::kIoError, "IoError", PyExc_OSError,
+       "A system call failed; .errno and .strerror hold the errno, the message names the file."},
+      {StatusCode::kUnsupported, "UnsupportedError", PyExc_ValueError,
+       "Well-formed input that this version of libshard refuses (a newer format version, a "
+       "construct it does not read)."},
+      {StatusCode::kResourceExhausted, "ResourceExhaustedError", PyExc_MemoryError,
+       "A budget or limit was exceeded (the memory budget, a size limit); the message names the "
+       "limit and how to raise it."},
+      {StatusCode::kAborted, "AbortedError", nullptr,
+       "The operation was stopped (the loader was closed or the job cancelled)."},
+      {StatusCode::kInternal, "InternalError", PyExc_RuntimeError,
+       "A bug in libshard; please report it with the message."},
+      {StatusCode::kAlreadyExists, "AlreadyExistsError", PyExc_FileExistsError,
+       "Refusing to overwrite, or a dataset that another writer holds."},
+  };
+  for (const ClassSpec& spec : specs) {
+    const std::string qualified = std::string("libshard.") + spec.name;
+    PyObject* bases = spec.builtin != nullptr ? PyTuple_Pack(2, g_error, spec.builtin)
+                                              : PyTuple_Pack(1, g_error);
+    if (bases == nullptr) throw py::error_already_set();
+    PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), spec.doc, bases, nullptr);
+    Py_DECREF(bases);
+    if (cls == nullptr) throw py::error_already_set();
+    g_classes[static_cast<size_t>(spec.code)] = cls;
+    m.add_object(spec.name, py::handle(cls));
+  }
 
   // For tests of the mapping itself: raises the exception for (code, message, errno).
   m.def(

@@ -221,7 +221,7 @@ class PyLoader {
   }
   std::shared_ptr<Loader> Get() {
     std::shared_ptr<Loader> loader = Peek();
-    if (!loader) throw py::value_error("the Loader is closed");
+    if (!loader) ThrowStatus(Status::InvalidArgument("the Loader is closed"));
     return loader;
   }
 

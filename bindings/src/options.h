@@ -1,11 +1,13 @@
-// Reading keyword options from Python (the Loader's and pack's): each bad option raises a
-// ValueError that names it and says what it must be.
+// Reading keyword options from Python (the Loader's and pack's): each bad option raises
+// libshard.InvalidArgumentError (a ValueError) that names it and says what it must be.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <string>
+
+#include "bindings.h"
 
 namespace libshard::python {
 
@@ -17,7 +19,7 @@ class OptionReader {
   explicit OptionReader(const char* what) : what_(what) {}
 
   [[noreturn]] void Bad(const std::string& key, const std::string& why) const {
-    throw py::value_error(std::string(what_) + " '" + key + "': " + why);
+    ThrowStatus(Status::InvalidArgument(std::string(what_) + " '" + key + "': " + why));
   }
 
   template <typename T>

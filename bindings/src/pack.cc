@@ -49,10 +49,9 @@ convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
       if (threads > 4096) kOptions.Bad(key, "is too large");
       o.threads = static_cast<unsigned>(threads);
     } else if (key == "on_error") {
-      const std::string s = kOptions.Get<std::string>(key, v);
-      if (s == "fail" || s == "raise") o.on_error = convert::OnError::kFail;
-      else if (s == "skip") o.on_error = convert::OnError::kSkip;
-      else kOptions.Bad(key, "must be 'fail' or 'skip', got '" + s + "'");
+      Result<convert::OnError> parsed = convert::ParsePackOnError(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'on_error'"));
+      o.on_error = *parsed;
     } else if (key == "resume") o.resume = kOptions.Get<bool>(key, v);
     else if (key == "append") o.append = kOptions.Get<bool>(key, v);
     else if (key == "part") {
@@ -141,7 +140,8 @@ void RegisterPack(py::module_& m) {
 void RegisterPack(py::module_& m) {
   m.attr("HAVE_PACK") = false;
   m.def("pack", [](const py::dict&) {
-    throw py::value_error("this build of libshard has no pack pipeline (LIBSHARD_BUILD_TOOLS=OFF)");
+    ThrowStatus(Status::Unsupported(
+        "this build of libshard has no pack pipeline (LIBSHARD_BUILD_TOOLS=OFF)"));
   });
 }
 

@@ -269,11 +269,13 @@ def test_on_error_skip_writes_report(eagle, tmp_path):
     unpacked_equals_sources(out, src, rels, tmp_path)
 
 
-def test_on_error_fail_names_file_and_leaves_nothing_complete(eagle, tmp_path):
+@pytest.mark.parametrize("on_error", [None, "raise", "fail"])  # default, canonical, alias
+def test_on_error_fail_names_file_and_leaves_nothing_complete(eagle, tmp_path, on_error):
     src = tmp_path / "src"
     bad = corrupt_copy(eagle, src)
     out = tmp_path / "ds"
-    p = run("pack", src, "-o", out, "--progress", "none", check=False)
+    flags = [] if on_error is None else ["--on-error", on_error]
+    p = run("pack", src, "-o", out, "--progress", "none", *flags, check=False)
     assert p.returncode == 1
     assert "data_13.ckpt" in p.stderr and "sample" in p.stderr, p.stderr
     assert run("info", out, check=False).returncode == 1  # does not open as a dataset
@@ -337,6 +339,14 @@ def test_usage_errors_exit_2(tmp_path, args):
     p = run(*args, check=False)
     assert p.returncode == 2, (args, p.returncode, p.stderr)
     assert p.stderr.strip(), "a usage error says what is wrong"
+
+
+def test_on_error_names_raise_and_skip(tmp_path):
+    p = run("pack", tmp_path / "src", "-o", tmp_path / "ds", "--on-error", "ignore", check=False)
+    assert p.returncode == 2
+    assert "'ignore'" in p.stderr and "raise" in p.stderr and "skip" in p.stderr, p.stderr
+    help_text = run("pack", "--help").stdout
+    assert "raise: stop at the first bad source" in help_text, help_text
 
 
 def test_help_exits_0():

@@ -128,28 +128,74 @@ def test_closed_loader(eagle_dataset):
 def test_sample_larger_than_budget(eagle_dataset):
     ds = libshard.open(eagle_dataset)
     biggest = max(ds.location(i)["stored_size"] for i in range(len(ds)))
-    with pytest.raises((RuntimeError, ValueError), match="budget"):
+    with pytest.raises(libshard.ResourceExhaustedError, match="budget") as info:
         loader = libshard.Loader(ds, memory_budget=4096, shuffle=False)
         for _ in loader:
             pass
+    assert isinstance(info.value, MemoryError) and isinstance(info.value, libshard.Error)
     assert biggest > 4096
 
 
-def test_status_mapping():
-    raise_status = libshard._core._raise_status
-    with pytest.raises(ValueError, match="bad arg"):
-        raise_status(1, "bad arg")
-    with pytest.raises(FileNotFoundError, match="gone"):
-        raise_status(2, "gone")
-    with pytest.raises(libshard.CorruptionError, match="flipped"):
-        raise_status(3, "flipped")
-    with pytest.raises(OSError) as info:
-        raise_status(4, "disk on fire", errno.EIO)
-    assert info.value.errno == errno.EIO and "disk on fire" in str(info.value)
-    with pytest.raises(ValueError, match="newer"):
-        raise_status(5, "newer version")
-    with pytest.raises(RuntimeError, match="bug"):
-        raise_status(8, "bug")
+# (StatusCode value, class name, the built-in it also derives from or None), status.h order.
+STATUS_CLASSES = [
+    (1, "InvalidArgumentError", ValueError),
+    (2, "NotFoundError", FileNotFoundError),
+    (3, "CorruptionError", None),
+    (4, "IoError", OSError),
+    (5, "UnsupportedError", ValueError),
+    (6, "ResourceExhaustedError", MemoryError),
+    (7, "AbortedError", None),
+    (8, "InternalError", RuntimeError),
+    (9, "AlreadyExistsError", FileExistsError),
+]
+
+
+@pytest.mark.parametrize("code,name,builtin", STATUS_CLASSES)
+def test_status_mapping(code, name, builtin):
+    cls = getattr(libshard, name)
+    assert cls is getattr(libshard._core, name) and name in libshard.__all__
+    assert issubclass(cls, libshard.Error) and issubclass(libshard.Error, Exception)
+    assert cls.__module__ == "libshard" and cls.__doc__
+    if builtin is not None:
+        assert issubclass(cls, builtin)
+    # Raised as the class itself, caught by libshard.Error and by the built-in; the message is
+    # the status message (the class already names the code).
+    with pytest.raises(cls) as info:
+        libshard._core._raise_status(code, f"message {code} \xff")
+    assert type(info.value) is cls and str(info.value) == f"message {code} \xff"
+    for catch in (libshard.Error,) + ((builtin,) if builtin is not None else ()):
+        try:
+            libshard._core._raise_status(code, "caught")
+        except catch as e:
+            assert type(e) is cls
+        else:  # pragma: no cover
+            pytest.fail(f"{name} not raised")
+
+
+def test_status_mapping_keeps_errno_on_os_errors():
+    with pytest.raises(libshard.IoError) as info:
+        libshard._core._raise_status(4, "disk on fire", errno.EIO)
+    assert isinstance(info.value, OSError) and info.value.errno == errno.EIO
+    assert info.value.strerror == "disk on fire" and "disk on fire" in str(info.value)
+    with pytest.raises(libshard.NotFoundError) as info:
+        libshard._core._raise_status(2, "gone", errno.ENOENT)
+    assert isinstance(info.value, FileNotFoundError) and info.value.errno == errno.ENOENT
+    # An unknown code (never produced by the library) is an InternalError, not a crash.
+    with pytest.raises(libshard.InternalError, match="odd"):
+        libshard._core._raise_status(77, "odd")
+
+
+def test_python_side_errors_are_libshard_errors(eagle_dataset):
+    with pytest.raises(libshard.InvalidArgumentError, match="batch_size and max_tokens"):
+        libshard.Loader(eagle_dataset, batch_size=2, max_tokens=10)
+    with pytest.raises(libshard.InvalidArgumentError, match="on_error"):
+        libshard.Loader(eagle_dataset, on_error="fail")
+    with pytest.raises(libshard.InvalidArgumentError, match="bogus"):
+        libshard.Loader(eagle_dataset, engine="bogus", **SMALL)
+    with pytest.raises(libshard.InvalidArgumentError, match="Loader option 'queue_depth'"):
+        libshard.Loader(eagle_dataset, queue_depth="deep", **SMALL)
+    with pytest.raises(libshard.InvalidArgumentError, match="empty batch"):
+        libshard.pad_collate([])
 
 
 def test_pack_errors(tmp_path, eagle_src):
@@ -159,13 +205,24 @@ def test_pack_errors(tmp_path, eagle_src):
         libshard.pack(tmp_path / "missing_src", tmp_path / "out1")
     with pytest.raises(ValueError, match="lz4"):
         libshard.pack(eagle_src, tmp_path / "out2", compress="lz4")
-    with pytest.raises(ValueError, match="shard"):
+    with pytest.raises(libshard.InvalidArgumentError, match="shard"):
         libshard.pack(eagle_src, tmp_path / "out3", shard_size="big")
+    with pytest.raises(libshard.InvalidArgumentError, match="pack option 'on_error'.*'ignore'"
+                                                            ".*raise.*skip"):
+        libshard.pack(eagle_src, tmp_path / "out5", on_error="ignore")
+    with pytest.raises(libshard.InvalidArgumentError, match="pack option 'no_such_option'"):
+        libshard.pack(eagle_src, tmp_path / "out6", no_such_option=1)
     bad = tmp_path / "bad_src"
     bad.mkdir()
     (bad / "data_0.pt").write_bytes(b"PK\x03\x04 definitely not a torch file")
     with pytest.raises((ValueError, libshard.CorruptionError), match="data_0.pt"):
         libshard.pack(bad, tmp_path / "out4")
+    # "raise" is the canonical name (as in the Loader), "fail" its alias; both stop at data_0.pt.
+    for on_error in ("raise", "fail"):
+        with pytest.raises(libshard.Error, match="data_0.pt"):
+            libshard.pack(bad, tmp_path / f"out_{on_error}", on_error=on_error)
+    with pytest.raises(libshard.InvalidArgumentError, match="none of the 1 sources could be read"):
+        libshard.pack(bad, tmp_path / "out_skip", on_error="skip")  # skipped, then nothing left
 
 
 def test_pack_round_trip_and_summary(tmp_path, eagle_src):

@@ -137,8 +137,9 @@ def test_python_pack_survives_the_bomb(bomb_dirs, tmp_path):
     rc, stdout, err, _ = run_measured([sys.executable, "-c", code])
     assert rc == 0, err
     assert json.loads(stdout.strip().splitlines()[-1]) == [1, ["b_bomb.pt"]]
-    with pytest.raises(Exception, match="b_bomb.pt"):  # RuntimeError today (ResourceExhausted)
+    with pytest.raises(libshard.ResourceExhaustedError, match="b_bomb.pt") as info:
         libshard.pack(bomb_dirs / "mixed", tmp_path / "fail")
+    assert isinstance(info.value, MemoryError)
 
 
 # ---- 2. multi-member gzip bomb ------------------------------------------------------------------

@@ -37,8 +37,9 @@ def test_a_dataset_another_writer_holds_is_refused(tmp_path):
     out.mkdir()
     with open(out / ".libshard.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        # AlreadyExists: RuntimeError today (the code has no more specific built-in).
-        with pytest.raises(Exception, match="is being written by another process"):
+        with pytest.raises(libshard.AlreadyExistsError,
+                           match="is being written by another process") as info:
             libshard.pack(src, out)
+        assert isinstance(info.value, FileExistsError)
     assert libshard.pack(src, out)["samples"] == 1
 

@@ -10,8 +10,13 @@ Two lines in a training script::
 * :class:`Loader` streams it: shuffled, split across ranks, batched, resumable.
 * :func:`pad_collate`, :func:`pack_collate` batch variable-length samples.
 
-Errors: ``FileNotFoundError``, ``ValueError``, ``OSError`` (with errno) and
-:class:`CorruptionError`, each with the library's message (file, sample, offset).
+Errors: every exception derives from :class:`Error` and from the built-in Python users expect,
+each with the library's message (file, sample, offset):
+:class:`InvalidArgumentError` and :class:`UnsupportedError` (``ValueError``),
+:class:`NotFoundError` (``FileNotFoundError``), :class:`IoError` (``OSError``, with errno),
+:class:`ResourceExhaustedError` (``MemoryError``: a memory budget or size limit),
+:class:`AlreadyExistsError` (``FileExistsError``: e.g. a dataset another writer holds),
+:class:`InternalError` (``RuntimeError``), :class:`CorruptionError` and :class:`AbortedError`.
 """
 
 from __future__ import annotations
@@ -31,20 +36,39 @@ from ._loader import Loader
 from ._pack import pack
 from ._tensors import INDEX_KEY
 
+# One exception class per libshard status code (created by the C++ extension).
+Error = _core.Error
+InvalidArgumentError = _core.InvalidArgumentError
+UnsupportedError = _core.UnsupportedError
+NotFoundError = _core.NotFoundError
+IoError = _core.IoError
 #: Raised when dataset bytes violate the format or fail a checksum.
 CorruptionError = _core.CorruptionError
+ResourceExhaustedError = _core.ResourceExhaustedError
+AlreadyExistsError = _core.AlreadyExistsError
+AbortedError = _core.AbortedError
+InternalError = _core.InternalError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AbortedError",
+    "AlreadyExistsError",
     "CorruptionError",
     "Dataset",
+    "Error",
     "Field",
     "INDEX_KEY",
+    "InternalError",
+    "InvalidArgumentError",
+    "IoError",
     "Loader",
+    "NotFoundError",
+    "ResourceExhaustedError",
     "Schema",
     "open",
     "pack",
     "pack_collate",
     "pad_collate",
+    "UnsupportedError",
 ]

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 
+from ._core import InvalidArgumentError
 from ._tensors import INDEX_KEY
 
 Sample = Mapping[str, Any]
@@ -38,8 +39,8 @@ def _infer_seq_dim(tensors: Sequence[torch.Tensor]) -> Optional[int]:
     if len(differing) == 1:
         return differing[0]
     if len(differing) > 1:
-        raise ValueError(f"cannot infer the sequence dimension: dims {differing} differ between "
-                         "samples; pass seq_dims={name: dim}")
+        raise InvalidArgumentError(f"cannot infer the sequence dimension: dims {differing} differ "
+                                   "between samples; pass seq_dims={name: dim}")
     if first.dim() >= 2 and first.shape[0] == 1:
         return 1
     return 0
@@ -48,9 +49,9 @@ def _infer_seq_dim(tensors: Sequence[torch.Tensor]) -> Optional[int]:
 def _check_same_rank(name: str, tensors: Sequence[torch.Tensor]) -> None:
     for t in tensors:
         if t.dim() != tensors[0].dim() or t.dtype != tensors[0].dtype:
-            raise ValueError(f"field {name!r}: samples disagree in rank or dtype "
-                             f"({tuple(tensors[0].shape)} {tensors[0].dtype} vs "
-                             f"{tuple(t.shape)} {t.dtype})")
+            raise InvalidArgumentError(f"field {name!r}: samples disagree in rank or dtype "
+                                       f"({tuple(tensors[0].shape)} {tensors[0].dtype} vs "
+                                       f"{tuple(t.shape)} {t.dtype})")
 
 
 def _seq_dim_for(name: str, tensors: Sequence[torch.Tensor],
@@ -71,7 +72,7 @@ def _lengths(samples: Sequence[Sample], names: List[str], dims: Dict[str, Option
 
 def _split(samples: Sequence[Sample]) -> List[str]:
     if not samples:
-        raise ValueError("cannot collate an empty batch")
+        raise InvalidArgumentError("cannot collate an empty batch")
     return [k for k, v in samples[0].items() if isinstance(v, torch.Tensor)]
 
 
@@ -115,9 +116,9 @@ def pad_collate(samples: Sequence[Sample], *,
         for t in tensors:
             for d in range(first.dim()):
                 if d != dim and t.shape[d] != shape[d]:
-                    raise ValueError(f"field {name!r}: dim {d} differs between samples "
-                                     f"({tuple(first.shape)} vs {tuple(t.shape)}) and is not the "
-                                     f"sequence dimension ({dim})")
+                    raise InvalidArgumentError(
+                        f"field {name!r}: dim {d} differs between samples ({tuple(first.shape)} "
+                        f"vs {tuple(t.shape)}) and is not the sequence dimension ({dim})")
         batch_shape = [len(tensors)] + (shape[1:] if concat else shape)
         result = _empty(batch_shape, first.dtype)
         pad = (padding_values or {}).get(name, padding_value)

@@ -6,8 +6,26 @@ import numpy as np
 
 HAVE_PACK: bool
 
-class CorruptionError(Exception):
+class Error(Exception):
+    """Base class of every exception libshard raises."""
+class InvalidArgumentError(Error, ValueError):
+    """An argument or option is wrong (StatusCode::kInvalidArgument)."""
+class UnsupportedError(Error, ValueError):
+    """Well-formed input this version refuses (StatusCode::kUnsupported)."""
+class NotFoundError(Error, FileNotFoundError):
+    """A file or dataset does not exist (StatusCode::kNotFound)."""
+class IoError(Error, OSError):
+    """A system call failed; .errno holds the errno (StatusCode::kIoError)."""
+class CorruptionError(Error):
     """Bytes of a packed dataset violate the format or fail their checksum."""
+class ResourceExhaustedError(Error, MemoryError):
+    """A memory budget or size limit was exceeded (StatusCode::kResourceExhausted)."""
+class AlreadyExistsError(Error, FileExistsError):
+    """Refusing to overwrite, or a dataset another writer holds (StatusCode::kAlreadyExists)."""
+class AbortedError(Error):
+    """The operation was stopped (StatusCode::kAborted)."""
+class InternalError(Error, RuntimeError):
+    """A libshard bug (StatusCode::kInternal)."""
 
 RawField = Tuple[str, str, Tuple[int, ...], Optional["TensorMemory"]]
 RawSample = Tuple[int, List[RawField], Dict[str, Any]]
@@ -56,4 +74,5 @@ class Loader:
     def closed(self) -> bool: ...
 
 def pack(options: Dict[str, Any]) -> Dict[str, Any]: ...
+def parse_byte_size(text: str) -> int: ...
 def _raise_status(code: int, message: str, errno: int = 0) -> None: ...

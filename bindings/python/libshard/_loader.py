@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 
 from . import _core
+from ._core import InvalidArgumentError
 from ._collate import pack_collate, pad_collate
 from ._dataset import Dataset, PathLike
 from ._tensors import sample_to_dict
@@ -33,16 +34,17 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, i
                 dist_rank = int(os.environ.get("RANK", "0"))
                 dist_world = int(os.environ.get("WORLD_SIZE", "1"))
             except ValueError as e:
-                raise ValueError(f"RANK / WORLD_SIZE environment variables must be integers: {e}"
-                                 ) from None
+                raise InvalidArgumentError(
+                    f"RANK / WORLD_SIZE environment variables must be integers: {e}") from None
         rank = dist_rank if rank is None else rank
         world_size = dist_world if world_size is None else world_size
     if isinstance(rank, bool) or isinstance(world_size, bool) or \
             not isinstance(rank, int) or not isinstance(world_size, int):
-        raise ValueError(f"rank and world_size must be integers, got rank={rank!r}, "
-                         f"world_size={world_size!r}")
+        raise InvalidArgumentError(f"rank and world_size must be integers, got rank={rank!r}, "
+                                   f"world_size={world_size!r}")
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        raise InvalidArgumentError(f"need 0 <= rank < world_size, got rank={rank}, "
+                                   f"world_size={world_size}")
     return rank, world_size
 
 
@@ -147,25 +149,27 @@ class Loader:
         elif isinstance(data, (str, os.PathLike)):
             self._dataset = Dataset(data, verify=False)
         else:
-            raise ValueError(f"Loader needs a dataset directory or a libshard.Dataset, got "
-                             f"{type(data).__name__}")
+            raise InvalidArgumentError(f"Loader needs a dataset directory or a libshard.Dataset, "
+                                       f"got {type(data).__name__}")
         self._rank, self._world_size = resolve_rank(rank, world_size)
         if batch_size is not None and max_tokens is not None:
-            raise ValueError("batch_size and max_tokens are exclusive: give one of them")
+            raise InvalidArgumentError("batch_size and max_tokens are exclusive: give one of them")
         for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
                             ("max_len", max_len)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):
-                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+                raise InvalidArgumentError(
+                    f"{name} must be a positive integer or None, got {value!r}")
         if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if isinstance(fields, str):
             fields = [fields]
         if fields is not None:
             unknown = [f for f in fields if f not in self._dataset.schema]
             if unknown:
-                raise ValueError(f"fields {unknown} are not in the dataset {self._dataset.path} "
-                                 f"(it has {self._dataset.schema.names})")
+                raise InvalidArgumentError(f"fields {unknown} are not in the dataset "
+                                           f"{self._dataset.path} (it has "
+                                           f"{self._dataset.schema.names})")
         self._batched = batch_size is not None or max_tokens is not None
         self._collate = self._make_collate(collate)
         self._return_index = bool(return_index)
@@ -213,7 +217,8 @@ class Loader:
                                           length_field=schema.length_field)
         if callable(collate):
             return collate
-        raise ValueError(f"collate must be None, 'pad', 'pack' or a callable, got {collate!r}")
+        raise InvalidArgumentError(
+            f"collate must be None, 'pad', 'pack' or a callable, got {collate!r}")
 
     @staticmethod
     def _check_device(device: Union[str, torch.device, None]) -> Optional[torch.device]:
@@ -222,25 +227,27 @@ class Loader:
         try:
             dev = torch.device(device)
         except (RuntimeError, TypeError) as e:
-            raise ValueError(f"device {device!r} is not a valid torch device: {e}") from None
+            raise InvalidArgumentError(
+                f"device {device!r} is not a valid torch device: {e}") from None
         if dev.type == "cpu":
             return None
         if dev.type != "cuda":
-            raise ValueError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
+            raise InvalidArgumentError(f"device must be 'cpu' or 'cuda:N', got {device!r}")
         if not torch.cuda.is_available():
-            raise ValueError(f"device={str(device)!r} needs CUDA, but torch.cuda.is_available() is "
-                             "False (CPU-only torch build or no GPU visible); pass device=None and "
-                             "keep the tensors on the CPU")
+            raise InvalidArgumentError(
+                f"device={str(device)!r} needs CUDA, but torch.cuda.is_available() is False "
+                "(CPU-only torch build or no GPU visible); pass device=None and keep the tensors "
+                "on the CPU")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         if dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {str(device)!r} does not exist: "
-                             f"{torch.cuda.device_count()} CUDA device(s) visible")
+            raise InvalidArgumentError(f"device {str(device)!r} does not exist: "
+                                       f"{torch.cuda.device_count()} CUDA device(s) visible")
         return dev
 
     def _require_core(self) -> "_core.Loader":
         if self._core is None:
-            raise ValueError("the Loader is closed")
+            raise InvalidArgumentError("the Loader is closed")
         return self._core
 
     # -- iteration -------------------------------------------------------------------------
@@ -332,7 +339,7 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Makes the next ``iter()`` run epoch ``epoch`` from its beginning."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+            raise InvalidArgumentError(f"epoch must be a non-negative integer, got {epoch!r}")
         self._require_core().set_epoch(epoch)
         self._exhausted = False
 
@@ -351,11 +358,12 @@ class Loader:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
         size): the next step is the one after the last step the saved loader returned."""
         if not isinstance(state, dict):
-            raise ValueError(f"load_state_dict needs the dict from state_dict(), got "
-                             f"{type(state).__name__}")
+            raise InvalidArgumentError(f"load_state_dict needs the dict from state_dict(), got "
+                                       f"{type(state).__name__}")
         missing = [k for k in ("seed", "epoch", "position") if k not in state]
         if missing:
-            raise ValueError(f"state dict misses {missing}; pass what Loader.state_dict() returned")
+            raise InvalidArgumentError(
+                f"state dict misses {missing}; pass what Loader.state_dict() returned")
         options = dict(self._options)
         options["resume"] = {"seed": state["seed"], "epoch": state["epoch"],
                              "position": state["position"],

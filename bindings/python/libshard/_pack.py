@@ -6,6 +6,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _core
+from ._core import UnsupportedError
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -18,7 +19,7 @@ def pack(src: Optional[PathLike], out: PathLike, *,
          compress: str = "none",
          fields: Optional[Sequence[str]] = None,
          threads: Optional[int] = None,
-         on_error: str = "fail",
+         on_error: str = "raise",
          resume: bool = False,
          append: bool = False,
          part: Optional[str] = None,
@@ -39,8 +40,8 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       compress: "none", "zstd" or "zstd:LEVEL" (2-byte dtypes are byte-shuffled first).
       fields: keep only these tensors.
       threads: conversion threads (None: the number of CPUs).
-      on_error: "fail" (nothing that opens as complete is left) or "skip" (bad files are listed in
-        ``OUT/skipped.txt``).
+      on_error: "raise" (the first bad file raises; nothing that opens as complete is left) or
+        "skip" (bad files are listed in ``OUT/skipped.txt``). "fail" is an alias of "raise".
       resume: continue an interrupted pack of ``out``. On a finished ``out`` nothing is written:
         the summary has ``nothing_to_resume`` when it holds every source, else ValueError says
         how many sources are not in it (add them with ``append``).
@@ -51,11 +52,14 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       progress: print progress lines to stderr.
 
     Returns a summary dict (samples, shards, bytes in and out, seconds, skipped, ...).
-    Raises ``FileNotFoundError``, ``ValueError``, ``OSError`` or ``libshard.CorruptionError``
-    (the message names the source file and what is wrong with it). Releases the GIL.
+    Raises a :class:`libshard.Error`: ``NotFoundError`` (a ``FileNotFoundError``),
+    ``InvalidArgumentError`` (a ``ValueError``), ``IoError`` (an ``OSError``), ``CorruptionError``,
+    ``ResourceExhaustedError`` (a ``MemoryError``: a source over a size limit) or
+    ``AlreadyExistsError`` (a ``FileExistsError``: another writer holds ``out``); the message
+    names the source file and what is wrong with it. Releases the GIL.
     """
     if not getattr(_core, "HAVE_PACK", False):
-        raise RuntimeError("this build of libshard was made without the pack pipeline")
+        raise UnsupportedError("this build of libshard was made without the pack pipeline")
     opts: Dict[str, Any] = {
         "src": "" if src is None else os.fspath(src),
         "out": os.fspath(out),

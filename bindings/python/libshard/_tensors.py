@@ -12,6 +12,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ._core import UnsupportedError
+
 #: libshard dtype names (the PyTorch spelling without ``torch.``) to torch dtypes.
 TORCH_DTYPES: Dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -42,8 +44,8 @@ def torch_dtype(name: str) -> torch.dtype:
     try:
         return TORCH_DTYPES[name]
     except KeyError:
-        raise ValueError(f"libshard dtype {name!r} has no torch equivalent in this torch "
-                         f"version ({torch.__version__})") from None
+        raise UnsupportedError(f"libshard dtype {name!r} has no torch equivalent in this torch "
+                               f"version ({torch.__version__})") from None
 
 
 def make_tensor(dtype_name: str, shape: Sequence[int], memory: Optional[Any]) -> torch.Tensor:
