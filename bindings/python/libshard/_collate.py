@@ -54,6 +54,17 @@ def _check_same_rank(name: str, tensors: Sequence[torch.Tensor]) -> None:
                                        f"{tuple(t.shape)} {t.dtype})")
 
 
+def _check_other_dims(name: str, tensors: Sequence[torch.Tensor], dim: Optional[int]) -> None:
+    """Every dimension but the sequence one must agree, or the batch cannot be formed."""
+    first = tensors[0]
+    for t in tensors:
+        for d in range(first.dim()):
+            if d != dim and t.shape[d] != first.shape[d]:
+                raise InvalidArgumentError(
+                    f"field {name!r}: dim {d} differs between samples ({tuple(first.shape)} "
+                    f"vs {tuple(t.shape)}) and is not the sequence dimension ({dim})")
+
+
 def _seq_dim_for(name: str, tensors: Sequence[torch.Tensor],
                  seq_dims: Optional[Mapping[str, Optional[int]]]) -> Optional[int]:
     if seq_dims is not None and name in seq_dims:
@@ -113,12 +124,7 @@ def pad_collate(samples: Sequence[Sample], *,
         shape = list(first.shape)
         if dim is not None:
             shape[dim] = max(t.shape[dim] for t in tensors)
-        for t in tensors:
-            for d in range(first.dim()):
-                if d != dim and t.shape[d] != shape[d]:
-                    raise InvalidArgumentError(
-                        f"field {name!r}: dim {d} differs between samples ({tuple(first.shape)} "
-                        f"vs {tuple(t.shape)}) and is not the sequence dimension ({dim})")
+        _check_other_dims(name, tensors, dim)
         batch_shape = [len(tensors)] + (shape[1:] if concat else shape)
         result = _empty(batch_shape, first.dtype)
         pad = (padding_values or {}).get(name, padding_value)
@@ -155,6 +161,7 @@ def pack_collate(samples: Sequence[Sample], *,
         dim = _seq_dim_for(name, tensors, seq_dims)
         dims[name] = dim
         first = tensors[0]
+        _check_other_dims(name, tensors, dim)
         if dim is None:
             result = _empty([len(tensors)] + list(first.shape), first.dtype)
             torch.stack(tensors, out=result)
