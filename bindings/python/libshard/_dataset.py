@@ -78,9 +78,10 @@ class Dataset(torch.utils.data.Dataset):
     pickling keeps only the path and options, and workers reopen the dataset.
     Reads release the GIL. Thread-safe.
 
-    Raises (on open and on reads): ``FileNotFoundError`` (no dataset at ``path``),
-    ``libshard.CorruptionError`` (bad index, manifest or checksum; the message names the file,
-    sample and offset), ``OSError`` (I/O failure, with errno), ``ValueError``.
+    Raises (on open and on reads) a ``libshard.Error``: ``NotFoundError`` (a ``FileNotFoundError``:
+    no dataset at ``path``), ``CorruptionError`` (bad index, manifest or checksum; the message
+    names the file, sample and offset), ``IoError`` (an ``OSError``: I/O failure, with errno),
+    ``InvalidArgumentError`` / ``UnsupportedError`` (``ValueError``).
     """
 
     def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True) -> None:

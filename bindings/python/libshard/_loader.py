@@ -109,14 +109,16 @@ class Loader:
         keeps its step count and DDP ranks stay in step.
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
-        stream one step ahead. Needs CUDA (ValueError otherwise).
+        stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
       metadata: add the sample's non-tensor source entries to the dicts.
       queue_depth, read_size, engine ("auto"/"uring"/"pread"), io_mode ("auto"/"direct"/
         "buffered"), pin_memory, worker_threads, slow_wait_warning_seconds,
         stats_interval_seconds: tuning, see ``libshard/loader.h``.
 
-    Raises: ``FileNotFoundError`` for a missing dataset, ``ValueError`` for bad options (the message
-    names the option), ``libshard.CorruptionError`` / ``OSError`` while iterating.
+    Raises a ``libshard.Error``: ``NotFoundError`` (a ``FileNotFoundError``) for a missing dataset,
+    ``InvalidArgumentError`` (a ``ValueError``) for bad options (the message names the option),
+    ``ResourceExhaustedError`` (a ``MemoryError``) for a sample larger than ``memory_budget``,
+    ``CorruptionError`` / ``IoError`` (an ``OSError``) while iterating.
     """
 
     def __init__(self, data: Union[PathLike, Dataset], *,
