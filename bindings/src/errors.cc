@@ -14,6 +14,7 @@
 #include <Python.h>
 
 #include <array>
+#include <cerrno>
 #include <string>
 
 #include "bindings.h"
@@ -26,6 +27,55 @@ namespace {
 constexpr size_t kNumCodes = static_cast<size_t>(StatusCode::kAlreadyExists) + 1;
 PyObject* g_error = nullptr;
 std::array<PyObject*, kNumCodes> g_classes{};
+
+// IoError subclasses that also derive from the OSError subclass Python picks for an errno
+// (PermissionError for EACCES, ...), so `except PermissionError` keeps working; made on first use.
+struct ErrnoClass {
+  int err;
+  PyObject* builtin;
+  const char* name;
+  PyObject* cls = nullptr;
+};
+std::array<ErrnoClass, 11>& ErrnoClasses() {
+  static std::array<ErrnoClass, 11> classes = {{
+      {EACCES, PyExc_PermissionError, "libshard.IoError.PermissionError"},
+      {EPERM, PyExc_PermissionError, "libshard.IoError.PermissionError"},
+      {ENOENT, PyExc_FileNotFoundError, "libshard.IoError.FileNotFoundError"},
+      {EEXIST, PyExc_FileExistsError, "libshard.IoError.FileExistsError"},
+      {EISDIR, PyExc_IsADirectoryError, "libshard.IoError.IsADirectoryError"},
+      {ENOTDIR, PyExc_NotADirectoryError, "libshard.IoError.NotADirectoryError"},
+      {EINTR, PyExc_InterruptedError, "libshard.IoError.InterruptedError"},
+      {ETIMEDOUT, PyExc_TimeoutError, "libshard.IoError.TimeoutError"},
+      {EAGAIN, PyExc_BlockingIOError, "libshard.IoError.BlockingIOError"},
+      {EPIPE, PyExc_BrokenPipeError, "libshard.IoError.BrokenPipeError"},
+      {ECONNRESET, PyExc_ConnectionResetError, "libshard.IoError.ConnectionResetError"},
+  }};
+  return classes;
+}
+
+// The class to raise for an IoError with errno `err`: IoError itself, or its subclass that also
+// derives from the built-in Python maps `err` to.
+PyObject* IoErrorClassFor(PyObject* io_error, int err) {
+  for (ErrnoClass& e : ErrnoClasses()) {
+    if (e.err != err) continue;
+    if (e.cls == nullptr) {
+      for (ErrnoClass& same : ErrnoClasses())  // EACCES and EPERM share one class
+        if (same.builtin == e.builtin && same.cls != nullptr) e.cls = same.cls;
+    }
+    if (e.cls == nullptr) {
+      PyObject* bases = PyTuple_Pack(2, io_error, e.builtin);
+      if (bases == nullptr) return io_error;
+      e.cls = PyErr_NewException(e.name, bases, nullptr);
+      Py_DECREF(bases);
+      if (e.cls == nullptr) {
+        PyErr_Clear();
+        return io_error;
+      }
+    }
+    return e.cls;
+  }
+  return io_error;
+}
 
 struct ClassSpec {
   StatusCode code;
@@ -53,6 +103,7 @@ void ThrowStatus(const Status& status) {
                           PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type),
                                            reinterpret_cast<PyTypeObject*>(PyExc_OSError));
   if (with_errno) {
+    if (status.code() == StatusCode::kIoError) type = IoErrorClassFor(type, status.sys_errno());
     PyObject* args = Py_BuildValue("(iO)", status.sys_errno(), message);
     PyErr_SetObject(type, args);
     Py_XDECREF(args);

@@ -185,6 +185,27 @@ def test_status_mapping_keeps_errno_on_os_errors():
         libshard._core._raise_status(77, "odd")
 
 
+def test_io_errors_keep_the_errno_subclass_python_users_catch(tmp_path):
+    """An IoError with EACCES is also a PermissionError (as OSError(errno, ...) would be), so
+    `except PermissionError` keeps working; other errnos stay plain IoError."""
+    for err, builtin in [(errno.EACCES, PermissionError), (errno.EPERM, PermissionError),
+                         (errno.EISDIR, IsADirectoryError), (errno.ENOTDIR, NotADirectoryError)]:
+        with pytest.raises(builtin) as info:
+            libshard._core._raise_status(4, "no way", err)
+        assert isinstance(info.value, libshard.IoError) and isinstance(info.value, libshard.Error)
+        assert info.value.errno == err
+    with pytest.raises(libshard.IoError) as info:
+        libshard._core._raise_status(4, "full", errno.ENOSPC)
+    assert type(info.value) is libshard.IoError and info.value.errno == errno.ENOSPC
+    if os.geteuid() != 0:  # root reads anything: the real case needs an unprivileged user
+        dataset = tmp_path / "locked"
+        dataset.mkdir()
+        (dataset / "manifest.json").write_text("{}")
+        os.chmod(dataset / "manifest.json", 0)
+        with pytest.raises(PermissionError):
+            libshard.open(dataset)
+
+
 def test_python_side_errors_are_libshard_errors(eagle_dataset):
     with pytest.raises(libshard.InvalidArgumentError, match="batch_size and max_tokens"):
         libshard.Loader(eagle_dataset, batch_size=2, max_tokens=10)
