@@ -81,6 +81,9 @@ TEST_F(DatasetTest, OpensAndDescribesItself) {
   for (uint64_t i = 0; i < kSamples; ++i) raw += (*ds)->location(i).raw_size;
   EXPECT_EQ((*ds)->total_raw_bytes(), raw);
   EXPECT_EQ((*ds)->total_stored_bytes(), std::filesystem::file_size(Shard(0)));
+  // The manifest's provenance, as Open read it (what `libshard info` shows).
+  EXPECT_EQ((*ds)->provenance().created_by, "libshard tests");
+  EXPECT_EQ((*ds)->provenance().created_at.size(), 20u) << (*ds)->provenance().created_at;
 }
 
 TEST_F(DatasetTest, MissingDirectoryAndManifest) {

@@ -1,15 +1,10 @@
 // `libshard info DIR [--json]`: schema, counts, sizes, length histogram, provenance summary.
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
-#include <string_view>
 
 #include "cli/command.h"
 #include "libshard/dataset.h"
@@ -55,49 +50,6 @@ nlohmann::json LengthStats(const std::vector<uint64_t>& lengths) {
   return j;
 }
 
-// Reads `path` into `out` when it is a regular file of at most 256 MiB (never blocks on a FIFO).
-bool ReadSmallRegularFile(const std::string& path, std::string* out) {
-  struct Fd {
-    int fd;
-    ~Fd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } owner{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
-  const int fd = owner.fd;
-  if (fd < 0) return false;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (256 << 20)) return false;
-  out->resize(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out->size()) {
-    const ssize_t n = ::pread(fd, out->data() + done, out->size() - done, static_cast<off_t>(done));
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// True when `text` nests arrays and objects at most `max` deep (strings skipped): nlohmann::json
-// recurses once per level and a hostile file would overflow the stack.
-bool NestingAtMost(std::string_view text, uint32_t max) {
-  uint32_t depth = 0;
-  bool in_string = false;
-  for (size_t k = 0; k < text.size(); ++k) {
-    const char c = text[k];
-    if (in_string) {
-      if (c == '\\') ++k;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max) return false;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return true;
-}
-
 Result<nlohmann::json> Describe(const Dataset& ds) {
   nlohmann::json j;
   j["path"] = ds.path();
@@ -133,17 +85,12 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
                  {"source_bytes", source_bytes}};
   j["lengths"] = LengthStats(ds.lengths());
   nlohmann::json prov = {{"first", first}, {"last", last}, {"hashed_sources", hashed}};
-  // The manifest's free-form provenance (source root, tool, time), when readable. Dataset::Open
-  // has checked this manifest; it is read again defensively (it may have been replaced since):
-  // only a regular file of bounded size and nesting is parsed, else the summary goes without.
-  std::string text;
-  if (ReadSmallRegularFile(ds.path() + "/manifest.json", &text) && NestingAtMost(text, 64)) {
-    auto m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (m.is_object() && m.contains("provenance") && m["provenance"].is_object()) {
-      for (auto& [k, v] : m["provenance"].items())
-        if (!prov.contains(k)) prov[k] = v;
-    }
-  }
+  // The manifest's provenance (source root, tool, time), as Dataset::Open read and checked it.
+  const DatasetProvenance& made = ds.provenance();
+  prov["source_root"] = made.source_root;
+  prov["sources"] = made.sources;
+  prov["created_by"] = made.created_by;
+  prov["created_at"] = made.created_at;
   j["provenance"] = prov;
   return j;
 }

@@ -21,6 +21,15 @@ struct DatasetOptions {
   bool verify_checksums = true;  // Read() checks each sample's xxh3 before returning it
 };
 
+// How the dataset was made, as its manifest records it (FORMAT.md §2.2 `provenance`; read and
+// checked by Open). Informational only.
+struct DatasetProvenance {
+  std::string source_root;  // the directory the sources were relative to, as given to the writer
+  uint64_t sources = 0;     // samples with a non-empty source path
+  std::string created_by;   // free text ("libshard pack 0.1.0")
+  std::string created_at;   // UTC, ISO 8601
+};
+
 struct ShardInfo {
   std::string path;       // absolute path of the shard file
   uint64_t size = 0;      // bytes, checked at Open
@@ -63,6 +72,7 @@ class Dataset {
   virtual const std::vector<ShardInfo>& shards() const = 0;
   virtual uint64_t total_stored_bytes() const = 0;
   virtual uint64_t total_raw_bytes() const = 0;
+  virtual const DatasetProvenance& provenance() const = 0;
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;

@@ -68,6 +68,7 @@ class DatasetImpl final : public Dataset {
   const std::vector<ShardInfo>& shards() const override { return shards_; }
   uint64_t total_stored_bytes() const override { return stored_bytes_; }
   uint64_t total_raw_bytes() const override { return index_.total_raw_bytes(); }
+  const DatasetProvenance& provenance() const override { return provenance_; }
 
   SampleLocation location(uint64_t i) const override {
     format::SampleRecord r = index_.record(i);
@@ -131,6 +132,7 @@ class DatasetImpl final : public Dataset {
   std::shared_ptr<std::byte[]> index_bytes_;
   IndexView index_;
   std::vector<ShardInfo> shards_;
+  DatasetProvenance provenance_;
   std::vector<io::File> shard_files_;
   uint64_t stored_bytes_ = 0;
 };
@@ -159,6 +161,8 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   ds->dir_ = dir;
   ds->options_ = options;
   ds->index_path_ = internal::JoinPath(dir, manifest.index_file);
+  ds->provenance_ = {manifest.source_root, manifest.sources, manifest.created_by,
+                     manifest.created_at};
   const std::string& ip = ds->index_path_;
   LIBSHARD_ASSIGN_OR_RETURN(ds->index_bytes_, ReadIndex(ip, manifest.index_size));
   LIBSHARD_ASSIGN_OR_RETURN(
