@@ -348,5 +348,49 @@ TEST(FormatManifestTest, RoundTripAndStrictness) {
               {"shards[0].size"});
 }
 
+// FORMAT.md §3.7 fixes the order of the checks; with two faults the one earlier in that order is
+// reported. Each case pairs faults that the parser once checked the other way round.
+TEST(FormatIndexTest, ChecksFollowTheSpecOrder) {
+  auto edit = [](auto&& change) {
+    std::string s = ValidIndex();
+    auto* p = reinterpret_cast<std::byte*>(s.data());
+    change(p);
+    FixChecksum(s);
+    return IndexView::Parse(Bytes(s), "idx").status();
+  };
+  auto record = [](std::byte* p, uint64_t i) {
+    return p + GetU64(p + format::kHeaderSamplesOffset) + format::kSampleRecordSize * i;
+  };
+  // Field names (with their ranges) before length_field.
+  ExpectError(edit([](std::byte* p) {
+                PutU64(p + format::kIndexHeaderSize + format::kFieldNameOffset, uint64_t{1} << 40);
+                format::PutI32(p + format::kHeaderLengthField, 7);
+              }),
+              StatusCode::kCorruption, {"field 0", "name range"});
+  // Within a record: shard in range before the reserved bytes.
+  ExpectError(edit([&](std::byte* p) {
+                PutU32(record(p, 1) + format::kRecordShard, 9);
+                p[record(p, 1) - p + format::kRecordReserved] = std::byte{1};
+              }),
+              StatusCode::kCorruption, {"sample 1", "shard 9 out of range"});
+  // Bounds in the shard before the flags.
+  ExpectError(edit([&](std::byte* p) {
+                PutU64(record(p, 1) + format::kRecordOffset, uint64_t{1} << 30);
+                PutU32(record(p, 1) + format::kRecordFlags, 0x80);
+              }),
+              StatusCode::kCorruption, {"sample 1", "extend past the end of shard-00000.lss"});
+  // Flags before the reserved bytes, and those before the blob ranges.
+  ExpectError(edit([&](std::byte* p) {
+                PutU32(record(p, 2) + format::kRecordFlags, 0x80);
+                p[record(p, 2) - p + format::kRecordReserved + 23] = std::byte{1};
+              }),
+              StatusCode::kCorruption, {"sample 2", "unknown flag bits"});
+  ExpectError(edit([&](std::byte* p) {
+                p[record(p, 2) - p + format::kRecordReserved] = std::byte{1};
+                PutU64(record(p, 2) + format::kRecordSourceSize, uint64_t{1} << 20);
+              }),
+              StatusCode::kCorruption, {"sample 2", "reserved bytes"});
+}
+
 }  // namespace
 }  // namespace libshard::testing

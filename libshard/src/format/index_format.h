@@ -21,6 +21,60 @@ inline constexpr uint64_t kSampleRecordSize = 128;
 inline constexpr uint64_t kTensorEntrySize = 16;
 inline constexpr uint64_t kIndexChecksumOffset = 120;
 inline constexpr uint64_t kMaxShardNameBytes = 255;
+inline constexpr uint64_t kDimSize = 8;  // one u64 dim (§3.3)
+
+// Header field offsets (§3.1); the magic is at 0, the checksum at kIndexChecksumOffset.
+inline constexpr uint64_t kHeaderVersion = 8;
+inline constexpr uint64_t kHeaderFlags = 12;
+inline constexpr uint64_t kHeaderSampleCount = 16;
+inline constexpr uint64_t kHeaderFieldCount = 24;
+inline constexpr uint64_t kHeaderShardCount = 28;
+inline constexpr uint64_t kHeaderFieldsOffset = 32;
+inline constexpr uint64_t kHeaderShardsOffset = 40;
+inline constexpr uint64_t kHeaderSamplesOffset = 48;
+inline constexpr uint64_t kHeaderTensorsOffset = 56;
+inline constexpr uint64_t kHeaderDimsOffset = 64;
+inline constexpr uint64_t kHeaderBlobOffset = 72;
+inline constexpr uint64_t kHeaderBlobSize = 80;
+inline constexpr uint64_t kHeaderFileSize = 88;
+inline constexpr uint64_t kHeaderLengthField = 96;
+inline constexpr uint64_t kHeaderShardUids = 100;
+inline constexpr uint64_t kHeaderReserved = 108;  // ..119
+
+// Field record offsets (§3.2).
+inline constexpr uint64_t kFieldDType = 0;
+inline constexpr uint64_t kFieldRank = 4;
+inline constexpr uint64_t kFieldSeqDim = 8;
+inline constexpr uint64_t kFieldReserved = 12;
+inline constexpr uint64_t kFieldNameOffset = 16;
+inline constexpr uint64_t kFieldNameSize = 24;
+
+// Shard record offsets (§3.5).
+inline constexpr uint64_t kShardNameOffset = 0;
+inline constexpr uint64_t kShardNameSize = 8;
+inline constexpr uint64_t kShardFileSize = 16;
+inline constexpr uint64_t kShardSampleCount = 24;
+
+// Sample record offsets (§3.3).
+inline constexpr uint64_t kRecordOffset = 0;
+inline constexpr uint64_t kRecordStoredSize = 8;
+inline constexpr uint64_t kRecordRawSize = 16;
+inline constexpr uint64_t kRecordChecksum = 24;
+inline constexpr uint64_t kRecordShard = 32;
+inline constexpr uint64_t kRecordFlags = 36;
+inline constexpr uint64_t kRecordLength = 40;
+inline constexpr uint64_t kRecordMetaOffset = 48;
+inline constexpr uint64_t kRecordMetaSize = 56;
+inline constexpr uint64_t kRecordSourceOffset = 64;
+inline constexpr uint64_t kRecordSourceSize = 72;
+inline constexpr uint64_t kRecordSourceBytes = 80;
+inline constexpr uint64_t kRecordSourceMtimeNs = 88;
+inline constexpr uint64_t kRecordSourceHash = 96;
+inline constexpr uint64_t kRecordReserved = 104;  // u64[3], to kSampleRecordSize
+
+// Tensor entry offsets (§3.3).
+inline constexpr uint64_t kTensorEntryOffset = 0;
+inline constexpr uint64_t kTensorEntryNbytes = 8;
 
 inline constexpr uint32_t kFlagZstd = 1u << 0;
 inline constexpr uint32_t kFlagByteShuffle = 1u << 1;
@@ -83,6 +137,8 @@ bool IsPlainFileName(std::string_view name);
 // A fully validated index over bytes the caller keeps alive (e.g. an mmap). Parse checks
 // everything in FORMAT.md §3.7 that the index alone determines; accessors then trust the bytes.
 // Thread-safe for concurrent const use.
+class IndexParser;
+
 class IndexView {
  public:
   // `file` names the index in messages. Never allocates in proportion to untrusted counts before
@@ -115,6 +171,8 @@ class IndexView {
   IndexSample Entry(uint64_t i) const;
 
  private:
+  friend class IndexParser;  // Parse's implementation, one method per §3.7 check group
+
   std::span<const std::byte> bytes_;
   Schema schema_;
   std::vector<IndexShard> shards_;
