@@ -74,7 +74,7 @@ def main(argv=None) -> int:
 
     files = sorted(glob.glob(os.path.join(args.src, "**", "*.ckpt*"), recursive=True) +
                    glob.glob(os.path.join(args.src, "**", "*.pt"), recursive=True))
-    # The yardstick of DESIGN.md: 4 workers, even on a 2-core machine.
+    # The baseline users run in practice: 4 workers, even on a 2-core machine (PyTorch warns).
     warnings.filterwarnings("ignore", message=".*worker processes in total.*")
     rows = [measure("torch.load DataLoader",
                     lambda: torch.utils.data.DataLoader(TorchLoadFiles(files), batch_size=None,

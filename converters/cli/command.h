@@ -25,7 +25,7 @@ Command AddInfoCommand(CLI::App& app);
 Command AddVerifyCommand(CLI::App& app);
 Command AddUnpackCommand(CLI::App& app);
 Command AddMergeCommand(CLI::App& app);
-Command AddBenchCommand(CLI::App& app);  // bench_command.cc (owned by the loader engineer later)
+Command AddBenchCommand(CLI::App& app);
 
 // Prints "libshard <command>: error: <status>" on stderr and returns kExitFailure.
 int Fail(std::string_view command, const Status& status);

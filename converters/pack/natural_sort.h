@@ -1,5 +1,5 @@
 // Natural ("human") ordering of relative paths: the sample order of a packed dataset
-// (DESIGN.md: `data_2` before `data_10`).
+// (`data_2` before `data_10`, the order users expect from numbered dumps; README.md promises it).
 #pragma once
 
 #include <string>

@@ -21,8 +21,6 @@ class ByteSource {
   // Fills all of dst from [offset, offset + dst.size()); a range past size() is Corruption
   // ("truncated"), naming `what` (the record being read) and the offset.
   virtual Status ReadAt(uint64_t offset, std::span<std::byte> dst, std::string_view what) const = 0;
-  // The whole content when it is in memory (gzip sources), else an empty span.
-  virtual std::span<const std::byte> InMemory() const { return {}; }
   // The path, for messages.
   virtual const std::string& name() const = 0;
 };
@@ -86,7 +84,6 @@ class MemoryByteSource final : public ByteSource {
       : name_(std::move(name)), mapped_(std::move(data)), data_(mapped_.bytes()) {}
   uint64_t size() const override { return data_.size(); }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst, std::string_view what) const override;
-  std::span<const std::byte> InMemory() const override { return data_; }
   const std::string& name() const override { return name_; }
 
  private:

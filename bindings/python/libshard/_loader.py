@@ -177,7 +177,6 @@ class Loader:
         self._return_index = bool(return_index)
         self._metadata = bool(metadata)
         self._device = self._check_device(device)
-        self._seed = seed
         self._options: Dict[str, Any] = {
             "shuffle": bool(shuffle),
             "seed": seed,

@@ -20,7 +20,7 @@ enum class StatusCode : int {
   kInvalidArgument = 1,  // the caller passed something wrong (options, index out of range)
   kNotFound = 2,         // a file or dataset does not exist
   kCorruption = 3,       // bytes on disk violate docs/FORMAT.md or fail a checksum
-  kIoError = 4,          // a system call failed; errno() holds the errno
+  kIoError = 4,          // a system call failed; sys_errno() holds the errno
   kUnsupported = 5,      // well-formed input that this version refuses (newer version, construct)
   kResourceExhausted = 6,// a budget or limit was exceeded (memory budget, size limits)
   kAborted = 7,          // the operation was stopped (Loader::Stop, cancelled job)

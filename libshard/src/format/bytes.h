@@ -10,9 +10,6 @@
 
 namespace libshard::format {
 
-inline void PutU16(std::byte* p, uint16_t v) {
-  for (int k = 0; k < 2; ++k) p[k] = static_cast<std::byte>(v >> (8 * k));
-}
 inline void PutU32(std::byte* p, uint32_t v) {
   for (int k = 0; k < 4; ++k) p[k] = static_cast<std::byte>(v >> (8 * k));
 }
@@ -50,7 +47,6 @@ class ByteWriter {
   void I32(int32_t v) { U32(static_cast<uint32_t>(v)); }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
   void Bytes(std::string_view s) { out_->append(s); }
-  void Zeros(size_t n) { out_->append(n, '\0'); }
 
  private:
   template <int N>
