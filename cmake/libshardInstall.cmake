@@ -11,6 +11,8 @@ install(TARGETS libshard EXPORT libshardTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/libshard/include/libshard
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(FILES ${PROJECT_BINARY_DIR}/libshard/include/libshard/version.h
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/libshard)
 install(EXPORT libshardTargets NAMESPACE libshard::
         DESTINATION ${LIBSHARD_INSTALL_CMAKEDIR})
 

@@ -5,10 +5,12 @@
 
 #include "bindings.h"
 #include "libshard/units.h"
+#include "libshard/version.h"
 
 PYBIND11_MODULE(_core, m) {
   namespace lp = libshard::python;
   m.doc() = "libshard C++ core (internal; use the `libshard` package).";
+  m.attr("__version__") = LIBSHARD_VERSION_STRING;
   lp::RegisterErrors(m);
   lp::RegisterTensorMemory(m);
   lp::RegisterDataset(m);

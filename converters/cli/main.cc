@@ -1,9 +1,11 @@
-// The `libshard` command-line tool. Exit codes: 0 ok, 1 failure, 2 usage (DESIGN.md).
+// The `libshard` command-line tool. Exit codes: 0 ok, 1 failure, 2 usage (README.md documents
+// them; scripts rely on 2 meaning "fix the command line", 1 "the data or the system failed").
 #include <cstdio>
 #include <exception>
 #include <vector>
 
 #include "cli/command.h"
+#include "libshard/version.h"
 
 namespace libshard::cli {
 
@@ -28,7 +30,7 @@ int main(int argc, char** argv) {
                "4 KiB-aligned shards, inspect, verify and unpack them."};
   app.name("libshard");
   app.require_subcommand(1, 1);
-  app.set_version_flag("--version", "libshard 0.1.0");
+  app.set_version_flag("--version", "libshard " LIBSHARD_VERSION_STRING);
   std::vector<Command> commands = {AddPackCommand(app),   AddInfoCommand(app),
                                    AddVerifyCommand(app), AddUnpackCommand(app),
                                    AddMergeCommand(app),  AddBenchCommand(app)};

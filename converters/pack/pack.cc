@@ -23,6 +23,7 @@
 
 #include "libshard/dataset.h"
 #include "libshard/text.h"
+#include "libshard/version.h"
 #include "pack/file_hash.h"
 #include "pack/option_parsing.h"
 #include "pack/schema_inference.h"
@@ -201,7 +202,7 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.zstd_level = o_.zstd_level;
   w.fsync = o_.fsync;
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
-  w.created_by = "libshard pack 0.1.0";
+  w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
   if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
   w.lock = lock_;
   return w;

@@ -49,7 +49,8 @@ AlreadyExistsError = _core.AlreadyExistsError
 AbortedError = _core.AbortedError
 InternalError = _core.InternalError
 
-__version__ = "0.1.0"
+# From project(VERSION) in CMakeLists.txt, compiled into the extension (libshard/version.h).
+__version__: str = _core.__version__
 
 __all__ = [
     "AbortedError",

@@ -26,7 +26,7 @@ struct DatasetOptions {
 struct DatasetProvenance {
   std::string source_root;  // the directory the sources were relative to, as given to the writer
   uint64_t sources = 0;     // samples with a non-empty source path
-  std::string created_by;   // free text ("libshard pack 0.1.0")
+  std::string created_by;   // free text ("libshard pack <version>")
   std::string created_at;   // UTC, ISO 8601
 };
 

@@ -29,7 +29,7 @@ struct WriterOptions {
   int zstd_level = 3;
   bool fsync = true;              // fsync shards, index, manifest and directory
   std::string source_root;        // recorded in the manifest's provenance summary
-  std::string created_by;         // free text recorded in the manifest ("libshard pack 0.1.0")
+  std::string created_by;         // free text recorded in the manifest ("libshard pack <version>")
   uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
   // The dataset's lock (dataset_lock.h), for a caller that must hold `dir` across more than the
   // Writer's lifetime (`libshard pack` inspects OUT before it knows the schema). When null, the
