@@ -19,7 +19,7 @@
 
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
-#include "libshard/raw_read.h"
+#include "support/raw_read.h"
 #include "libshard/writer.h"
 
 namespace libshard {

@@ -1,6 +1,8 @@
 // RawSequentialRead: the device's sequential read limit for a set of files, measured the way fio
 // would (O_DIRECT, io_uring, fixed block size and queue depth), as the yardstick that `libshard
-// bench` and bench/loader_bench.cc compare the Loader against.
+// bench` and bench/loader_bench.cc compare the Loader against. A benchmark tool, not library API:
+// it lives in the bench support library (bench/support/CMakeLists.txt), which `libshard bench`
+// and the bench programs link.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "libshard/raw_read.h"
+#include "support/raw_read.h"
 
 #include <sys/resource.h>
 
