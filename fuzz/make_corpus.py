@@ -27,7 +27,9 @@ from pathlib import Path
 FUZZ = Path(__file__).resolve().parent
 ROOT = FUZZ.parent
 PT = ROOT / "tests" / "data" / "pt"
-GOLDEN = sorted((ROOT / "tests" / "data").glob("golden_v1*"))
+# Complete datasets named index.lsi (golden_v1_append names index.a.lsi; golden_v1_journal holds
+# only a journal).
+GOLDEN = sorted(g for g in (ROOT / "tests" / "data").glob("golden_v1*") if (g / "index.lsi").exists())
 CORPUS = FUZZ / "corpus"
 MAX_SEED = 64 << 10
 

@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
           clang libclang-rt-14-dev)  # clang + libFuzzer runtime: fuzz/ targets
-PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.9" "numpy" "pytest" "safetensors" "ninja" "cmake>=3.24")
+PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.9" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

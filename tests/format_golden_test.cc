@@ -5,12 +5,22 @@
 // uid 0, index flags 0); they are frozen and never regenerated: readers must keep accepting them
 // unchanged. golden_v1_uids is what the writer produces now (with a fixed shard_uid_seed).
 //
-// Regenerate golden_v1_uids (only when the format changes, never to make a failing test pass):
+// golden_v1_journal (the journal of an interrupted write) and golden_v1_append (golden_v1_uids
+// after an append: index.a.lsi) are the writer's output too. golden_by_hand is not: it is written
+// from FORMAT.md alone by tests/data/make_golden_by_hand.py, so the reader is checked against the
+// spec independently of the writer.
+//
+// Regenerate golden_v1_uids, golden_v1_journal and golden_v1_append (only when the format
+// changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
+#include <nlohmann/json.hpp>
+
+#include "format/index_format.h"
+#include "format/journal.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
 #include "libshard/writer.h"
@@ -104,28 +114,281 @@ TEST(FormatGoldenTest, PreUidDatasetsHaveNoShardUids) {
   for (const ShardInfo& s : (*ds)->shards()) EXPECT_NE(s.uid, 0u) << s.path;
 }
 
-TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
-  TempDir dir;
-  WriteGolden(dir.path(), false);
-  for (const auto& e : std::filesystem::directory_iterator(kGoldenDir / "golden_v1_uids")) {
+// Every file of the checked-in `golden` dataset has the same bytes in `fresh`, the manifest
+// except for its timestamp.
+void ExpectSameFiles(const std::filesystem::path& golden, const std::filesystem::path& fresh) {
+  for (const auto& e : std::filesystem::directory_iterator(golden)) {
     const std::string name = e.path().filename().string();
     if (name == "manifest.json") continue;  // holds created_at
     if (name.starts_with(".")) continue;     // e.g. the writer's lock file, not dataset bytes
-    EXPECT_EQ(ReadFileToString(e.path()), ReadFileToString(dir / name)) << name << " changed";
+    EXPECT_EQ(ReadFileToString(e.path()), ReadFileToString(fresh / name)) << name << " changed";
   }
   // The manifest differs only in its timestamp.
   auto strip = [](std::string m) {
     size_t at = m.find("\"created_at\"");
     return m.erase(at, m.find('\n', at) - at);
   };
-  EXPECT_EQ(strip(ReadFileToString(kGoldenDir / "golden_v1_uids" / "manifest.json")),
-            strip(ReadFileToString(dir / "manifest.json")));
+  EXPECT_EQ(strip(ReadFileToString(golden / "manifest.json")),
+            strip(ReadFileToString(fresh / "manifest.json")));
+}
+
+TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
+  TempDir dir;
+  WriteGolden(dir.path(), false);
+  ExpectSameFiles(kGoldenDir / "golden_v1_uids", dir.path());
+}
+
+// ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
+// and xxhash, nothing from libshard), with expected.json beside it. Reading it proves that reader
+// and spec agree independently of the writer. Regenerate with that script, never with libshard.
+
+uint64_t HexU64(const nlohmann::json& j) { return std::stoull(j.get<std::string>(), nullptr, 16); }
+
+std::string ToHex(const std::byte* p, uint64_t n) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s;
+  for (uint64_t k = 0; k < n; ++k) {
+    s += kDigits[static_cast<uint8_t>(p[k]) >> 4];
+    s += kDigits[static_cast<uint8_t>(p[k]) & 15];
+  }
+  return s;
+}
+
+MetaValue ExpectedMetaValue(const nlohmann::json& e) {
+  switch (e["type"].get<int>()) {
+    case 1: return e["value"].get<bool>();
+    case 2: return e["value"].get<int64_t>();
+    case 3: return e["value"].get<double>();
+    default: return e["value"].get<std::string>();
+  }
+}
+
+TEST(FormatGoldenTest, HandWrittenDatasetReads) {
+  const std::filesystem::path dir = kGoldenDir / "golden_by_hand";
+  const nlohmann::json want = nlohmann::json::parse(ReadFileToString(dir / "expected.json"));
+  auto ds = Dataset::Open(dir.string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  Schema schema;
+  schema.fields = {{"tokens", DType::kInt64, 1, 0}, {"hidden", DType::kBFloat16, 2, 0}};
+  schema.length_field = 0;
+  EXPECT_EQ((*ds)->schema(), schema);
+  EXPECT_EQ((*ds)->provenance().source_root, "/by/hand");
+  EXPECT_EQ((*ds)->provenance().sources, 2u);
+  EXPECT_EQ((*ds)->provenance().created_at, "2026-01-02T03:04:05Z");
+
+  const std::string index_bytes = ReadFileToString(dir / "index.lsi");
+  auto index = format::IndexView::Parse(
+      {reinterpret_cast<const std::byte*>(index_bytes.data()), index_bytes.size()}, "index.lsi");
+  ASSERT_TRUE(index.ok()) << index.status().ToString();
+  EXPECT_EQ(index->checksum(), HexU64(want["index_xxh3"]));
+  EXPECT_EQ(index->file_size(), want["index_size"].get<uint64_t>());
+  EXPECT_TRUE(index->has_shard_uids());
+
+  ASSERT_EQ((*ds)->shards().size(), want["shards"].size());
+  for (size_t k = 0; k < want["shards"].size(); ++k) {
+    const nlohmann::json& s = want["shards"][k];
+    const ShardInfo& got = (*ds)->shards()[k];
+    EXPECT_EQ(std::filesystem::path(got.path).filename(), s["file"].get<std::string>());
+    EXPECT_EQ(got.size, s["size"].get<uint64_t>());
+    EXPECT_EQ(got.samples, s["samples"].get<uint64_t>());
+    EXPECT_EQ(got.uid, HexU64(s["uid"]));
+  }
+
+  ASSERT_EQ((*ds)->size(), want["samples"].size());
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    const nlohmann::json& w = want["samples"][i];
+    const SampleLocation loc = (*ds)->location(i);
+    EXPECT_EQ(loc.shard, w["shard"].get<uint32_t>());
+    EXPECT_EQ(loc.flags, w["flags"].get<uint32_t>());
+    EXPECT_EQ(loc.offset, w["offset"].get<uint64_t>());
+    EXPECT_EQ(loc.stored_size, w["stored_size"].get<uint64_t>());
+    EXPECT_EQ(loc.raw_size, w["raw_size"].get<uint64_t>());
+    EXPECT_EQ(loc.checksum, HexU64(w["checksum"]));
+    EXPECT_EQ(loc.length, w["length"].get<uint64_t>());
+    EXPECT_EQ((*ds)->length(i), w["length"].get<uint64_t>());
+
+    auto sample = (*ds)->Read(i);
+    ASSERT_TRUE(sample.ok()) << sample.status().ToString();
+    ASSERT_EQ(sample->tensors().size(), w["tensors"].size());
+    for (size_t f = 0; f < w["tensors"].size(); ++f) {
+      const nlohmann::json& t = w["tensors"][f];
+      const TensorView& got = sample->tensors()[f];
+      EXPECT_EQ(got.name, t["name"].get<std::string>());
+      EXPECT_EQ(DTypeName(got.dtype), t["dtype"].get<std::string>());
+      EXPECT_EQ(got.shape, t["shape"].get<Shape>());
+      EXPECT_EQ(got.nbytes, t["nbytes"].get<uint64_t>());
+      EXPECT_EQ(ToHex(got.data, got.nbytes), t["hex"].get<std::string>()) << got.name;
+      const TensorLocation tl = (*ds)->tensor(i, f);
+      EXPECT_EQ(tl.offset, t["offset"].get<uint64_t>());
+      EXPECT_EQ(tl.nbytes, t["nbytes"].get<uint64_t>());
+      EXPECT_EQ(tl.shape, t["shape"].get<Shape>());
+    }
+    Metadata meta;
+    for (const nlohmann::json& e : w["metadata"])
+      meta.push_back({e["key"].get<std::string>(), ExpectedMetaValue(e)});
+    EXPECT_EQ(sample->metadata(), meta);
+    auto m = (*ds)->metadata(i);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(*m, meta);
+
+    auto src = (*ds)->source(i);
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    EXPECT_EQ(src->path, w["source"]["path"].get<std::string>());
+    EXPECT_EQ(src->size, w["source"]["size"].get<uint64_t>());
+    EXPECT_EQ(src->mtime_ns, w["source"]["mtime_ns"].get<int64_t>());
+    EXPECT_EQ(src->content_hash, HexU64(w["source"]["content_hash"]));
+    EXPECT_TRUE((*ds)->Verify(i).ok());
+  }
+}
+
+// ---- golden_v1_journal: `_journal.lsj` of an interrupted write (FORMAT.md §6): the golden
+// dataset's first samples, one journal entry each, then the writer destroyed without Finish.
+
+constexpr uint64_t kJournalSamples = 3;
+
+// Leaves an interrupted write of GoldenSample(0..kJournalSamples) in `dir`.
+void WriteInterruptedGolden(const std::filesystem::path& dir) {
+  std::filesystem::remove_all(dir);
+  WriterOptions o = GoldenOptions(false);
+  o.journal_every_bytes = 1;  // a journal entry after every sample
+  auto w = Writer::Create(dir.string(), GoldenSchema(), o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (uint64_t i = 0; i < kJournalSamples; ++i)
+    ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
+}  // destroyed without Finish: the journal and the shard temporaries stay
+
+// The parsed index of a checked-in golden dataset; `bytes` keeps its bytes.
+format::IndexView ParseGoldenIndex(const std::filesystem::path& file, std::string* bytes) {
+  *bytes = ReadFileToString(file);
+  auto v = format::IndexView::Parse(
+      {reinterpret_cast<const std::byte*>(bytes->data()), bytes->size()}, file.string());
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  return v.ok() ? std::move(*v) : format::IndexView{};
+}
+
+// Everything a journal or another index records about a sample, except where in the blob its
+// metadata and source path lie (§6 zeroes those offsets).
+void ExpectSameEntry(const format::IndexSample& got, const format::IndexSample& want) {
+  const format::SampleRecord& g = got.record;
+  const format::SampleRecord& w = want.record;
+  EXPECT_EQ(g.offset, w.offset);
+  EXPECT_EQ(g.stored_size, w.stored_size);
+  EXPECT_EQ(g.raw_size, w.raw_size);
+  EXPECT_EQ(g.checksum, w.checksum);
+  EXPECT_EQ(g.shard, w.shard);
+  EXPECT_EQ(g.flags, w.flags);
+  EXPECT_EQ(g.length, w.length);
+  EXPECT_EQ(g.meta_size, w.meta_size);
+  EXPECT_EQ(g.source_size, w.source_size);
+  EXPECT_EQ(g.source_bytes, w.source_bytes);
+  EXPECT_EQ(g.source_mtime_ns, w.source_mtime_ns);
+  EXPECT_EQ(g.source_hash, w.source_hash);
+  EXPECT_EQ(got.dims, want.dims);
+  EXPECT_EQ(got.tensor_offsets, want.tensor_offsets);
+  EXPECT_EQ(got.tensor_sizes, want.tensor_sizes);
+  EXPECT_EQ(got.metadata, want.metadata);
+  EXPECT_EQ(got.source_path, want.source_path);
+}
+
+TEST(FormatGoldenTest, CheckedInJournalParses) {
+  const std::string journal = ReadFileToString(kGoldenDir / "golden_v1_journal" / "_journal.lsj");
+  auto j = format::ParseJournal(
+      {reinterpret_cast<const std::byte*>(journal.data()), journal.size()}, "_journal.lsj");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->schema, GoldenSchema());
+  EXPECT_EQ(j->valid_size, journal.size());  // no torn tail
+  ASSERT_EQ(j->samples.size(), kJournalSamples);
+  // The same samples, written with the same options, as the finished golden_v1_uids records them.
+  std::string index_bytes;
+  const format::IndexView index =
+      ParseGoldenIndex(kGoldenDir / "golden_v1_uids" / "index.lsi", &index_bytes);
+  for (uint64_t i = 0; i < kJournalSamples; ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    ExpectSameEntry(j->samples[i], index.Entry(i));
+    EXPECT_EQ(j->samples[i].source_path, GoldenSample(i).input.source.path);
+  }
+}
+
+TEST(FormatGoldenTest, WriterStillProducesTheSameJournal) {
+  TempDir dir;
+  WriteInterruptedGolden(dir / "ds");
+  EXPECT_EQ(ReadFileToString(dir / "ds" / "_journal.lsj"),
+            ReadFileToString(kGoldenDir / "golden_v1_journal" / "_journal.lsj"));
+}
+
+// ---- golden_v1_append: golden_v1_uids, then OpenForAppend and more samples (FORMAT.md §7): the
+// new index is index.a.lsi, the old shards are kept as they are and new ones follow.
+
+constexpr uint64_t kAppendedSamples = 2;
+
+void WriteAppendedGolden(const std::filesystem::path& dir) {
+  WriteGolden(dir, false);
+  auto w = Writer::OpenForAppend(dir.string(), GoldenOptions(false));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (uint64_t i = kGoldenSamples; i < kGoldenSamples + kAppendedSamples; ++i)
+    ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+}
+
+TEST(FormatGoldenTest, CheckedInAppendedDatasetReads) {
+  const std::filesystem::path dir = kGoldenDir / "golden_v1_append";
+  EXPECT_TRUE(std::filesystem::exists(dir / "index.a.lsi"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "index.lsi"));  // removed after the commit
+  auto ds = Dataset::Open(dir.string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->schema(), GoldenSchema());
+  ASSERT_EQ((*ds)->size(), kGoldenSamples + kAppendedSamples);
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    OwnedSample want = GoldenSample(i);
+    auto s = (*ds)->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, want);
+    EXPECT_EQ(*(*ds)->source(i), want.input.source);
+    EXPECT_EQ((*ds)->length(i), 2 + 3 * i);
+  }
+  // Append never moves data: the first samples and shards are recorded as before.
+  std::string old_bytes, new_bytes;
+  const format::IndexView old_index =
+      ParseGoldenIndex(kGoldenDir / "golden_v1_uids" / "index.lsi", &old_bytes);
+  const format::IndexView new_index = ParseGoldenIndex(dir / "index.a.lsi", &new_bytes);
+  ASSERT_EQ(new_index.sample_count(), kGoldenSamples + kAppendedSamples);
+  ASSERT_EQ(old_index.sample_count(), kGoldenSamples);
+  for (uint64_t i = 0; i < kGoldenSamples; ++i) ExpectSameEntry(new_index.Entry(i), old_index.Entry(i));
+  ASSERT_GT(new_index.shards().size(), old_index.shards().size());
+  for (size_t k = 0; k < new_index.shards().size(); ++k) {
+    const format::IndexShard& s = new_index.shards()[k];
+    EXPECT_NE(s.uid, 0u) << s.name;
+    if (k < old_index.shards().size()) {
+      EXPECT_EQ(s.name, old_index.shards()[k].name);
+      EXPECT_EQ(s.uid, old_index.shards()[k].uid);
+      EXPECT_EQ(s.file_size, old_index.shards()[k].file_size);
+      EXPECT_EQ(ReadFileToString(dir / s.name),
+                ReadFileToString(kGoldenDir / "golden_v1_uids" / s.name));
+    }
+  }
+}
+
+TEST(FormatGoldenTest, WriterStillProducesTheSameAppend) {
+  TempDir dir;
+  WriteAppendedGolden(dir / "ds");
+  ExpectSameFiles(kGoldenDir / "golden_v1_append", dir / "ds");
 }
 
 TEST(FormatGoldenTest, Regenerate) {
   if (!std::getenv("LIBSHARD_REGENERATE_GOLDEN")) GTEST_SKIP() << "set LIBSHARD_REGENERATE_GOLDEN=1";
   WriteGolden(kGoldenDir / "golden_v1_uids", false);
   std::filesystem::remove(kGoldenDir / "golden_v1_uids" / ".libshard.lock");
+  WriteAppendedGolden(kGoldenDir / "golden_v1_append");
+  std::filesystem::remove(kGoldenDir / "golden_v1_append" / ".libshard.lock");
+  // Only the journal of the interrupted write is kept (its shard temporaries are not format).
+  TempDir tmp;
+  WriteInterruptedGolden(tmp / "ds");
+  std::filesystem::create_directories(kGoldenDir / "golden_v1_journal");
+  std::filesystem::copy_file(tmp / "ds" / "_journal.lsj",
+                             kGoldenDir / "golden_v1_journal" / "_journal.lsj",
+                             std::filesystem::copy_options::overwrite_existing);
 }
 
 }  // namespace
