@@ -155,7 +155,7 @@ TEST(OptionParsingTest, OnErrorRaiseIsCanonicalAndFailItsAlias) {
     auto r = ParsePackOnError(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    const std::string& m = r.status().message();
+    const std::string m = r.status().message();
     EXPECT_NE(m.find("'" + std::string(bad) + "'"), std::string::npos) << m;
     EXPECT_NE(m.find("raise"), std::string::npos) << m;
     EXPECT_NE(m.find("skip"), std::string::npos) << m;
