@@ -22,7 +22,7 @@ fi
 PY=${PYTHON:-python3}
 if ! "$PY" - <<'PYEOF' 2>/dev/null
 import importlib, sys
-import torch, pybind11, numpy, pytest, safetensors
+import torch, pybind11, numpy, pytest, safetensors, xxhash
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 PYEOF
 then
