@@ -39,6 +39,16 @@ TEST(TextTest, PrintableBytesIsBoundedAndAscii) {
   EXPECT_EQ(PrintableBytes(""), "");
 }
 
+TEST(TextTest, JsonTooDeepAtCountsBracketsOutsideStrings) {
+  constexpr size_t npos = std::string_view::npos;
+  EXPECT_EQ(JsonTooDeepAt("", 1), npos);
+  EXPECT_EQ(JsonTooDeepAt("[[1], {\"a\": 2}]", 2), npos);
+  EXPECT_EQ(JsonTooDeepAt("[[[1]]]", 2), 2u);                       // the third '['
+  EXPECT_EQ(JsonTooDeepAt("[\"[[[[\", {\"k\": \"\\\"[[\"}]", 2), npos);  // strings, escapes
+  EXPECT_EQ(JsonTooDeepAt(std::string(200000, '['), 64), 64u);
+  EXPECT_EQ(JsonTooDeepAt("]]]][[", 2), npos);                      // malformed: left to the parser
+}
+
 TEST(TextTest, SchemaRefusesANameThatIsNotUtf8) {
   Schema schema;
   schema.fields.push_back(Field{"x\xed\xb3\xa9", DType::kFloat32, 1, 0});

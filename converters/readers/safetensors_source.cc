@@ -8,6 +8,8 @@
 #include <tuple>
 #include <vector>
 
+#include "libshard/text.h"
+
 namespace libshard::convert {
 
 namespace {
@@ -30,31 +32,6 @@ std::optional<DType> SafetensorsDType(std::string_view s) {
 // parsing, so a hostile header of 200,000 '[' costs one linear scan (the parser and the value's
 // destructor must never see such depth).
 constexpr size_t kMaxHeaderNesting = 64;
-
-// Deepest nesting of arrays and objects in `text`, skipping string contents (with escapes);
-// stops counting past `limit`.
-size_t JsonNesting(std::string_view text, size_t limit) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > limit) return deepest;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 }  // namespace
 
@@ -81,7 +58,7 @@ Result<std::unique_ptr<SafetensorsSource>> SafetensorsSource::Open(
   std::string text(n, '\0');
   LIBSHARD_RETURN_IF_ERROR(
       src->ReadAt(8, std::as_writable_bytes(std::span(text)), "safetensors header"));
-  if (JsonNesting(text, kMaxHeaderNesting) > kMaxHeaderNesting)
+  if (JsonTooDeepAt(text, kMaxHeaderNesting) != std::string_view::npos)
     return bad("JSON nested deeper than " + std::to_string(kMaxHeaderNesting) +
                " levels (a safetensors header nests 3)");
   // Count top-level keys while parsing: a duplicate would silently collapse in the object.

@@ -21,4 +21,11 @@ std::string EscapeNonUtf8(std::string_view s);
 // byte as \xNN, at most `max_bytes` input bytes, then "...".
 std::string PrintableBytes(std::string_view s, size_t max_bytes = 200);
 
+// JSON parsers recurse once per level of nested arrays and objects, so JSON from a file is
+// checked before it is parsed: the offset of the first '[' or '{' that opens a level deeper than
+// `max_depth`, or std::string_view::npos. Brackets inside strings do not count; malformed JSON
+// passes (the parser rejects it, with its depth then known to be bounded). Linear time, no
+// allocation.
+size_t JsonTooDeepAt(std::string_view text, size_t max_depth);
+
 }  // namespace libshard

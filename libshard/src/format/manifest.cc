@@ -6,6 +6,7 @@
 
 #include "format/bytes.h"
 #include "format/index_format.h"
+#include "libshard/text.h"
 
 namespace libshard::format {
 
@@ -109,29 +110,12 @@ class ObjectReader {
 }  // namespace
 
 Status CheckJsonNesting(std::string_view text, const std::string& file) {
-  // One pass over the bytes, skipping strings (and the escapes in them), counting open arrays
-  // and objects. Malformed JSON passes here and is rejected by the parser, whose depth is then
-  // known to be bounded.
-  uint32_t depth = 0;
-  bool in_string = false;
-  for (size_t k = 0; k < text.size(); ++k) {
-    const char c = text[k];
-    if (in_string) {
-      if (c == '\\') ++k;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        return Status::Corruption(file + ": offset " + std::to_string(k) +
-                                  ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
-                                  " levels; the file is damaged or not a libshard manifest, "
-                                  "re-run libshard pack");
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return Status::OK();
+  const size_t at = JsonTooDeepAt(text, kMaxJsonDepth);
+  if (at == std::string_view::npos) return Status::OK();
+  return Status::Corruption(file + ": offset " + std::to_string(at) +
+                            ": JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                            " levels; the file is damaged or not a libshard manifest, "
+                            "re-run libshard pack");
 }
 
 Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
