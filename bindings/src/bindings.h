@@ -48,7 +48,12 @@ py::dict MetadataToPython(const Metadata& metadata);
 // `memory` is a `_core.TensorMemory` exporting the tensor's bytes as a 1-D uint8 buffer; it holds
 // the Sample's memory owner, so the bytes stay valid while any tensor made from it lives. Zero-size
 // tensors get None (torch.frombuffer refuses empty buffers).
-py::tuple SampleToPython(const Sample& sample);
+//
+// `release_hook` (None, or a callable) is called, instead of releasing the memory, when the last
+// reference to one of the sample's TensorMemory objects goes: with a `_core.MemoryToken` that
+// holds the memory until the hook drops it. The Loader sets it for a pinned arena, so that a
+// caller's asynchronous copy to the GPU completes before the memory is reused (libshard._loader).
+py::tuple SampleToPython(const Sample& sample, const py::object& release_hook = py::none());
 
 void RegisterErrors(py::module_& m);
 void RegisterTensorMemory(py::module_& m);

@@ -150,6 +150,8 @@ class PyLoader {
       Close();
     } else {
       Close();
+      // No interpreter to drop the hook's reference in (interpreter shutdown): leak it.
+      release_hook_.release();
     }
   }
 
@@ -163,7 +165,8 @@ class PyLoader {
     std::optional<Batch> value = ValueOrThrow(std::move(batch));
     if (!value.has_value()) return py::none();
     py::list out(value->samples.size());
-    for (size_t i = 0; i < value->samples.size(); ++i) out[i] = SampleToPython(value->samples[i]);
+    for (size_t i = 0; i < value->samples.size(); ++i)
+      out[i] = SampleToPython(value->samples[i], release_hook_);
     // Drop the library's references before returning so memory is held only by Python objects.
     value.reset();
     return out;
@@ -214,6 +217,9 @@ class PyLoader {
 
   bool closed() { return Peek() == nullptr; }
 
+  // See SampleToPython (bindings.h): applies to samples handed out from now on.
+  void SetReleaseHook(py::object hook) { release_hook_ = std::move(hook); }
+
  private:
   std::shared_ptr<Loader> Peek() {
     std::lock_guard<std::mutex> lock(ptr_mu_);
@@ -228,6 +234,7 @@ class PyLoader {
   std::mutex ptr_mu_;       // guards loader_
   std::mutex consumer_mu_;  // serialises next/set_epoch/state
   std::shared_ptr<Loader> loader_;
+  py::object release_hook_ = py::none();  // touched with the GIL held only
 };
 
 }  // namespace
@@ -245,6 +252,10 @@ void RegisterLoader(py::module_& m) {
       .def("stats", &PyLoader::Stats)
       .def("stop", &PyLoader::Stop, py::call_guard<py::gil_scoped_release>())
       .def("close", &PyLoader::Close, py::call_guard<py::gil_scoped_release>())
+      .def("set_release_hook", &PyLoader::SetReleaseHook, py::arg("hook"),
+           "hook(token) is called when the last tensor of a sample handed out later is freed, "
+           "with a MemoryToken that keeps the sample's memory until the hook drops it (None: "
+           "release at once).")
       .def_property_readonly("closed", &PyLoader::closed);
 }
 

@@ -20,10 +20,37 @@
 namespace libshard::python {
 namespace {
 
+// Holds a sample's memory for a release hook (see SampleToPython in bindings.h).
+class MemoryToken {
+ public:
+  explicit MemoryToken(std::shared_ptr<const void> owner) : owner_(std::move(owner)) {}
+
+ private:
+  std::shared_ptr<const void> owner_;
+};
+
 class TensorMemory {
  public:
-  TensorMemory(std::shared_ptr<const void> owner, const std::byte* data, uint64_t nbytes)
-      : owner_(std::move(owner)), data_(data), nbytes_(nbytes) {}
+  TensorMemory(std::shared_ptr<const void> owner, const std::byte* data, uint64_t nbytes,
+               py::object release_hook)
+      : owner_(std::move(owner)), data_(data), nbytes_(nbytes),
+        release_hook_(std::move(release_hook)) {}
+  TensorMemory(TensorMemory&&) noexcept = default;
+  TensorMemory& operator=(TensorMemory&&) = delete;
+  TensorMemory(const TensorMemory&) = delete;
+  TensorMemory& operator=(const TensorMemory&) = delete;
+
+  // Runs with the GIL held (pybind11 deallocates holders under it). A hook that fails is
+  // reported as unraisable and the memory is released at once.
+  ~TensorMemory() {
+    if (owner_ == nullptr || !release_hook_ || release_hook_.is_none()) return;
+    try {
+      release_hook_(py::cast(MemoryToken(std::move(owner_))));
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable("libshard: the release hook of a pinned sample");
+    } catch (...) {
+    }
+  }
 
   py::buffer_info Buffer() const {
     // NOLINTNEXTLINE(cppcoreguidelines-pro-type-const-cast): see the file comment.
@@ -39,11 +66,15 @@ class TensorMemory {
   std::shared_ptr<const void> owner_;
   const std::byte* data_;
   uint64_t nbytes_;
+  py::object release_hook_;
 };
 
 }  // namespace
 
 void RegisterTensorMemory(py::module_& m) {
+  py::class_<MemoryToken>(m, "MemoryToken",
+                          "Keeps a sample's memory (an arena slot) from reuse while referenced; "
+                          "given to a release hook.");
   py::class_<TensorMemory>(m, "TensorMemory", py::buffer_protocol(),
                            "The bytes of one sample tensor (a 1-D uint8 buffer). Keeps the "
                            "sample's memory alive while referenced.")
@@ -88,7 +119,7 @@ py::dict MetadataToPython(const Metadata& metadata) {
   return out;
 }
 
-py::tuple SampleToPython(const Sample& sample) {
+py::tuple SampleToPython(const Sample& sample, const py::object& release_hook) {
   const std::vector<TensorView>& views = sample.tensors();
   py::list fields(views.size());
   for (size_t i = 0; i < views.size(); ++i) {
@@ -97,7 +128,8 @@ py::tuple SampleToPython(const Sample& sample) {
     for (size_t d = 0; d < view.shape.size(); ++d) shape[d] = py::int_(view.shape[d]);
     py::object memory = py::none();
     if (view.nbytes > 0) {
-      memory = py::cast(TensorMemory(sample.memory_owner(), view.data, view.nbytes));
+      memory = py::cast(
+          TensorMemory(sample.memory_owner(), view.data, view.nbytes, release_hook));
     }
     fields[i] = py::make_tuple(DecodeDatasetString(view.name),
                                py::str(std::string(DTypeName(view.dtype))), std::move(shape),

@@ -1,6 +1,6 @@
 """Type stubs for the C++ extension ``libshard._core`` (internal; use the ``libshard`` package)."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -29,6 +29,9 @@ class InternalError(Error, RuntimeError):
 
 RawField = Tuple[str, str, Tuple[int, ...], Optional["TensorMemory"]]
 RawSample = Tuple[int, List[RawField], Dict[str, Any]]
+
+class MemoryToken:
+    """Keeps a sample's memory from reuse while referenced; given to a Loader's release hook."""
 
 class TensorMemory:
     """The bytes of one sample tensor as a writable 1-D uint8 buffer; keeps the sample alive."""
@@ -70,6 +73,7 @@ class Loader:
     def stats(self) -> Dict[str, Any]: ...
     def stop(self) -> None: ...
     def close(self) -> None: ...
+    def set_release_hook(self, hook: Optional[Callable[[MemoryToken], None]]) -> None: ...
     @property
     def closed(self) -> bool: ...
 

@@ -10,6 +10,7 @@ import torch
 from . import _core
 from ._core import InvalidArgumentError
 from ._collate import pack_collate, pad_collate
+from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
 from ._tensors import sample_to_dict
 from ._units import parse_bytes
@@ -201,7 +202,9 @@ class Loader:
             "stats_interval_seconds": float(stats_interval_seconds),
         }
         self._core: Optional[_core.Loader] = None
+        self._release: Optional[DeferredRelease] = None
         self._core = _core.Loader(self._dataset._core, self._options)
+        self._guard_async_copies(self._core)
         # True once this epoch's last step was returned: the next iter() starts the next epoch.
         self._exhausted = False
 
@@ -246,6 +249,13 @@ class Loader:
                                        f"{torch.cuda.device_count()} CUDA device(s) visible")
         return dev
 
+    def _guard_async_copies(self, core: "_core.Loader") -> None:
+        """With a pinned arena, memory a tensor leaves behind is reused only once the GPU work
+        queued at that moment completed (libshard/_cuda_release.py)."""
+        if core.stats()["pinned"]:
+            self._release = DeferredRelease()
+            core.set_release_hook(self._release)
+
     def _require_core(self) -> "_core.Loader":
         if self._core is None:
             raise InvalidArgumentError("the Loader is closed")
@@ -286,7 +296,10 @@ class Loader:
     def _steps(self, core: "_core.Loader") -> Iterator[Any]:
         convert = sample_to_dict
         metadata, return_index = self._metadata, self._return_index
+        release = self._release
         while True:
+            if release is not None:
+                release.step()
             raw = core.next()
             if raw is None:
                 self._exhausted = True
@@ -372,6 +385,7 @@ class Loader:
         new_core = _core.Loader(self._dataset._core, options)
         self.close()
         self._core = new_core
+        self._guard_async_copies(new_core)
         self._exhausted = False
 
     def stats(self) -> Dict[str, Any]:
@@ -384,6 +398,9 @@ class Loader:
     def close(self) -> None:
         """Stops reads in flight and releases the loader. Tensors already returned stay valid."""
         core, self._core = self._core, None
+        release, self._release = self._release, None
+        if release is not None:
+            release.flush()
         if core is not None:
             core.close()
 
