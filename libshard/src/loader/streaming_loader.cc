@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "format/checksum.h"
+#include "io/direct_io.h"
 
 namespace libshard {
 namespace {
@@ -116,19 +117,15 @@ Status StreamingLoader::Init() {
   io::EngineOptions engine_options;
   engine_options.queue_depth = queue_depth_;
   engine_options.threads = std::min<uint32_t>(queue_depth_, 8);
-  if (kind != IoEngineKind::kPread) {
-    Result<std::unique_ptr<io::IoEngine>> uring =
-        io::CreateIoEngine(io::EngineType::kUring, engine_options);
-    if (uring.ok()) {
-      engine_ = std::move(uring).value();
-    } else if (kind == IoEngineKind::kIoUring) {
-      return uring.status();
-    } else {
-      engine_note_ = "io_uring unavailable (" + uring.status().message() + "); using pread";
-    }
-  }
-  if (engine_ == nullptr) {
-    LIBSHARD_ASSIGN_OR_RETURN(engine_, io::CreateIoEngine(io::EngineType::kPread, engine_options));
+  // Called on this thread (RegisterBuffer) and then on the scheduler thread only.
+  engine_options.prefault = [this](void* begin, size_t size) {
+    if (prefaulter_ == nullptr) prefaulter_ = std::make_unique<memory::Prefaulter>();
+    prefaulter_->Request(begin, size);
+  };
+  LIBSHARD_ASSIGN_OR_RETURN(io::CreatedEngine created, io::CreateIoEngine(kind, engine_options));
+  engine_ = std::move(created.engine);
+  if (!created.uring_error.ok()) {
+    engine_note_ = "io_uring unavailable (" + created.uring_error.message() + "); using pread";
   }
   std::vector<int> fds;
   std::vector<std::string> paths;
@@ -137,8 +134,11 @@ Status StreamingLoader::Init() {
     paths.push_back(f.path());
   }
   LIBSHARD_RETURN_IF_ERROR(engine_->SetFiles(fds, paths));
-  const std::string reg = engine_->RegisterBuffer(arena_->base(), arena_->budget());
-  if (engine_->name() == "io_uring" && reg != "registered") engine_note_ = reg;
+  const io::BufferRegistration reg = engine_->RegisterBuffer(arena_->base(), arena_->budget());
+  using State = io::BufferRegistration::State;
+  if (reg.state != State::kRegistered && reg.state != State::kNotUsed) {
+    engine_note_ = io::Describe(reg);
+  }
 
   arena_->SetReleaseCallback([engine = engine_.get()] { engine->Wake(); });
   const uint32_t nworkers = std::max<uint32_t>(1, options_.worker_threads);
@@ -164,28 +164,23 @@ Status StreamingLoader::OpenFiles() {
   buffered_shards_ = 0;
   io_note_.clear();
   for (const ShardInfo& shard : dataset_->shards()) {
-    io::DirectIoInfo info;
-    LIBSHARD_ASSIGN_OR_RETURN(
-        io::File file, io::File::OpenForReading(shard.path, mode != IoMode::kBuffered,
-                                                mode == IoMode::kDirect, &info));
     // Samples and slots are 4 KiB aligned; a device that needs more is read buffered.
-    if (info.direct && (info.offset_align > kAlign || info.memory_align > kAlign)) {
-      const std::string needs = shard.path + ": O_DIRECT needs " +
-                                std::to_string(info.offset_align) +
-                                "-byte alignment, more than the format's 4096";
-      if (mode == IoMode::kDirect) {
-        return Status::Unsupported(needs + "; use io_mode auto or buffered");
-      }
-      LIBSHARD_ASSIGN_OR_RETURN(file, io::File::OpenForReading(shard.path, false, false, &info));
-      info.reason = needs + "; using buffered reads";
+    Result<io::OpenedFile> opened = io::OpenForReading(shard.path, mode, kAlign);
+    if (!opened.ok()) {
+      const Status& st = opened.status();
+      if (mode != IoMode::kDirect || st.code() != StatusCode::kUnsupported) return st;
+      return Status(st.code(),
+                    st.message() + " (io_mode=direct or LIBSHARD_IO_MODE=direct); use io_mode "
+                                   "auto or buffered (LIBSHARD_IO_MODE=buffered)",
+                    st.sys_errno());
     }
-    if (!info.direct) {
+    if (!opened->direct) {
       direct_io_ = false;
       // One reason is enough to explain the mode; say how many more shards share it.
-      if (io_note_.empty()) io_note_ = info.reason;
+      if (io_note_.empty()) io_note_ = opened->fallback;
       ++buffered_shards_;
     }
-    files_.push_back(std::move(file));
+    files_.push_back(std::move(opened->file));
   }
   return Status::OK();
 }

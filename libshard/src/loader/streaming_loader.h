@@ -31,6 +31,7 @@
 #include "loader/order.h"
 #include "loader/read_layout.h"
 #include "memory/arena.h"
+#include "memory/prefaulter.h"
 
 namespace libshard {
 
@@ -112,6 +113,9 @@ class StreamingLoader final : public Loader {
   std::shared_ptr<memory::Arena> arena_;
   std::vector<io::File> files_;
   bool direct_io_ = false;
+  // Faults arena chunks in ahead of their lazy registration with io_uring (created on the
+  // engine's first request). Declared before the engine, which calls it, so destroyed after.
+  std::unique_ptr<memory::Prefaulter> prefaulter_;
   std::unique_ptr<io::IoEngine> engine_;
   std::string engine_note_;
   std::string io_note_;          // why the first buffered shard is not read with O_DIRECT
