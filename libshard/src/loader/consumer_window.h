@@ -6,8 +6,8 @@
 // apart reads that will complete, a batch that can never fit the arena (an error) and memory the
 // consumer itself holds (a warning, then an error), through LoaderDiagnostics.
 //
-// Thread-safety: Next(), OnNewEpoch() and state() are called by the consumer thread (state()
-// from any thread); shared fields are guarded by Window::mu.
+// Thread-safety: Next() and OnNewEpochLocked() are called by the consumer thread, state() from
+// any thread; shared fields are guarded by Window::mu.
 #pragma once
 
 #include <cstdint>
