@@ -67,9 +67,11 @@ sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$dir" --output-on-failure -j"$JOBS" -R "$regex" -E NOT_BUILT --timeout 900
 }
 step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
-# The threaded parts: the loader, its engines, the arena, concurrent Dataset reads.
+# The threaded parts: the loader (and its diagnostics), its engines, the arena, the prefaulter,
+# concurrent Dataset reads.
 step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
-  loader_test io_engine_test io_file_test arena_test dataset_test io_prefaulter_test
+  loader_test loader_diagnostics_test io_engine_test io_file_test arena_test dataset_test \
+  prefaulter_test
 
 # Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
 # ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "io/direct_io.h"
 #include "io/file.h"
 #include "testutil/testutil.h"
 
@@ -42,7 +43,7 @@ std::string RandomBytes(size_t n, uint32_t seed) {
 }
 
 // Engine x direct x file-system location.
-using Param = std::tuple<EngineType, bool, std::string>;
+using Param = std::tuple<IoEngineKind, bool, std::string>;
 
 class IoEngineTest : public ::testing::TestWithParam<Param> {
  protected:
@@ -55,20 +56,23 @@ class IoEngineTest : public ::testing::TestWithParam<Param> {
     data_ = RandomBytes((3 << 20) + 1234, 7);
     path_ = (dir_ / "data.bin").string();
     testing::WriteStringToFile(path_, data_);
-    DirectIoInfo info;
-    Result<File> f = File::OpenForReading(path_, direct, false, &info);
+    Result<OpenedFile> f = OpenForReading(path_, direct ? IoMode::kAuto : IoMode::kBuffered);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
-    file_ = std::move(f).value();
-    direct_ = info.direct;
+    file_ = std::move(f->file);
+    direct_ = f->direct;
     EngineOptions options;
     options.queue_depth = 4;
     options.threads = 2;
-    Result<std::unique_ptr<IoEngine>> e = CreateIoEngine(type, options);
+    options.prefault = [this](void* begin, size_t size) { prefaulted_.emplace_back(begin, size); };
+    Result<CreatedEngine> e = CreateIoEngine(type, options);
     if (!e.ok() && e.status().code() == StatusCode::kUnsupported) {
       GTEST_SKIP() << "io_uring unavailable here: " << e.status().ToString();
     }
     ASSERT_TRUE(e.ok()) << e.status().ToString();
-    engine_ = std::move(e).value();
+    EXPECT_EQ(e->kind, type);
+    EXPECT_TRUE(e->uring_error.ok()) << e->uring_error.ToString();
+    EXPECT_EQ(e->engine->name(), type == IoEngineKind::kIoUring ? "io_uring" : "pread");
+    engine_ = std::move(e->engine);
     const int fd = file_.fd();
     ASSERT_TRUE(engine_->SetFiles({&fd, 1}, {&path_, 1}).ok());
   }
@@ -112,6 +116,7 @@ class IoEngineTest : public ::testing::TestWithParam<Param> {
   File file_;
   bool direct_ = false;
   std::unique_ptr<IoEngine> engine_;
+  std::vector<std::pair<void*, size_t>> prefaulted_;  // what the engine asked to prefault
 };
 
 TEST_P(IoEngineTest, ReadsIdenticalBytesIncludingShortReadAtEof) {
@@ -124,8 +129,23 @@ TEST_P(IoEngineTest, ReadsIdenticalBytesIncludingShortReadAtEof) {
 TEST_P(IoEngineTest, RegisteredBufferGivesSameBytes) {
   const uint64_t padded = (data_.size() + 4095) / 4096 * 4096;
   AlignedBuffer buf = Allocate(padded);
-  const std::string how = engine_->RegisterBuffer(buf.get(), padded);
-  EXPECT_FALSE(how.empty());
+  const BufferRegistration how = engine_->RegisterBuffer(buf.get(), padded);
+  using State = BufferRegistration::State;
+  if (std::get<0>(GetParam()) == IoEngineKind::kPread) {
+    EXPECT_EQ(how.state, State::kNotUsed);
+  } else {
+    EXPECT_TRUE(how.state == State::kRegistered || how.state == State::kOnFirstUse ||
+                how.state == State::kFailed)
+        << Describe(how);
+    // Registered on first use: the chunks about to be registered were handed to the prefault
+    // hook, starting at the buffer.
+    if (how.state == State::kOnFirstUse) {
+      ASSERT_FALSE(prefaulted_.empty());
+      EXPECT_EQ(prefaulted_.front().first, buf.get());
+    }
+    EXPECT_EQ(engine_->RegisterBuffer(buf.get(), padded).state,
+              how.state == State::kFailed ? State::kFailed : State::kAlreadyRegistered);
+  }
   ReadAll(buf.get(), 256 << 10);
   EXPECT_EQ(std::memcmp(buf.get(), data_.data(), data_.size()), 0);
 }
@@ -191,12 +211,43 @@ TEST_P(IoEngineTest, CancelAllLeavesNothingInFlight) {
   ReadAll(buf.get() - 0, 1 << 20);
 }
 
+// kAuto always gives an engine and says which one, and why not io_uring when it fell back.
+TEST(CreateIoEngineTest, AutoSaysWhichEngineAndWhyAFallback) {
+  Result<CreatedEngine> uring = CreateIoEngine(IoEngineKind::kIoUring, EngineOptions{});
+  Result<CreatedEngine> automatic = CreateIoEngine(IoEngineKind::kAuto, EngineOptions{});
+  ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
+  ASSERT_NE(automatic->engine, nullptr);
+  if (uring.ok()) {
+    EXPECT_EQ(uring->kind, IoEngineKind::kIoUring);
+    EXPECT_EQ(automatic->kind, IoEngineKind::kIoUring);
+    EXPECT_EQ(automatic->engine->name(), "io_uring");
+    EXPECT_TRUE(automatic->uring_error.ok());
+  } else {
+    EXPECT_EQ(automatic->kind, IoEngineKind::kPread);
+    EXPECT_EQ(automatic->engine->name(), "pread");
+    EXPECT_EQ(automatic->uring_error.message(), uring.status().message());
+  }
+  Result<CreatedEngine> pread = CreateIoEngine(IoEngineKind::kPread, EngineOptions{});
+  ASSERT_TRUE(pread.ok());
+  EXPECT_EQ(pread->kind, IoEngineKind::kPread);
+  EXPECT_TRUE(pread->uring_error.ok());
+}
+
+TEST(CreateIoEngineTest, RegistrationsDescribeThemselves) {
+  using State = BufferRegistration::State;
+  EXPECT_EQ(Describe({State::kRegistered}), "registered");
+  EXPECT_EQ(Describe({State::kOnFirstUse}), "registered on first use");
+  EXPECT_EQ(Describe({State::kAlreadyRegistered}), "a buffer is already registered");
+  EXPECT_EQ(Describe({State::kFailed, ENOMEM}),
+            "io_uring_register_buffers failed (Cannot allocate memory); plain reads");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllEngines, IoEngineTest,
-    ::testing::Combine(::testing::Values(EngineType::kUring, EngineType::kPread),
+    ::testing::Combine(::testing::Values(IoEngineKind::kIoUring, IoEngineKind::kPread),
                        ::testing::Bool(), ::testing::Values("/var/tmp", "/dev/shm")),
     [](const ::testing::TestParamInfo<Param>& info) {
-      std::string name = std::get<0>(info.param) == EngineType::kUring ? "Uring" : "Pread";
+      std::string name = std::get<0>(info.param) == IoEngineKind::kIoUring ? "Uring" : "Pread";
       name += std::get<1>(info.param) ? "Direct" : "Buffered";
       name += std::get<2>(info.param) == "/dev/shm" ? "Tmpfs" : "Disk";
       return name;

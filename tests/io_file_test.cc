@@ -1,6 +1,7 @@
 // Tests for io::File: ownership, O_DIRECT probing and fallback, full positional reads; and the
 // cleanup contract of testing::NoDirectIoDir, which the fallback tests rely on.
 #include "io/file.h"
+#include "io/direct_io.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
@@ -99,16 +100,22 @@ TEST(FileTest, DirectOnRealDiskOrCleanFallback) {
   testing::TempDir dir("/var/tmp");
   ASSERT_FALSE(dir.path().empty());
   testing::WriteStringToFile(dir.path() / "a", RandomBytes(8192, 2));
-  DirectIoInfo info;
-  Result<File> f = File::OpenForReading((dir.path() / "a").string(), true, false, &info);
+  Result<OpenedFile> f = OpenForReading((dir.path() / "a").string(), IoMode::kAuto);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
-  if (info.direct) {
-    EXPECT_GE(info.offset_align, 1u);
-    EXPECT_LE(info.offset_align, 4096u);
-    EXPECT_NE(::fcntl(f->fd(), F_GETFL) & O_DIRECT, 0);
+  if (f->direct) {
+    EXPECT_GE(f->offset_align, 1u);
+    EXPECT_LE(f->offset_align, 4096u);
+    EXPECT_NE(::fcntl(f->file.fd(), F_GETFL) & O_DIRECT, 0);
+    EXPECT_EQ(f->fallback, "");
   } else {
-    EXPECT_FALSE(info.reason.empty());
+    EXPECT_FALSE(f->fallback.empty());
   }
+  // kBuffered never asks for O_DIRECT, and says so.
+  Result<OpenedFile> b = OpenForReading((dir.path() / "a").string(), IoMode::kBuffered);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(b->direct);
+  EXPECT_EQ(::fcntl(b->file.fd(), F_GETFL) & O_DIRECT, 0);
+  EXPECT_EQ(b->fallback, "buffered reads requested");
 }
 
 // The automatic fallback, on a file system that really refuses O_DIRECT (tmpfs before Linux
@@ -123,15 +130,15 @@ TEST(FileTest, FileSystemRefusingDirectFallsBackToBuffered) {
   testing::WriteStringToFile(path, data);
   ASSERT_EQ(testing::ReadFileToString(path), data);
 
-  DirectIoInfo info;
-  Result<File> f = File::OpenForReading(path, /*want_direct=*/true, /*require_direct=*/false,
-                                        &info);
-  ASSERT_TRUE(f.ok()) << dir.description() << ": " << f.status().ToString();
-  EXPECT_FALSE(info.direct) << dir.description();
+  Result<OpenedFile> opened = OpenForReading(path, IoMode::kAuto);
+  ASSERT_TRUE(opened.ok()) << dir.description() << ": " << opened.status().ToString();
+  EXPECT_FALSE(opened->direct) << dir.description();
+  File* f = &opened->file;
   EXPECT_EQ(::fcntl(f->fd(), F_GETFL) & O_DIRECT, 0) << "opened with O_DIRECT on "
                                                       << dir.description();
-  EXPECT_NE(info.reason.find(path), std::string::npos) << info.reason;
-  EXPECT_NE(info.reason.find("buffered"), std::string::npos) << info.reason;
+  EXPECT_NE(opened->fallback.find(path), std::string::npos) << opened->fallback;
+  EXPECT_NE(opened->fallback.find("refuses O_DIRECT"), std::string::npos) << opened->fallback;
+  EXPECT_NE(opened->fallback.find("buffered"), std::string::npos) << opened->fallback;
 
   std::string buf(data.size(), '\0');
   Result<uint64_t> n = f->PReadFull(buf.data(), data.size(), 0);
@@ -143,15 +150,32 @@ TEST(FileTest, FileSystemRefusingDirectFallsBackToBuffered) {
   EXPECT_EQ(*n, data.size() - 1001);
   EXPECT_TRUE(buf.compare(0, *n, data, 1001, *n) == 0) << "unaligned read at 1001 differs";
 
-  DirectIoInfo strict_info;
-  Result<File> strict = File::OpenForReading(path, /*want_direct=*/true,
-                                             /*require_direct=*/true, &strict_info);
-  ASSERT_FALSE(strict.ok()) << "require_direct succeeded on " << dir.description();
+  Result<OpenedFile> strict = OpenForReading(path, IoMode::kDirect);
+  ASSERT_FALSE(strict.ok()) << "IoMode::kDirect succeeded on " << dir.description();
   EXPECT_EQ(strict.status().code(), StatusCode::kUnsupported) << strict.status().ToString();
-  EXPECT_NE(strict.status().message().find("buffered"), std::string::npos)
+  EXPECT_NE(strict.status().message().find("refuses it"), std::string::npos)
       << strict.status().ToString();
   EXPECT_NE(strict.status().message().find(path), std::string::npos)
       << strict.status().ToString();
+  // io/ names no loader option: that context is the loader's to add.
+  EXPECT_EQ(strict.status().message().find("io_mode"), std::string::npos)
+      << strict.status().ToString();
+  EXPECT_EQ(strict.status().message().find("LIBSHARD_"), std::string::npos)
+      << strict.status().ToString();
+
+  // Writing: the same decision, and writes land whole.
+  const std::string out = (dir / "w").string();
+  Result<OpenedFile> w = OpenForWriting(out, IoMode::kAuto, Disposition::kCreateTruncate);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_FALSE(w->direct) << dir.description();
+  EXPECT_NE(w->fallback.find("refuses O_DIRECT"), std::string::npos) << w->fallback;
+  const std::string block = RandomBytes(8192, 4);
+  ASSERT_TRUE(WriteWithFallback(&*w, block.data(), block.size(), 0).ok());
+  ASSERT_TRUE(w->file.Close().ok());
+  EXPECT_TRUE(testing::ReadFileToString(out) == block);
+  Result<OpenedFile> wstrict = OpenForWriting(out, IoMode::kDirect, Disposition::kExisting);
+  ASSERT_FALSE(wstrict.ok());
+  EXPECT_EQ(wstrict.status().code(), StatusCode::kUnsupported) << wstrict.status().ToString();
 }
 
 // Why `dir` mounted nothing, for skipping the cleanup tests below.

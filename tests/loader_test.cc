@@ -22,6 +22,8 @@
 
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
+#include "loader/streaming_loader.h"
+#include "testutil/loader_hooks.h"
 #include "testutil/testutil.h"
 
 namespace libshard {
@@ -377,9 +379,20 @@ TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
     EXPECT_EQ((*loader)->stats().checksum_failures, 1u);
   }
   o.on_error = OnError::kSkip;
-  auto loader = Loader::Create(ds, o);
+  testing::RecordingSink sink;
+  auto loader = StreamingLoader::Make(ds, o, {nullptr, sink.AsSink()});
   ASSERT_TRUE(loader.ok());
   std::vector<uint64_t> seen = Drain(**loader);
+  // Each skip and each stand-in is said once.
+  const std::vector<std::string> skips = sink.Matching("skipping sample");
+  ASSERT_EQ(skips.size(), 1u) << testing::Join(sink.lines());
+  EXPECT_EQ(skips[0].rfind("libshard: skipping sample 5: ", 0), 0u) << skips[0];
+  EXPECT_NE(skips[0].find("checksum"), std::string::npos) << skips[0];
+  EXPECT_EQ(sink.Matching("libshard: batch 5 lost every sample; sample 4 is repeated in its "
+                          "place so this rank keeps its step count")
+                .size(),
+            1u)
+      << testing::Join(sink.lines());
   // Single samples: the skipped sample's step is filled by a repeat of the sample before it, so
   // the rank keeps its step count.
   ASSERT_EQ(seen.size(), 16u);
@@ -467,10 +480,17 @@ TEST(LoaderTest, SkipKeepsEveryRanksStepCount) {
     testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + loc.stored_size / 2);
   }
   o.rank = 0;
-  auto loader = Loader::Create(ds, o);
+  testing::RecordingSink sink;
+  auto loader = StreamingLoader::Make(ds, o, {nullptr, sink.AsSink()});
   ASSERT_TRUE(loader.ok());
   std::vector<uint64_t> seen = Drain(**loader);
   EXPECT_EQ(seen.front(), 8u);
+  const std::vector<std::string> dropped = sink.Matching("no earlier sample can stand in");
+  ASSERT_EQ(dropped.size(), 2u) << testing::Join(sink.lines());
+  EXPECT_EQ(dropped[0],
+            "libshard: batch 0 lost every sample and no earlier sample can stand in for it; this "
+            "rank delivers one batch fewer this epoch");
+  EXPECT_EQ(dropped[1].rfind("libshard: batch 1 lost every sample", 0), 0u) << dropped[1];
   EXPECT_EQ((*loader)->stats().batches_delivered, (*loader)->batches_per_epoch() - 2);
   EXPECT_EQ((*loader)->stats().samples_repeated, 0u);
 }
@@ -591,6 +611,8 @@ TEST(LoaderTest, BatchThatCannotFitIsResourceExhaustedNotAHang) {
   testing::ExpectError(next.status(), StatusCode::kResourceExhausted, {"batch 0", "memory_budget"});
 }
 
+// The held-memory warning and error run on a fake clock (testutil/loader_hooks.h): the loader
+// believes seconds pass while it waits, and its lines are read from a recording sink.
 TEST(LoaderTest, ConsumerHoldingAllMemoryGetsAWarningThenProceedsWhenItReleases) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 12);
@@ -598,37 +620,43 @@ TEST(LoaderTest, ConsumerHoldingAllMemoryGetsAWarningThenProceedsWhenItReleases)
   LoaderOptions o = SmallOptions();
   o.memory_budget = 200 << 10;
   o.shuffle = false;
-  auto loader = Loader::Create(ds, o);
-  ASSERT_TRUE(loader.ok());
+  // The held-memory error would come after 2 x 300 s of the fake clock (6000 waits of at least
+  // 1 ms): far more than the releaser needs to react to the warning.
+  o.slow_wait_warning_seconds = 300;
+  auto clock = std::make_shared<testing::FakeClock>();
+  testing::RecordingSink sink;
+  auto loader = StreamingLoader::Make(ds, o, {clock, sink.AsSink()});
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   std::vector<Batch> held;
-  ::testing::internal::CaptureStderr();
-  std::atomic<bool> release{false};
-  std::thread releaser;
   std::mutex held_mu;
+  std::atomic<bool> released{false};
+  // Releases what the consumer holds once the loader has warned that it waits for it.
+  std::thread releaser([&] {
+    if (!sink.WaitForLine("waiting for memory", std::chrono::seconds(120))) return;
+    std::lock_guard<std::mutex> lock(held_mu);
+    held.clear();
+    released = true;
+  });
   uint64_t count = 0;
   while (true) {
     auto next = (*loader)->Next();
-    ASSERT_TRUE(next.ok()) << next.status().ToString();
-    if (!next->has_value()) break;
+    EXPECT_TRUE(next.ok()) << next.status().ToString();
+    if (!next.ok() || !next->has_value()) break;
     ++count;
     std::lock_guard<std::mutex> lock(held_mu);
     held.push_back(std::move(**next));
-    if (!releaser.joinable()) {
-      releaser = std::thread([&] {
-        // The warning comes after 1 s stuck; 3 s leaves a loaded machine room to get there.
-        std::this_thread::sleep_for(std::chrono::milliseconds(3000));
-        std::lock_guard<std::mutex> lock(held_mu);
-        held.clear();
-        release = true;
-      });
-    }
-    if (release.load()) held.clear();
+    if (released.load()) held.clear();
   }
   releaser.join();
-  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(count, 12u);
-  EXPECT_NE(err.find("waiting for memory"), std::string::npos) << err;
-  EXPECT_NE(err.find("memory_budget"), std::string::npos) << err;
+  EXPECT_TRUE(released.load());
+  const std::vector<std::string> warnings = sink.Matching("waiting for memory");
+  ASSERT_EQ(warnings.size(), 1u) << testing::Join(sink.lines());
+  EXPECT_NE(warnings[0].find("libshard: loader waiting for memory: the consumer holds about "),
+            std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("memory_budget"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("drop references to samples you no longer need"), std::string::npos)
+      << warnings[0];
 }
 
 TEST(LoaderTest, ConsumerHoldingEverythingForeverGetsResourceExhausted) {
@@ -637,12 +665,13 @@ TEST(LoaderTest, ConsumerHoldingEverythingForeverGetsResourceExhausted) {
   ASSERT_NE(ds, nullptr);
   LoaderOptions o = SmallOptions();
   o.memory_budget = 200 << 10;
-  o.slow_wait_warning_seconds = 0.5;
+  o.slow_wait_warning_seconds = 0.5;  // the error after max(1, 2 x 0.5) s with nothing released
   o.shuffle = false;
-  auto loader = Loader::Create(ds, o);
+  auto clock = std::make_shared<testing::FakeClock>();
+  testing::RecordingSink sink;
+  auto loader = StreamingLoader::Make(ds, o, {clock, sink.AsSink()});
   ASSERT_TRUE(loader.ok());
   std::vector<Batch> held;
-  ::testing::internal::CaptureStderr();
   Status error;
   for (int b = 0; b < 12 && error.ok(); ++b) {
     auto next = (*loader)->Next();
@@ -652,9 +681,8 @@ TEST(LoaderTest, ConsumerHoldingEverythingForeverGetsResourceExhausted) {
       held.push_back(std::move(**next));
     }
   }
-  ::testing::internal::GetCapturedStderr();
   testing::ExpectError(error, StatusCode::kResourceExhausted,
-                       {"consumer holds about", "memory_budget", "nothing was released"});
+                       {"consumer holds about", "memory_budget", "nothing was released for 1.0 s"});
   held.clear();  // releasing lets the same loader go on
   auto next = (*loader)->Next();
   EXPECT_TRUE(next.ok()) << next.status().ToString();

@@ -8,7 +8,9 @@
 #include <memory>
 
 #include "io/file.h"
+#include "io/direct_io.h"
 #include "io/io_engine.h"
+#include "memory/prefaulter.h"
 
 namespace libshard {
 
@@ -29,10 +31,11 @@ Result<RawReadResult> RawSequentialRead(const std::vector<std::string>& files,
   std::vector<int> fds;
   std::vector<uint64_t> sizes;
   for (const std::string& path : files) {
-    io::DirectIoInfo info;
-    LIBSHARD_ASSIGN_OR_RETURN(io::File f,
-                              io::File::OpenForReading(path, options.direct, false, &info));
-    if (!info.direct) result.direct_io = false;
+    LIBSHARD_ASSIGN_OR_RETURN(
+        io::OpenedFile o,
+        io::OpenForReading(path, options.direct ? IoMode::kAuto : IoMode::kBuffered));
+    if (!o.direct) result.direct_io = false;
+    io::File f = std::move(o.file);
     LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
     fds.push_back(f.fd());
     sizes.push_back(size);
@@ -41,10 +44,11 @@ Result<RawReadResult> RawSequentialRead(const std::vector<std::string>& files,
   io::EngineOptions eo;
   eo.queue_depth = depth;
   eo.threads = std::min<uint32_t>(depth, 8);
-  Result<std::unique_ptr<io::IoEngine>> engine = io::CreateIoEngine(io::EngineType::kUring, eo);
-  if (!engine.ok()) engine = io::CreateIoEngine(io::EngineType::kPread, eo);
-  if (!engine.ok()) return engine.status();
-  io::IoEngine& e = **engine;
+  // Faults the buffer in off the submitting thread, as the loader does for its arena.
+  memory::Prefaulter prefaulter;
+  eo.prefault = [&prefaulter](void* begin, size_t size) { prefaulter.Request(begin, size); };
+  LIBSHARD_ASSIGN_OR_RETURN(io::CreatedEngine engine, io::CreateIoEngine(IoEngineKind::kAuto, eo));
+  io::IoEngine& e = *engine.engine;
   result.engine = std::string(e.name());
   LIBSHARD_RETURN_IF_ERROR(e.SetFiles(fds, files));
   struct Free {

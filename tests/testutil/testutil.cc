@@ -38,7 +38,7 @@ namespace {
 std::string ErrnoText(int e) { return std::string(strerror(e)); }
 
 // True when `dir` refuses O_DIRECT: a file created there cannot be opened with O_DIRECT and the
-// error is EINVAL or EOPNOTSUPP (what io::File::OpenForReading treats as "refused, fall back").
+// error is EINVAL or EOPNOTSUPP (what io::OpenForReading treats as "refused, fall back").
 // Otherwise false with `*why_not` saying what happened. The probe file is removed.
 bool RefusesDirect(const std::filesystem::path& dir, std::string* why_not) {
   const std::filesystem::path probe = dir / ".libshard_odirect_probe";

@@ -15,21 +15,12 @@
 #include <vector>
 
 #include "libshard/dataset.h"
+#include "libshard/io_options.h"  // IoEngineKind, IoMode
 #include "libshard/sample.h"
 #include "libshard/status.h"
 
 namespace libshard {
 
-enum class IoEngineKind : uint32_t {
-  kAuto = 0,     // io_uring when the kernel allows it, else the pread thread pool
-  kIoUring = 1,
-  kPread = 2,
-};
-enum class IoMode : uint32_t {
-  kAuto = 0,     // O_DIRECT when the file system accepts it, else buffered
-  kDirect = 1,
-  kBuffered = 2,
-};
 enum class OnError : uint32_t {
   kRaise = 0,    // Next() returns the error (sample, file, offset)
   kSkip = 1,     // the sample is skipped, counted in stats and recorded in the state

@@ -1,11 +1,10 @@
 // Dataset::Open and random access (FORMAT.md §2.2, §3.7, §4).
 #include "libshard/dataset.h"
 
-#include <fcntl.h>
-
 #include <cstring>
 #include <filesystem>
 
+#include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
@@ -37,7 +36,8 @@ constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 30;
 // opens the dataset); in exchange nothing done to the file after Open can crash a reader or
 // change what it returns. A later index layout is meant to be read in blocks.
 Result<std::shared_ptr<std::byte[]>> ReadIndex(const std::string& path, uint64_t expected_size) {
-  LIBSHARD_ASSIGN_OR_RETURN(io::File file, io::File::Open(path, O_RDONLY));
+  LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile opened, io::OpenForReading(path, IoMode::kBuffered));
+  io::File& file = opened.file;
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file.Size());
   if (size != expected_size)
     return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
@@ -198,17 +198,17 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   std::vector<std::byte> header(format::kShardHeaderSize);
   for (const format::IndexShard& s : index.shards()) {
     const std::string path = internal::JoinPath(dir, s.name);
-    auto file = io::File::Open(path, O_RDONLY);
+    Result<io::OpenedFile> file = io::OpenForReading(path, IoMode::kBuffered);
     if (!file.ok())
       return Status(file.status().code(), file.status().message() +
                                               " (a shard named by the index is missing)" + kRepack);
-    LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file->Size());
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file->file.Size());
     if (size != s.file_size)
       return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
                                 std::to_string(s.file_size) + " recorded in the index (" +
                                 (size < s.file_size ? "truncated" : "extended or replaced") + ")" +
                                 kRepack);
-    LIBSHARD_RETURN_IF_ERROR(file->PReadExact(header.data(), header.size(), 0));
+    LIBSHARD_RETURN_IF_ERROR(file->file.PReadExact(header.data(), header.size(), 0));
     uint64_t uid = 0;
     LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, path, &uid));
     // Shard ownership (§3.7): a shard file is served only as part of the dataset it was written
@@ -220,7 +220,7 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
           "output — re-run libshard pack into an empty directory");
     ds->stored_bytes_ += s.file_size;
     ds->shards_.push_back(ShardInfo{path, s.file_size, s.sample_count, uid});
-    ds->shard_files_.push_back(std::move(*file));
+    ds->shard_files_.push_back(std::move(file->file));
   }
   if (manifest.total_stored_bytes != ds->stored_bytes_)
     return disagree("totals.stored_bytes " + std::to_string(manifest.total_stored_bytes));

@@ -11,24 +11,8 @@
 namespace libshard::io {
 namespace {
 
-constexpr uint32_t kDefaultDirectAlign = 4096;
 // Linux transfers at most 0x7ffff000 bytes a call; ask for no more than 1 GiB at a time.
 constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
-
-// Fills the O_DIRECT alignment of an open fd from statx(STATX_DIOALIGN) when available.
-void ProbeDirectAlignment(int fd, DirectIoInfo* info) {
-  info->memory_align = kDefaultDirectAlign;
-  info->offset_align = kDefaultDirectAlign;
-#if defined(STATX_DIOALIGN)
-  struct statx stx {};
-  if (::statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
-      (stx.stx_mask & STATX_DIOALIGN) != 0 && stx.stx_dio_mem_align != 0 &&
-      stx.stx_dio_offset_align != 0) {
-    info->memory_align = stx.stx_dio_mem_align;
-    info->offset_align = stx.stx_dio_offset_align;
-  }
-#endif
-}
 
 // "<path>: is a FIFO, not a regular file; ..." for a file that must be regular.
 std::string NotRegularMessage(const std::string& path, mode_t mode) {
@@ -90,35 +74,6 @@ Result<File> File::Open(const std::string& path, int flags, int mode) {
       return Status::FromErrno(errno, "fcntl " + path);
   }
   return file;
-}
-
-Result<File> File::OpenForReading(const std::string& path, bool want_direct,
-                                  bool require_direct, DirectIoInfo* info) {
-  DirectIoInfo local;
-  if (info == nullptr) info = &local;
-  *info = DirectIoInfo{};
-  if (want_direct) {
-    Result<File> direct = Open(path, O_RDONLY | O_DIRECT);
-    if (direct.ok()) {
-      info->direct = true;
-      ProbeDirectAlignment(direct->fd(), info);
-      return direct;
-    }
-    const int e = direct.status().sys_errno();
-    if (e != EINVAL && e != EOPNOTSUPP) return direct.status();
-    info->reason = path + ": the file system refuses O_DIRECT (" +
-                   direct.status().message() + "); using buffered reads";
-    if (require_direct) {
-      return Status(StatusCode::kUnsupported,
-                    path + ": O_DIRECT was requested (io_mode=direct or LIBSHARD_IO_MODE=direct) "
-                           "but the file system refuses it (" + direct.status().message() +
-                           "); use io_mode auto or buffered (LIBSHARD_IO_MODE=buffered)",
-                    e);
-    }
-  } else {
-    info->reason = "buffered reads requested";
-  }
-  return Open(path, O_RDONLY);
 }
 
 Result<uint64_t> File::Size() const {

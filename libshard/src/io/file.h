@@ -1,7 +1,8 @@
 // File: the move-only owner of one POSIX file descriptor, for every file libshard opens: the
 // loader's shards, the Writer's shards and journal, the Dataset's index (system calls only; no
 // libshard format knowledge). Positioned reads and writes are safe to call concurrently on one
-// File. Close() reports the error of close(2); the destructor closes silently.
+// File. Close() reports the error of close(2); the destructor closes silently. Whether a dataset
+// file is opened with O_DIRECT is decided by OpenForReading / OpenForWriting (io/direct_io.h).
 #pragma once
 
 #include <cstdint>
@@ -10,14 +11,6 @@
 #include "libshard/status.h"
 
 namespace libshard::io {
-
-// How a file was opened for reading, as decided by OpenForReading().
-struct DirectIoInfo {
-  bool direct = false;          // opened with O_DIRECT
-  uint32_t memory_align = 1;    // required alignment of destination buffers
-  uint32_t offset_align = 1;    // required alignment of file offsets and lengths
-  std::string reason;           // why buffered, when not direct
-};
 
 class File {
  public:
@@ -35,13 +28,6 @@ class File {
   // which is cleared again unless `flags` asked for it), so hostile directory entries can never
   // hang a reader or writer.
   static Result<File> Open(const std::string& path, int flags, int mode = 0644);
-
-  // Opens `path` read-only. `want_direct`: try O_DIRECT; when the file system refuses it (EINVAL,
-  // e.g. tmpfs) the file is opened buffered and `info->reason` says why. `require_direct`: fail
-  // instead of falling back. Alignment comes from statx(STATX_DIOALIGN) when the kernel reports
-  // it, else 4096 is assumed.
-  static Result<File> OpenForReading(const std::string& path, bool want_direct,
-                                     bool require_direct, DirectIoInfo* info);
 
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }

@@ -16,12 +16,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "libshard/io_options.h"
 #include "libshard/status.h"
 
 namespace libshard::io {
@@ -40,12 +42,29 @@ struct ReadCompletion {
   Status status;
 };
 
-enum class EngineType : uint32_t { kUring = 1, kPread = 2 };
-
 struct EngineOptions {
   uint32_t queue_depth = 64;  // reads the engine keeps in flight
   uint32_t threads = 4;       // kPread: worker threads (capped by queue_depth)
+  // io_uring, buffer registered lazily: called on the owner thread with the chunks of the
+  // registered buffer about to be registered, so that the caller faults them in on another
+  // thread (memory::Prefaulter) before registration pins them. Optional.
+  std::function<void(void* begin, size_t size)> prefault;
 };
+
+// What RegisterBuffer() did.
+struct BufferRegistration {
+  enum class State {
+    kRegistered,         // the whole buffer, up front
+    kOnFirstUse,         // in chunks, each when the first read lands in it
+    kNotUsed,            // the engine has no use for registered buffers (pread)
+    kAlreadyRegistered,  // a buffer was registered before: this one is not
+    kFailed,             // the kernel refused: plain reads
+  };
+  State state = State::kNotUsed;
+  int sys_errno = 0;  // kFailed: the error of io_uring_register_buffers
+};
+// "registered", "registered on first use", ...: for logs and stats.
+std::string Describe(const BufferRegistration& registration);
 
 class IoEngine {
  public:
@@ -57,9 +76,9 @@ class IoEngine {
   // before the first Submit(); the descriptors must outlive the engine.
   virtual Status SetFiles(std::span<const int> fds, std::span<const std::string> paths) = 0;
   // Optionally registers one memory region that most destinations lie in (io_uring fixed
-  // buffers). Failure is not an error: the engine falls back to ordinary reads; the returned
-  // string says what happened ("registered" or why not).
-  virtual std::string RegisterBuffer(void* base, size_t size) = 0;
+  // buffers). Failure is not an error: the engine falls back to ordinary reads; the result says
+  // what happened.
+  virtual BufferRegistration RegisterBuffer(void* base, size_t size) = 0;
   // Requests that can be submitted before completions must be reaped.
   virtual uint32_t capacity() const = 0;
   // Reads submitted and not yet returned by Reap().
@@ -74,8 +93,16 @@ class IoEngine {
   virtual void CancelAll() = 0;
 };
 
-// Creates an engine. kUring fails with Unsupported when the kernel refuses io_uring (seccomp:
-// ENOSYS/EPERM, io_uring_disabled) so callers can fall back to kPread.
-Result<std::unique_ptr<IoEngine>> CreateIoEngine(EngineType type, const EngineOptions& options);
+// An engine made by CreateIoEngine.
+struct CreatedEngine {
+  std::unique_ptr<IoEngine> engine;
+  IoEngineKind kind = IoEngineKind::kPread;  // the engine made: kIoUring or kPread
+  Status uring_error;  // kAuto fell back to pread: why io_uring could not be used; else OK
+};
+
+// Creates the engine `kind` asks for. kIoUring fails (Unsupported when the kernel refuses
+// io_uring: seccomp ENOSYS/EPERM, io_uring_disabled). kAuto tries io_uring and falls back to
+// the pread pool on any failure, returning why in `uring_error`. kPread never fails.
+Result<CreatedEngine> CreateIoEngine(IoEngineKind kind, const EngineOptions& options);
 
 }  // namespace libshard::io

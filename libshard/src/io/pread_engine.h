@@ -25,7 +25,9 @@ class PreadEngine final : public IoEngine {
 
   std::string_view name() const override { return "pread"; }
   Status SetFiles(std::span<const int> fds, std::span<const std::string> paths) override;
-  std::string RegisterBuffer(void*, size_t) override { return "not used by the pread engine"; }
+  BufferRegistration RegisterBuffer(void*, size_t) override {
+    return {BufferRegistration::State::kNotUsed};
+  }
   uint32_t capacity() const override { return depth_; }
   uint32_t in_flight() const override;
   Status Submit(const ReadRequest& request) override;

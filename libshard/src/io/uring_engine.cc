@@ -29,14 +29,15 @@ std::string ErrnoText(int e) {
 
 }  // namespace
 
-UringEngine::UringEngine(uint32_t depth) : slots_(depth) {
+UringEngine::UringEngine(uint32_t depth, std::function<void(void*, size_t)> prefault)
+    : slots_(depth), prefault_(std::move(prefault)) {
   free_slots_.reserve(depth);
   for (uint32_t i = depth; i > 0; --i) free_slots_.push_back(i - 1);
 }
 
 Result<std::unique_ptr<UringEngine>> UringEngine::Create(const EngineOptions& options) {
   const uint32_t depth = std::clamp<uint32_t>(options.queue_depth, 1, 4096);
-  std::unique_ptr<UringEngine> engine(new UringEngine(depth));
+  std::unique_ptr<UringEngine> engine(new UringEngine(depth, options.prefault));
   // SQ entries: every read slot plus the wake poll and cancellations.
   const int rc = io_uring_queue_init(depth + 2, &engine->ring_, 0);
   if (rc < 0) {
@@ -59,7 +60,6 @@ Result<std::unique_ptr<UringEngine>> UringEngine::Create(const EngineOptions& op
 }
 
 UringEngine::~UringEngine() {
-  prefaulter_.reset();  // joins its thread before anything else goes
   if (ring_ok_) {
     CancelAll();
     io_uring_queue_exit(&ring_);
@@ -89,8 +89,9 @@ Status UringEngine::SetFiles(std::span<const int> fds, std::span<const std::stri
   return Status::OK();
 }
 
-std::string UringEngine::RegisterBuffer(void* base, size_t size) {
-  if (!regions_.empty()) return "a buffer is already registered";
+BufferRegistration UringEngine::RegisterBuffer(void* base, size_t size) {
+  using State = BufferRegistration::State;
+  if (!regions_.empty()) return {State::kAlreadyRegistered};
   // Registering pins (and first faults in) every page: about 1 CPU-s per GiB when done up front,
   // mostly wasted on arena pages a run never touches. So the buffer is registered sparsely, in
   // kLazyChunk pieces, each on the first read that lands in it (kernel >= 5.19).
@@ -103,21 +104,21 @@ std::string UringEngine::RegisterBuffer(void* base, size_t size) {
       regions_.push_back(Region{begin, begin + std::min(kLazyChunk, size - k * kLazyChunk),
                                 RegionState::kUnregistered});
     }
-    prefaulter_ = std::make_unique<Prefaulter>();
+    lazy_ = true;
     PrefaultChunksBefore(kPrefaultAhead);
-    return "registered on first use";
+    return {State::kOnFirstUse};
   }
   std::vector<iovec> iovs;
   for (size_t off = 0; off < size; off += kMaxRegisteredBuffer) {
     iovs.push_back(iovec{static_cast<char*>(base) + off, std::min(kMaxRegisteredBuffer, size - off)});
   }
   const int rc = io_uring_register_buffers(&ring_, iovs.data(), static_cast<unsigned>(iovs.size()));
-  if (rc < 0) return "io_uring_register_buffers failed (" + ErrnoText(-rc) + "); plain reads";
+  if (rc < 0) return {State::kFailed, -rc};
   for (const iovec& v : iovs) {
     const auto b = reinterpret_cast<uintptr_t>(v.iov_base);
     regions_.push_back(Region{b, b + v.iov_len, RegionState::kRegistered});
   }
-  return "registered";
+  return {State::kRegistered};
 }
 
 int UringEngine::FixedBufferIndex(uintptr_t b, size_t len) {
@@ -139,11 +140,11 @@ int UringEngine::FixedBufferIndex(uintptr_t b, size_t len) {
 }
 
 void UringEngine::PrefaultChunksBefore(size_t end) {
-  if (prefaulter_ == nullptr) return;
+  if (!lazy_ || !prefault_) return;
   for (end = std::min(end, regions_.size()); prefault_next_ < end; ++prefault_next_) {
     const Region& r = regions_[prefault_next_];
     if (r.state == RegionState::kUnregistered) {
-      prefaulter_->Request(reinterpret_cast<void*>(r.begin), r.end - r.begin);
+      prefault_(reinterpret_cast<void*>(r.begin), r.end - r.begin);
     }
   }
 }

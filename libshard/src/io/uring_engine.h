@@ -8,13 +8,13 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "io/io_engine.h"
-#include "io/prefaulter.h"
 
 namespace libshard::io {
 
@@ -28,7 +28,7 @@ class UringEngine final : public IoEngine {
 
   std::string_view name() const override { return "io_uring"; }
   Status SetFiles(std::span<const int> fds, std::span<const std::string> paths) override;
-  std::string RegisterBuffer(void* base, size_t size) override;
+  BufferRegistration RegisterBuffer(void* base, size_t size) override;
   uint32_t capacity() const override { return static_cast<uint32_t>(slots_.size()); }
   uint32_t in_flight() const override { return in_flight_; }
   Status Submit(const ReadRequest& request) override;
@@ -53,10 +53,10 @@ class UringEngine final : public IoEngine {
   // The registered buffer index for a read of [b, b + len), registering its chunk on first use;
   // -1 for a plain read.
   int FixedBufferIndex(uintptr_t b, size_t len);
-  // Asks the prefaulter for the unregistered chunks before index `end` not asked for yet.
+  // Passes the unregistered chunks before index `end` not passed yet to the prefault hook.
   void PrefaultChunksBefore(size_t end);
 
-  explicit UringEngine(uint32_t depth);
+  UringEngine(uint32_t depth, std::function<void(void*, size_t)> prefault);
   // Queues the remainder of slot `index` (an SQE; submitted by the next io_uring_submit).
   Status Queue(uint32_t index);
   Status ArmWakePoll();
@@ -77,8 +77,10 @@ class UringEngine final : public IoEngine {
   std::vector<uint64_t> sizes_;
   bool files_registered_ = false;
   std::vector<Region> regions_;  // registered buffers, in registration order
-  // Lazy registration only: faults in the next chunks ahead of their registration.
-  std::unique_ptr<Prefaulter> prefaulter_;
+  // Lazy registration only: faults in the next chunks ahead of their registration
+  // (EngineOptions::prefault; may be empty).
+  std::function<void(void*, size_t)> prefault_;
+  bool lazy_ = false;             // registered chunk by chunk
   size_t prefault_next_ = 0;      // chunks [0, prefault_next_) were asked for
 };
 

@@ -1,13 +1,12 @@
 // Writer: Create / Resume / OpenForAppend, Encode, AppendEncoded, Finish (FORMAT.md §2.3, §4, §6).
 #include "libshard/writer.h"
 
-#include <fcntl.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <unordered_map>
 
+#include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
@@ -104,8 +103,8 @@ class WriterImpl final : public Writer {
     return JoinPath(dir_, shards_[shard].name) + kTmpSuffix;
   }
   Status OpenNewShard();
-  // pwrite of a 4 KiB-aligned extent to the open shard; falls back to buffered I/O when the file
-  // system refuses O_DIRECT writes.
+  // pwrite of a 4 KiB-aligned extent to the open shard (io::WriteWithFallback: buffered when
+  // the file system refuses O_DIRECT writes).
   Status WriteShard(const std::byte* data, uint64_t n, uint64_t offset);
   Status CloseShard();
   // Makes every appended sample durable and journals it (FORMAT.md §6).
@@ -130,8 +129,7 @@ class WriterImpl final : public Writer {
   std::vector<format::IndexSample> samples_;
   std::vector<Provenance> existing_sources_;
   uint32_t first_new_shard_ = 0;  // shards before this one belong to the existing dataset
-  io::File shard_file_;          // the open shard (the last of shards_) when valid()
-  bool shard_direct_ = false;     // shard_file_ was opened with O_DIRECT
+  io::OpenedFile shard_;         // the open shard (the last of shards_) when shard_.file.valid()
   uint64_t shard_samples_ = 0;    // samples in the open shard
   io::File journal_;             // only in kCreate mode
   uint64_t journal_size_ = 0;
@@ -167,7 +165,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   const std::string header = format::EncodeJournalHeader(schema);
   LIBSHARD_RETURN_IF_ERROR(
       internal::WriteFileAtomically(dir, format::kJournalName, header, options.fsync));
-  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, io::File::Open(journal_path, O_RDWR));
+  LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
+                            io::OpenForWriting(journal_path, IoMode::kBuffered,
+                                               io::Disposition::kExisting));
+  w->journal_ = std::move(journal_file.file);
   w->journal_size_ = header.size();
   if (options.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
   return std::unique_ptr<Writer>(std::move(w));
@@ -199,7 +200,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
-  LIBSHARD_ASSIGN_OR_RETURN(w->journal_, io::File::Open(journal_path, O_RDWR));
+  LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
+                            io::OpenForWriting(journal_path, IoMode::kBuffered,
+                                               io::Disposition::kExisting));
+  w->journal_ = std::move(journal_file.file);
   LIBSHARD_RETURN_IF_ERROR(w->journal_.Truncate(journal.valid_size));
   w->journal_size_ = journal.valid_size;
 
@@ -231,7 +235,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
                                   "write cannot be resumed, delete the directory and pack again");
       LIBSHARD_RETURN_IF_ERROR(internal::RenameFile(final_path, tmp_path));
     }
-    LIBSHARD_ASSIGN_OR_RETURN(io::File f, io::File::Open(tmp_path, O_RDWR));
+    LIBSHARD_ASSIGN_OR_RETURN(
+        io::OpenedFile opened,
+        io::OpenForWriting(tmp_path, IoMode::kBuffered, io::Disposition::kExisting));
+    io::File& f = opened.file;
     LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, f.Size());
     if (size < shard.file_size)
       return Status::Corruption(tmp_path + ": " + std::to_string(size) + " bytes, but the journal "
@@ -246,7 +253,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
     }
     w->shards_.push_back(std::move(shard));
     if (k + 1 == shard_count) {
-      w->shard_file_ = std::move(f);
+      w->shard_ = std::move(opened);
       w->shard_samples_ = counts[k];
     }
   }
@@ -437,15 +444,8 @@ Status WriterImpl::OpenNewShard() {
   // Shards are written with O_DIRECT where the file system allows it: every write is a
   // 4 KiB-aligned extent from a 4 KiB-aligned buffer (FORMAT.md §4), and skipping the page cache
   // saves a copy of every byte and the cache churn of writing terabytes once.
-  Result<io::File> direct =
-      io::File::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT);
-  shard_direct_ = direct.ok();
-  if (direct.ok()) {
-    shard_file_ = std::move(direct).value();
-  } else {
-    LIBSHARD_ASSIGN_OR_RETURN(shard_file_,
-                              io::File::Open(TmpPath(number), O_RDWR | O_CREAT | O_TRUNC));
-  }
+  LIBSHARD_ASSIGN_OR_RETURN(
+      shard_, io::OpenForWriting(TmpPath(number), IoMode::kAuto, io::Disposition::kCreateTruncate));
   const std::string header = format::EncodeShardHeader(number, uid);
   std::shared_ptr<std::byte[]> aligned = buffers_->Acquire(header.size());
   if (!aligned) return Status::ResourceExhausted(dir_ + ": cannot allocate a shard header");
@@ -456,27 +456,20 @@ Status WriterImpl::OpenNewShard() {
 }
 
 Status WriterImpl::WriteShard(const std::byte* data, uint64_t n, uint64_t offset) {
-  Status st = shard_file_.PWriteAll(data, n, offset);
-  if (st.ok() || !shard_direct_ || st.sys_errno() != EINVAL) return st;
-  // The file system accepted O_DIRECT at open but refuses the write: go on buffered.
-  const std::string path = TmpPath(static_cast<uint32_t>(shards_.size() - 1));
-  LIBSHARD_RETURN_IF_ERROR(shard_file_.Close());
-  LIBSHARD_ASSIGN_OR_RETURN(shard_file_, io::File::Open(path, O_RDWR));
-  shard_direct_ = false;
-  return shard_file_.PWriteAll(data, n, offset);
+  return io::WriteWithFallback(&shard_, data, n, offset);
 }
 
 Status WriterImpl::CloseShard() {
-  if (!shard_file_.valid()) return Status::OK();
+  if (!shard_.file.valid()) return Status::OK();
   LIBSHARD_RETURN_IF_ERROR(Checkpoint());
-  if (options_.fsync && mode_ == Mode::kAppend) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
-  return shard_file_.Close();
+  if (options_.fsync && mode_ == Mode::kAppend) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
+  return shard_.file.Close();
 }
 
 Status WriterImpl::Checkpoint() {
   unjournaled_bytes_ = 0;
   if (mode_ != Mode::kCreate || journaled_ == samples_.size()) return Status::OK();
-  if (options_.fsync && shard_file_.valid()) LIBSHARD_RETURN_IF_ERROR(shard_file_.Sync());
+  if (options_.fsync && shard_.file.valid()) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
   const std::string entry = format::EncodeJournalSamples(
       schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_));
   LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
@@ -501,12 +494,12 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
                                      " samples");
   // Roll when the open shard already has a sample and this one would pass shard_size; a sample
   // is never split, and one larger than shard_size gets a shard of its own.
-  if (shard_file_.valid() && shard_samples_ > 0 &&
+  if (shard_.file.valid() && shard_samples_ > 0 &&
       shards_.back().file_size + padded > options_.shard_size) {
     Status st = CloseShard();
     if (!st.ok()) return Fail(st);
   }
-  if (!shard_file_.valid()) {
+  if (!shard_.file.valid()) {
     Status st = OpenNewShard();
     if (!st.ok()) return Fail(st);
   }

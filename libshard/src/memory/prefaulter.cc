@@ -1,9 +1,9 @@
-#include "io/prefaulter.h"
+#include "memory/prefaulter.h"
 
 #include <errno.h>
 #include <sys/mman.h>
 
-namespace libshard::io {
+namespace libshard::memory {
 
 Prefaulter::Prefaulter() : thread_([this] { Run(); }) {}
 
@@ -68,4 +68,4 @@ void Prefaulter::Run() {
   }
 }
 
-}  // namespace libshard::io
+}  // namespace libshard::memory

@@ -1,6 +1,7 @@
 // Prefaulter: faults memory ranges in on a background thread (madvise MADV_POPULATE_WRITE), so
 // that the first touch of fresh anonymous memory - the kernel zeroing it - happens off the
-// thread that will use it. The io_uring engine asks for the arena chunks it will register next:
+// thread that will use it. The loader hands Request to the io_uring engine
+// (io::EngineOptions::prefault), which asks for the arena chunks it will register next:
 // registering a chunk pins its pages, and pinning pages that are not there yet faults and zeroes
 // them on the submitting thread, which then cannot submit or reap for tens of milliseconds.
 //
@@ -16,7 +17,7 @@
 #include <thread>
 #include <utility>
 
-namespace libshard::io {
+namespace libshard::memory {
 
 class Prefaulter {
  public:
@@ -45,4 +46,4 @@ class Prefaulter {
   std::thread thread_;  // last: starts after every other member is constructed
 };
 
-}  // namespace libshard::io
+}  // namespace libshard::memory

@@ -1,6 +1,6 @@
-// Tests for io::Prefaulter: requested ranges become resident, a range that cannot be populated
+// Tests for memory::Prefaulter: requested ranges become resident, a range that cannot be populated
 // is skipped without harm, and destruction with work queued returns.
-#include "io/prefaulter.h"
+#include "memory/prefaulter.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-namespace libshard::io {
+namespace libshard::memory {
 namespace {
 
 constexpr size_t kSize = size_t{8} << 20;
@@ -101,4 +101,4 @@ TEST(PrefaulterTest, DestructionWithWorkQueuedReturns) {
 }
 
 }  // namespace
-}  // namespace libshard::io
+}  // namespace libshard::memory

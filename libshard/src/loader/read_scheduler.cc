@@ -1,0 +1,475 @@
+#include "loader/read_scheduler.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <span>
+#include <utility>
+
+#include "format/checksum.h"
+#include "io/direct_io.h"
+#include "loader/read_layout.h"
+
+namespace libshard {
+namespace {
+
+std::string EnvOr(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
+    std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+    std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+    LoaderDiagnostics* diagnostics) {
+  std::unique_ptr<ReadScheduler> s(new ReadScheduler(std::move(dataset), options,
+                                                     std::move(field_indices), arena, window,
+                                                     diagnostics));
+  LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
+  LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
+  const uint32_t nworkers = std::max<uint32_t>(1, options.worker_threads);
+  ReadScheduler* raw = s.get();
+  for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
+  return s;
+}
+
+ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+                             std::vector<size_t> field_indices, memory::Arena* arena,
+                             Window* window, LoaderDiagnostics* diagnostics)
+    : dataset_(std::move(dataset)),
+      options_(options),
+      field_indices_(std::move(field_indices)),
+      arena_(arena),
+      window_(window),
+      diagnostics_(diagnostics) {
+  read_size_ = std::max<uint64_t>(kSlotAlign, SlotBytes(options_.read_size));
+  queue_depth_ = std::min<uint32_t>(options_.queue_depth, 4096);
+}
+
+ReadScheduler::~ReadScheduler() {
+  {
+    std::lock_guard<std::mutex> lock(window_->mu);
+    pipeline_stop_ = true;
+  }
+  if (engine_ != nullptr) engine_->Wake();
+  if (scheduler_.joinable()) scheduler_.join();
+  {
+    std::lock_guard<std::mutex> lock(window_->mu);
+    workers_exit_ = true;
+    tasks_.clear();
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : workers_) t.join();
+  // Items of the window point into nothing owned here, and no thread touches them any more.
+  engine_.reset();  // before files_ close
+}
+
+Status ReadScheduler::OpenFiles() {
+  IoMode mode = options_.io_mode;
+  if (const std::string env = EnvOr("LIBSHARD_IO_MODE"); mode == IoMode::kAuto && !env.empty()) {
+    Result<IoMode> parsed = ParseIoMode(env);
+    if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_IO_MODE");
+    mode = *parsed;
+  }
+  direct_io_ = !dataset_->shards().empty() && mode != IoMode::kBuffered;
+  buffered_shards_ = 0;
+  io_note_.clear();
+  for (const ShardInfo& shard : dataset_->shards()) {
+    // Samples and slots are kSlotAlign aligned; a device that needs more is read buffered.
+    Result<io::OpenedFile> opened = io::OpenForReading(shard.path, mode, kSlotAlign);
+    if (!opened.ok()) {
+      const Status& st = opened.status();
+      if (mode != IoMode::kDirect || st.code() != StatusCode::kUnsupported) return st;
+      return Status(st.code(),
+                    st.message() + " (io_mode=direct or LIBSHARD_IO_MODE=direct); use io_mode "
+                                   "auto or buffered (LIBSHARD_IO_MODE=buffered)",
+                    st.sys_errno());
+    }
+    if (!opened->direct) {
+      direct_io_ = false;
+      // One reason is enough to explain the mode; say how many more shards share it.
+      if (io_note_.empty()) io_note_ = opened->fallback;
+      ++buffered_shards_;
+    }
+    files_.push_back(std::move(opened->file));
+  }
+  return Status::OK();
+}
+
+Status ReadScheduler::CreateEngine() {
+  IoEngineKind kind = options_.engine;
+  if (const std::string env = EnvOr("LIBSHARD_ENGINE");
+      kind == IoEngineKind::kAuto && !env.empty()) {
+    Result<IoEngineKind> parsed = ParseIoEngineKind(env);
+    if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_ENGINE");
+    kind = *parsed;
+  }
+  io::EngineOptions engine_options;
+  engine_options.queue_depth = queue_depth_;
+  engine_options.threads = std::min<uint32_t>(queue_depth_, 8);
+  // Called on this thread (RegisterBuffer) and then on the scheduler thread only.
+  engine_options.prefault = [this](void* begin, size_t size) {
+    if (prefaulter_ == nullptr) prefaulter_ = std::make_unique<memory::Prefaulter>();
+    prefaulter_->Request(begin, size);
+  };
+  LIBSHARD_ASSIGN_OR_RETURN(io::CreatedEngine created, io::CreateIoEngine(kind, engine_options));
+  engine_ = std::move(created.engine);
+  if (!created.uring_error.ok()) {
+    engine_note_ = "io_uring unavailable (" + created.uring_error.message() + "); using pread";
+  }
+  std::vector<int> fds;
+  std::vector<std::string> paths;
+  for (const io::File& f : files_) {
+    fds.push_back(f.fd());
+    paths.push_back(f.path());
+  }
+  LIBSHARD_RETURN_IF_ERROR(engine_->SetFiles(fds, paths));
+  const io::BufferRegistration reg = engine_->RegisterBuffer(arena_->base(), arena_->budget());
+  using State = io::BufferRegistration::State;
+  if (reg.state != State::kRegistered && reg.state != State::kNotUsed) {
+    engine_note_ = io::Describe(reg);
+  }
+  return Status::OK();
+}
+
+void ReadScheduler::Start() {
+  std::lock_guard<std::mutex> lock(window_->mu);
+  sched_batch_ = 0;
+  sched_samples_.clear();
+  sched_in_batch_ = 0;
+  issuing_ = nullptr;
+  pipeline_stop_ = false;
+  plan_done_ = false;
+  scheduler_ = std::thread([this] { SchedulerLoop(); });
+}
+
+void ReadScheduler::StopPipeline() {
+  {
+    std::lock_guard<std::mutex> lock(window_->mu);
+    pipeline_stop_ = true;
+  }
+  engine_->Wake();
+  if (scheduler_.joinable()) scheduler_.join();
+  std::deque<std::unique_ptr<Item>> items;
+  {
+    std::unique_lock<std::mutex> lock(window_->mu);
+    tasks_.clear();
+    idle_cv_.wait(lock, [this] { return active_tasks_ == 0; });
+    items = window_->TakeItems();
+  }
+  items.clear();  // returns the slots (outside the lock)
+}
+
+void ReadScheduler::Wake() { engine_->Wake(); }
+
+void ReadScheduler::FillStats(LoaderStats* s) const {
+  const Clock::TimePoint now = diagnostics_->clock().Now();
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    s->reads_in_flight = inflight_.size();
+    for (const auto& [id, r] : inflight_) {
+      const double age = Seconds(now - r.start);
+      s->oldest_read_age_seconds = std::max(s->oldest_read_age_seconds, age);
+      if (s->inflight.size() < 4) {
+        const auto& shards = dataset_->shards();
+        s->inflight.push_back(InflightRead{
+            r.item->location.shard < shards.size() ? shards[r.item->location.shard].path : "?",
+            r.offset, r.length, r.item->sample, age});
+      }
+    }
+  }
+  s->engine = std::string(engine_->name());
+  s->direct_io = direct_io_;
+  s->engine_status = engine_note_;
+  s->io_status = io_note_;
+  if (buffered_shards_ > 1) {
+    s->io_status += " (and " + std::to_string(buffered_shards_ - 1) + " more shard(s) buffered)";
+  }
+}
+
+// ---- Scheduler thread ----------------------------------------------------------------------
+
+void ReadScheduler::SchedulerLoop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(window_->mu);
+      if (pipeline_stop_ || window_->stopped.load()) break;
+    }
+    Status st = SchedulerStep();
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(window_->mu);
+      window_->fatal = std::move(st);
+      window_->ready_cv.notify_all();
+      break;
+    }
+    diagnostics_->MaybePrintStats();
+  }
+  // No read may land in a slot once the pipeline is gone.
+  engine_->CancelAll();
+  std::lock_guard<std::mutex> lock(inflight_mu_);
+  inflight_.clear();
+}
+
+Status ReadScheduler::SchedulerStep() {
+  // Keep queue_depth sub-reads in flight, starting the next items as soon as the previous one
+  // is fully submitted, so the device queue never drains between samples.
+  while (engine_->in_flight() < queue_depth_) {
+    if (issuing_ == nullptr) {
+      LIBSHARD_ASSIGN_OR_RETURN(bool started, StartNextItem());
+      if (!started) break;
+      continue;
+    }
+    Item* item = issuing_;
+    const uint64_t off = item->next_sub;
+    const uint64_t len = std::min(read_size_, item->layout.read_length - off);
+    const uint64_t id = next_read_id_++;
+    io::ReadRequest r;
+    r.file = item->location.shard;
+    r.offset = item->layout.file_offset + off;
+    r.length = len;
+    r.dst = item->read_slot.get() + off;
+    r.tag = id;
+    LIBSHARD_RETURN_IF_ERROR(engine_->Submit(r));
+    {
+      std::lock_guard<std::mutex> lock(inflight_mu_);
+      inflight_.emplace(id, Inflight{item, r.offset, len, diagnostics_->clock().Now()});
+    }
+    item->next_sub += len;
+    ++item->subs_pending;
+    if (item->next_sub >= item->layout.read_length) issuing_ = nullptr;
+  }
+  LIBSHARD_RETURN_IF_ERROR(engine_->Flush());
+
+  std::vector<io::ReadCompletion> done;
+  LIBSHARD_RETURN_IF_ERROR(engine_->Reap(&done, /*wait=*/true, kPollMs));
+  for (io::ReadCompletion& c : done) {
+    Inflight read;
+    {
+      std::lock_guard<std::mutex> lock(inflight_mu_);
+      auto it = inflight_.find(c.tag);
+      if (it == inflight_.end()) continue;
+      read = it->second;
+      inflight_.erase(it);
+    }
+    OnSubReadDone(read.item, c, read.offset - read.item->layout.file_offset, read.length);
+  }
+  return Status::OK();
+}
+
+Result<bool> ReadScheduler::StartNextItem() {
+  std::unique_lock<std::mutex> lock(window_->mu);
+  if (plan_done_) return false;
+  const EpochPlan& plan = *window_->plan;
+  while (sched_in_batch_ >= sched_samples_.size()) {
+    if (sched_batch_ >= plan.batches_for_rank()) {
+      plan_done_ = true;
+      return false;
+    }
+    sched_samples_.clear();
+    plan.AppendBatchSamples(sched_batch_++, &sched_samples_);
+    sched_in_batch_ = 0;
+  }
+  // The consumer's batch may always be completed; later ones respect the window cap.
+  if (window_->items.size() >= kMaxWindowItems && sched_batch_ - 1 > window_->next_batch) {
+    return false;
+  }
+
+  const uint64_t sample = sched_samples_[sched_in_batch_];
+  auto item = std::make_unique<Item>();
+  item->sample = sample;
+  item->location = dataset_->location(sample);
+  item->layout = PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len,
+                          /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
+  const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
+  const uint64_t read_bytes = item->layout.read_length;
+  const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
+
+  Status too_large;
+  if (read_bytes + raw_bytes > arena_->budget()) {
+    too_large = Status::ResourceExhausted(
+        "sample " + std::to_string(sample) + " (" + ItemWhere(*item) + ") needs " +
+        std::to_string(read_bytes + raw_bytes) + " bytes (" + Mib(read_bytes + raw_bytes) +
+        (compressed ? ", stored + decoded" : "") + ") but the loader memory_budget is " +
+        std::to_string(arena_->budget()) + " bytes (" + Mib(arena_->budget()) +
+        "); raise memory_budget above the largest sample");
+  } else {
+    Result<std::shared_ptr<std::byte>> slot = arena_->TryAcquire(read_bytes);
+    if (!slot.ok()) return slot.status();
+    std::shared_ptr<std::byte> raw;
+    if (*slot != nullptr && raw_bytes > 0) {
+      Result<std::shared_ptr<std::byte>> r = arena_->TryAcquire(raw_bytes);
+      if (!r.ok()) return r.status();
+      raw = std::move(r).value();
+      if (raw == nullptr) slot->reset();
+    }
+    if (*slot == nullptr) {
+      window_->blocked_on_memory = engine_->in_flight() == 0;
+      window_->blocked_need = std::max(read_bytes, raw_bytes);
+      if (window_->blocked_on_memory) window_->ready_cv.notify_all();
+      return false;
+    }
+    item->read_slot = std::move(slot).value();
+    item->raw_slot = std::move(raw);
+    item->slot_bytes = SlotBytes(read_bytes) + SlotBytes(raw_bytes);
+  }
+  window_->blocked_on_memory = false;
+  item->seq = window_->next_seq++;
+  ++sched_in_batch_;
+  Item* raw_item = item.get();
+  window_->pipeline_bytes += item->slot_bytes;
+  window_->items.push_back(std::move(item));
+  lock.unlock();
+  if (!too_large.ok()) {
+    Complete(raw_item, std::move(too_large));
+  } else {
+    issuing_ = raw_item;
+  }
+  return true;
+}
+
+void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset,
+                                  uint64_t length) {
+  --item->subs_pending;
+  item->bytes_read += c.bytes;
+  diagnostics_->AddBytesRead(c.bytes);
+  if (item->error.ok()) {
+    if (!c.status.ok()) {
+      item->error = c.status.WithContext("sample " + std::to_string(item->sample));
+    } else {
+      const uint64_t needed = item->layout.needed;
+      const uint64_t required = needed > offset ? std::min(length, needed - offset) : 0;
+      if (c.bytes < required) {
+        item->error = Status::Corruption(
+            ItemWhere(*item) + ": sample " + std::to_string(item->sample) + ": read only " +
+            std::to_string(c.bytes) + " of " + std::to_string(required) + " bytes at offset " +
+            std::to_string(item->layout.file_offset + offset) +
+            " (end of file); the shard is shorter than the index says; restore it or re-run "
+            "libshard pack");
+      }
+    }
+  }
+  if (item->subs_pending == 0 && item != issuing_) FinishRead(item);
+}
+
+void ReadScheduler::FinishRead(Item* item) {
+  if (!item->error.ok()) {
+    Complete(item, item->error);
+    return;
+  }
+  const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
+  if (Verifies(*item) || compressed) {
+    {
+      std::lock_guard<std::mutex> lock(window_->mu);
+      tasks_.push_back(item);
+    }
+    work_cv_.notify_one();
+    return;
+  }
+  Complete(item, Status::OK());
+}
+
+bool ReadScheduler::Verifies(const Item& item) const {
+  return options_.verify_checksums && item.layout.whole;
+}
+
+Status ReadScheduler::VerifyAndDecode(Item* item) {
+  const SampleLocation& loc = item->location;
+  std::span<const std::byte> stored(item->read_slot.get(), loc.stored_size);
+  if (Verifies(*item)) {
+    const uint64_t sum = format::Xxh3(stored);
+    if (sum != loc.checksum) {
+      diagnostics_->OnChecksumFailure();
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "checksum mismatch (xxh3 of the %llu stored bytes is %016llx, "
+                    "the index says %016llx)",
+                    static_cast<unsigned long long>(loc.stored_size),
+                    static_cast<unsigned long long>(sum),
+                    static_cast<unsigned long long>(loc.checksum));
+      return Status::Corruption(ItemWhere(*item) + ": sample " + std::to_string(item->sample) +
+                                ": " + buf + "; the shard is damaged: restore it or re-run "
+                                "libshard pack");
+    }
+  }
+  if ((loc.flags & kSampleFlagZstd) != 0) {
+    std::span<std::byte> raw(item->raw_slot.get(), loc.raw_size);
+    LIBSHARD_RETURN_IF_ERROR(dataset_->Decode(item->sample, stored, raw)
+                                 .WithContext(ItemWhere(*item)));
+  }
+  return Status::OK();
+}
+
+void ReadScheduler::Complete(Item* item, Status status) {
+  std::optional<Sample> sample;
+  if (status.ok()) {
+    const SampleLocation& loc = item->location;
+    Result<Sample> built = Status::Internal("unset");
+    if (item->raw_slot != nullptr) {
+      built = BuildSample(*dataset_, item->sample, item->raw_slot.get(), 0, loc.raw_size,
+                          item->raw_slot, field_indices_, options_.max_len);
+    } else if (item->layout.whole) {
+      built = BuildSample(*dataset_, item->sample, item->read_slot.get(), 0, loc.stored_size,
+                          item->read_slot, field_indices_, options_.max_len);
+    } else {
+      built = BuildSample(*dataset_, item->sample, item->read_slot.get() + item->layout.skew,
+                          item->layout.payload_begin,
+                          item->layout.payload_end - item->layout.payload_begin, item->read_slot,
+                          field_indices_, options_.max_len);
+    }
+    if (built.ok()) {
+      sample = std::move(built).value();
+    } else {
+      status = built.status();
+    }
+  }
+  std::shared_ptr<std::byte> drop;  // the stored bytes of a decoded sample, released unlocked
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(window_->mu);
+    if (item->raw_slot != nullptr && item->read_slot != nullptr) {
+      window_->pipeline_bytes -= SlotBytes(item->layout.read_length);
+      item->slot_bytes -= SlotBytes(item->layout.read_length);
+      drop = std::move(item->read_slot);
+    }
+    if (sample) {
+      item->result = std::move(sample);
+    } else {
+      item->error = std::move(status);
+      window_->pipeline_bytes -= item->slot_bytes;  // the slots go now, not when it is popped
+      item->slot_bytes = 0;
+    }
+    item->read_slot.reset();
+    item->raw_slot.reset();
+    item->ready = true;
+    // Only an item of the batch the consumer waits for can end its wait: completions further
+    // ahead would wake it for nothing (a futex round trip and a context switch each).
+    wake = item->seq < window_->wake_before_seq;
+  }
+  if (wake) window_->ready_cv.notify_all();
+}
+
+void ReadScheduler::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(window_->mu);
+  while (true) {
+    work_cv_.wait(lock, [this] { return workers_exit_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;
+    Item* item = tasks_.front();
+    tasks_.pop_front();
+    ++active_tasks_;
+    lock.unlock();
+    Status s = VerifyAndDecode(item);
+    Complete(item, std::move(s));
+    lock.lock();
+    --active_tasks_;
+    if (active_tasks_ == 0) idle_cv_.notify_all();
+  }
+}
+
+std::string ReadScheduler::ItemWhere(const Item& item) const {
+  const auto& shards = dataset_->shards();
+  const std::string file =
+      item.location.shard < shards.size() ? shards[item.location.shard].path : "?";
+  return file + " offset " + std::to_string(item.location.offset);
+}
+
+}  // namespace libshard

@@ -1,0 +1,138 @@
+// ReadScheduler: the producing half of the StreamingLoader. A thread walks this rank's plan
+// (Window::plan) item by item (one item = one sample of one batch), takes an arena slot for
+// each, splits its read into `read_size` sub-reads and keeps `queue_depth` of them in flight on
+// the IoEngine, never letting the queue drain between samples. Completed items that need a
+// checksum or zstd decoding go to worker threads; the others become Samples on the scheduler
+// thread. Finished items are marked ready in the window, where the consumer takes them. Every
+// byte in flight or waiting lives in the arena, so the arena budget bounds all queues.
+//
+// It owns the shard files, the engine (and the prefaulter its lazy buffer registration uses),
+// the scheduler thread and the worker threads. Its shared state is guarded by Window::mu; the
+// engine is used by the scheduler thread only (plus Wake() from anywhere).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/file.h"
+#include "io/io_engine.h"
+#include "libshard/dataset.h"
+#include "libshard/loader.h"
+#include "loader/diagnostics.h"
+#include "loader/window.h"
+#include "memory/arena.h"
+#include "memory/prefaulter.h"
+
+namespace libshard {
+
+class ReadScheduler {
+ public:
+  // Opens the shards (io_mode, or LIBSHARD_IO_MODE under kAuto), creates the engine (engine, or
+  // LIBSHARD_ENGINE under kAuto), registers the arena with it and starts the worker threads.
+  // `window`, `arena` and `diagnostics` must outlive the scheduler.
+  static Result<std::unique_ptr<ReadScheduler>> Create(
+      std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+      std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+      LoaderDiagnostics* diagnostics);
+  // Stops the scheduler thread and joins every thread; reads in flight are cancelled.
+  ~ReadScheduler();
+  ReadScheduler(const ReadScheduler&) = delete;
+  ReadScheduler& operator=(const ReadScheduler&) = delete;
+
+  // Starts the scheduler thread at the beginning of Window::plan. The pipeline must be stopped
+  // (just created, or after StopPipeline()) and the window empty.
+  void Start();
+  // Stops the scheduler thread, cancels the reads in flight, waits until no worker runs and
+  // empties the window (its slots go back to the arena).
+  void StopPipeline();
+  // Makes the scheduler thread re-check its conditions now (memory was released, Stop()).
+  // Any thread.
+  void Wake();
+  // Requires Window::mu. No item waits for or runs on a worker thread.
+  bool WorkersIdle() const { return tasks_.empty() && active_tasks_ == 0; }
+  // The I/O part of the stats: reads in flight, engine, O_DIRECT. Any thread.
+  void FillStats(LoaderStats* s) const;
+
+ private:
+  using Clock = LoaderClock;
+  // A sub-read the engine holds (scheduler writes; FillStats reads under inflight_mu_).
+  struct Inflight {
+    Item* item = nullptr;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    Clock::TimePoint start;
+  };
+
+  ReadScheduler(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+                std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+                LoaderDiagnostics* diagnostics);
+  Status OpenFiles();
+  Status CreateEngine();
+
+  void SchedulerLoop();
+  Status SchedulerStep();
+  // Creates the next item of the plan when memory allows; false when blocked or done.
+  Result<bool> StartNextItem();
+  // `offset`, `length`: the sub-read's place within the item's read.
+  void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);
+  void FinishRead(Item* item);
+  // Turns a fully read (and verified/decoded) item into its Sample or error; marks it ready.
+  void Complete(Item* item, Status status);
+  Status VerifyAndDecode(Item* item);
+  // Whether `item`'s checksum is checked: verification is on and the read covers the whole
+  // stored extent (LoaderOptions::verify_partial_reads).
+  bool Verifies(const Item& item) const;
+  void WorkerLoop();
+  std::string ItemWhere(const Item& item) const;
+
+  const std::shared_ptr<const Dataset> dataset_;
+  const LoaderOptions& options_;  // the loader's, which outlives this
+  const std::vector<size_t> field_indices_;
+  memory::Arena* const arena_;
+  Window* const window_;
+  LoaderDiagnostics* const diagnostics_;
+  uint64_t read_size_ = 0;
+  uint32_t queue_depth_ = 0;
+
+  std::vector<io::File> files_;
+  bool direct_io_ = false;
+  std::string io_note_;          // why the first buffered shard is not read with O_DIRECT
+  uint64_t buffered_shards_ = 0;
+  // Faults arena chunks in ahead of their lazy registration with io_uring (created on the
+  // engine's first request). Declared before the engine, which calls it, so destroyed after.
+  std::unique_ptr<memory::Prefaulter> prefaulter_;
+  std::unique_ptr<io::IoEngine> engine_;
+  std::string engine_note_;      // why not io_uring, or what buffer registration did
+
+  std::thread scheduler_;
+  std::vector<std::thread> workers_;
+
+  // Guarded by window_->mu:
+  std::condition_variable work_cv_;    // workers: a task, or shutdown
+  std::condition_variable idle_cv_;    // pipeline reset: workers went idle
+  std::deque<Item*> tasks_;
+  uint32_t active_tasks_ = 0;
+  bool workers_exit_ = false;
+  bool pipeline_stop_ = false;
+  bool plan_done_ = false;             // every item of the epoch was created
+  // Scheduler cursor (guarded by window_->mu; reset only while the thread is stopped).
+  uint64_t sched_batch_ = 0;
+  std::vector<uint64_t> sched_samples_;
+  size_t sched_in_batch_ = 0;
+
+  // Scheduler thread only.
+  Item* issuing_ = nullptr;            // item whose sub-reads are not all submitted
+  uint64_t next_read_id_ = 1;
+
+  mutable std::mutex inflight_mu_;
+  std::map<uint64_t, Inflight> inflight_;  // by read id
+};
+
+}  // namespace libshard
