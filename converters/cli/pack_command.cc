@@ -175,7 +175,9 @@ Command AddPackCommand(CLI::App& app) {
               "process is writing fails at once (exit 1) naming that process");
   c->add_option("--part", args->part,
                 "I/N: convert only the I-th (0-based) contiguous 1/N of the sorted sources; join "
-                "the parts in order with 'libshard merge'");
+                "the parts in order with 'libshard merge'. 'auto' takes I/N from RANK/WORLD_SIZE "
+                "(torchrun), SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or "
+                "SLURM_PROCID/SLURM_NTASKS");
   c->add_flag("--allow-varying-dims", args->allow_varying_dims,
               "Accept sources whose dims other than the sequence dim differ");
   c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");
