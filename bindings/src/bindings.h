@@ -60,5 +60,6 @@ void RegisterTensorMemory(py::module_& m);
 void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterPack(py::module_& m);
+void RegisterWriter(py::module_& m);
 
 }  // namespace libshard::python
