@@ -279,3 +279,49 @@ def test_merge_by_key_cli_and_python(tmp_path):
                        capture_output=True)
     assert r.returncode == 0, r.stderr
     _expect_dataset(tmp_path / "c", 5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_tensors_copied_off_the_gpu_without_caller_sync(tmp_path):
+    # Tensors made by kernels still queued on the current stream, then overwritten by the next
+    # sample's kernels: the writer's copy is ordered after the first and before the second.
+    dev = torch.device("cuda")
+    want = []
+    with libshard.Writer(tmp_path / "ds") as w:
+        buf = torch.empty(1, 4096, 256, device=dev, dtype=torch.bfloat16)
+        for i in range(8):
+            torch.cuda._sleep(10_000_000)  # keeps the stream busy: the fill runs late
+            hs = buf.fill_(float(i)).clone()
+            ids = torch.arange(4096, device=dev) + i
+            w.write({"input_ids": ids, "hidden_state": hs}, key=f"g{i}")
+            want.append({"input_ids": torch.arange(4096) + i,  # computed here: no sync
+                         "hidden_state": torch.full((1, 4096, 256), float(i),
+                                                    dtype=torch.bfloat16)})
+    ds = libshard.open(tmp_path / "ds")
+    for i in range(8):
+        assert_sample_equal(ds[i], want[i], f"g{i}")
+
+
+def test_pack_part_auto_reads_launcher_variables(tmp_path, eagle_src):
+    cli = _cli()
+    if cli is None:
+        pytest.skip("no libshard command")
+    for env, name in [({"RANK": "1", "WORLD_SIZE": "3"}, "torchrun"),
+                      ({"SLURM_PROCID": "1", "SLURM_NTASKS": "3"}, "slurm"),
+                      ({"SLURM_ARRAY_TASK_ID": "6", "SLURM_ARRAY_TASK_MIN": "5",
+                        "SLURM_ARRAY_TASK_COUNT": "3"}, "array")]:
+        r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / name), "--part",
+                            "auto", "--progress", "none"], env=_child_env(env), capture_output=True)
+        assert r.returncode == 0, r.stderr
+    r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / "explicit"), "--part",
+                        "1/3", "--progress", "none"], env=_child_env(), capture_output=True)
+    assert r.returncode == 0, r.stderr
+    want = [libshard.open(tmp_path / "explicit").source(i)
+            for i in range(len(libshard.open(tmp_path / "explicit")))]
+    for name in ("torchrun", "slurm", "array"):
+        ds = libshard.open(tmp_path / name)
+        assert [ds.source(i) for i in range(len(ds))] == want, name
+    r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / "none"), "--part",
+                        "auto"], env=_child_env(), capture_output=True)
+    assert r.returncode != 0 and b"--part auto" in r.stderr
