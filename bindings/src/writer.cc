@@ -265,6 +265,8 @@ PipelineOptions OptionsFromPython(const py::dict& d) {
     } else if (key == "queue_bytes") {
       o.queue_bytes = kOptions.Unsigned(key, v);
       if (o.queue_bytes == 0) kOptions.Bad(key, "must be > 0");
+    } else if (key == "attributes") {
+      o.writer.attributes = AttributesFromPython(v, "Writer option 'attrs'");
     } else kOptions.Bad(key, "is not a known option");
   }
   return o;
@@ -389,6 +391,42 @@ class PyWriter {
 
 }  // namespace
 
+Attributes AttributesFromPython(const py::handle& value, const std::string& what) {
+  if (!py::isinstance<py::dict>(value))
+    ThrowStatus(Status::InvalidArgument(what + " must be a dict of str -> str or int"));
+  Attributes out;
+  for (const auto& [k, v] : value.cast<py::dict>()) {
+    if (!py::isinstance<py::str>(k))
+      ThrowStatus(Status::InvalidArgument(what + ": keys must be str"));
+    const std::string key = k.cast<std::string>();
+    if (py::isinstance<py::str>(v)) {
+      out[key] = v.cast<std::string>();
+    } else if (py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v)) {
+      try {
+        out[key] = v.cast<int64_t>();
+      } catch (const py::cast_error&) {
+        ThrowStatus(Status::InvalidArgument(what + " '" + key + "': integer out of int64 range"));
+      }
+    } else {
+      ThrowStatus(Status::InvalidArgument(
+          what + " '" + key + "' must be a str or an int, got " +
+          std::string(py::str(py::type::of(v).attr("__name__"))) +
+          " (write a list of layer ids as a str, e.g. '1,16,29')"));
+    }
+  }
+  ThrowIfError(ValidateAttributes(out).WithContext(what));
+  return out;
+}
+
+py::dict AttributesToPython(const Attributes& attributes) {
+  py::dict out;
+  for (const auto& [key, value] : attributes) {
+    if (const int64_t* i = std::get_if<int64_t>(&value)) out[DecodeDatasetString(key)] = *i;
+    else out[DecodeDatasetString(key)] = DecodeDatasetString(std::get<std::string>(value));
+  }
+  return out;
+}
+
 void RegisterWriter(py::module_& m) {
   py::class_<PyWriter>(m, "Writer", "Internal pipeline of libshard.Writer.")
       .def_static(
@@ -435,6 +473,19 @@ void RegisterWriter(py::module_& m) {
       },
       py::arg("out"), py::arg("parts"), py::arg("by_key") = false, py::arg("link") = true,
       "MergeDatasets (libshard/merge.h).");
+
+  m.def("dataset_attributes", [](const std::shared_ptr<Dataset>& ds) {
+    return AttributesToPython(ds->provenance().attributes);
+  });
+  m.def(
+      "check_attributes",
+      [](const std::shared_ptr<Dataset>& ds, const py::dict& expected) {
+        ThrowIfError(CheckAttributes(ds->provenance().attributes,
+                                     AttributesFromPython(expected, "expect"),
+                                     "dataset " + ds->path()));
+      },
+      "CheckAttributes (libshard/attributes.h): InvalidArgumentError when the dataset's "
+      "attributes do not match `expected`.");
 
   // Every sample's source path (a Writer's key), in one call: Dataset.find's map.
   m.def("dataset_sources", [](const std::shared_ptr<Dataset>& ds) {

@@ -24,6 +24,7 @@ struct PackArgs {
   std::string on_error = "raise";
   bool resume = false, append = false;
   std::string part;
+  std::vector<std::string> attrs;
   bool allow_varying_dims = false;
   bool no_hash = false;
   bool no_crc = false;
@@ -89,6 +90,10 @@ int RunPack(const PackArgs& a) {
     if (!part.ok()) return UsageError(kCmd, part.status().message());
     o.part_index = part->index;
     o.part_count = part->count;
+  }
+  for (const std::string& attr : a.attrs) {
+    Status st = convert::ParseAttribute(attr, &o.attributes);
+    if (!st.ok()) return UsageError(kCmd, st.message());
   }
   o.allow_varying_dims = a.allow_varying_dims;
   o.hash_sources = !a.no_hash;
@@ -178,6 +183,13 @@ Command AddPackCommand(CLI::App& app) {
                 "the parts in order with 'libshard merge'. 'auto' takes I/N from RANK/WORLD_SIZE "
                 "(torchrun), SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or "
                 "SLURM_PROCID/SLURM_NTASKS");
+  c->add_option("--attr", args->attrs,
+                 "KEY=VALUE recorded in the manifest as what produced the data (repeatable): "
+                 "target_model, hidden_state_layer_ids, aux_hidden_state_layer_ids, hidden_size, "
+                 "tokenizer, ...; 'libshard info' shows them, merge refuses parts that disagree, "
+                 "Loader(expect=...) checks them")
+      ->allow_extra_args(false)
+      ->take_all();
   c->add_flag("--allow-varying-dims", args->allow_varying_dims,
               "Accept sources whose dims other than the sequence dim differ");
   c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");

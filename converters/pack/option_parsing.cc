@@ -111,6 +111,24 @@ Result<std::optional<uint64_t>> EnvU64(const char* name) {
 
 }  // namespace
 
+Status ParseAttribute(std::string_view text, Attributes* attributes) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    return Status::InvalidArgument("invalid --attr '" + std::string(text) +
+                                   "': use KEY=VALUE, e.g. --attr target_model=meta-llama/"
+                                   "Llama-3.1-8B-Instruct --attr hidden_size=4096");
+  const std::string key(text.substr(0, eq));
+  const std::string_view value = text.substr(eq + 1);
+  int64_t n = 0;
+  const char* end = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), end, n);
+  if (!value.empty() && ec == std::errc() && ptr == end && (value[0] != '0' || value.size() == 1))
+    (*attributes)[key] = n;
+  else
+    (*attributes)[key] = std::string(value);
+  return ValidateAttributes(*attributes).WithContext("--attr");
+}
+
 Result<PartSpec> PartFromEnvironment() {
   LIBSHARD_ASSIGN_OR_RETURN(auto rank, EnvU64("RANK"));
   LIBSHARD_ASSIGN_OR_RETURN(auto world, EnvU64("WORLD_SIZE"));

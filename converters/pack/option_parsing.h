@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/status.h"
 #include "libshard/units.h"
 #include "libshard/writer.h"
@@ -34,6 +35,10 @@ struct PartSpec {
   uint32_t index = 0;  // 0-based
   uint32_t count = 1;
 };
+// "KEY=VALUE" of `--attr` into `attributes`: VALUE is an integer when it is one in decimal
+// ("4096", "-1"), else a string; an empty KEY or no '=' is InvalidArgument.
+Status ParseAttribute(std::string_view text, Attributes* attributes);
+
 // "I/N" with 0 <= I < N (0-based, like SLURM_ARRAY_TASK_ID or a torchrun rank), or "auto":
 // PartFromEnvironment().
 Result<PartSpec> ParsePart(std::string_view text);

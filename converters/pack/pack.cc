@@ -203,6 +203,7 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.fsync = o_.fsync;
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
   w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
+  w.attributes = o_.attributes;
   if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
   w.lock = lock_;
   return w;

@@ -325,3 +325,82 @@ def test_pack_part_auto_reads_launcher_variables(tmp_path, eagle_src):
     r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / "none"), "--part",
                         "auto"], env=_child_env(), capture_output=True)
     assert r.returncode != 0 and b"--part auto" in r.stderr
+
+
+ATTRS = {"target_model": "meta-llama/Llama-3.1-8B-Instruct", "hidden_state_layer_ids": "31",
+         "aux_hidden_state_layer_ids": "1,15,28", "hidden_size": 4096}
+
+
+def test_attributes_recorded_shown_checked(tmp_path):
+    import json
+    out = tmp_path / "ds"
+    with libshard.Writer(out, attrs=ATTRS) as w:
+        w.write(make_sample(0), key="a")
+    ds = libshard.open(out)
+    assert ds.attributes == ATTRS
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["provenance"]["attributes"] == ATTRS
+    ds.check({"target_model": ATTRS["target_model"], "hidden_size": 4096})
+    libshard.Loader(out, expect={"target_model": ATTRS["target_model"]})
+    with pytest.raises(libshard.InvalidArgumentError,
+                       match="made with target_model='meta-llama/Llama-3.1-8B-Instruct', not "
+                             "'Qwen/Qwen3-8B'"):
+        libshard.Loader(out, expect={"target_model": "Qwen/Qwen3-8B"})
+    with pytest.raises(ValueError, match="does not record attribute 'tokenizer'"):
+        libshard.Loader(out, expect={"tokenizer": "x"})
+    with pytest.raises(ValueError, match="must be a str or an int"):
+        libshard.Writer(tmp_path / "bad", attrs={"layers": [1, 2]}).write(make_sample(0), key="a")
+    # Reopened with a contradicting attribute: refused; with agreeing ones: kept.
+    with pytest.raises(ValueError, match="mix two setups"):
+        libshard.Writer(out, attrs={**ATTRS, "hidden_size": 8192})
+    with libshard.Writer(out, attrs={"target_model": ATTRS["target_model"]}) as w:
+        w.write(make_sample(1), key="b")
+    assert libshard.open(out).attributes == ATTRS
+    cli = _cli()
+    if cli is not None:
+        r = subprocess.run([cli, "info", str(out)], capture_output=True, text=True)
+        assert r.returncode == 0 and "target_model" in r.stdout and "Llama-3.1-8B" in r.stdout
+        r = subprocess.run([cli, "info", "--json", str(out)], capture_output=True, text=True)
+        assert json.loads(r.stdout)["attributes"] == ATTRS
+
+
+def test_attributes_of_parts_must_agree(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with libshard.Writer(a, attrs=ATTRS) as w:
+        w.write(make_sample(0), key="x")
+    with libshard.Writer(b, attrs={**ATTRS, "target_model": "other"}) as w:
+        w.write(make_sample(1), key="y")
+    with pytest.raises(ValueError, match="other attributes.*target_model=other"):
+        libshard.merge(tmp_path / "m", [a, b])
+    libshard.merge(tmp_path / "ok", [a, a / ".." / "a"], by_key=False)
+    assert libshard.open(tmp_path / "ok").attributes == ATTRS
+
+
+def test_attributes_damaged_in_manifest_is_corruption(tmp_path):
+    import json
+    out = tmp_path / "ds"
+    with libshard.Writer(out, attrs={"k": "v"}) as w:
+        w.write(make_sample(0), key="a")
+    m = json.loads((out / "manifest.json").read_text())
+    m["provenance"]["attributes"]["k"] = [1]
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(libshard.CorruptionError, match="attributes.k"):
+        libshard.open(out)
+
+
+def test_pack_attr(tmp_path, eagle_src):
+    cli = _cli()
+    if cli is None:
+        pytest.skip("no libshard command")
+    r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / "p"), "--progress",
+                        "none", "--attr", "target_model=m/1", "--attr", "hidden_size=16",
+                        "--attr", "layer_ids=01"], capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert libshard.open(tmp_path / "p").attributes == {
+        "target_model": "m/1", "hidden_size": 16, "layer_ids": "01"}
+    r = subprocess.run([cli, "pack", str(eagle_src), "-o", str(tmp_path / "q"), "--attr", "novalue"],
+                       capture_output=True)
+    assert r.returncode == 2 and b"KEY=VALUE" in r.stderr
+    if getattr(libshard._core, "HAVE_PACK", False):
+        libshard.pack(eagle_src, tmp_path / "py", attrs={"target_model": "m/2"})
+        assert libshard.open(tmp_path / "py").attributes == {"target_model": "m/2"}

@@ -159,6 +159,18 @@ class Dataset(torch.utils.data.Dataset):
         """Relative path of the file sample ``index`` was packed from."""
         return self._core.source(operator.index(index))["path"]
 
+    @property
+    def attributes(self) -> Dict[str, Union[str, int]]:
+        """What produced the data, as its writer recorded it (``Writer(attrs=...)``,
+        ``pack --attr``): e.g. ``target_model``, layer ids, ``hidden_size``; ``{}`` if none."""
+        return _core.dataset_attributes(self._core)
+
+    def check(self, expect: Optional[Dict[str, Union[str, int]]]) -> None:
+        """Raises ``InvalidArgumentError`` (a ``ValueError``) naming the dataset, the attribute and
+        both values unless every key of ``expect`` is recorded with that value."""
+        if expect:
+            _core.check_attributes(self._core, dict(expect))
+
     def find(self, key: str) -> int:
         """Index of the sample whose key (``libshard.Writer``'s ``key``, or ``pack``'s source path)
         is ``key``; raises ``KeyError`` when none is. The key -> index map is built on first use

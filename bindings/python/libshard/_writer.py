@@ -225,6 +225,11 @@ class Writer:
       journal_every: durability interval: after a crash, a reopened Writer keeps every sample up
         to the last journal checkpoint (this many bytes apart, and at every shard roll).
       fsync: fsync shards, journal, index and manifest.
+      attrs: what produced the data, recorded in the manifest (``{key: str|int}``, e.g.
+        ``target_model``, ``hidden_state_layer_ids`` as a str, ``hidden_size``, ``tokenizer``):
+        ``Dataset.attributes`` and ``libshard info`` show them, joining parts with other
+        attributes is refused, ``Loader(expect=...)`` checks them. Reopening a committed output
+        with attributes that contradict its own is refused.
 
     ``write`` reads the tensors' bytes in place (a contiguous CPU tensor is not copied by Python)
     after it returns, so a tensor must not be modified in place until a later ``write``,
@@ -263,7 +268,13 @@ class Writer:
             "journal_every_bytes": parse_bytes(journal_every, "Writer journal_every"),
             "created_by": f"libshard.Writer {_core.__version__}",
         }
-        self._attrs = dict(attrs) if attrs else {}
+        if attrs:
+            for k, v in attrs.items():
+                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (str, int)):
+                    raise InvalidArgumentError(
+                        f"Writer attrs {k!r} must be a str or an int, got {type(v).__name__} "
+                        "(write a list of layer ids as a str, e.g. '1,16,29')")
+            self._options["attributes"] = dict(attrs)
         self._given_schema = None if schema is None else _schema_from_arg(schema)
         self._schema: Optional[Schema] = None
         self._ref_shapes: Optional[Dict[str, Tuple[int, ...]]] = None

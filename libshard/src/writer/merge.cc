@@ -68,6 +68,17 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     total_samples += (*ds)->size();
     datasets.push_back(std::move(*ds));
   }
+  // Parts of one dataset were made by one generator: their attributes (attributes.h) agree.
+  for (size_t p = 1; p < datasets.size(); ++p) {
+    const Attributes& a = datasets.front()->provenance().attributes;
+    const Attributes& b = datasets[p]->provenance().attributes;
+    if (a != b)
+      return Status::InvalidArgument(
+          "merge: part " + parts[p] + " was made with other attributes (" +
+          (b.empty() ? std::string("none") : AttributesText(b)) + ") than part " + parts.front() +
+          " (" + (a.empty() ? std::string("none") : AttributesText(a)) +
+          "); parts of one dataset must come from one generator setup");
+  }
   if (total_shards > kMaxShards || total_samples > kMaxSamples)
     return Status::ResourceExhausted("merge: the merged dataset would exceed the format limits");
 
@@ -124,6 +135,7 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   req.samples = &samples;
   req.source_root = first.source_root;
   req.created_by = "libshard merge of " + std::to_string(parts.size()) + " parts";
+  req.attributes = datasets.front()->provenance().attributes;
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;
   return Status::OK();
