@@ -452,7 +452,9 @@ class Writer:
     @property
     def blocked_seconds(self) -> float:
         """Seconds ``write`` has waited for the queue (the disk, or encoding) so far."""
-        return 0.0 if self._core is None else self._core.blocked_seconds
+        if self._closed or self._core is None:
+            return float((self.summary or {}).get("blocked_seconds", 0.0))
+        return self._core.blocked_seconds
 
     # -- closing ------------------------------------------------------------------------------
     def close(self) -> None:
