@@ -25,6 +25,7 @@ struct PackArgs {
   bool resume = false, append = false;
   std::string part;
   std::vector<std::string> attrs;
+  std::string split_layers;
   bool allow_varying_dims = false;
   bool no_hash = false;
   bool no_crc = false;
@@ -95,6 +96,7 @@ int RunPack(const PackArgs& a) {
     Status st = convert::ParseAttribute(attr, &o.attributes);
     if (!st.ok()) return UsageError(kCmd, st.message());
   }
+  o.split_layers = a.split_layers;
   o.allow_varying_dims = a.allow_varying_dims;
   o.hash_sources = !a.no_hash;
   o.source_options.verify_crc32 = !a.no_crc;
@@ -190,6 +192,11 @@ Command AddPackCommand(CLI::App& app) {
                  "Loader(expect=...) checks them")
       ->allow_extra_args(false)
       ->take_all();
+  c->add_option("--split-layers", args->split_layers,
+                 "NAME: the stacked-layer tensor [tokens, layers, hidden] of vLLM's / speculators' "
+                 "hidden-states files (e.g. hidden_states) becomes aux_hidden_state "
+                 "[1, tokens, (layers-1)*hidden] (every layer but the last, in order) and "
+                 "hidden_state [1, tokens, hidden] (the last), as EAGLE-3 training reads them");
   c->add_flag("--allow-varying-dims", args->allow_varying_dims,
               "Accept sources whose dims other than the sequence dim differ");
   c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");

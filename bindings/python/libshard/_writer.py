@@ -148,17 +148,19 @@ def _choose_seq_dim(shape: Sequence[int], length: Optional[int]) -> int:
 def infer_schema(tensors: Mapping[str, torch.Tensor]) -> Schema:
     """The schema ``libshard pack`` would infer from a file holding ``tensors``."""
     length: Optional[int] = None
-    ids = tensors.get("input_ids")
-    if ids is not None and ids.dim() == 1:
-        length = int(ids.shape[0])
+    for ids_name in ("input_ids", "token_ids"):
+        ids = tensors.get(ids_name)
+        if ids is not None and ids.dim() == 1:
+            length = int(ids.shape[0])
+            break
     fields = []
     for name, t in tensors.items():
         sd = _choose_seq_dim(tuple(t.shape), length)
         fields.append(Field(name, t.dtype, t.dim(), None if sd < 0 else sd))
-    length_field = None
-    if "input_ids" in tensors and fields[list(tensors).index("input_ids")].seq_dim is not None:
-        length_field = "input_ids"
-    else:
+    names = list(tensors)
+    length_field = next((n for n in ("input_ids", "token_ids")
+                         if n in tensors and fields[names.index(n)].seq_dim is not None), None)
+    if length_field is None:
         length_field = next((f.name for f in fields if f.seq_dim is not None), None)
     return Schema(tuple(fields), length_field)
 
