@@ -201,6 +201,13 @@ def test_ranks_join_into_one_dataset_ordered_by_key(tmp_path, env):
         assert os.stat(s["path"]).st_nlink == 2
 
 
+def test_rank_without_samples_does_not_block_the_join(tmp_path):
+    out = tmp_path / "ds"
+    _wait_ok(_run_ranks(out, 2, 3, {"RANK": "{rank}", "WORLD_SIZE": "{world}"}))
+    assert (out / "parts" / "rank-00002-of-00003.empty").exists()
+    _expect_dataset(out, 2)
+
+
 def test_torchrun_gloo_two_processes(tmp_path):
     out = tmp_path / "ds"
     env = _child_env({"OMP_NUM_THREADS": "1"})

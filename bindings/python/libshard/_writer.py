@@ -36,6 +36,8 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 _MANIFEST = "manifest.json"
 _JOURNAL = "_journal.lsj"
+#: Beside a part directory: that rank closed without writing a sample.
+_EMPTY = ".empty"
 #: Samples whose GPU->host copies may be in flight before write() waits for the oldest.
 _MAX_PENDING_COPIES = 4
 
@@ -292,6 +294,11 @@ class Writer:
     # -- opening ------------------------------------------------------------------------------
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
         os.makedirs(self.path, exist_ok=True)
+        if self.world_size > 1:
+            try:
+                os.remove(self.path + _EMPTY)  # this rank has samples after all
+            except FileNotFoundError:
+                pass
         self._core = _core.Writer.open(
             self.path, None if schema is None else _schema_to_core(schema), self._options, resume)
         self._schema = Schema._from_core(self._core.schema)
@@ -477,6 +484,13 @@ class Writer:
                 self._core.abort()
             self._held.clear()
             self._pending.clear()
+        if self._core is None and self.world_size > 1 and not os.path.exists(
+                os.path.join(self.path, _MANIFEST)):
+            # This rank wrote nothing (so no schema, no part): say so, or the parts never join.
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path + _EMPTY, "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
         if join and self.world_size > 1:
             self.joined = join_parts(self.out, self.world_size)
 
@@ -542,7 +556,12 @@ def join_parts(out: PathLike, world_size: int) -> bool:
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        if not all(_part_complete(p) for p in parts):
+        if not all(_part_complete(p) or (os.path.exists(p + _EMPTY) and
+                                         not os.path.exists(os.path.join(p, _JOURNAL)))
+                   for p in parts):
+            return False
+        parts = [p for p in parts if _part_complete(p)]  # ranks that wrote samples
+        if not parts:
             return False
         digest = _manifests_digest(parts)
         manifest = os.path.join(out, _MANIFEST)
