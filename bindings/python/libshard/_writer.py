@@ -19,7 +19,6 @@ same by hand.
 from __future__ import annotations
 
 import collections
-import errno
 import fcntl
 import hashlib
 import os
