@@ -206,6 +206,8 @@ def test_rank_without_samples_does_not_block_the_join(tmp_path):
     _wait_ok(_run_ranks(out, 2, 3, {"RANK": "{rank}", "WORLD_SIZE": "{world}"}))
     assert (out / "parts" / "rank-00002-of-00003.empty").exists()
     _expect_dataset(out, 2)
+    with pytest.raises(ValueError, match="written by several ranks"):
+        libshard.Writer(out, rank=0, world_size=1)
 
 
 def test_torchrun_gloo_two_processes(tmp_path):

@@ -258,6 +258,13 @@ class Writer:
         self.rank, self.world_size, self._rank_source = resolve_writer_rank(rank, world_size)
         self.path = self.out if self.world_size == 1 else part_dir(self.out, self.rank,
                                                                    self.world_size)
+        parts_root = os.path.join(self.out, "parts")
+        if self.world_size == 1 and os.path.isdir(parts_root) and any(
+                n.startswith("rank-") for n in os.listdir(parts_root)):
+            # Samples added to the joined dataset itself would be lost at the next join.
+            raise InvalidArgumentError(
+                f"{self.out} was written by several ranks ({parts_root}); reopen it with the "
+                "same rank and world size as the run that made it, or write to another directory")
         compression, level = _parse_compress(compress)
         if threads is None:
             threads = max(1, min(4, (os.cpu_count() or 2)))
