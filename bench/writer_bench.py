@@ -64,10 +64,13 @@ def bench_dd(work: Path, total: int) -> float:
     path = work / "dd.out"
     block = 4 << 20
     drop_caches()
+    cmd = ["dd", "if=/dev/zero", f"of={path}", f"bs={block}", f"count={max(1, total // block)}",
+           "conv=fsync", "status=none"]
     t0 = time.perf_counter()
-    subprocess.run(["dd", "if=/dev/zero", f"of={path}", f"bs={block}",
-                    f"count={max(1, total // block)}", "oflag=direct", "conv=fsync", "status=none"],
-                   check=True)
+    if subprocess.run(cmd + ["oflag=direct"], stderr=subprocess.DEVNULL).returncode != 0:
+        # No O_DIRECT here (tmpfs): buffered, as the Writer then writes too.
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True)
     t = time.perf_counter() - t0
     path.unlink()
     return t
@@ -153,7 +156,7 @@ def main() -> None:
     print(f"{args.samples} samples, {gb:.2f} GB (H={args.hidden}, L~{args.seq}), in {work}")
 
     t_dd = bench_dd(work, total)
-    print(f"  dd oflag=direct       {t_dd:7.2f} s  {gb / t_dd:6.2f} GB/s")
+    print(f"  dd (oflag=direct when the fs allows) {t_dd:5.2f} s  {gb / t_dd:6.2f} GB/s")
     t_w, blocked, closing, _ = bench_writer(work, samples, args.compress, args.threads, 0.0)
     print(f"  libshard.Writer       {t_w:7.2f} s  {gb / t_w:6.2f} GB/s   (flat out; close "
           f"{closing:.2f} s of it)")
