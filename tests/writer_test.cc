@@ -468,6 +468,56 @@ TEST(WriterTest, MergeRefusesDifferentSchemas) {
               StatusCode::kInvalidArgument, {b.path().string(), "different schema"});
 }
 
+TEST(WriterTest, MergeOrderedBySourceIgnoresPartOrder) {
+  TempDir a, b, merged, twice;
+  WriteStandard(a.path(), 4, FastOptions(), false, 5);  // dump/data_5..8.pt
+  WriteStandard(b.path(), 5, FastOptions(), false, 0);  // dump/data_0..4.pt
+  MergeOptions o;
+  o.order_by_source = true;
+  ASSERT_TRUE(MergeDatasets(merged.path().string(), {a.path().string(), b.path().string()}, o).ok());
+  auto ds = OpenOrDie(merged.path());
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 9);  // in key order, whichever part holds a sample
+  // A key in two parts is refused before anything is written.
+  ExpectError(MergeDatasets(twice.path().string(), {a.path().string(), a.path().string()}, o),
+              StatusCode::kInvalidArgument, {"key 'dump/data_5.pt' occurs in part"});
+  EXPECT_FALSE(std::filesystem::exists(twice.path() / "shard-00000.lss"));
+}
+
+TEST(WriterTest, AttributesRecordedMergedAndKeptOnAppend) {
+  TempDir a, b, c, merged, refused;
+  WriterOptions o = FastOptions();
+  o.attributes = {{"target_model", std::string("llama")}, {"hidden_size", int64_t{24}}};
+  WriteStandard(a.path(), 2, o, false, 0);
+  WriteStandard(b.path(), 2, o, false, 2);
+  WriterOptions other = o;
+  other.attributes["target_model"] = std::string("qwen");
+  WriteStandard(c.path(), 2, other, false, 4);
+  auto ds = OpenOrDie(a.path());
+  ASSERT_TRUE(ds);
+  EXPECT_EQ(ds->provenance().attributes, o.attributes);
+  ASSERT_TRUE(MergeDatasets(merged.path().string(), {a.path().string(), b.path().string()}).ok());
+  auto m = OpenOrDie(merged.path());
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->provenance().attributes, o.attributes);
+  ExpectError(MergeDatasets(refused.path().string(), {a.path().string(), c.path().string()}),
+              StatusCode::kInvalidArgument, {"other attributes", "target_model=qwen"});
+  // Append keeps the dataset's attributes; a contradicting one is refused.
+  ExpectError(Writer::OpenForAppend(a.path().string(), other).status(),
+              StatusCode::kInvalidArgument, {"target_model='llama'", "'qwen'"});
+  {
+    auto w = Writer::OpenForAppend(a.path().string(), FastOptions());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    OwnedSample s = StandardSample(2);
+    ASSERT_TRUE((*w)->Append(s.input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto after = OpenOrDie(a.path());
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->provenance().attributes, o.attributes);
+  EXPECT_EQ(after->size(), 3u);
+}
+
 // The refusal a second writer gets while `dir` is held by this process.
 void ExpectBusy(const Status& st, const std::filesystem::path& dir) {
   ExpectError(st, StatusCode::kAlreadyExists,

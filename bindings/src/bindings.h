@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "libshard/attributes.h"
 #include "libshard/sample.h"
 #include "libshard/status.h"
 
@@ -55,10 +56,16 @@ py::dict MetadataToPython(const Metadata& metadata);
 // caller's asynchronous copy to the GPU completes before the memory is reused (libshard._loader).
 py::tuple SampleToPython(const Sample& sample, const py::object& release_hook = py::none());
 
+// Dataset attributes (libshard/attributes.h) from a dict of str -> str|int (InvalidArgumentError
+// naming `what` otherwise), and back.
+Attributes AttributesFromPython(const py::handle& value, const std::string& what);
+py::dict AttributesToPython(const Attributes& attributes);
+
 void RegisterErrors(py::module_& m);
 void RegisterTensorMemory(py::module_& m);
 void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterPack(py::module_& m);
+void RegisterWriter(py::module_& m);
 
 }  // namespace libshard::python

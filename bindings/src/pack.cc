@@ -63,6 +63,10 @@ convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
         o.part_index = part.index;
         o.part_count = part.count;
       }
+    } else if (key == "split_layers") {
+      o.split_layers = kOptions.Get<std::string>(key, v);
+    } else if (key == "attrs") {
+      o.attributes = AttributesFromPython(v, "pack option 'attrs'");
     } else if (key == "allow_varying_dims") o.allow_varying_dims = kOptions.Get<bool>(key, v);
     else if (key == "hash_sources") o.hash_sources = kOptions.Get<bool>(key, v);
     else if (key == "window_bytes") o.window_bytes = kOptions.Unsigned(key, v);

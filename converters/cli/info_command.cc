@@ -92,6 +92,13 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
   prov["created_by"] = made.created_by;
   prov["created_at"] = made.created_at;
   j["provenance"] = prov;
+  // What produced the data (attributes.h): target model, layer ids, ...
+  nlohmann::json attributes = nlohmann::json::object();
+  for (const auto& [key, value] : made.attributes) {
+    if (const int64_t* i = std::get_if<int64_t>(&value)) attributes[key] = *i;
+    else attributes[key] = std::get<std::string>(value);
+  }
+  j["attributes"] = std::move(attributes);
   return j;
 }
 
@@ -134,6 +141,13 @@ void PrintText(const nlohmann::json& j) {
               p["last"].get<std::string>().c_str(), p["hashed_sources"].get<unsigned long long>());
   for (const char* k : {"source_root", "created_by", "created_at"}) {
     if (p.contains(k) && p[k].is_string()) std::printf("  %-11s %s\n", k, p[k].get<std::string>().c_str());
+  }
+  if (j.contains("attributes") && !j["attributes"].empty()) {
+    std::printf("attributes\n");
+    for (const auto& [key, value] : j["attributes"].items()) {
+      const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+      std::printf("  %-24s %s\n", key.c_str(), text.c_str());
+    }
   }
 }
 

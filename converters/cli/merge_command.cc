@@ -15,12 +15,16 @@ struct MergeArgs {
   std::string output;
   std::vector<std::string> parts;
   bool copy = false;
+  bool by_key = false;
   bool quiet = false;
 };
 
 int RunMerge(const MergeArgs& a) {
   if (a.parts.empty()) return UsageError("merge", "give at least one PART_DIR");
-  Status st = MergeDatasets(a.output, a.parts, !a.copy);
+  MergeOptions options;
+  options.link = !a.copy;
+  options.order_by_source = a.by_key;
+  Status st = MergeDatasets(a.output, a.parts, options);
   if (!st.ok()) return Fail("merge", st);
   if (!a.quiet) {
     auto ds = Dataset::Open(a.output);
@@ -41,6 +45,9 @@ Command AddMergeCommand(CLI::App& app) {
   c->add_option("OUT", args->output, "New dataset directory")->required();
   c->add_option("PART_DIR", args->parts, "Datasets to join, in order")->required();
   c->add_flag("--copy", args->copy, "Copy shard files instead of hard-linking them");
+  c->add_flag("--by-key", args->by_key,
+              "Order the samples by key (source path, byte-wise) instead of part order, as a "
+              "libshard.Writer of several ranks does; a key found twice is an error");
   c->add_flag("-q,--quiet", args->quiet, "No summary");
   return {c, [args] { return RunMerge(*args); }};
 }

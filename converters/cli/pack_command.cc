@@ -24,6 +24,8 @@ struct PackArgs {
   std::string on_error = "raise";
   bool resume = false, append = false;
   std::string part;
+  std::vector<std::string> attrs;
+  std::string split_layers;
   bool allow_varying_dims = false;
   bool no_hash = false;
   bool no_crc = false;
@@ -90,6 +92,11 @@ int RunPack(const PackArgs& a) {
     o.part_index = part->index;
     o.part_count = part->count;
   }
+  for (const std::string& attr : a.attrs) {
+    Status st = convert::ParseAttribute(attr, &o.attributes);
+    if (!st.ok()) return UsageError(kCmd, st.message());
+  }
+  o.split_layers = a.split_layers;
   o.allow_varying_dims = a.allow_varying_dims;
   o.hash_sources = !a.no_hash;
   o.source_options.verify_crc32 = !a.no_crc;
@@ -175,7 +182,21 @@ Command AddPackCommand(CLI::App& app) {
               "process is writing fails at once (exit 1) naming that process");
   c->add_option("--part", args->part,
                 "I/N: convert only the I-th (0-based) contiguous 1/N of the sorted sources; join "
-                "the parts in order with 'libshard merge'");
+                "the parts in order with 'libshard merge'. 'auto' takes I/N from RANK/WORLD_SIZE "
+                "(torchrun), SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or "
+                "SLURM_PROCID/SLURM_NTASKS");
+  c->add_option("--attr", args->attrs,
+                 "KEY=VALUE recorded in the manifest as what produced the data (repeatable): "
+                 "target_model, hidden_state_layer_ids, aux_hidden_state_layer_ids, hidden_size, "
+                 "tokenizer, ...; 'libshard info' shows them, merge refuses parts that disagree, "
+                 "Loader(expect=...) checks them")
+      ->allow_extra_args(false)
+      ->take_all();
+  c->add_option("--split-layers", args->split_layers,
+                 "NAME: the stacked-layer tensor [tokens, layers, hidden] of vLLM's / speculators' "
+                 "hidden-states files (e.g. hidden_states) becomes aux_hidden_state "
+                 "[1, tokens, (layers-1)*hidden] (every layer but the last, in order) and "
+                 "hidden_state [1, tokens, hidden] (the last), as EAGLE-3 training reads them");
   c->add_flag("--allow-varying-dims", args->allow_varying_dims,
               "Accept sources whose dims other than the sequence dim differ");
   c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");

@@ -3,7 +3,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <optional>
 #include <unordered_set>
 
 #include "libshard/loader.h"
@@ -94,7 +96,73 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
                                  "': use none, zstd or zstd:LEVEL with LEVEL in -7..22");
 }
 
+namespace {
+
+// The integer value of environment variable `name`; nullopt when unset or empty.
+Result<std::optional<uint64_t>> EnvU64(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::optional<uint64_t>();
+  auto n = ParseU64(v, name);
+  if (!n.ok())
+    return Status::InvalidArgument("--part auto: environment variable " + std::string(name) +
+                                   "='" + v + "' is not a non-negative integer");
+  return std::optional<uint64_t>(*n);
+}
+
+}  // namespace
+
+Status ParseAttribute(std::string_view text, Attributes* attributes) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    return Status::InvalidArgument("invalid --attr '" + std::string(text) +
+                                   "': use KEY=VALUE, e.g. --attr target_model=meta-llama/"
+                                   "Llama-3.1-8B-Instruct --attr hidden_size=4096");
+  const std::string key(text.substr(0, eq));
+  const std::string_view value = text.substr(eq + 1);
+  int64_t n = 0;
+  const char* end = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), end, n);
+  if (!value.empty() && ec == std::errc() && ptr == end && (value[0] != '0' || value.size() == 1))
+    (*attributes)[key] = n;
+  else
+    (*attributes)[key] = std::string(value);
+  return ValidateAttributes(*attributes).WithContext("--attr");
+}
+
+Result<PartSpec> PartFromEnvironment() {
+  LIBSHARD_ASSIGN_OR_RETURN(auto rank, EnvU64("RANK"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto world, EnvU64("WORLD_SIZE"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto task, EnvU64("SLURM_ARRAY_TASK_ID"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto task_min, EnvU64("SLURM_ARRAY_TASK_MIN"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto task_count, EnvU64("SLURM_ARRAY_TASK_COUNT"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto procid, EnvU64("SLURM_PROCID"));
+  LIBSHARD_ASSIGN_OR_RETURN(auto ntasks, EnvU64("SLURM_NTASKS"));
+  uint64_t i = 0, n = 0;
+  std::string from;
+  if (world) {
+    i = rank.value_or(0), n = *world, from = "RANK/WORLD_SIZE";
+  } else if (task_count) {
+    const uint64_t t = task.value_or(0), t0 = task_min.value_or(0), per = ntasks.value_or(1);
+    if (t < t0 || per == 0 || *task_count > UINT32_MAX || per > UINT32_MAX)
+      return Status::InvalidArgument("--part auto: inconsistent SLURM_ARRAY_TASK_* variables");
+    i = (t - t0) * per + procid.value_or(0), n = *task_count * per;
+    from = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT";
+  } else if (ntasks) {
+    i = procid.value_or(0), n = *ntasks, from = "SLURM_PROCID/SLURM_NTASKS";
+  } else {
+    return Status::InvalidArgument(
+        "--part auto: none of RANK/WORLD_SIZE (torchrun), SLURM_ARRAY_TASK_ID/"
+        "SLURM_ARRAY_TASK_COUNT or SLURM_PROCID/SLURM_NTASKS is set; give --part I/N");
+  }
+  if (n == 0 || n > UINT32_MAX || i >= n)
+    return Status::InvalidArgument("--part auto: part " + std::to_string(i) + " of " +
+                                   std::to_string(n) + " (from " + from +
+                                   ") is not a part: need 0 <= I < N");
+  return PartSpec{static_cast<uint32_t>(i), static_cast<uint32_t>(n)};
+}
+
 Result<PartSpec> ParsePart(std::string_view text) {
+  if (text == "auto") return PartFromEnvironment();
   const auto bad = [&](std::string_view why) {
     return Status::InvalidArgument("invalid --part '" + std::string(text) + "': " +
                                    std::string(why) +

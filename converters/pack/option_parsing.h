@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/status.h"
 #include "libshard/units.h"
 #include "libshard/writer.h"
@@ -34,8 +35,18 @@ struct PartSpec {
   uint32_t index = 0;  // 0-based
   uint32_t count = 1;
 };
-// "I/N" with 0 <= I < N (0-based, like SLURM_ARRAY_TASK_ID or a torchrun rank).
+// "KEY=VALUE" of `--attr` into `attributes`: VALUE is an integer when it is one in decimal
+// ("4096", "-1"), else a string; an empty KEY or no '=' is InvalidArgument.
+Status ParseAttribute(std::string_view text, Attributes* attributes);
+
+// "I/N" with 0 <= I < N (0-based, like SLURM_ARRAY_TASK_ID or a torchrun rank), or "auto":
+// PartFromEnvironment().
 Result<PartSpec> ParsePart(std::string_view text);
+// I/N from the variables a launcher sets, as libshard.Writer reads them: RANK/WORLD_SIZE
+// (torchrun); a Slurm job array (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of
+// SLURM_ARRAY_TASK_COUNT, times SLURM_NTASKS tasks each, SLURM_PROCID within one);
+// SLURM_PROCID/SLURM_NTASKS. InvalidArgument when none is set or a value is not an integer.
+Result<PartSpec> PartFromEnvironment();
 
 // The contiguous slice [begin, end) of `total` items that part `index` of `count` converts:
 // begin = floor(total*index/count). The parts tile [0, total) in order, so merging parts 0..N-1

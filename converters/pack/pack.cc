@@ -28,6 +28,7 @@
 #include "pack/option_parsing.h"
 #include "pack/schema_inference.h"
 #include "pack/source_list.h"
+#include "readers/layer_split_source.h"
 
 namespace libshard::convert {
 namespace fs = std::filesystem;
@@ -165,6 +166,12 @@ class PackJob {
   Status CheckComplete();
   Status FindReference();
   Result<EncodedSample> Process(uint64_t i) const;
+  // OpenSource, wrapped by SplitLayers when --split-layers is given.
+  Result<std::unique_ptr<SourceFile>> Open(const std::string& path) const {
+    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<SourceFile> src, OpenSource(path, source_options_));
+    if (o_.split_layers.empty()) return src;
+    return SplitLayers(std::move(src), o_.split_layers);
+  }
   Result<EncodedSample> ProcessGuarded(uint64_t i) const {
     return Guarded(sources_[i].path, [&] { return Process(i); });
   }
@@ -203,6 +210,7 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.fsync = o_.fsync;
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
   w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
+  w.attributes = o_.attributes;
   if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
   w.lock = lock_;
   return w;
@@ -364,7 +372,7 @@ Status PackJob::FindReference() {
     const SourceEntry& e = candidates[i];
     Result<ReferenceSchema> ref = Guarded(e.path, [&]() -> Result<ReferenceSchema> {
       if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);
-      LIBSHARD_ASSIGN_OR_RETURN(auto src, OpenSource(e.path, source_options_));
+      LIBSHARD_ASSIGN_OR_RETURN(auto src, Open(e.path));
       return writer_ ? ReferenceFromSchema(writer_->schema(), src->tensors(), e.rel_path,
                                            keep_subset_)
                      : InferSchema(src->tensors(), o_.fields, e.rel_path);
@@ -399,7 +407,7 @@ Result<EncodedSample> PackJob::Process(uint64_t i) const {
   const SourceEntry& e = sources_[i];
   if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
   if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);  // never opened
-  auto opened = OpenSource(e.path, source_options_);
+  auto opened = Open(e.path);
   if (!opened.ok()) return WithSource(opened.status(), e.path);
   const std::unique_ptr<SourceFile>& src = *opened;
   auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/status.h"
 #include "libshard/writer.h"
 #include "readers/source_file.h"
@@ -46,6 +47,10 @@ struct PackOptions {
   Compression compression = Compression::kNone;
   int zstd_level = 3;
   std::vector<std::string> fields;   // keep only these tensors (empty: all)
+  Attributes attributes;             // recorded in the manifest (WriterOptions::attributes)
+  // A stacked-layer tensor [L, K, H] (vLLM / speculators) to present as aux_hidden_state
+  // [1, L, (K-1)H] + hidden_state [1, L, H] (readers/layer_split_source.h); empty: none.
+  std::string split_layers;
   unsigned threads = 0;              // worker threads; 0 = one per CPU
   OnError on_error = OnError::kFail;
   // At most one of resume / append. resume: continue an interrupted job in `output` from its

@@ -65,8 +65,13 @@ Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
     }
   }
   std::optional<uint64_t> length;
-  if (auto it = by_name.find("input_ids"); it != by_name.end() && tensors[it->second].shape.size() == 1) {
-    length = tensors[it->second].shape[0];
+  // The token ids give the reference length: `input_ids` (SpecForge, ModelOpt), else `token_ids`
+  // (vLLM's and speculators' hidden-states files).
+  for (const char* ids : {"input_ids", "token_ids"}) {
+    if (auto it = by_name.find(ids); it != by_name.end() && tensors[it->second].shape.size() == 1) {
+      length = tensors[it->second].shape[0];
+      break;
+    }
   }
   for (const SourceTensor& t : tensors) {
     if (!keep.empty() && std::find(keep.begin(), keep.end(), t.name) == keep.end()) continue;
@@ -99,6 +104,8 @@ Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
   ref.schema.length_field = -1;
   if (auto i = ref.schema.Find("input_ids"); i && ref.schema.fields[*i].seq_dim >= 0) {
     ref.schema.length_field = static_cast<int32_t>(*i);
+  } else if (auto k = ref.schema.Find("token_ids"); k && ref.schema.fields[*k].seq_dim >= 0) {
+    ref.schema.length_field = static_cast<int32_t>(*k);
   } else {
     for (size_t i = 0; i < ref.schema.fields.size(); ++i) {
       if (ref.schema.fields[i].seq_dim >= 0) {

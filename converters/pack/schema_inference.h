@@ -24,11 +24,11 @@ struct ReferenceSchema {
 // and must name existing tensors. Field order is the file's (dict) order.
 //
 // seq_dim per field: the reference length L is `input_ids`' dim 0 when input_ids is rank 1
-// (EAGLE-3 dumps), else unknown. A field's seq_dim is its unique dim equal to L; on a tie, or
+// (EAGLE-3 dumps), else `token_ids`' (vLLM / speculators files), else unknown. A field's seq_dim is its unique dim equal to L; on a tie, or
 // when L is unknown, the convention decides: rank 1 -> 0, rank >= 2 with a leading 1 (batch
 // dim, e.g. hidden_state [1, L, H]) -> 1, rank 2 -> 0, else none (-1). A field with no dim equal
 // to a known L has no seq_dim (a fixed-size field). length_field = `input_ids` when it has a
-// seq_dim, else the first field that has one, else -1.
+// seq_dim, else `token_ids` when it has one, else the first field that has one, else -1.
 Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
                                     const std::vector<std::string>& keep,
                                     const std::string& file);

@@ -8,6 +8,7 @@ Two lines in a training script::
 * :func:`pack` converts a directory of ``torch.save`` / ``.safetensors`` files (once).
 * :func:`open` gives a map-style :class:`Dataset` (``ds[i]`` -> dict of tensors, as torch.load).
 * :class:`Loader` streams it: shuffled, split across ranks, batched, resumable.
+* :class:`Writer` writes a dataset straight from a generator (keys, resume, many ranks).
 * :func:`pad_collate`, :func:`pack_collate` batch variable-length samples.
 
 Errors: every exception derives from :class:`Error` and from the built-in Python users expect,
@@ -35,6 +36,7 @@ from ._dataset import Dataset, Field, Schema, open
 from ._loader import Loader
 from ._pack import pack
 from ._tensors import INDEX_KEY
+from ._writer import Writer, join_parts, merge
 
 # One exception class per libshard status code (created by the C++ extension).
 Error = _core.Error
@@ -64,9 +66,12 @@ __all__ = [
     "InvalidArgumentError",
     "IoError",
     "Loader",
+    "Writer",
     "NotFoundError",
     "ResourceExhaustedError",
     "Schema",
+    "join_parts",
+    "merge",
     "open",
     "pack",
     "pack_collate",

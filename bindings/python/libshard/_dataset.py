@@ -97,6 +97,7 @@ class Dataset(torch.utils.data.Dataset):
         self._core = _core.Dataset.open(self._path, self._verify)
         self._schema: Optional[Schema] = None
         self._lengths: Optional[np.ndarray] = None
+        self._key_index: Optional[Dict[str, int]] = None
 
     # -- pickling: reopen by path (DataLoader workers with the spawn/forkserver start method) --
     def __getstate__(self) -> Dict[str, Any]:
@@ -157,6 +158,33 @@ class Dataset(torch.utils.data.Dataset):
     def source(self, index: int) -> str:
         """Relative path of the file sample ``index`` was packed from."""
         return self._core.source(operator.index(index))["path"]
+
+    @property
+    def attributes(self) -> Dict[str, Union[str, int]]:
+        """What produced the data, as its writer recorded it (``Writer(attrs=...)``,
+        ``pack --attr``): e.g. ``target_model``, layer ids, ``hidden_size``; ``{}`` if none."""
+        return _core.dataset_attributes(self._core)
+
+    def check(self, expect: Optional[Dict[str, Union[str, int]]]) -> None:
+        """Raises ``InvalidArgumentError`` (a ``ValueError``) naming the dataset, the attribute and
+        both values unless every key of ``expect`` is recorded with that value."""
+        if expect:
+            _core.check_attributes(self._core, dict(expect))
+
+    def find(self, key: str) -> int:
+        """Index of the sample whose key (``libshard.Writer``'s ``key``, or ``pack``'s source path)
+        is ``key``; raises ``KeyError`` when none is. The key -> index map is built on first use
+        from the index (no sample I/O); when a key occurs twice, the first sample wins."""
+        if self._key_index is None:
+            keys = _core.dataset_sources(self._core)
+            index: Dict[str, int] = {}
+            for i, k in enumerate(keys):
+                index.setdefault(k, i)
+            self._key_index = index
+        try:
+            return self._key_index[key]
+        except KeyError:
+            raise KeyError(f"no sample with key {key!r} in {self._path}") from None
 
     def provenance(self, index: int) -> Dict[str, Any]:
         """``{"path", "size", "mtime_ns", "content_hash"}`` of sample ``index``'s source file."""

@@ -98,6 +98,9 @@ class Loader:
       max_tokens: token-budget batches (from the index lengths; no I/O to plan them).
       collate: see above.
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
+      expect: attributes the dataset must have been written with, e.g.
+        ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
+        dataset made for another model raises ``InvalidArgumentError`` at once.
       verify: check each sample's xxh3-64 checksum on worker threads before handing it out.
         ``None`` (default): every sample read whole is checked (about 0.06 CPU-s per GB); with
         ``fields``/``max_len`` a sample read in part cannot be checked and is served as stored.
@@ -146,7 +149,8 @@ class Loader:
                  pin_memory: bool = True,
                  worker_threads: int = 1,
                  slow_wait_warning_seconds: float = 10.0,
-                 stats_interval_seconds: float = 0.0) -> None:
+                 stats_interval_seconds: float = 0.0,
+                 expect: Optional[Dict[str, Union[str, int]]] = None) -> None:
         if isinstance(data, Dataset):
             self._dataset = data
         elif isinstance(data, (str, os.PathLike)):
@@ -154,6 +158,7 @@ class Loader:
         else:
             raise InvalidArgumentError(f"Loader needs a dataset directory or a libshard.Dataset, "
                                        f"got {type(data).__name__}")
+        self._dataset.check(expect)
         self._rank, self._world_size = resolve_rank(rank, world_size)
         if batch_size is not None and max_tokens is not None:
             raise InvalidArgumentError("batch_size and max_tokens are exclusive: give one of them")

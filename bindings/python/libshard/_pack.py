@@ -50,6 +50,12 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       part: "I/N": convert only the I-th of N contiguous slices (merge the parts afterwards).
       allow_varying_dims: allow dimensions other than the sequence dimension to vary.
       progress: print progress lines to stderr.
+      split_layers: (keyword, in ``**options``) the name of a stacked-layer tensor
+        ``[tokens, layers, hidden]`` (vLLM / speculators ``hidden_states``) to store as
+        ``aux_hidden_state`` ``[1, tokens, (layers-1)*hidden]`` + ``hidden_state``
+        ``[1, tokens, hidden]`` (``--split-layers``).
+      attrs: (keyword, in ``**options``) ``{key: str|int}`` recorded in the manifest as what
+        produced the data (``--attr key=value``); see ``Dataset.attributes``.
 
     Returns a summary dict (samples, shards, bytes in and out, seconds, skipped, ...).
     Raises a :class:`libshard.Error`: ``NotFoundError`` (a ``FileNotFoundError``),

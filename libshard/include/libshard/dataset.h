@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -28,6 +29,7 @@ struct DatasetProvenance {
   uint64_t sources = 0;     // samples with a non-empty source path
   std::string created_by;   // free text ("libshard pack <version>")
   std::string created_at;   // UTC, ISO 8601
+  Attributes attributes;    // what produced the data (attributes.h); empty when not recorded
 };
 
 struct ShardInfo {

@@ -19,4 +19,17 @@ namespace libshard {
 [[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
                                    bool link = true);
 
+struct MergeOptions {
+  bool link = true;  // as above
+  // Order the merged samples by their source path (the sample key of a Python
+  // `libshard.Writer`), compared byte-wise, instead of part order: the result then does not
+  // depend on which part holds which sample or in which order the parts are given. Every sample
+  // must have a non-empty source path, and no path may occur twice across the parts (both are
+  // InvalidArgument naming the path and the parts). Samples keep pointing into their own shards.
+  bool order_by_source = false;
+};
+
+[[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
+                                   const MergeOptions& options);
+
 }  // namespace libshard

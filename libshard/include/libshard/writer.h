@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/dataset_lock.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
@@ -30,6 +31,10 @@ struct WriterOptions {
   bool fsync = true;              // fsync shards, index, manifest and directory
   std::string source_root;        // recorded in the manifest's provenance summary
   std::string created_by;         // free text recorded in the manifest ("libshard pack <version>")
+  // What produced the data (attributes.h), recorded in the manifest. OpenForAppend (and Resume
+  // of a committed job) keeps the dataset's attributes: given ones must agree with them
+  // (InvalidArgument otherwise) and may add keys.
+  Attributes attributes;
   uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
   // The dataset's lock (dataset_lock.h), for a caller that must hold `dir` across more than the
   // Writer's lifetime (`libshard pack` inspects OUT before it knows the schema). When null, the

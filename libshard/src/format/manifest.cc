@@ -32,6 +32,14 @@ std::string EncodeManifest(const Manifest& m) {
                  {"stored_bytes", m.total_stored_bytes}};
   j["provenance"] = {{"source_root", m.source_root}, {"sources", m.sources},
                      {"created_by", m.created_by}, {"created_at", m.created_at}};
+  if (!m.attributes.empty()) {
+    json attributes = json::object();
+    for (const auto& [key, value] : m.attributes) {
+      if (const int64_t* i = std::get_if<int64_t>(&value)) attributes[key] = *i;
+      else attributes[key] = std::get<std::string>(value);
+    }
+    j["provenance"]["attributes"] = std::move(attributes);
+  }
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
@@ -222,6 +230,22 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
     m.sources = pr.U64("sources");
     m.created_by = pr.Str("created_by");
     m.created_at = pr.Str("created_at");
+    // Optional (FORMAT.md §2.2): string or integer values.
+    if (auto it = prov->find("attributes"); st.ok() && it != prov->end()) {
+      if (!it->is_object()) {
+        st = Status::Corruption("provenance.attributes is not an object");
+      } else {
+        for (auto a = it->begin(); a != it->end() && st.ok(); ++a) {
+          if (a->is_string()) m.attributes[a.key()] = a->get<std::string>();
+          else if (a->is_number_integer() && (a->is_number_unsigned()
+                       ? a->get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) : true))
+            m.attributes[a.key()] = a->get<int64_t>();
+          else
+            st = Status::Corruption("provenance.attributes." + a.key() +
+                                    " is neither a string nor an integer");
+        }
+      }
+    }
   }
   if (!st.ok())
     return Status(st.code(), file + ": " + st.message() +

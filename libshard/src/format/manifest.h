@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libshard/attributes.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
 
@@ -34,6 +35,7 @@ struct Manifest {
   uint64_t sources = 0;
   std::string created_by;
   std::string created_at;
+  Attributes attributes;  // provenance.attributes; omitted from the JSON when empty
 };
 
 // Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.

@@ -38,6 +38,7 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   m.total_stored_bytes = summary.stored_bytes;
   m.source_root = req.source_root;
   m.created_by = req.created_by;
+  m.attributes = req.attributes;
   m.created_at = format::UtcTimestamp();
   LIBSHARD_RETURN_IF_ERROR(
       WriteFileAtomically(req.dir, format::kManifestName, format::EncodeManifest(m), req.fsync));

@@ -22,6 +22,7 @@ struct CommitRequest {
   std::string old_index_file;              // removed after the commit when not empty
   std::string source_root;
   std::string created_by;
+  Attributes attributes;
   bool fsync = true;
 };
 

@@ -1,6 +1,9 @@
 // MergeDatasets (FORMAT.md §7).
 #include "libshard/merge.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include "io/filesystem.h"
 #include "format/journal.h"
 #include "format/manifest.h"
@@ -13,6 +16,45 @@ namespace libshard {
 
 Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
                      bool link) {
+  MergeOptions options;
+  options.link = link;
+  return MergeDatasets(out_dir, parts, options);
+}
+
+namespace {
+
+// Reorders `samples` (with `part_of[i]` the part of sample i) by source path, byte-wise; refuses
+// an empty or repeated path.
+Status OrderBySource(std::vector<format::IndexSample>* samples, const std::vector<size_t>& part_of,
+                     const std::vector<std::string>& parts) {
+  std::vector<size_t> order(samples->size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return (*samples)[a].source_path < (*samples)[b].source_path;
+  });
+  for (size_t k = 0; k < order.size(); ++k) {
+    const format::IndexSample& s = (*samples)[order[k]];
+    if (s.source_path.empty())
+      return Status::InvalidArgument("merge: part " + parts[part_of[order[k]]] +
+                                     " has a sample without a key (source path); it cannot be "
+                                     "ordered by key");
+    if (k > 0 && (*samples)[order[k - 1]].source_path == s.source_path)
+      return Status::InvalidArgument(
+          "merge: key '" + s.source_path + "' occurs in part " + parts[part_of[order[k - 1]]] +
+          " and in part " + parts[part_of[order[k]]] + "; a key may occur once in a dataset");
+  }
+  std::vector<format::IndexSample> sorted;
+  sorted.reserve(samples->size());
+  for (size_t i : order) sorted.push_back(std::move((*samples)[i]));
+  *samples = std::move(sorted);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
+                     const MergeOptions& options) {
+  const bool link = options.link;
   if (parts.empty()) return Status::InvalidArgument("merge: no parts given");
   std::vector<std::shared_ptr<Dataset>> datasets;
   uint64_t total_shards = 0, total_samples = 0;
@@ -26,6 +68,17 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     total_samples += (*ds)->size();
     datasets.push_back(std::move(*ds));
   }
+  // Parts of one dataset were made by one generator: their attributes (attributes.h) agree.
+  for (size_t p = 1; p < datasets.size(); ++p) {
+    const Attributes& a = datasets.front()->provenance().attributes;
+    const Attributes& b = datasets[p]->provenance().attributes;
+    if (a != b)
+      return Status::InvalidArgument(
+          "merge: part " + parts[p] + " was made with other attributes (" +
+          (b.empty() ? std::string("none") : AttributesText(b)) + ") than part " + parts.front() +
+          " (" + (a.empty() ? std::string("none") : AttributesText(a)) +
+          "); parts of one dataset must come from one generator setup");
+  }
   if (total_shards > kMaxShards || total_samples > kMaxSamples)
     return Status::ResourceExhausted("merge: the merged dataset would exceed the format limits");
 
@@ -38,13 +91,26 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
                                  " already holds a dataset or an interrupted write; choose an "
                                  "empty directory");
 
-  std::vector<format::IndexShard> shards;
+  // The samples first (ordered and checked before any file is made), then the shard links.
   std::vector<format::IndexSample> samples;
   samples.reserve(total_samples);
+  std::vector<size_t> part_of;  // only for order_by_source's messages
+  uint32_t base = 0;
   for (size_t p = 0; p < datasets.size(); ++p) {
     const Dataset& ds = *datasets[p];
-    const uint32_t base = static_cast<uint32_t>(shards.size());
-    for (const ShardInfo& s : ds.shards()) {
+    for (uint64_t i = 0; i < ds.size(); ++i) {
+      LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(ds, i));
+      s.record.shard += base;
+      samples.push_back(std::move(s));
+      if (options.order_by_source) part_of.push_back(p);
+    }
+    base += static_cast<uint32_t>(ds.shards().size());
+  }
+  if (options.order_by_source)
+    LIBSHARD_RETURN_IF_ERROR(OrderBySource(&samples, part_of, parts));
+  std::vector<format::IndexShard> shards;
+  for (const std::shared_ptr<Dataset>& ds : datasets) {
+    for (const ShardInfo& s : ds->shards()) {
       // The linked file keeps its header, so the shard keeps its uid (FORMAT.md §4.1, §7).
       format::IndexShard shard{format::ShardFileName(static_cast<uint32_t>(shards.size())), s.size,
                                s.samples, s.uid};
@@ -52,11 +118,6 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
       LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(target));  // leftover of an interrupted merge
       LIBSHARD_RETURN_IF_ERROR(internal::LinkOrCopyFile(s.path, target, link, true));
       shards.push_back(std::move(shard));
-    }
-    for (uint64_t i = 0; i < ds.size(); ++i) {
-      LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(ds, i));
-      s.record.shard += base;
-      samples.push_back(std::move(s));
     }
   }
   LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(out_dir));
@@ -74,6 +135,7 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   req.samples = &samples;
   req.source_root = first.source_root;
   req.created_by = "libshard merge of " + std::to_string(parts.size()) + " parts";
+  req.attributes = datasets.front()->provenance().attributes;
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;
   return Status::OK();

@@ -49,6 +49,7 @@ Status ValidateOptions(const WriterOptions& o) {
   if (o.shard_size == 0) return Status::InvalidArgument("WriterOptions.shard_size must be > 0");
   if (o.compression != Compression::kNone && o.compression != Compression::kZstd)
     return Status::InvalidArgument("WriterOptions.compression is not a known value");
+  LIBSHARD_RETURN_IF_ERROR(ValidateAttributes(o.attributes).WithContext("WriterOptions.attributes"));
   if (o.zstd_level < -7 || o.zstd_level > 22)
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
                                    " is not in -7..22");
@@ -289,6 +290,15 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::strin
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
   w->old_index_file_ = manifest.index_file;
+  for (const auto& [key, value] : options.attributes) {
+    auto it = manifest.attributes.find(key);
+    if (it != manifest.attributes.end() && it->second != value)
+      return Status::InvalidArgument(dir + " was made with " + key + "='" +
+                                     AttributeText(it->second) + "'; adding samples made with '" +
+                                     AttributeText(value) + "' would mix two setups in one "
+                                     "dataset; write them to another directory");
+  }
+  for (const auto& [key, value] : manifest.attributes) w->options_.attributes.emplace(key, value);
   for (const ShardInfo& s : ds->shards()) {
     std::string name = s.path.substr(s.path.find_last_of('/') + 1);
     w->shards_.push_back(format::IndexShard{std::move(name), s.size, s.samples, s.uid});
@@ -553,6 +563,7 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.old_index_file = old_index_file_;
   req.source_root = source_root_;
   req.created_by = options_.created_by;
+  req.attributes = options_.attributes;
   req.fsync = options_.fsync;
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   if (journal_.valid()) {

@@ -1,0 +1,605 @@
+"""``libshard.Writer``: write a dataset straight from a hidden-state generator.
+
+The generator hands each sample (a dict of tensors) and its key to :meth:`Writer.write`, which
+returns while the bytes are still being encoded and written (a queue bounded in bytes), so the
+GPU keeps working. Worker threads of the C++ core lay out, compress and checksum samples with the
+GIL released; one thread appends them to the shards in the order they were written.
+
+Keys make a generator restartable: every key is stored as the sample's source path (the index's
+provenance), :meth:`Writer.has` says whether a key is already in the output, and a Writer reopened
+on the same output after a crash (kill -9 included) continues from what was durable.
+
+Many ranks: each rank writes its own part, ``OUT/parts/rank-RRRRR-of-WWWWW/`` (a complete dataset
+once that rank has closed), and the last rank to close joins the parts into ``OUT`` itself with
+hard links (no shard byte is copied), ordered by key, so ``OUT`` opens as one dataset whose order
+does not depend on which rank finished first. ``libshard merge --by-key OUT PARTS...`` does the
+same by hand.
+"""
+
+from __future__ import annotations
+
+import collections
+import fcntl
+import hashlib
+import os
+from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _core
+from ._core import InvalidArgumentError
+from ._dataset import Field, Schema
+from ._units import parse_bytes
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_MANIFEST = "manifest.json"
+_JOURNAL = "_journal.lsj"
+#: Beside a part directory: that rank closed without writing a sample.
+_EMPTY = ".empty"
+#: Samples whose GPU->host copies may be in flight before write() waits for the oldest.
+_MAX_PENDING_COPIES = 4
+
+
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"environment variable {name}={value!r} must be an integer") from None
+
+
+def resolve_writer_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int, str]:
+    """(rank, world_size, where from) for a writer.
+
+    In order: the explicit arguments; torch.distributed when initialised; ``RANK``/``WORLD_SIZE``
+    (torchrun); a Slurm job array (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN`` of
+    ``SLURM_ARRAY_TASK_COUNT``, times ``SLURM_NTASKS`` tasks each, ``SLURM_PROCID`` within one);
+    ``SLURM_PROCID``/``SLURM_NTASKS``; else (0, 1).
+    """
+    source = "arguments"
+    if rank is None and world_size is None:
+        source = ""
+        try:
+            import torch.distributed as dist
+            if dist.is_available() and dist.is_initialized():
+                rank, world_size, source = dist.get_rank(), dist.get_world_size(), \
+                    "torch.distributed"
+        except Exception:  # noqa: BLE001 - a broken distributed setup falls back to the env
+            pass
+        if not source and _env_int("WORLD_SIZE") is not None:
+            rank, world_size, source = _env_int("RANK") or 0, _env_int("WORLD_SIZE"), \
+                "RANK/WORLD_SIZE"
+        if not source and _env_int("SLURM_ARRAY_TASK_COUNT") is not None:
+            task = (_env_int("SLURM_ARRAY_TASK_ID") or 0) - (_env_int("SLURM_ARRAY_TASK_MIN") or 0)
+            tasks = _env_int("SLURM_NTASKS") or 1
+            rank = task * tasks + (_env_int("SLURM_PROCID") or 0)
+            world_size = _env_int("SLURM_ARRAY_TASK_COUNT") * tasks  # type: ignore[operator]
+            source = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"
+        if not source and _env_int("SLURM_NTASKS") is not None:
+            rank, world_size, source = _env_int("SLURM_PROCID") or 0, _env_int("SLURM_NTASKS"), \
+                "SLURM_PROCID/SLURM_NTASKS"
+        if not source:
+            rank, world_size, source = 0, 1, "default"
+    if rank is None or world_size is None:
+        raise InvalidArgumentError(
+            f"give both rank and world_size, or neither (got rank={rank!r}, "
+            f"world_size={world_size!r})")
+    if isinstance(rank, bool) or isinstance(world_size, bool) or \
+            not isinstance(rank, int) or not isinstance(world_size, int):
+        raise InvalidArgumentError(f"rank and world_size must be integers, got rank={rank!r}, "
+                                   f"world_size={world_size!r}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InvalidArgumentError(f"need 0 <= rank < world_size, got rank={rank}, "
+                                   f"world_size={world_size} (from {source})")
+    return rank, world_size, source
+
+
+def part_dir(out: str, rank: int, world_size: int) -> str:
+    """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out``."""
+    return os.path.join(out, "parts", f"rank-{rank:05d}-of-{world_size:05d}")
+
+
+def _parse_compress(compress: Optional[str]) -> Tuple[str, int]:
+    if compress is None or compress == "none":
+        return "none", 3
+    if not isinstance(compress, str):
+        raise InvalidArgumentError(f"compress must be None, 'zstd' or 'zstd:LEVEL', got {compress!r}")
+    name, _, level = compress.partition(":")
+    if name != "zstd":
+        raise InvalidArgumentError(f"compress must be None, 'zstd' or 'zstd:LEVEL', got {compress!r}")
+    if not level:
+        return "zstd", 3
+    try:
+        return "zstd", int(level)
+    except ValueError:
+        raise InvalidArgumentError(f"compress: zstd level {level!r} is not an integer") from None
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _choose_seq_dim(shape: Sequence[int], length: Optional[int]) -> int:
+    """The rule of ``libshard pack`` (ChooseSeqDim in converters/pack/schema_inference.cc)."""
+    rank = len(shape)
+    if rank == 0:
+        return -1
+    if rank == 1:
+        conventional = 0
+    elif shape[0] == 1:
+        conventional = 1
+    elif rank == 2:
+        conventional = 0
+    else:
+        conventional = -1
+    if length is None:
+        return conventional
+    candidates = [d for d in range(rank) if shape[d] == length]
+    if not candidates:
+        return -1
+    if len(candidates) == 1:
+        return candidates[0]
+    return conventional if conventional in candidates else candidates[0]
+
+
+def infer_schema(tensors: Mapping[str, torch.Tensor]) -> Schema:
+    """The schema ``libshard pack`` would infer from a file holding ``tensors``."""
+    length: Optional[int] = None
+    for ids_name in ("input_ids", "token_ids"):
+        ids = tensors.get(ids_name)
+        if ids is not None and ids.dim() == 1:
+            length = int(ids.shape[0])
+            break
+    fields = []
+    for name, t in tensors.items():
+        sd = _choose_seq_dim(tuple(t.shape), length)
+        fields.append(Field(name, t.dtype, t.dim(), None if sd < 0 else sd))
+    names = list(tensors)
+    length_field = next((n for n in ("input_ids", "token_ids")
+                         if n in tensors and fields[names.index(n)].seq_dim is not None), None)
+    if length_field is None:
+        length_field = next((f.name for f in fields if f.seq_dim is not None), None)
+    return Schema(tuple(fields), length_field)
+
+
+def _schema_to_core(schema: Schema) -> Dict[str, Any]:
+    names = [f.name for f in schema.fields]
+    return {
+        "fields": [{"name": f.name, "dtype": _dtype_name(f.dtype), "rank": f.rank,
+                    "seq_dim": -1 if f.seq_dim is None else f.seq_dim} for f in schema.fields],
+        "length_field": -1 if schema.length_field is None else names.index(schema.length_field),
+    }
+
+
+def _schema_from_arg(schema: Any) -> Schema:
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, (list, tuple)) and all(isinstance(f, Field) for f in schema):
+        fields = tuple(schema)
+        return Schema(fields, next((f.name for f in fields if f.seq_dim is not None), None))
+    raise InvalidArgumentError(
+        "schema must be a libshard.Schema (e.g. libshard.open(path).schema) or a list of "
+        f"libshard.Field, got {type(schema).__name__}")
+
+
+class _Pending:
+    """A sample waiting for its GPU->host copies (or, behind one, for its turn)."""
+
+    __slots__ = ("key", "fields", "metadata", "event", "keep")
+
+    def __init__(self, key: str, fields: List[Tuple[str, torch.Tensor]],
+                 metadata: Dict[str, Any], event: Optional[Any], keep: List[torch.Tensor]):
+        self.key = key
+        self.fields = fields        # (name, contiguous host tensor), schema order
+        self.metadata = metadata
+        self.event = event          # torch.cuda.Event recorded after the copies, or None
+        self.keep = keep            # source GPU tensors, held until the copies are done
+
+
+class Writer:
+    """Writes a libshard dataset sample by sample (a context manager).
+
+    ::
+
+        with libshard.Writer("out/", compress="zstd") as w:
+            for conv in conversations:
+                if w.has(conv.id):            # written by an earlier, interrupted run
+                    continue
+                w.write({"input_ids": ids, "hidden_state": hs, ...}, key=conv.id)
+
+    Args:
+      out: the dataset directory. With one rank the dataset is written there; with several, rank
+        r writes ``out/parts/rank-RRRRR-of-WWWWW/`` and the last rank to close joins the parts
+        into ``out`` (hard links, ordered by key).
+      compress: None, ``"zstd"`` or ``"zstd:LEVEL"`` (per sample; 2-byte dtypes are byte-shuffled
+        first, FORMAT.md §4.2).
+      shard_size: roll to a new shard file past this many bytes (int or ``"4GiB"``).
+      schema: a :class:`libshard.Schema`; default: inferred from the first sample as
+        ``libshard pack`` does (field order = the dict's order, ``seq_dim`` from ``input_ids``).
+      rank, world_size: default: torch.distributed, else ``RANK``/``WORLD_SIZE``, else Slurm's
+        ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT`` and ``SLURM_PROCID``/``SLURM_NTASKS``,
+        else 0/1.
+      threads: encoding threads (layout, zstd, checksum). queue_size: bytes of samples written but
+        not yet on disk before ``write`` waits (at least one sample is always admitted).
+      journal_every: durability interval: after a crash, a reopened Writer keeps every sample up
+        to the last journal checkpoint (this many bytes apart, and at every shard roll).
+      fsync: fsync shards, journal, index and manifest.
+      attrs: what produced the data, recorded in the manifest (``{key: str|int}``, e.g.
+        ``target_model``, ``hidden_state_layer_ids`` as a str, ``hidden_size``, ``tokenizer``):
+        ``Dataset.attributes`` and ``libshard info`` show them, joining parts with other
+        attributes is refused, ``Loader(expect=...)`` checks them. Reopening a committed output
+        with attributes that contradict its own is refused.
+
+    ``write`` reads the tensors' bytes in place (a contiguous CPU tensor is not copied by Python)
+    after it returns, so a tensor must not be modified in place until a later ``write``,
+    ``flush`` or ``close`` returned; CUDA tensors are copied to pinned host memory on a side
+    stream (ordered after the work queued on the current stream, no synchronisation of the
+    caller) and the copy is awaited before the bytes are encoded. Errors of the background work
+    are raised by the next call (``write``, ``flush``, ``close``) as ``libshard.Error``.
+
+    Not thread-safe: one thread writes.
+    """
+
+    def __init__(self, out: PathLike, *, compress: Optional[str] = None,
+                 shard_size: Union[int, str] = "4GiB", schema: Any = None,
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 attrs: Optional[Mapping[str, Union[str, int]]] = None,
+                 threads: Optional[int] = None, queue_size: Union[int, str] = "1GiB",
+                 journal_every: Union[int, str] = "1GiB", fsync: bool = True) -> None:
+        self._core: Optional[Any] = None
+        self._held: Dict[int, List[torch.Tensor]] = {}
+        self._pending: Deque[_Pending] = collections.deque()
+        self._closed = False
+        self.out = os.fspath(out)
+        self.rank, self.world_size, self._rank_source = resolve_writer_rank(rank, world_size)
+        self.path = self.out if self.world_size == 1 else part_dir(self.out, self.rank,
+                                                                   self.world_size)
+        parts_root = os.path.join(self.out, "parts")
+        if self.world_size == 1 and os.path.isdir(parts_root) and any(
+                n.startswith("rank-") for n in os.listdir(parts_root)):
+            # Samples added to the joined dataset itself would be lost at the next join.
+            raise InvalidArgumentError(
+                f"{self.out} was written by several ranks ({parts_root}); reopen it with the "
+                "same rank and world size as the run that made it, or write to another directory")
+        compression, level = _parse_compress(compress)
+        if threads is None:
+            threads = max(1, min(4, (os.cpu_count() or 2)))
+        self._options: Dict[str, Any] = {
+            "shard_size": parse_bytes(shard_size, "Writer shard_size"),
+            "compression": compression,
+            "zstd_level": level,
+            "fsync": bool(fsync),
+            "threads": threads,
+            "queue_bytes": parse_bytes(queue_size, "Writer queue_size"),
+            "journal_every_bytes": parse_bytes(journal_every, "Writer journal_every"),
+            "created_by": f"libshard.Writer {_core.__version__}",
+        }
+        if attrs:
+            for k, v in attrs.items():
+                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (str, int)):
+                    raise InvalidArgumentError(
+                        f"Writer attrs {k!r} must be a str or an int, got {type(v).__name__} "
+                        "(write a list of layer ids as a str, e.g. '1,16,29')")
+            self._options["attributes"] = dict(attrs)
+        self._given_schema = None if schema is None else _schema_from_arg(schema)
+        self._schema: Optional[Schema] = None
+        self._ref_shapes: Optional[Dict[str, Tuple[int, ...]]] = None
+        self._keys: set = set()
+        self._copy_stream: Optional[Any] = None
+        self.summary: Optional[Dict[str, Any]] = None
+        if os.path.exists(os.path.join(self.path, _MANIFEST)) or \
+                os.path.exists(os.path.join(self.path, _JOURNAL)):
+            self._open(resume=True)
+        elif self._given_schema is not None:
+            self._open(resume=False, schema=self._given_schema)
+
+    # -- opening ------------------------------------------------------------------------------
+    def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
+        os.makedirs(self.path, exist_ok=True)
+        if self.world_size > 1:
+            try:
+                os.remove(self.path + _EMPTY)  # this rank has samples after all
+            except FileNotFoundError:
+                pass
+        self._core = _core.Writer.open(
+            self.path, None if schema is None else _schema_to_core(schema), self._options, resume)
+        self._schema = Schema._from_core(self._core.schema)
+        if resume:
+            if self._given_schema is not None and self._given_schema != self._schema:
+                self._core.abort()
+                raise InvalidArgumentError(
+                    f"{self.path} holds samples of another schema ({self._schema}) than the "
+                    f"given one ({self._given_schema}); write to another directory")
+            self._keys = set(self._core.existing_keys())
+
+    # -- writing ------------------------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        """True when ``key`` is in the output: durable samples of an earlier run of this rank's
+        part, and every sample written by this Writer."""
+        return key in self._keys
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def schema(self) -> Optional[Schema]:
+        return self._schema
+
+    def write(self, sample: Mapping[str, Any], *, key: str) -> None:
+        """Queues ``sample`` (``{name: tensor}``; str/int/float/bool values become the sample's
+        metadata) under ``key``. Returns before the bytes are on disk.
+
+        Raises ``InvalidArgumentError`` (a ``ValueError``) naming the key and the field when the
+        sample does not fit the schema, for a key already written, or for a non-str key; and
+        any error of earlier background work (``libshard.Error``).
+        """
+        if self._closed:
+            raise InvalidArgumentError(f"Writer({self.out!r}) is closed")
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"key must be a non-empty str, got {key!r}")
+        if "\0" in key or len(key.encode("utf-8", "surrogateescape")) > 4096:
+            raise InvalidArgumentError(f"key {key[:80]!r}: must have no NUL byte and at most "
+                                       "4096 bytes")
+        if key in self._keys:
+            raise InvalidArgumentError(
+                f"key {key!r} is already in {self.path}; a key may occur once in a dataset "
+                "(skip samples for which Writer.has(key) is true)")
+        tensors: Dict[str, torch.Tensor] = {}
+        metadata: Dict[str, Any] = {}
+        for name, value in sample.items():
+            if not isinstance(name, str):
+                raise InvalidArgumentError(f"sample {key!r}: field names must be str, got {name!r}")
+            if isinstance(value, torch.Tensor):
+                tensors[name] = value
+            elif isinstance(value, (str, int, float, bool)):
+                metadata[name] = value
+            else:
+                raise InvalidArgumentError(
+                    f"sample {key!r}: field {name!r} is a {type(value).__name__}; a sample holds "
+                    "torch tensors and str/int/float/bool metadata")
+        if self._schema is None:
+            self._open(resume=False, schema=self._given_schema or infer_schema(tensors))
+        self._check(key, tensors)
+        self._queue(key, tensors, metadata)
+        self._keys.add(key)
+
+    def _check(self, key: str, tensors: Dict[str, torch.Tensor]) -> None:
+        assert self._schema is not None
+        for f in self._schema.fields:
+            t = tensors.get(f.name)
+            where = f"sample {key!r}: field {f.name!r}"
+            if t is None:
+                raise InvalidArgumentError(f"{where} is missing (the schema has "
+                                           f"{self._schema.names})")
+            if t.dtype != f.dtype:
+                raise InvalidArgumentError(f"{where}: dtype {t.dtype} != schema dtype {f.dtype}")
+            if t.dim() != f.rank:
+                raise InvalidArgumentError(f"{where}: rank {t.dim()} (shape {tuple(t.shape)}) != "
+                                           f"schema rank {f.rank}")
+        extra = [n for n in tensors if n not in self._schema]
+        if extra:
+            raise InvalidArgumentError(f"sample {key!r}: field {extra[0]!r} is not in the schema "
+                                       f"{self._schema.names}")
+        shapes = {n: tuple(t.shape) for n, t in tensors.items()}
+        if self._ref_shapes is None:
+            self._ref_shapes = shapes
+            return
+        for f in self._schema.fields:
+            ref, got = self._ref_shapes[f.name], shapes[f.name]
+            for d, (a, b) in enumerate(zip(ref, got)):
+                if a != b and d != f.seq_dim:
+                    raise InvalidArgumentError(
+                        f"sample {key!r}: field {f.name!r}: shape {list(got)} differs from "
+                        f"{list(ref)} (the first sample's) in dim {d}, which is not the "
+                        f"sequence dim ({f.seq_dim})")
+
+    def _queue(self, key: str, tensors: Dict[str, torch.Tensor],
+               metadata: Dict[str, Any]) -> None:
+        assert self._schema is not None
+        fields: List[Tuple[str, torch.Tensor]] = []
+        keep: List[torch.Tensor] = []
+        event = None
+        for f in self._schema.fields:
+            t = tensors[f.name].detach()
+            if t.is_cuda:
+                if self._copy_stream is None or self._copy_stream.device != t.device:
+                    self._copy_stream = torch.cuda.Stream(t.device)
+                stream = self._copy_stream
+                stream.wait_stream(torch.cuda.current_stream(t.device))
+                with torch.cuda.stream(stream):
+                    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+                    host.copy_(t, non_blocking=True)
+                keep.append(t)
+                t = host
+                event = torch.cuda.Event()
+                event.record(stream)
+            elif t.device.type != "cpu":
+                t = t.to("cpu")
+            if t.is_conj() or t.is_neg():
+                t = t.resolve_conj().resolve_neg()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            fields.append((f.name, t))
+        self._pending.append(_Pending(key, fields, metadata, event, keep))
+        self._drain(wait=len(self._pending) > _MAX_PENDING_COPIES)
+
+    def _drain(self, *, wait: bool, all_: bool = False) -> None:
+        """Submits pending samples in order: those whose copies are done; waits for the oldest
+        when ``wait`` (for every one when ``all_``)."""
+        while self._pending:
+            p = self._pending[0]
+            if p.event is not None and not p.event.query():
+                if not (wait or all_):
+                    break
+                p.event.synchronize()
+            wait = False
+            self._pending.popleft()
+            self._submit(p)
+        self._release()
+
+    def _submit(self, p: _Pending) -> None:
+        assert self._core is not None
+        raw = [(name, _dtype_name(t.dtype), tuple(t.shape), t.data_ptr(),
+                t.numel() * t.element_size()) for name, t in p.fields]
+        seq = self._core.submit(p.key, raw, p.metadata)
+        self._held[seq] = [t for _, t in p.fields]
+
+    def _release(self) -> None:
+        if self._core is not None:
+            for seq in self._core.take_encoded():
+                self._held.pop(seq, None)
+
+    def flush(self) -> None:
+        """Waits until every sample written so far is in the shards (not yet committed: a crash
+        keeps what the last journal checkpoint covers); raises a pending error."""
+        self._drain(wait=True, all_=True)
+        if self._core is not None:
+            self._core.flush()
+        self._release()
+
+    @property
+    def blocked_seconds(self) -> float:
+        """Seconds ``write`` has waited for the queue (the disk, or encoding) so far."""
+        if self._closed or self._core is None:
+            return float((self.summary or {}).get("blocked_seconds", 0.0))
+        return self._core.blocked_seconds
+
+    # -- closing ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Commits this rank's dataset (or part), then, with several ranks, joins the parts into
+        ``out`` when every rank has closed. Idempotent."""
+        self._close(join=True)
+
+    def _close(self, *, join: bool) -> None:
+        if self._closed:
+            return
+        try:
+            self._drain(wait=True, all_=True)
+            if self._core is not None:
+                self.summary = self._core.finish()
+        finally:
+            self._closed = True
+            if self._core is not None:
+                self._core.abort()
+            self._held.clear()
+            self._pending.clear()
+        if self._core is None and self.world_size > 1 and not os.path.exists(
+                os.path.join(self.path, _MANIFEST)):
+            # This rank wrote nothing (so no schema, no part): say so, or the parts never join.
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path + _EMPTY, "w") as f:
+                f.flush()
+                os.fsync(f.fileno())
+        if join and self.world_size > 1:
+            self.joined = join_parts(self.out, self.world_size)
+
+    def abort(self) -> None:
+        """Stops without committing: what the journal holds is kept for the next Writer."""
+        self._closed = True
+        if self._core is not None:
+            self._core.abort()
+        self._held.clear()
+        self._pending.clear()
+
+    def __enter__(self) -> "Writer":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # The body failed: keep the work done (commit this rank's samples, so that a rerun
+        # continues after them) but do not join the parts; never mask the original exception.
+        try:
+            self._close(join=False)
+        except Exception:  # noqa: BLE001
+            self.abort()
+
+    def __del__(self) -> None:
+        # Before the tensors the background threads read are released.
+        core = getattr(self, "_core", None)
+        if core is not None:
+            core.abort()
+
+    def __repr__(self) -> str:
+        return (f"libshard.Writer({self.out!r}, rank={self.rank}, world_size={self.world_size}, "
+                f"samples={len(self._keys)})")
+
+
+def _part_complete(path: str) -> bool:
+    return os.path.exists(os.path.join(path, _MANIFEST)) and \
+        not os.path.exists(os.path.join(path, _JOURNAL))
+
+
+def _manifests_digest(parts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        with open(os.path.join(p, _MANIFEST), "rb") as f:
+            h.update(f.read())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def join_parts(out: PathLike, world_size: int) -> bool:
+    """Joins ``out/parts/rank-*-of-WORLD`` into ``out`` when every part is complete (ordered by
+    key, shards hard-linked). Returns True when ``out`` holds the join of the current parts.
+
+    Safe against ranks closing at once: the check and the merge run under an exclusive flock of
+    ``out/parts/.join.lock``; a join already done for the same part manifests is not redone, and
+    one made before a part changed (a resumed rank appended) is replaced.
+    """
+    out = os.fspath(out)
+    parts = [part_dir(out, r, world_size) for r in range(world_size)]
+    lock_path = os.path.join(out, "parts", ".join.lock")
+    stamp_path = os.path.join(out, "parts", f".joined-of-{world_size:05d}")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not all(_part_complete(p) or (os.path.exists(p + _EMPTY) and
+                                         not os.path.exists(os.path.join(p, _JOURNAL)))
+                   for p in parts):
+            return False
+        parts = [p for p in parts if _part_complete(p)]  # ranks that wrote samples
+        if not parts:
+            return False
+        digest = _manifests_digest(parts)
+        manifest = os.path.join(out, _MANIFEST)
+        if os.path.exists(manifest):
+            try:
+                with open(stamp_path) as f:
+                    if f.read().strip() == digest:
+                        return True
+            except FileNotFoundError:
+                pass
+            # A join of older parts: replaced (readers of `out` see no dataset until the commit).
+            os.remove(manifest)
+        try:
+            os.remove(stamp_path)
+        except FileNotFoundError:
+            pass
+        _core.merge(out, parts, by_key=True, link=True)
+        tmp = stamp_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(digest + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, stamp_path)
+        return True
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def merge(out: PathLike, parts: Sequence[PathLike], *, by_key: bool = False,
+          link: bool = True) -> None:
+    """Builds dataset ``out`` from the datasets ``parts`` (``libshard merge``): shard files are
+    hard-linked (copied when ``link`` is False or linking fails), only a new index and manifest
+    are written. Order: part by part, or by key with ``by_key`` (a key found twice is an
+    ``InvalidArgumentError``). ``out`` must not hold a dataset yet."""
+    _core.merge(os.fspath(out), [os.fspath(p) for p in parts], by_key=by_key, link=link)
