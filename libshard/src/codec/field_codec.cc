@@ -29,7 +29,7 @@ using format::PutU64;
 constexpr uint8_t kMagic[4] = {0x4C, 0x53, 0x46, 0x43};  // "LSFC"
 constexpr uint8_t kModeStored = 0;
 constexpr uint8_t kModeZstd = 1;
-constexpr uint8_t kFlagChannelBase = 1;  // planes: per-channel base table present (§4.3.4)
+constexpr uint8_t kFlagChannelBase = 1;  // planes, fp8-entropy: channel base table (§4.3.4/5)
 // Below this many elements per row the channel base table costs more than it saves.
 constexpr uint64_t kMinChannelBaseElems = 64;
 // Elements converted per step when a plane is decoded in place (§4.3 decoders stage one block).
@@ -107,18 +107,34 @@ Result<uint8_t> AppendCoded(ZSTD_CCtx* cctx, int level, const std::byte* src, si
   return kModeStored;
 }
 
-// Row absmax of finite values, as float32.
-template <typename ToF32>
-float RowAbsMax(const uint16_t* row, uint64_t n, ToF32 to_f32) {
-  float m = 0.0f;
-  for (uint64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(to_f32(row[i]));
-    if (a <= std::numeric_limits<float>::max() && a > m) m = a;  // skips inf and NaN
+float LoadF32(const std::byte* p) { return std::bit_cast<float>(GetU32(p)); }
+
+// Undoes the channel base (§4.3.4, §4.3.5) on a block of plane bytes: v = (v + add(b)) ^ (b & 0x80)
+// with add(b) = b & 0x7F for planes (fp8 = false) and 8 · (b & 0x0F) for fp8 codes.
+void ApplyBase(uint8_t* block, const uint8_t* base, size_t m, bool fp8) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80));
+  for (; i + 16 <= m; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
+    const __m128i add = fp8 ? _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi8(0x0F)), 3)
+                            : _mm_andnot_si128(sign, b);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block + i),
+                     _mm_xor_si128(_mm_add_epi8(v, add), _mm_and_si128(b, sign)));
   }
-  return m;
+#endif
+  for (; i < m; ++i) {
+    const uint8_t add = fp8 ? static_cast<uint8_t>((base[i] & 0x0F) << 3) : (base[i] & 0x7F);
+    block[i] = static_cast<uint8_t>((block[i] + add) ^ (base[i] & 0x80));
+  }
 }
 
-float LoadF32(const std::byte* p) { return std::bit_cast<float>(GetU32(p)); }
+// The inverse of ApplyBase, for the writer.
+uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8) {
+  const uint8_t add = fp8 ? static_cast<uint8_t>((b & 0x0F) << 3) : (b & 0x7F);
+  return static_cast<uint8_t>((v ^ (b & 0x80)) - add);
+}
 
 // Interleaves lo[i] and hi[i] + base into dst (2 bytes per element). `base` is null or holds one
 // value per element. dst may overlap hi only as in-place decoding arranges (hi at or after
@@ -129,8 +145,7 @@ void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
     std::memcpy(block, hi + start, m);
-    if (base != nullptr)
-      for (size_t i = 0; i < m; ++i) block[i] = static_cast<uint8_t>(block[i] + base[start + i]);
+    if (base != nullptr) ApplyBase(block, base + start, m, false);
     const uint8_t* l = lo + start;
     uint8_t* d = dst + 2 * start;
     size_t i = 0;
@@ -151,22 +166,67 @@ void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_
 
 // Dequantizes n fp8 codes of one row into 2-byte floats of `dtype` with `scale`. dst may overlap q
 // as Interleave describes.
-void DequantizeRow(const uint8_t* q, size_t n, float scale, DType dtype, uint8_t* dst) {
-  uint16_t lut[256];
-  const bool bf16 = dtype == DType::kBFloat16;
-  for (int c = 0; c < 256; ++c) {
-    const float v = E4M3ToF32(static_cast<uint8_t>(c)) * scale;
-    lut[c] = bf16 ? F32ToBF16(v) : F32ToF16(v);
+// float32 values of the 256 e4m3fn codes.
+struct E4M3Table {
+  float v[256];
+  E4M3Table() {
+    for (int c = 0; c < 256; ++c) v[c] = E4M3ToF32(static_cast<uint8_t>(c));
   }
+};
+const E4M3Table& E4M3Values() {
+  static const E4M3Table table;
+  return table;
+}
+
+// Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
+// channel base table. dst may overlap q as Interleave describes.
+void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
+                   uint8_t* dst) {
+  const float* value = E4M3Values().v;
+  const bool bf16 = dtype == DType::kBFloat16;
   uint8_t block[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
     std::memcpy(block, q + start, m);
+    if (base != nullptr) ApplyBase(block, base + start, m, true);
     uint8_t* d = dst + 2 * start;
-    for (size_t i = 0; i < m; ++i) {
-      const uint16_t v = lut[block[i]];
-      d[2 * i] = static_cast<uint8_t>(v);
-      d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+    if (bf16) {
+      for (size_t i = 0; i < m; ++i) {
+        const uint16_t v = F32ToBF16(value[block[i]] * scale);
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    } else {
+      for (size_t i = 0; i < m; ++i) {
+        const uint16_t v = F32ToF16(value[block[i]] * scale);
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    }
+  }
+}
+
+// Per row: scale = absmax of the finite values / 448 and the e4m3fn codes of x / scale (§4.3.5).
+void QuantizeRows(const uint8_t* src, const FieldGeometry& g, float* scales, uint8_t* codes) {
+  const bool bf16 = g.dtype == DType::kBFloat16;
+  std::vector<float> x(g.row_elems);
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    const uint8_t* row = src + r * g.row_elems * 2;
+    float absmax = 0.0f;
+    for (uint64_t i = 0; i < g.row_elems; ++i) {
+      const uint16_t h = static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8));
+      x[i] = bf16 ? BF16ToF32(h) : F16ToF32(h);
+      const float a = std::fabs(x[i]);
+      absmax = a <= std::numeric_limits<float>::max() && a > absmax ? a : absmax;  // finite only
+    }
+    const float scale = absmax / kE4M3Max;
+    scales[r] = scale;
+    uint8_t* q = codes + r * g.row_elems;
+    if (scale > 0.0f) {
+      for (uint64_t i = 0; i < g.row_elems; ++i) q[i] = F32ToE4M3(x[i] / scale);
+    } else {
+      // Every finite value of the row is ±0.
+      for (uint64_t i = 0; i < g.row_elems; ++i) q[i] = F32ToE4M3(x[i]);
     }
   }
 }
@@ -248,8 +308,8 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
   const uint64_t chunk_count = (g.rows + chunk_rows - 1) / chunk_rows;
   if (chunk_count > std::numeric_limits<uint32_t>::max())
     return Status::InvalidArgument("tensor needs more than 2^32 - 1 chunks");
-  const bool channel_base = id == CodecId::kPlanes && options.channel_base &&
-                            g.row_elems >= kMinChannelBaseElems;
+  const bool channel_base = (id == CodecId::kPlanes || id == CodecId::kFp8Entropy) &&
+                            options.channel_base && g.row_elems >= kMinChannelBaseElems;
   const size_t w = DTypeSize(g.dtype);
 
   // Header (§4.3.2).
@@ -267,23 +327,45 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
   PutU32(h + 28, static_cast<uint32_t>(chunk_count));
 
   const uint8_t* src = reinterpret_cast<const uint8_t*>(raw.data());
-  // Channel base (§4.3.4): the rounded mean of each channel's exponent bits (hi & 0x7F).
+  EncoderScratch& s = ThreadEncoderScratch();
+  if (!s.cctx) return Status::ResourceExhausted("cannot create a zstd compression context");
+  // fp8: every row's scale and codes first (§4.3.5), so the channel base can see all of them.
+  std::vector<float> scales;
+  if (IsLossy(id)) {
+    scales.resize(g.rows);
+    s.b.resize(elements);
+    QuantizeRows(src, g, scales.data(), reinterpret_cast<uint8_t*>(s.b.data()));
+  }
+  const auto* codes = reinterpret_cast<const uint8_t*>(s.b.data());
+  // Channel base: the rounded mean over the rows of each channel's exponent bits (planes: hi &
+  // 0x7F, §4.3.4; fp8: the code's 4 exponent bits, §4.3.5), and bit 7 set when most of the
+  // channel's values are negative.
   std::vector<uint8_t> base;
   if (channel_base) {
-    std::vector<uint64_t> sums(g.row_elems, 0);
+    std::vector<uint64_t> sums(g.row_elems, 0), negatives(g.row_elems, 0);
     for (uint64_t r = 0; r < g.rows; ++r) {
-      const uint8_t* row = src + r * g.row_elems * 2;
-      for (uint64_t c = 0; c < g.row_elems; ++c) sums[c] += row[2 * c + 1] & 0x7F;
+      if (id == CodecId::kPlanes) {
+        const uint8_t* row = src + r * g.row_elems * 2;
+        for (uint64_t c = 0; c < g.row_elems; ++c) {
+          sums[c] += row[2 * c + 1] & 0x7F;
+          negatives[c] += row[2 * c + 1] >> 7;
+        }
+      } else {
+        const uint8_t* row = codes + r * g.row_elems;
+        for (uint64_t c = 0; c < g.row_elems; ++c) {
+          sums[c] += (row[c] >> 3) & 0xF;
+          negatives[c] += row[c] >> 7;
+        }
+      }
     }
     base.resize(g.row_elems);
     for (uint64_t c = 0; c < g.row_elems; ++c)
-      base[c] = static_cast<uint8_t>((sums[c] + g.rows / 2) / g.rows);
+      base[c] = static_cast<uint8_t>((sums[c] + g.rows / 2) / g.rows |
+                                     (2 * negatives[c] > g.rows ? 0x80 : 0));
     const auto* b = reinterpret_cast<const std::byte*>(base.data());
     out->insert(out->end(), b, b + base.size());
   }
 
-  EncoderScratch& s = ThreadEncoderScratch();
-  if (!s.cctx) return Status::ResourceExhausted("cannot create a zstd compression context");
   for (uint64_t c = 0; c < chunk_count; ++c) {
     const uint64_t row0 = c * chunk_rows;
     const uint64_t rc = std::min(chunk_rows, g.rows - row0);
@@ -318,7 +400,7 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
         if (channel_base)
           for (size_t r = 0; r < rc; ++r)
             for (size_t k = 0; k < g.row_elems; ++k)
-              hi[r * g.row_elems + k] = static_cast<uint8_t>(hi[r * g.row_elems + k] - base[k]);
+              hi[r * g.row_elems + k] = RemoveBase(hi[r * g.row_elems + k], base[k], false);
         out->insert(out->end(), s.a.data(), s.a.data() + n);
         coded_start = out->size();
         LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options.level, s.a.data() + n,
@@ -327,34 +409,17 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
       }
       case CodecId::kFp8:
       case CodecId::kFp8Entropy: {
-        // Fixed part: one float32 scale per row; coded part: the e4m3fn codes (§4.3.5).
-        const bool bf16 = g.dtype == DType::kBFloat16;
-        std::byte scales[4];
+        // Fixed part: one float32 scale per row; coded part: the codes less 8 · channel base.
         const size_t scales_at = out->size();
         out->resize(scales_at + kFp8ScaleBytes * rc);
-        for (size_t r = 0; r < rc; ++r) {
-          const auto* row = reinterpret_cast<const uint8_t*>(chunk + r * g.row_elems * 2);
-          uint16_t vals[kBlock];
-          float absmax = 0.0f;
-          for (size_t start = 0; start < g.row_elems; start += kBlock) {
-            const size_t m = std::min<size_t>(kBlock, g.row_elems - start);
-            for (size_t i = 0; i < m; ++i)
-              vals[i] = static_cast<uint16_t>(row[2 * (start + i)] |
-                                              (row[2 * (start + i) + 1] << 8));
-            absmax = std::max(absmax, bf16 ? RowAbsMax(vals, m, BF16ToF32)
-                                           : RowAbsMax(vals, m, F16ToF32));
-          }
-          const float scale = absmax / kE4M3Max;
-          PutU32(scales, std::bit_cast<uint32_t>(scale));
-          std::memcpy(out->data() + scales_at + kFp8ScaleBytes * r, scales, 4);
-          uint8_t* q = a + r * g.row_elems;
-          for (size_t i = 0; i < g.row_elems; ++i) {
-            const uint16_t v = static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8));
-            const float x = bf16 ? BF16ToF32(v) : F16ToF32(v);
-            // A zero scale means every finite value of the row is ±0.
-            q[i] = F32ToE4M3(scale > 0.0f ? x / scale : x);
-          }
-        }
+        for (size_t r = 0; r < rc; ++r)
+          PutU32(out->data() + scales_at + kFp8ScaleBytes * r,
+                 std::bit_cast<uint32_t>(scales[row0 + r]));
+        std::memcpy(a, codes + row0 * g.row_elems, n);
+        if (channel_base)
+          for (size_t r = 0; r < rc; ++r)
+            for (size_t k = 0; k < g.row_elems; ++k)
+              a[r * g.row_elems + k] = RemoveBase(a[r * g.row_elems + k], base[k], true);
         coded_start = out->size();
         LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options.level, s.a.data(), n,
                                                     id == CodecId::kFp8Entropy, out));
@@ -397,7 +462,8 @@ Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
   if (U8(h[5]) != static_cast<uint32_t>(g.dtype))
     return Status::Corruption(what + ": header names dtype " + std::to_string(U8(h[5])) +
                               " but the field's dtype is " + std::to_string(static_cast<uint32_t>(g.dtype)));
-  const uint8_t allowed_flags = id == CodecId::kPlanes ? kFlagChannelBase : 0;
+  const uint8_t allowed_flags =
+      (id == CodecId::kPlanes || id == CodecId::kFp8Entropy) ? kFlagChannelBase : 0;
   if ((U8(h[6]) & ~allowed_flags) != 0 || U8(h[7]) != 0)
     return Status::Corruption(what + ": reserved header bits are set");
   info.flags = U8(h[6]);
@@ -585,8 +651,9 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
           q = reinterpret_cast<const uint8_t*>(tmp);
         }
         for (uint64_t r = 0; r < need; ++r)
-          DequantizeRow(q + r * g.row_elems, g.row_elems, LoadF32(scales + kFp8ScaleBytes * r),
-                        g.dtype, chunk_out + 2 * r * g.row_elems);
+          DequantizeRow(q + r * g.row_elems, base, g.row_elems,
+                        LoadF32(scales + kFp8ScaleBytes * r), g.dtype,
+                        chunk_out + 2 * r * g.row_elems);
         p += kFp8ScaleBytes * rc + coded;
         break;
       }
@@ -612,6 +679,10 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
   }
   const std::byte* p = region.data() + info.chunks_offset;
   const std::string what = "codec region (" + std::string(CodecName(id)) + ")";
+  const uint8_t* base = (info.flags & kFlagChannelBase)
+                            ? reinterpret_cast<const uint8_t*>(region.data()) +
+                                  info.chunks_offset - g.row_elems
+                            : nullptr;
   for (uint64_t c = 0, row0 = 0; row0 < rows_wanted; ++c, row0 += info.chunk_rows) {
     const std::byte* e = region.data() + kRegionHeaderSize + kChunkEntrySize * c;
     const size_t coded = GetU32(e);
@@ -629,6 +700,8 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
     } else {
       std::memcpy(q_out, coded_at, need * g.row_elems);
     }
+    if (base != nullptr)
+      for (uint64_t r = 0; r < need; ++r) ApplyBase(q_out + r * g.row_elems, base, g.row_elems, true);
     p += kFp8ScaleBytes * rc + coded;
   }
   return Status::OK();

@@ -66,7 +66,8 @@ struct EncodeOptions {
   int level = 1;
   // Target elements per chunk; a chunk holds max(1, chunk_elems / row_elems) rows.
   uint64_t chunk_elems = uint64_t{1} << 16;
-  // Planes: subtract a per-channel base from the sign+exponent byte (§4.3.4).
+  // Planes and fp8-entropy: code each value relative to a per-channel base exponent (§4.3.4,
+  // §4.3.5), when a row has at least 64 elements.
   bool channel_base = true;
 };
 

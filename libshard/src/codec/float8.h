@@ -3,6 +3,7 @@
 // float16 (round to nearest even). Pure functions on bit patterns; no state, thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -15,31 +16,25 @@ inline constexpr uint8_t kE4M3MaxCode = 0x7E;
 inline constexpr uint8_t kE4M3NaN = 0x7F;
 
 // float8_e4m3fn of v: round to nearest, ties to even; |v| > 448 saturates to ±448; NaN and ±inf
-// become NaN (0x7F, sign kept).
+// become NaN (0x7F, sign kept). Branch-free (selects only), so loops over it vectorize and do not
+// mispredict on data that straddles e4m3's subnormal range.
 inline uint8_t F32ToE4M3(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80);
+  const uint32_t sign = (bits >> 24) & 0x80;
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits >= 0x7F800000u) return sign | kE4M3NaN;  // inf or NaN
-  const float a = std::bit_cast<float>(abs_bits);
-  if (a < 0x1p-6f) {
-    // Subnormal range: multiples of 2^-9. a * 512 is exact; 8 rounds up to the smallest normal,
-    // whose code is 0x08, so the code is the rounded integer itself.
-    const float m = a * 512.0f;
-    uint32_t q = static_cast<uint32_t>(m);
-    const float rem = m - static_cast<float>(q);
-    if (rem > 0.5f || (rem == 0.5f && (q & 1))) ++q;
-    return sign | static_cast<uint8_t>(q);
-  }
-  if (a > kE4M3Max) return sign | kE4M3MaxCode;
-  const int exp = static_cast<int>(abs_bits >> 23) - 127;  // -6..8
-  uint32_t mant = abs_bits & 0x7FFFFFu;
-  uint32_t m3 = mant >> 20;
-  const uint32_t rem = mant & 0xFFFFFu;
-  if (rem > 0x80000u || (rem == 0x80000u && (m3 & 1))) ++m3;
-  uint32_t code = (static_cast<uint32_t>(exp + 7) << 3) + m3;  // a carry moves into the exponent
-  if (code > kE4M3MaxCode) code = kE4M3MaxCode;
-  return sign | static_cast<uint8_t>(code);
+  // Normal range: round the float32 mantissa to 3 bits (ties to even) and rebias 127 -> 7; a carry
+  // moves into the exponent, and anything past 448 saturates.
+  const uint32_t rounded = (abs_bits + 0x7FFFFu + ((abs_bits >> 20) & 1)) >> 20;
+  const uint32_t normal = std::min<uint32_t>(rounded - (120u << 3), kE4M3MaxCode);
+  // Subnormal range (|v| < 2^-6): multiples of 2^-9. Adding 2^14 (whose ulp is 2^-9) rounds to
+  // nearest even in hardware; 8 (rounding up to 2^-6) is the smallest normal's code, 0x08.
+  // Clamped first so that inf and NaN never reach the float-to-integer conversion.
+  const float a = std::bit_cast<float>(std::min(abs_bits, 0x3C800000u));
+  const float r = (a + 16384.0f) - 16384.0f;  // not folded: IEEE arithmetic, no -ffast-math
+  const uint32_t sub = static_cast<uint32_t>(r * 512.0f);
+  uint32_t code = abs_bits < 0x3C800000u ? sub : normal;  // 0x3C800000 = 2^-6
+  code = abs_bits >= 0x7F800000u ? kE4M3NaN : code;
+  return static_cast<uint8_t>(sign | code);
 }
 
 inline float E4M3ToF32(uint8_t q) {
