@@ -570,7 +570,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
     if (region.size() != bytes)
       return Status::Corruption("raw region holds " + std::to_string(region.size()) +
                                 " bytes; the dims say " + std::to_string(bytes));
-    std::memcpy(dst.data(), region.data(), want);
+    if (want > 0) std::memcpy(dst.data(), region.data(), want);
     return Status::OK();
   }
   LIBSHARD_ASSIGN_OR_RETURN(RegionInfo info, ParseRegion(region, id, g));
