@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "codec/float8.h"
@@ -191,6 +192,33 @@ TEST(CodecLossless, RejectsWrongArguments) {
             StatusCode::kCorruption);
   EXPECT_EQ(d.Decode(region, CodecId::kPlanes, {DType::kBFloat16, 2, 8}, UINT64_MAX, full).code(),
             StatusCode::kCorruption);
+}
+
+// The free functions keep per-thread state and a Decoder is one thread's: threads encoding and
+// decoding at once get exactly what one thread gets.
+TEST(CodecLossless, ThreadsEncodeAndDecodeIndependently) {
+  const FieldGeometry g{DType::kBFloat16, 96, 256};
+  std::vector<std::vector<std::byte>> raws;
+  for (uint32_t t = 0; t < 4; ++t) raws.push_back(ToBytes(HiddenLike(DType::kBFloat16, 96, 256, t)));
+  std::vector<std::vector<std::byte>> expected;
+  for (const auto& raw : raws) expected.push_back(EncodeOk(CodecId::kPlanes, g, raw, {.chunk_elems = 2048}));
+  std::vector<int> ok(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      Decoder d;
+      bool good = true;
+      for (int k = 0; k < 20; ++k) {
+        std::vector<std::byte> region;
+        good &= Encode(CodecId::kPlanes, g, raws[t], {.chunk_elems = 2048}, &region).ok();
+        good &= region == expected[t];
+        std::vector<std::byte> out(raws[t].size());
+        good &= d.Decode(region, CodecId::kPlanes, g, UINT64_MAX, out).ok() && out == raws[t];
+      }
+      ok[t] = good;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, (std::vector<int>{1, 1, 1, 1}));
 }
 
 // A small region with several compressed chunks and a channel base table.
