@@ -184,13 +184,26 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
                    uint8_t* dst) {
   const float* value = E4M3Values().v;
   const bool bf16 = dtype == DType::kBFloat16;
+  // Long rows: the 256 results of this row's scale first, then one lookup per element (the same
+  // arithmetic, so the same bits).
+  uint16_t lut[256];
+  const bool use_lut = n >= 512;
+  if (use_lut)
+    for (int c = 0; c < 256; ++c)
+      lut[c] = bf16 ? F32ToBF16(value[c] * scale) : F32ToF16(value[c] * scale);
   uint8_t block[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
     std::memcpy(block, q + start, m);
     if (base != nullptr) ApplyBase(block, base + start, m, true);
     uint8_t* d = dst + 2 * start;
-    if (bf16) {
+    if (use_lut) {
+      for (size_t i = 0; i < m; ++i) {
+        const uint16_t v = lut[block[i]];
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    } else if (bf16) {
       for (size_t i = 0; i < m; ++i) {
         const uint16_t v = F32ToBF16(value[block[i]] * scale);
         d[2 * i] = static_cast<uint8_t>(v);
