@@ -3,8 +3,9 @@
 //
 // Input: 8 header bytes, then a payload.
 //   byte 0: bits 0-1 codec (1..4); bit 2 float16 instead of bfloat16; bit 3 round-trip mode;
-//           bits 4-6 in decode mode with codec 1: another dtype (int64, uint8, float32, ...)
-//   byte 1: rows (0..255)      byte 2: row_elems (0..255)     byte 3: max_rows for a prefix decode
+//           bits 4-6 in decode mode with codec 1: another dtype (int64, uint8, float32, ...);
+//           bit 7: row_elems = 8 · byte 2
+//   byte 1: rows (0..255)      byte 2: row_elems (0..255, or 8 times that)     byte 3: max_rows for a prefix decode
 //   byte 4: chunk_elems / 8 (round trip)   bytes 5-6: u16 position, byte 7: xor mask (mutation)
 // Decode mode: the payload is the region. Round-trip mode: the payload is the tensor's bytes
 // (rows clamped to what it holds); lossless codecs must give back every bit, fp8 must decode and
@@ -53,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto id = static_cast<CodecId>(1 + (data[0] & 3));
   DType dtype = (data[0] & 4) ? DType::kFloat16 : DType::kBFloat16;
   const bool round_trip = (data[0] & 8) != 0;
-  codec::FieldGeometry g{dtype, data[1], data[2]};
+  // Bit 7: rows 8 times wider, so long-row paths (channel base, fp8 tables) are reached too.
+  codec::FieldGeometry g{dtype, data[1], uint64_t{data[2]} * ((data[0] & 0x80) ? 8 : 1)};
   const uint64_t max_rows = data[3];
   const auto payload = fuzz::AsBytes(data + 8, size - 8);
   thread_local codec::Decoder decoder;

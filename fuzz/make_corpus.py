@@ -364,6 +364,10 @@ def codec_corpus():
     specials = [0x7F81, 0xFFC5, 0x7F80, 0xFF80, 0x0001, 0x8001, 0x8000, 0x0000] * 9
     c.add("roundtrip_specials", bytes([8 | 1, 9, 8, 4, 2, 3, 0, 0x80]) + struct.pack("<72H", *specials))
     c.add("roundtrip_fp8_specials", bytes([8 | 2, 9, 8, 4, 2, 3, 0, 0x80]) + struct.pack("<72H", *specials))
+    wide = [0x3F80 + rng.randrange(-900, 900) ^ (0x8000 if rng.random() < 0.3 else 0) for _ in range(3 * 640)]
+    for codec in (2, 4):  # rows of 640: channel base and fp8 tables
+        c.add(f"roundtrip_wide_codec{codec}", bytes([0x80 | 8 | (codec - 1), 3, 80, 2, 64, 9, 1, 0x04]) +
+              struct.pack(f"<{len(wide)}H", *wide))
     return c
 
 
