@@ -136,16 +136,23 @@ uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8) {
   return static_cast<uint8_t>((v ^ (b & 0x80)) - add);
 }
 
-// Interleaves lo[i] and hi[i] + base into dst (2 bytes per element). `base` is null or holds one
-// value per element. dst may overlap hi only as in-place decoding arranges (hi at or after
-// dst + n, read block by block before the block's output is written).
-void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t n,
-                uint8_t* dst) {
+// Interleaves lo[i] and hi[i] (with the channel base undone) into dst, 2 bytes per element, for
+// n elements that start at a row boundary. `base` is null or holds row_elems values. dst may
+// overlap hi only as in-place decoding arranges (hi at or after dst + n, read block by block
+// before the block's output is written).
+void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t row_elems,
+                size_t n, uint8_t* dst) {
   uint8_t block[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
     std::memcpy(block, hi + start, m);
-    if (base != nullptr) ApplyBase(block, base + start, m, false);
+    if (base != nullptr) {
+      for (size_t i = 0, col = start % row_elems; i < m; col = 0) {
+        const size_t len = std::min(m - i, row_elems - col);
+        ApplyBase(block + i, base + col, len, false);
+        i += len;
+      }
+    }
     const uint8_t* l = lo + start;
     uint8_t* d = dst + 2 * start;
     size_t i = 0;
@@ -642,13 +649,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
           LIBSHARD_RETURN_IF_ERROR(state_->Unzstd(coded_at, coded, tmp, n, where));
           hi = reinterpret_cast<const uint8_t*>(tmp);
         }
-        if (base == nullptr) {
-          Interleave(lo, hi, nullptr, n_need, chunk_out);
-        } else {
-          for (uint64_t r = 0; r < need; ++r)
-            Interleave(lo + r * g.row_elems, hi + r * g.row_elems, base, g.row_elems,
-                       chunk_out + 2 * r * g.row_elems);
-        }
+        Interleave(lo, hi, base, g.row_elems, n_need, chunk_out);
         p += n + coded;
         break;
       }
