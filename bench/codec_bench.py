@@ -7,7 +7,8 @@ Each DIR is read with torch.load (e.g. bench/make_real_hidden_states.py's output
 examples/make_eagle3_data.py's); its tensors go to build/bench/codec_bench, which encodes and
 decodes them in memory on one thread. Columns: ratio = raw bytes / stored bytes (whole samples,
 ints included), encode MB/s of raw bytes per thread, decode GB/s of decoded bytes per thread,
-CPU-s per decoded GB, and for fp8 the max relative error (elements in e4m3's normal range of their
+CPU-s per decoded GB (the fastest of at least 5 passes, thread CPU time: the figure least disturbed by
+other work on a shared machine; the wall-clock GB/s column is not), and for fp8 the max relative error (elements in e4m3's normal range of their
 row), the mean relative error (every non-zero element) and the max error over the row's absmax.
 """
 import argparse
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
     p.add_argument("sets", nargs="+", help="NAME=DIR")
     p.add_argument("--bench", default="build/bench/codec_bench")
     p.add_argument("--methods", nargs="*", default=[],
-                   help="none zstd:1 zstd:3 zstd:9 zstd:19 planes planes-nobase zstd-field fp8 fp8-entropy")
+                   help="none zstd:1 zstd:3 zstd:9 zstd:19 planes planes-zstd-only planes-nobase zstd-field "
+                        "fp8 fp8-entropy (default: all)")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,8 +82,9 @@ def main(argv=None) -> int:
             "fp8 max rel", "fp8 mean rel", "max err/absmax"]
     table = []
     for r in rows:
-        cells = [r[0], r[1], f"{int(r[2]) / 1e6:.1f}", r[4] + "×",
-                 "—" if r[1] == "none" else r[5], r[6], r[7]]
+        part = r[1].startswith("  of which")  # a part of the row above: decode time only
+        cells = [r[0], r[1].strip(), f"{int(r[2]) / 1e6:.1f}", "—" if part else r[4] + "×",
+                 "—" if r[1] == "none" or part else r[5], r[6], r[7]]
         cells += r[8:11] if len(r) > 8 else ["", "", ""]
         table.append(cells)
     print("| " + " | ".join(head) + " |")
