@@ -4,6 +4,7 @@
 // Input: 8 header bytes, then a payload.
 //   byte 0: bits 0-1 codec (1..4); bit 2 float16 instead of bfloat16; bit 3 round-trip mode;
 //           bits 4-6 in decode mode with codec 1: another dtype (int64, uint8, float32, ...);
+//           bit 4 in round-trip mode: zstd for planes, Huffman for fp8-entropy (the non-defaults);
 //           bit 7: row_elems = 8 · byte 2
 //   byte 1: rows (0..255)      byte 2: row_elems (0..255, or 8 times that)     byte 3: max_rows for a prefix decode
 //   byte 4: chunk_elems / 8 (round trip)   bytes 5-6: u16 position, byte 7: xor mask (mutation)
@@ -76,6 +77,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto raw = payload.first(g.elements() * 2);
   codec::EncodeOptions options;
   options.chunk_elems = uint64_t{data[4]} * 8;
+  if (data[0] & 0x10) {  // the other entropy coder of each codec
+    options.entropy = codec::EntropyCoder::kZstd;
+    options.fp8_entropy = codec::EntropyCoder::kHuffman;
+  }
   std::vector<std::byte> region;
   if (!codec::Encode(id, g, raw, options, &region).ok()) __builtin_trap();
   std::vector<std::byte> out(raw.size());

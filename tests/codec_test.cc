@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "codec/float8.h"
+#include "codec/huffman.h"
 #include "format/bytes.h"
 
 namespace libshard::codec {
@@ -106,15 +108,19 @@ TEST(CodecLossless, RoundTripsBitExactWithEveryPrefix) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
       for (const Shape& s : shapes) {
         for (uint64_t ce : chunk_elems) {
-          for (bool base : {false, true}) {
+          for (int variant = 0; variant < 4; ++variant) {
+            const bool base = variant & 1;
+            const EntropyCoder entropy = (variant & 2) ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
             SCOPED_TRACE(std::string(CodecName(id)) + " " + std::string(DTypeName(dtype)) + " " +
                          std::to_string(s.rows) + "x" + std::to_string(s.cols) + " chunk_elems " +
-                         std::to_string(ce) + " base " + std::to_string(base));
+                         std::to_string(ce) + " base " + std::to_string(base) + " entropy " +
+                         std::to_string(static_cast<int>(entropy)));
             const FieldGeometry g{dtype, s.rows, s.cols};
             const auto raw = ToBytes(HiddenLike(dtype, s.rows, s.cols, 7));
             EncodeOptions o;
             o.chunk_elems = ce;
             o.channel_base = base;
+            o.entropy = entropy;
             const auto region = EncodeOk(id, g, raw, o);
             if (s.rows * s.cols == 0) EXPECT_TRUE(region.empty());
             ASSERT_EQ(DecodeOk(d, region, id, g), raw);
@@ -169,6 +175,13 @@ TEST(CodecLossless, HiddenLikeDataShrinks) {
   const auto region = EncodeOk(CodecId::kPlanes, g, raw);
   // Gaussian values: ~3 bits of sign+exponent and 8 stored bits per value.
   EXPECT_LT(region.size() * 100, raw.size() * 75) << region.size() << " of " << raw.size();
+  EXPECT_EQ(std::to_integer<int>(region[kRegionHeaderSize + 4]), 2);  // Huffman-coded (mode 2)
+  EncodeOptions zstd;
+  zstd.entropy = EntropyCoder::kZstd;
+  const auto z = EncodeOk(CodecId::kPlanes, g, raw, zstd);
+  EXPECT_EQ(std::to_integer<int>(z[kRegionHeaderSize + 4]), 1);  // zstd (mode 1)
+  Decoder d;
+  EXPECT_EQ(DecodeOk(d, region, CodecId::kPlanes, g), DecodeOk(d, z, CodecId::kPlanes, g));
 }
 
 TEST(CodecLossless, RejectsWrongArguments) {
@@ -228,10 +241,11 @@ struct Sample {
   std::vector<std::byte> raw, region;
   size_t table_end;
 };
-Sample SmallRegion(CodecId id) {
+Sample SmallRegion(CodecId id, EntropyCoder entropy = EntropyCoder::kHuffman) {
   Sample s{id, {DType::kBFloat16, 9, 70}, {}, {}, 0};
   s.raw = ToBytes(HiddenLike(DType::kBFloat16, 9, 70, 21, id != CodecId::kFp8Entropy));
   EncodeOptions o;
+  o.entropy = o.fp8_entropy = entropy;
   o.chunk_elems = 200;  // 2 rows a chunk: 5 chunks
   s.region = EncodeOk(id, s.g, s.raw, o);
   auto info = ParseRegion(s.region, id, s.g);
@@ -246,9 +260,12 @@ Sample SmallRegion(CodecId id) {
 // either rejected (zstd notices) or decodes to other values within the destination's bounds, which
 // the sample checksum (xxh3 of the stored bytes, FORMAT.md §3.3) catches. ASan checks the bounds.
 TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
-  for (CodecId id : {CodecId::kPlanes, CodecId::kZstd, CodecId::kFp8Entropy, CodecId::kFp8}) {
-    SCOPED_TRACE(std::string(CodecName(id)));
-    const Sample s = SmallRegion(id);
+  for (int k = 0; k < 6; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
+    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+    SCOPED_TRACE(std::string(CodecName(id)) + " entropy " + std::to_string(static_cast<int>(entropy)));
+    const Sample s = SmallRegion(id, entropy);
     Decoder d;
     const bool has_base = id == CodecId::kPlanes || id == CodecId::kFp8Entropy;
     const size_t table_only = kRegionHeaderSize + kChunkEntrySize * 5;
@@ -279,8 +296,11 @@ TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
 }
 
 TEST(CodecCorruption, EveryTruncationIsRejected) {
-  for (CodecId id : {CodecId::kPlanes, CodecId::kZstd, CodecId::kFp8, CodecId::kFp8Entropy}) {
-    const Sample s = SmallRegion(id);
+  for (int k = 0; k < 6; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
+    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+    const Sample s = SmallRegion(id, entropy);
     Decoder d;
     for (size_t len = 0; len < s.region.size(); ++len) {
       std::vector<std::byte> cut(s.region.begin(), s.region.begin() + len);
@@ -309,6 +329,46 @@ TEST(CodecCorruption, NamesWhatIsWrong) {
   bad[0] = std::byte{'X'};
   st = d.Decode(bad, CodecId::kPlanes, s.g, UINT64_MAX, out);
   EXPECT_NE(st.message().find("bad magic"), std::string::npos) << st.message();
+}
+
+// --- Huffman planes ----------------------------------------------------------------------
+
+TEST(Huffman, RoundTripsAnyDistribution) {
+  std::mt19937 rng(5);
+  std::geometric_distribution<int> geo(0.3);
+  for (size_t n : {1, 2, 3, 4, 5, 7, 100, 4097, 100000}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<uint8_t> v(n);
+      for (auto& x : v)
+        x = kind == 0 ? 42 : kind == 1 ? static_cast<uint8_t>(rng()) :
+            kind == 2 ? static_cast<uint8_t>(std::min(geo(rng), 255)) : static_cast<uint8_t>(rng() % 3);
+      std::vector<std::byte> coded;
+      huffman::Encode(v.data(), n, &coded);
+      std::vector<uint8_t> out(n);
+      const Status st = huffman::Decode(coded.data(), coded.size(), out.data(), n);
+      ASSERT_TRUE(st.ok()) << st.ToString() << " n " << n << " kind " << kind;
+      ASSERT_EQ(out, v) << "n " << n << " kind " << kind;
+      if (kind == 2 && n == 100000) EXPECT_LT(coded.size(), n / 2);  // ~2.2 bits a symbol
+    }
+  }
+}
+
+TEST(Huffman, CorruptStreamsAreRejectedOrBounded) {
+  std::mt19937 rng(6);
+  std::geometric_distribution<int> geo(0.4);
+  std::vector<uint8_t> v(300);
+  for (auto& x : v) x = static_cast<uint8_t>(std::min(geo(rng), 255));
+  std::vector<std::byte> coded;
+  huffman::Encode(v.data(), v.size(), &coded);
+  std::vector<uint8_t> out(v.size());
+  for (size_t len = 0; len < coded.size(); ++len)
+    EXPECT_FALSE(huffman::Decode(coded.data(), len, out.data(), out.size()).ok()) << len;
+  for (size_t bit = 0; bit < coded.size() * 8; ++bit) {
+    auto bad = coded;
+    bad[bit / 8] ^= std::byte{static_cast<uint8_t>(1u << (bit % 8))};
+    const Status st = huffman::Decode(bad.data(), bad.size(), out.data(), out.size());
+    if (!st.ok()) EXPECT_EQ(st.code(), StatusCode::kCorruption);
+  }
 }
 
 // --- fp8 ------------------------------------------------------------------------------------

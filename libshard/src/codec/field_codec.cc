@@ -10,6 +10,7 @@
 #include <string>
 
 #include "codec/float8.h"
+#include "codec/huffman.h"
 #include "format/bytes.h"
 
 #if defined(__SSE2__)
@@ -29,6 +30,7 @@ using format::PutU64;
 constexpr uint8_t kMagic[4] = {0x4C, 0x53, 0x46, 0x43};  // "LSFC"
 constexpr uint8_t kModeStored = 0;
 constexpr uint8_t kModeZstd = 1;
+constexpr uint8_t kModeHuffman = 2;
 constexpr uint8_t kFlagChannelBase = 1;  // planes, fp8-entropy: channel base table (§4.3.4/5)
 // Below this many elements per row the channel base table costs more than it saves.
 constexpr uint64_t kMinChannelBaseElems = 64;
@@ -83,16 +85,20 @@ Status CheckGeometry(CodecId id, const FieldGeometry& g, uint64_t* elements, uin
   return Status::OK();
 }
 
-// Compresses `src` with zstd into the end of `out` if that makes it strictly smaller; returns
-// the mode and appends the coded plane either way.
-Result<uint8_t> AppendCoded(ZSTD_CCtx* cctx, int level, const std::byte* src, size_t n,
-                            bool allow_zstd, std::vector<std::byte>* out) {
+// Appends the coded plane of `src` to `out`: Huffman-coded (mode 2) or zstd-coded (mode 1) as
+// `options` say, when that is strictly smaller, else as it is (mode 0). Returns the mode.
+Result<uint8_t> AppendCoded(ZSTD_CCtx* cctx, const EncodeOptions& options, const std::byte* src,
+                            size_t n, bool allow_coding, std::vector<std::byte>* out) {
   const size_t start = out->size();
-  if (allow_zstd && n > 0) {
+  if (allow_coding && n > 0 && options.entropy == EntropyCoder::kHuffman) {
+    huffman::Encode(reinterpret_cast<const uint8_t*>(src), n, out);
+    if (out->size() - start < n) return kModeHuffman;
+    out->resize(start);
+  } else if (allow_coding && n > 0) {
     const size_t bound = ZSTD_compressBound(n);
     out->resize(start + bound);
     ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, options.level);
     ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
     const size_t z = ZSTD_compress2(cctx, out->data() + start, bound, src, n);
     if (ZSTD_isError(z))
@@ -405,7 +411,9 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
             for (size_t k = 0; k < w; ++k) a[k * n + i] = chunk[i * w + k];
         }
         coded_start = out->size();
-        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options.level, s.a.data(),
+        EncodeOptions zstd_options = options;  // codec 1 is zstd by definition (§4.3.3)
+        zstd_options.entropy = EntropyCoder::kZstd;
+        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), zstd_options, s.a.data(),
                                                     n * w, true, out));
         break;
       }
@@ -423,7 +431,7 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
               hi[r * g.row_elems + k] = RemoveBase(hi[r * g.row_elems + k], base[k], false);
         out->insert(out->end(), s.a.data(), s.a.data() + n);
         coded_start = out->size();
-        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options.level, s.a.data() + n,
+        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options, s.a.data() + n,
                                                     n, true, out));
         break;
       }
@@ -441,7 +449,9 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
             for (size_t k = 0; k < g.row_elems; ++k)
               a[r * g.row_elems + k] = RemoveBase(a[r * g.row_elems + k], base[k], true);
         coded_start = out->size();
-        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), options.level, s.a.data(), n,
+        EncodeOptions fp8_options = options;
+        fp8_options.entropy = options.fp8_entropy;
+        LIBSHARD_ASSIGN_OR_RETURN(mode, AppendCoded(s.cctx.get(), fp8_options, s.a.data(), n,
                                                     id == CodecId::kFp8Entropy, out));
         break;
       }
@@ -525,9 +535,10 @@ Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
         return Status::Corruption(what + ": " + ChunkName(c) + ": stored plane of " +
                                   std::to_string(coded) + " bytes; expected " +
                                   std::to_string(plane));
-    } else if (mode == kModeZstd && id != CodecId::kFp8) {
+    } else if ((mode == kModeZstd && id != CodecId::kFp8) ||
+               (mode == kModeHuffman && (id == CodecId::kPlanes || id == CodecId::kFp8Entropy))) {
       if (coded == 0 || coded >= plane)
-        return Status::Corruption(what + ": " + ChunkName(c) + ": zstd plane of " +
+        return Status::Corruption(what + ": " + ChunkName(c) + ": coded plane of " +
                                   std::to_string(coded) + " bytes is not smaller than the " +
                                   std::to_string(plane) + " it decodes to");
     } else {
@@ -549,6 +560,15 @@ struct Decoder::State {
   std::vector<std::byte> scratch;
 
   // Decompresses a zstd plane of `coded` bytes that must decode to exactly `n` bytes at dst.
+  // Decodes a mode 1 or 2 plane of `coded_size` bytes into exactly n bytes at dst.
+  Status Unpack(uint8_t mode, const std::byte* coded, size_t coded_size, std::byte* dst, size_t n,
+                const std::string& where) {
+    if (mode == kModeHuffman) {
+      const Status st = huffman::Decode(coded, coded_size, reinterpret_cast<uint8_t*>(dst), n);
+      return st.ok() ? st : Status::Corruption(where + ": " + st.message());
+    }
+    return Unzstd(coded, coded_size, dst, n, where);
+  }
   Status Unzstd(const std::byte* coded, size_t coded_size, std::byte* dst, size_t n,
                 const std::string& where) {
     if (!dctx) return Status::ResourceExhausted("cannot create a zstd decompression context");
@@ -611,7 +631,8 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
   for (uint64_t c = 0, row0 = 0; row0 < rows_wanted; ++c, row0 += info.chunk_rows) {
     const std::byte* e = region.data() + kRegionHeaderSize + kChunkEntrySize * c;
     const size_t coded = GetU32(e);
-    const bool zstd = U8(e[4]) == kModeZstd;
+    const uint8_t mode = U8(e[4]);
+    const bool zstd = mode != kModeStored;  // zstd or Huffman: coded
     const uint64_t rc = std::min<uint64_t>(info.chunk_rows, g.rows - row0);
     const uint64_t need = std::min<uint64_t>(rc, rows_wanted - row0);
     const size_t n = static_cast<size_t>(rc * g.row_elems);
@@ -624,7 +645,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
         if (zstd) {
           std::byte* tmp = (w == 1 && need == rc) ? reinterpret_cast<std::byte*>(chunk_out)
                                                   : state_->Scratch(n * w);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unzstd(p, coded, tmp, n * w, where));
+          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, p, coded, tmp, n * w, where));
           plane = tmp;
         }
         const auto* pl = reinterpret_cast<const uint8_t*>(plane);
@@ -646,7 +667,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
           // interleaves in place; a partial one uses the scratch.
           std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
                                       : state_->Scratch(n);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unzstd(coded_at, coded, tmp, n, where));
+          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, where));
           hi = reinterpret_cast<const uint8_t*>(tmp);
         }
         Interleave(lo, hi, base, g.row_elems, n_need, chunk_out);
@@ -661,7 +682,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
         if (zstd) {
           std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
                                       : state_->Scratch(n);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unzstd(coded_at, coded, tmp, n, where));
+          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, where));
           q = reinterpret_cast<const uint8_t*>(tmp);
         }
         for (uint64_t r = 0; r < need; ++r)
@@ -700,7 +721,8 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
   for (uint64_t c = 0, row0 = 0; row0 < rows_wanted; ++c, row0 += info.chunk_rows) {
     const std::byte* e = region.data() + kRegionHeaderSize + kChunkEntrySize * c;
     const size_t coded = GetU32(e);
-    const bool zstd = U8(e[4]) == kModeZstd;
+    const uint8_t mode = U8(e[4]);
+    const bool zstd = mode != kModeStored;  // zstd or Huffman: coded
     const uint64_t rc = std::min<uint64_t>(info.chunk_rows, g.rows - row0);
     const uint64_t need = std::min<uint64_t>(rc, rows_wanted - row0);
     const size_t n = static_cast<size_t>(rc * g.row_elems);
@@ -709,7 +731,7 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
     uint8_t* q_out = fp8_dst.data() + row0 * g.row_elems;
     if (zstd) {
       std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(q_out) : state_->Scratch(n);
-      LIBSHARD_RETURN_IF_ERROR(state_->Unzstd(coded_at, coded, tmp, n, what + ": " + ChunkName(c)));
+      LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, what + ": " + ChunkName(c)));
       if (need != rc) std::memcpy(q_out, tmp, need * g.row_elems);
     } else {
       std::memcpy(q_out, coded_at, need * g.row_elems);

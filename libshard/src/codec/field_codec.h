@@ -60,9 +60,16 @@ struct FieldGeometry {
 // InvalidArgument if the element count or byte size overflows.
 Result<FieldGeometry> GeometryOf(DType dtype, std::span<const uint64_t> shape, int32_t seq_dim);
 
+// The entropy coder of the coded planes (FORMAT.md §4.3.2 modes 1 and 2).
+enum class EntropyCoder : uint8_t { kZstd = 1, kHuffman = 2 };
+
 struct EncodeOptions {
-  // zstd level of the entropy-coded planes (negative levels are zstd's fast ones; 1 is the
-  // default: Huffman-coded literals at the highest speed).
+  // Planes (codec 2): the libshard Huffman coder decodes ~2x faster than zstd's and codes the
+  // exponent plane smaller (no LZ sequences); fp8-entropy (codec 4): zstd, whose Huffman handles the
+  // ~7-bit codes better (bench/codec_bench.py). Codec 1 is always zstd.
+  EntropyCoder entropy = EntropyCoder::kHuffman;
+  EntropyCoder fp8_entropy = EntropyCoder::kZstd;
+  // zstd level where zstd codes a plane (1: Huffman-coded literals at the highest speed).
   int level = 1;
   // Target elements per chunk; a chunk holds max(1, chunk_elems / row_elems) rows. 2^20 (2 MiB of
   // bf16) measured best in ratio and decode speed among 2^16, 2^18 and 2^20 (bench/codec_bench.py);
