@@ -192,38 +192,43 @@ Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
     st[k] = {c + offset, sz, 0, dst + std::min(n, k * q), dst + std::min(n, (k + 1) * q)};
     offset += sz;
   }
-  // Fast loop: as many 4-stream steps as every stream can take without a bounds check (each step
-  // reads 8 bytes at bp / 8 and writes 4 bytes).
+  // Fast loops: as many steps as a stream can take without a bounds check (a step reads 8 bytes at
+  // bp / 8 and writes 4 bytes): the four streams interleaved while all can, then each alone.
+  auto safe_steps = [](const Stream& s) -> uint64_t {
+    if (s.size < 8) return 0;
+    const uint64_t limit_bits = (uint64_t{s.size} - 8) * 8;
+    const uint64_t by_input = s.bp <= limit_bits ? (limit_bits - s.bp) / kMaxBits + 1 : 0;
+    return std::min<uint64_t>(by_input, static_cast<uint64_t>(s.end - s.out) / 4);
+  };
+#define LIBSHARD_HUFF_STEP(s)                                                               \
+  {                                                                                         \
+    const uint64_t e = multi[(Load64(s.p + (s.bp >> 3)) >> (s.bp & 7)) & (kTableSize - 1)]; \
+    const uint32_t v = static_cast<uint32_t>(e);                                            \
+    std::memcpy(s.out, &v, 4);                                                              \
+    s.out += (e >> 32) & 0xFF;                                                              \
+    s.bp += e >> 40;                                                                        \
+  }
   for (;;) {
     uint64_t steps = UINT64_MAX;
-    for (const Stream& s : st) {
-      const uint64_t limit_bits = s.size >= 8 ? (s.size - 8) * 8 : 0;
-      const uint64_t by_input = (s.size >= 8 && s.bp <= limit_bits) ? (limit_bits - s.bp) / kMaxBits + 1 : 0;
-      const uint64_t by_output = static_cast<uint64_t>(s.end - s.out) / 4;
-      steps = std::min({steps, by_input, by_output});
-    }
+    for (const Stream& s : st) steps = std::min(steps, safe_steps(s));
     if (steps == 0) break;
     Stream s0 = st[0], s1 = st[1], s2 = st[2], s3 = st[3];
     for (uint64_t i = 0; i < steps; ++i) {
-#define LIBSHARD_HUFF_STEP(s)                                                   \
-  {                                                                             \
-    const uint64_t e = multi[(Load64(s.p + (s.bp >> 3)) >> (s.bp & 7)) & (kTableSize - 1)]; \
-    const uint32_t v = static_cast<uint32_t>(e);                                \
-    std::memcpy(s.out, &v, 4);                                                  \
-    s.out += (e >> 32) & 0xFF;                                                  \
-    s.bp += e >> 40;                                                            \
-  }
       LIBSHARD_HUFF_STEP(s0)
       LIBSHARD_HUFF_STEP(s1)
       LIBSHARD_HUFF_STEP(s2)
       LIBSHARD_HUFF_STEP(s3)
-#undef LIBSHARD_HUFF_STEP
     }
     st[0] = s0;
     st[1] = s1;
     st[2] = s2;
     st[3] = s3;
   }
+  for (Stream& s : st) {
+    for (uint64_t steps = safe_steps(s); steps > 0; steps = safe_steps(s))
+      for (uint64_t i = 0; i < steps; ++i) LIBSHARD_HUFF_STEP(s)
+  }
+#undef LIBSHARD_HUFF_STEP
   // Tail: one symbol at a time, every read and write checked.
   for (int k = 0; k < kStreams; ++k) {
     Stream& s = st[k];
