@@ -331,9 +331,49 @@ def metadata_corpus():
     return c
 
 
+def codec_region(codec: int, dtype: int, rows: int, row_elems: int, chunk_rows: int, values) -> bytes:
+    """A FORMAT.md §4.3 region with every chunk stored (mode 0): planes (2) or zstd (1) of 2-byte
+    values, so seeds reach the decoders' chunk paths without a zstd encoder here."""
+    count = (rows + chunk_rows - 1) // chunk_rows
+    head = b"LSFC" + bytes([codec, dtype, 0, 0]) + struct.pack("<QQII", rows, row_elems, chunk_rows, count)
+    table, body = b"", b""
+    for c in range(count):
+        vals = values[c * chunk_rows * row_elems:(c + 1) * chunk_rows * row_elems]
+        lo = bytes(v & 0xFF for v in vals)
+        hi = bytes(v >> 8 for v in vals)
+        table += struct.pack("<IB3x", len(hi) if codec == 2 else 2 * len(vals), 0)
+        body += lo + hi
+    return head + table + body
+
+
+def codec_corpus():
+    import random
+    c = Corpus("codec_fuzz")
+    rng = random.Random(10)
+    hidden = [0x3F80 + rng.randrange(-600, 600) ^ (0x8000 if rng.random() < 0.5 else 0)
+              for _ in range(4 * 40)]
+    for codec in (1, 2):
+        # decode mode: byte 0 = codec - 1 (codec 1 with dtype selector 0 = bfloat16)
+        region = codec_region(codec, 11, 4, 40, 3, hidden)
+        c.add(f"region_codec{codec}", bytes([codec - 1, 4, 40, 2, 0, 0, 0, 0]) + region)
+    for codec in (1, 2, 3, 4):
+        for fp16 in (0, 4):
+            payload = struct.pack(f"<{len(hidden)}H", *hidden)
+            head = bytes([(codec - 1) | fp16 | 8, 4, 40, 3, 5, 7, 0, 0x10])
+            c.add(f"roundtrip_codec{codec}_{'f16' if fp16 else 'bf16'}", head + payload)
+    specials = [0x7F81, 0xFFC5, 0x7F80, 0xFF80, 0x0001, 0x8001, 0x8000, 0x0000] * 9
+    c.add("roundtrip_specials", bytes([8 | 1, 9, 8, 4, 2, 3, 0, 0x80]) + struct.pack("<72H", *specials))
+    c.add("roundtrip_fp8_specials", bytes([8 | 2, 9, 8, 4, 2, 3, 0, 0x80]) + struct.pack("<72H", *specials))
+    wide = [0x3F80 + rng.randrange(-900, 900) ^ (0x8000 if rng.random() < 0.3 else 0) for _ in range(3 * 640)]
+    for codec in (2, 4):  # rows of 640: channel base and fp8 tables
+        c.add(f"roundtrip_wide_codec{codec}", bytes([0x80 | 8 | (codec - 1), 3, 80, 2, 64, 9, 1, 0x04]) +
+              struct.pack(f"<{len(wide)}H", *wide))
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
-                 journal_corpus, manifest_corpus, metadata_corpus):
+                 journal_corpus, manifest_corpus, metadata_corpus, codec_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "
