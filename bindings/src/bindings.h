@@ -55,5 +55,6 @@ void RegisterTensorMemory(py::module_& m);
 void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterPack(py::module_& m);
+void RegisterCli(py::module_& m);  // cli.cc: cli_main, the `libshard` command line
 
 }  // namespace libshard::python

@@ -16,6 +16,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterDataset(m);
   lp::RegisterLoader(m);
   lp::RegisterPack(m);
+  lp::RegisterCli(m);
   // The one byte-size parser (libshard/units.h), for libshard._units.
   m.def(
       "parse_byte_size",
