@@ -9,8 +9,9 @@
 #   - the wheel's `libshard` console script packs a small real torch.save directory, verifies it,
 #     and exits 1 on a missing dataset and 2 on a bad command line, as the C++ executable does;
 #   - a shuffled Loader pass yields every sample exactly once, bit-exact against torch.load.
-# Then every other interpreter's wheel in dist/ whose interpreter is here: the extension alone
-# (those interpreters have no torch) with the same libraries hidden, packing and verifying.
+# Then every other interpreter's wheel in dist/ whose interpreter is here (no torch there): with the
+# same libraries hidden, the extension maps the wheel's copies and the console script packs and
+# verifies, with the executable's exit codes.
 # The venv sees the interpreter's site-packages (--system-site-packages) for torch and numpy, and
 # pip installs with --no-index: nothing is downloaded, and no other torch can come in.
 #
@@ -169,10 +170,11 @@ say "$tag wheel passed"
 
 # 5. The other interpreters' wheels in dist/ (`make wheel`), when their interpreter is here. They
 # have no torch here (torch 2.13.0 is installed for this interpreter only, and this check never
-# installs one), so `import libshard` cannot run: the extension is loaded on its own and its
-# cli_main packs and verifies the same directory, with the same libraries hidden.
+# installs one), so `import libshard` cannot run; the console script needs no torch: it packs and
+# verifies the same directory, with the same libraries hidden, after the extension it loads is
+# checked to map the wheel's copies.
 cat >"$WORK/check_core.py" <<'PYEOF'
-import ctypes, glob, importlib.util, os, sys
+import ctypes, os, subprocess, sys
 venv, src, out = sys.argv[1:4]
 for name in ("liburing.so.2", "libzstd.so.1", "libxxhash.so.0", "libdeflate.so.0"):
     try:
@@ -180,20 +182,23 @@ for name in ("liburing.so.2", "libzstd.so.1", "libxxhash.so.0", "libdeflate.so.0
     except OSError:
         continue
     sys.exit(f"test_wheel: FAILED: the system's {name} still loads")
-so = glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "libshard", "_core*.so"))
-spec = importlib.util.spec_from_file_location("libshard._core", so[0])
-core = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(core)
+import _libshard_cli
+core = _libshard_cli.load_core()
+if not core.__file__.startswith(venv):
+    sys.exit(f"test_wheel: FAILED: libshard._core loaded from {core.__file__}, not from {venv}")
 for stem in ("liburing", "libzstd", "libxxhash", "libdeflate"):
     paths = {l.split()[-1] for l in open("/proc/self/maps") if f"/{stem}" in l}
     if not paths or any("/libshard.libs/" not in p for p in paths):
         sys.exit(f"test_wheel: FAILED: {stem} mapped from {sorted(paths)}, not the wheel's copy")
+cli = os.path.join(venv, "bin", "libshard")
 for args, want in ((["pack", src, "-o", out, "--shard-size", "64KiB", "-q"], 0),
-                   (["verify", out], 0), (["info", out + "-missing"], 1)):
-    rc = core.cli_main(["libshard", *args])
-    if rc != want:
-        sys.exit(f"test_wheel: FAILED: libshard {' '.join(args)}: exit {rc}, want {want}")
-print(f"{os.path.basename(so[0])}: bundled libraries in use; pack, verify ok")
+                   (["verify", out], 0), (["info", out + "-missing"], 1), (["bogus"], 2)):
+    r = subprocess.run([cli, *args], capture_output=True, text=True)
+    if r.returncode != want:
+        sys.exit(f"test_wheel: FAILED: libshard {' '.join(args)}: exit {r.returncode}, want {want}"
+                 f"\n{r.stdout}{r.stderr}")
+print(f"{os.path.basename(core.__file__)}: bundled libraries in use; libshard pack, verify, "
+      f"exit codes ok")
 PYEOF
 pyroot=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
 others=0
@@ -213,4 +218,4 @@ for whl in "$(dirname "$WHEEL")"/libshard-*-cp3*-cp3*-*manylinux*.whl; do
     fail "the $t wheel does not work with the system libraries hidden"
   others=$((others + 1))
 done
-say "passed ($tag in full, $others other wheels' extension)"
+say "passed ($tag in full, $others other wheels without torch)"

@@ -1,5 +1,5 @@
 // libshard._core.cli_main: the `libshard` command line (converters/cli, libshard::cli::Run) inside
-// the extension, so the wheel's `libshard` console script (libshard/_cli.py) needs no second native
+// the extension, so the wheel's `libshard` console script (python/_libshard_cli.py) needs no second native
 // executable and behaves as the CMake build's one: same parser, output (the C stdout and stderr of
 // the process) and exit codes. The console script, not this function, restores the default
 // SIGINT/SIGPIPE dispositions the executable has; cli_main leaves the caller's signals alone.

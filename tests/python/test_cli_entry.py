@@ -1,6 +1,6 @@
 """The Python package's `libshard` command against the CMake build's executable.
 
-A wheel's `libshard` is a console script (libshard._cli.main, [project.scripts] in pyproject.toml)
+A wheel's `libshard` is a console script (_libshard_cli.main, [project.scripts] in pyproject.toml)
 that runs the C++ command line inside the extension (libshard._core.cli_main), so the wheel holds
 one native module. It must behave as the executable: same stdout, stderr and exit codes, the same
 bytes for arguments that are not UTF-8, and the same signals (Python's SIGINT handler and its
@@ -30,7 +30,7 @@ if EXE is None or not os.path.exists(EXE) or os.path.basename(EXE) != "libshard"
         open(EXE, "rb").read(4) != b"\x7fELF":
     pytest.skip("the CMake build's libshard executable is needed to compare against "
                 "(set LIBSHARD_CLI)", allow_module_level=True)
-ENTRY = [sys.executable, "-c", "from libshard._cli import main; main()"]
+ENTRY = [sys.executable, "-c", "from _libshard_cli import main; main()"]
 
 
 def both(*args, **kw):
@@ -68,6 +68,16 @@ def test_pack_through_the_console_script_is_bit_exact(eagle_src, eagle_sources, 
     assert len(ds) == len(eagle_sources)
     for i, src in enumerate(eagle_sources):
         assert_sample_equal(ds[i], torch.load(src, weights_only=True), f"sample {i}")
+
+
+def test_the_console_script_does_not_import_torch():
+    """The command line is C++: no seconds of `import torch`, and it runs where torch is missing."""
+    code = ("import sys, _libshard_cli; core = _libshard_cli.load_core(); "
+            "assert core.HAVE_CLI; print(sorted(m for m in ('torch', 'libshard', 'numpy') "
+            "if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
 
 
 def test_argument_bytes_that_are_not_utf8_reach_the_command(tmp_path):
