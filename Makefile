@@ -7,7 +7,7 @@ TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefi
 CMAKE_ARGS ?=
 DEMO_DIR  ?= demo_data
 
-.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench fuzz fuzz-replay clean
+.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench fuzz fuzz-replay wheel test-wheel sdist clean
 
 all: build
 
@@ -41,6 +41,25 @@ test-faults: build
 	LIBSHARD_FAULTS=full LIBSHARD_CLI=$(CURDIR)/$(BUILD)/converters/libshard \
 	  PYTHONPATH=$(CURDIR)/$(BUILD)/python $(PYTHON) -m pytest -q -p no:cacheprovider \
 	  tests/python/test_write_faults.py
+
+# Portable manylinux wheels for CPython 3.9-3.13 in dist/, repaired with auditwheel so liburing,
+# zstd, xxHash and libdeflate travel inside (scripts/build_wheels.sh; WHEEL_PYTHONS="3.12" for one).
+wheel: deps
+	@bash scripts/build_wheels.sh
+
+# The running interpreter's wheel (built first when dist/ has none) in a fresh venv with the
+# system's copies of those libraries hidden (scripts/test_wheel.sh; `make test` runs it when
+# dist/ holds that wheel).
+test-wheel: deps
+	@tag=$$($(PYTHON) -c 'import sys; print("cp%d%d" % sys.version_info[:2])'); \
+	  ls dist/libshard-*-$$tag-$$tag-*manylinux*.whl >/dev/null 2>&1 || \
+	  bash scripts/build_wheels.sh $$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+	@bash scripts/test_wheel.sh $(PYTHON)
+
+# The source distribution, dist/libshard-VERSION.tar.gz: `pip install --no-build-isolation` of it
+# builds against the system's libraries, found through pkg-config (README.md, Install).
+sdist: deps
+	cd /tmp && $(PYTHON) -m build --sdist --no-isolation --outdir $(CURDIR)/dist $(CURDIR)
 
 demo: build
 	@bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"

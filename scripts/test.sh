@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test suite: the C++ suites (ctest), the Python suites (pytest, against the build
 # tree), an ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the
-# fuzz targets' replay and brief run, and the installed-package check. Prints one closing line
+# fuzz targets' replay and brief run, the installed-package check, and the portable wheel (when
+# `make wheel` built one for this interpreter). Prints one closing line
 # "test: N passed, N failed".
 set -uo pipefail  # pipefail: a step fails when its command fails, not tee
 BUILD=${1:-build}
@@ -79,6 +80,15 @@ step "fuzz replay + brief run" bash scripts/fuzz.sh replay build-fuzz
 
 if [ -x scripts/test_install.sh ]; then
   step "installed package + examples" bash scripts/test_install.sh "$BUILD" "$PY"
+fi
+
+# The portable wheel (scripts/test_wheel.sh) when `make wheel` left one for this interpreter in
+# dist/: building it here would cost minutes, so without one the step says how to run it.
+wheel_tag=$($PY -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+if ls dist/libshard-*-"$wheel_tag-$wheel_tag"-*manylinux*.whl >/dev/null 2>&1; then
+  step "portable wheel, system libraries hidden" bash scripts/test_wheel.sh "$PY"
+else
+  echo "=== portable wheel: skipped (no dist/libshard-*-$wheel_tag-*manylinux*.whl; make wheel, or make test-wheel)"
 fi
 
 echo

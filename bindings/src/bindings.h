@@ -67,5 +67,6 @@ void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
+void RegisterCli(py::module_& m);  // cli.cc: cli_main, the `libshard` command line
 
 }  // namespace libshard::python

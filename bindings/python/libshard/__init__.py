@@ -31,6 +31,18 @@ except ImportError as e:  # pragma: no cover - depends on how the package was in
         "(-DLIBSHARD_BUILD_PYTHON=ON) and put <build>/python on PYTHONPATH. "
         f"Cause: {e}") from e
 
+# PyTorch is not a pip dependency (installing libshard must never replace a training environment's
+# torch build), so say what to do when it is missing rather than fail on the first `import torch`.
+try:
+    import torch as _torch
+except ImportError as e:
+    raise ImportError(
+        "libshard needs PyTorch >= 2.3, which it does not install so that it never replaces the "
+        "torch build of a training environment: install the torch build for your machine first "
+        "(https://pytorch.org/get-started/locally/), or `pip install libshard[torch]` for the "
+        f"default one. Cause: {e}") from e
+del _torch
+
 from ._collate import pack_collate, pad_collate
 from ._dataset import Dataset, Field, Schema, open
 from ._loader import Loader

@@ -5,6 +5,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 HAVE_PACK: bool
+HAVE_CLI: bool
+
+def cli_main(argv: List[str]) -> int:
+    """Runs the `libshard` command line (argv[0] is the program name); returns its exit code."""
 
 class Error(Exception):
     """Base class of every exception libshard raises."""
