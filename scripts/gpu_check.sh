@@ -19,7 +19,7 @@ PYTHON="${PYTHON:-python3}"
 PYVER="${PYVER:-3.12}"
 
 if [[ "${1:-}" == "--prepare" ]]; then
-  make wheel PYVERSIONS="$PYVER"
+  bash scripts/build_wheels.sh "$PYVER"
   mkdir -p .gpu-deps
   (cd .gpu-deps && apt-get download liburing-dev liburing2 libzstd-dev libzstd1 libxxhash-dev libxxhash0)
   grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude
