@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "libshard/dataset.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -22,6 +23,9 @@ struct CommitRequest {
   std::string old_index_file;              // removed after the commit when not empty
   std::string source_root;
   std::string created_by;
+  // Per field (FORMAT.md §3.8.3); empty when every field is raw. Samples then carry
+  // field_stored_sizes.
+  std::vector<format::FieldCodec> codecs;
   bool fsync = true;
 };
 
