@@ -11,9 +11,11 @@ namespace libshard::internal {
 
 Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   const std::vector<format::IndexSample>& samples = *req.samples;
-  // New indexes are version 2 (FORMAT.md §3.8).
+  // New indexes are version 2 (FORMAT.md §3.8) unless version 1 is asked for (§3.1).
   const std::string index =
-      format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs);
+      req.index_version == format::kIndexVersion
+          ? format::EncodeIndex(req.schema, req.shards, samples)
+          : format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs);
   LIBSHARD_RETURN_IF_ERROR(WriteFileAtomically(req.dir, req.index_file, index, req.fsync));
 
   format::Manifest m;
@@ -21,7 +23,8 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   m.index_file = req.index_file;
   m.index_size = index.size();
   // The index checksum (FORMAT.md §3.8.2): header bytes 120..127, over the head.
-  m.version = format::kIndexVersion2;
+  m.version = req.index_version == format::kIndexVersion ? format::kIndexVersion
+                                                        : format::kIndexVersion2;
   m.index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
   std::vector<uint64_t> counts(req.shards.size(), 0);
   WriteSummary summary;
