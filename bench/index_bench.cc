@@ -1,7 +1,9 @@
 // index_bench DIR [--world W] [--rank R] [--warm] [--shuffle] [--max-tokens T]: what opening a
 // dataset costs one rank (issue 14): index bytes per sample, Dataset::Open time, time to the
-// first sample of rank R of W (Loader::Create + the first Next()), and the resident memory the
-// index adds. Drops the page cache first (sync; echo 3 > /proc/sys/vm/drop_caches; needs root)
+// first sample of rank R of W, and the resident memory the index adds. The first sample is timed
+// twice: `read_first_ms` = Open + Dataset::Read of it (the index's share), and
+// `first_sample_ms` = Open + Loader::Create + the first Next() (what a training job sees; the
+// loader's arena, threads and ring included). Drops the page cache first (sync; echo 3 > /proc/sys/vm/drop_caches; needs root)
 // unless --warm. One JSON object on stdout.
 //
 // The default order is unshuffled: the index's cost alone. --shuffle adds the epoch permutation
@@ -88,6 +90,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   const uint64_t rss1 = Rss();
+  // The first sample of rank R in order (unshuffled: sample R) through Dataset::Read alone: the
+  // index's part of the time to the first sample, without the loader's set-up (arena, threads,
+  // ring, order).
+  const auto r0 = std::chrono::steady_clock::now();
+  auto direct = (*ds)->Read(lo.shuffle ? 0 : lo.rank % std::max<uint64_t>((*ds)->size(), 1));
+  const auto r1 = std::chrono::steady_clock::now();
+  if (!direct.ok()) {
+    std::fprintf(stderr, "index_bench: Read: %s\n", direct.status().ToString().c_str());
+    return 1;
+  }
+  const auto t1b = std::chrono::steady_clock::now();
   auto loader = Loader::Create(*ds, lo);
   if (!loader.ok()) {
     std::fprintf(stderr, "index_bench: %s\n", loader.status().ToString().c_str());
@@ -106,13 +119,15 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"dir\": \"%s\", \"index\": \"%s\", \"samples\": %llu, \"index_bytes\": %llu, "
       "\"bytes_per_sample\": %.1f, \"cold_cache\": %s, \"rank\": %u, \"world\": %u, "
-      "\"shuffle\": %s, \"max_tokens\": %llu, \"open_ms\": %.1f, \"first_sample_ms\": %.1f, "
+      "\"shuffle\": %s, \"max_tokens\": %llu, \"open_ms\": %.1f, \"read_first_ms\": %.1f, "
+      "\"loader_first_sample_ms\": %.1f, \"first_sample_ms\": %.1f, "
       "\"first_sample\": %llu, \"rss_index_mb\": %.1f, \"rss_after_first_sample_mb\": %.1f}\n",
       dir.c_str(), index_name.c_str(), static_cast<unsigned long long>(n),
       static_cast<unsigned long long>(index_bytes),
       n ? static_cast<double>(index_bytes) / static_cast<double>(n) : 0.0, cold ? "true" : "false",
       lo.rank, lo.world_size, lo.shuffle ? "true" : "false",
-      static_cast<unsigned long long>(lo.max_tokens), Ms(t0, t1), Ms(t0, t2),
+      static_cast<unsigned long long>(lo.max_tokens), Ms(t0, t1), Ms(t0, t1) + Ms(r0, r1),
+      Ms(t1b, t2), Ms(t0, t1) + Ms(t1b, t2),
       static_cast<unsigned long long>(first), static_cast<double>(rss1 - rss0) / 1e6,
       static_cast<double>(rss2 - rss0) / 1e6);
   return 0;

@@ -50,6 +50,12 @@ class DatasetImpl final : public Dataset {
     return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
                           r.length};
   }
+  Result<SampleLocation> Locate(uint64_t i) const override {
+    format::SampleRecord r;
+    LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
+    return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
+                          r.length};
+  }
   TensorLocation tensor(uint64_t i, size_t f) const override {
     format::SampleRecord r;
     std::vector<uint64_t> dims;
@@ -110,7 +116,8 @@ class DatasetImpl final : public Dataset {
   // Sample i's record (and dims), checking i.
   Status Lookup(uint64_t i, format::SampleRecord* r, std::vector<uint64_t>* dims = nullptr) const {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
-    return index_->Lookup(i, r, dims);
+    Status st = index_->Lookup(i, r, dims);
+    return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
   }
   // Reads sample i's stored bytes into an owned aligned buffer.
   Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;

@@ -131,12 +131,13 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   if (options.shuffle) {
     plan.perm_ = std::make_shared<const std::vector<uint64_t>>(
         EpochPermutation(n, options.seed, options.epoch));
-  } else {
+  } else if (options.max_tokens > 0) {  // token batching walks the permutation
     std::vector<uint64_t> identity(n);
     std::iota(identity.begin(), identity.end(), uint64_t{0});
     plan.perm_ = std::make_shared<const std::vector<uint64_t>>(std::move(identity));
-  }
-  const std::span<const uint64_t> perm = *plan.perm_;
+  }  // else the identity is not materialized: position p is sample p (8N bytes saved)
+  const std::span<const uint64_t> perm =
+      plan.perm_ ? std::span<const uint64_t>(*plan.perm_) : std::span<const uint64_t>();
   const uint64_t p = options.start_position;
   const uint64_t w = options.world_size;
   const bool tokens = options.max_tokens > 0;
@@ -194,6 +195,10 @@ void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const
   uint64_t begin = 0;
   uint64_t end = 0;
   UnitRange(k * options_.world_size + options_.rank, &begin, &end);
+  if (!perm_) {
+    for (uint64_t p = begin; p < end; ++p) out->push_back(p);
+    return;
+  }
   const std::vector<uint64_t>& perm = *perm_;
   out->insert(out->end(), perm.begin() + static_cast<std::ptrdiff_t>(begin),
               perm.begin() + static_cast<std::ptrdiff_t>(end));

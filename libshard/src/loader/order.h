@@ -121,7 +121,10 @@ class EpochPlan {
 
   // Global units from start_position (before drop/padding), and the permutation itself.
   uint64_t global_units() const { return main_->size(); }
-  std::span<const uint64_t> permutation() const { return *perm_; }
+  // Empty when unshuffled outside token mode: the identity is then not materialized.
+  std::span<const uint64_t> permutation() const {
+    return perm_ ? std::span<const uint64_t>(*perm_) : std::span<const uint64_t>();
+  }
   const PlanOptions& options() const { return options_; }
   uint64_t size() const { return n_; }
 
