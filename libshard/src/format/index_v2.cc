@@ -34,6 +34,11 @@ void PutUN(std::string* out, uint64_t v, uint8_t width) {
 
 uint64_t Align8(uint64_t x) { return AlignUp(x, 8); }
 
+// A sample's stored region size for field f (0 when the writer gave none).
+uint64_t StoredSize(const IndexSample& s, size_t f) {
+  return f < s.field_stored_sizes.size() ? s.field_stored_sizes[f] : 0;
+}
+
 }  // namespace
 
 bool ComputeStoredLayout(std::span<const FieldCodec> codecs, std::span<const uint64_t> sizes,
@@ -130,7 +135,7 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
     if (lf >= 0) length_width = std::max(length_width, WidthOf(r.length));
     for (size_t f = 0; f < f_count; ++f)
       if (codec[f].codec != 0)
-        stored_width[f] = std::max(stored_width[f], WidthOf(s.field_stored_sizes[f]));
+        stored_width[f] = std::max(stored_width[f], WidthOf(StoredSize(s, f)));
     if (derived_stored) {
       uint64_t total = 0;
       derived_stored = ComputeLayout(schema, s.dims, &layout).ok() &&
@@ -251,7 +256,7 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
       for (uint64_t j = 0; j < d; ++j)
         if (kind[j] == DimKind::kColumn) PutUN(&out, s.dims[j], dim_width[j]);
       for (size_t f = 0; f < f_count; ++f)
-        if (codec[f].codec != 0) PutUN(&out, s.field_stored_sizes[f], stored_width[f]);
+        if (codec[f].codec != 0) PutUN(&out, StoredSize(s, f), stored_width[f]);
     }
     out.append(path_areas[b]);
     out.append(meta_areas[b]);
