@@ -6,11 +6,11 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dataset/index_reader.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "dataset/index_reader.h"
 #include "format/index_format.h"
 #include "format/journal.h"
 #include "format/manifest.h"
@@ -42,8 +42,8 @@ class DatasetImpl final : public Dataset {
 
   // A version 2 index reads a sample's block on first use (FORMAT.md §3.8.7); when that fails
   // (a damaged block, an index changed since Open) these infallible accessors return empty values
-  // and every fallible call for the sample (Read, Verify, Decode, MakeSample, source, metadata)
-  // returns the error, which is how the loader reports it for that sample.
+  // and every fallible call for the sample (Locate, Read, Verify, Decode, MakeSample, source,
+  // metadata) returns the error; the loader uses Locate and reports it for that sample.
   SampleLocation location(uint64_t i) const override {
     format::SampleRecord r;
     if (!index_->Lookup(i, &r, nullptr).ok()) return SampleLocation{};
