@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format/bytes.h"
+#include "format/checksum.h"
 #include "format/index_v2.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
@@ -130,6 +131,24 @@ TEST_F(DatasetV2Test, DamagedHeadOrLengthsFailOpen) {
   FlipByte(Index(), head_size_ + 1);
   ExpectError(Dataset::Open(Dir()).status(), StatusCode::kCorruption,
               {Index().string(), "lengths checksum"});
+}
+
+// Until field codecs are decoded (FORMAT.md §4.3), a dataset that uses one is refused at Open
+// rather than its stored regions handed out as raw tensors.
+TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
+  std::string s = ReadFileToString(Index());
+  auto* p = reinterpret_cast<std::byte*>(s.data());
+  const uint64_t field2 = 128 + 32 * 2;
+  format::PutU32(p + field2 + 4, format::GetU32(p + field2 + 4) | (uint32_t{1} << 16));  // codec 1
+  p[field2 + 14] = std::byte{4};  // its stored-size column width
+  const uint64_t old_sum = format::GetU64(p + 120);
+  format::PutU64(p + 120, format::Xxh3WithHole({p, head_size_}, 120));
+  WriteStringToFile(Index(), s);
+  std::string m = ReadFileToString(dir_ / "ds" / "manifest.json");
+  m.replace(m.find(format::Hex16(old_sum)), 16, format::Hex16(format::GetU64(p + 120)));
+  WriteStringToFile(dir_ / "ds" / "manifest.json", m);
+  ExpectError(Dataset::Open(Dir()).status(), StatusCode::kUnsupported,
+              {Index().string(), "hidden_state", "codec 1", "upgrade libshard"});
 }
 
 TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {

@@ -165,6 +165,15 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   const std::string& ip = ds->index_path_;
   LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexReader::Open(ip, manifest.index_size));
   const IndexReader& index = *ds->index_;
+  // Field codecs (FORMAT.md §3.8.3, §4.3): the index records them, but this reader decodes raw
+  // fields (and whole-sample zstd) only; a codec's region read as raw bytes would be wrong data.
+  for (size_t f = 0; f < index.codecs().size(); ++f)
+    if (index.codecs()[f].codec != 0)
+      return Status::Unsupported(ip + ": field '" + index.schema().fields[f].name +
+                                 "' is stored with codec " +
+                                 std::to_string(index.codecs()[f].codec) +
+                                 " (FORMAT.md §4.3), which this libshard does not decode; "
+                                 "upgrade libshard");
   for (size_t f = 0, j = 0; f < index.schema().fields.size(); ++f) {
     ds->field_dim_start_.push_back(j);
     j += index.schema().fields[f].rank;

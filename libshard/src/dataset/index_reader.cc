@@ -45,6 +45,7 @@ class IndexReaderV1 final : public IndexReader {
                                        " bytes to read the index");
     LIBSHARD_RETURN_IF_ERROR(file.PReadExact(r->bytes_.get(), size, 0));
     LIBSHARD_ASSIGN_OR_RETURN(r->view_, format::IndexView::Parse({r->bytes_.get(), size}, path));
+    r->codecs_.resize(r->view_.schema().fields.size());
     return std::unique_ptr<IndexReader>(std::move(r));
   }
 
@@ -78,10 +79,16 @@ class IndexReaderV1 final : public IndexReader {
     return std::string(reinterpret_cast<const char*>(m.data()), m.size());
   }
   Result<format::IndexSample> Entry(uint64_t i) const override { return view_.Entry(i); }
+  const std::vector<format::FieldCodec>& codecs() const override { return codecs_; }
+  Status FieldStoredSizes(uint64_t, std::vector<uint64_t>* sizes) const override {
+    sizes->assign(view_.schema().fields.size(), 0);
+    return Status::OK();
+  }
 
  private:
   std::shared_ptr<std::byte[]> bytes_;
   format::IndexView view_;
+  std::vector<format::FieldCodec> codecs_;  // all raw
 };
 
 // Version 2: head and lengths at Open, blocks on first use (FORMAT.md §3.8.7).
@@ -137,6 +144,12 @@ class IndexReaderV2 final : public IndexReader {
   Result<format::IndexSample> Entry(uint64_t i) const override {
     LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
     return index_.Entry(*block, i);
+  }
+  const std::vector<format::FieldCodec>& codecs() const override { return index_.codecs(); }
+  Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const override {
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    index_.FieldStoredSizes(*block, i, sizes);
+    return Status::OK();
   }
 
  private:

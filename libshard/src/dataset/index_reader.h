@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
 
@@ -42,6 +43,11 @@ class IndexReader {
                         std::vector<uint64_t>* dims) const = 0;
   virtual Result<std::string> SourcePath(uint64_t i) const = 0;
   virtual Result<std::string> MetadataBytes(uint64_t i) const = 0;
+  // Per field (FORMAT.md §3.8.3): its codec; all raw for version 1.
+  virtual const std::vector<format::FieldCodec>& codecs() const = 0;
+  // Per field, the size of sample i's stored region for a field whose codec is not raw, 0 for a
+  // raw field (§3.8.4); the regions' offsets follow from format::ComputeStoredLayout.
+  virtual Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const = 0;
   // Everything about sample i, as a writer holds it (append, merge, upgrade).
   virtual Result<format::IndexSample> Entry(uint64_t i) const = 0;
 };
