@@ -69,7 +69,7 @@ sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
 step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # The threaded parts: the loader, its engines, the arena, concurrent Dataset reads.
 step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
-  loader_test io_engine_test io_file_test arena_test dataset_test io_prefaulter_test
+  loader_test io_engine_test io_file_test arena_test dataset_test dataset_v2_test io_prefaulter_test
 
 # Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
 # ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).

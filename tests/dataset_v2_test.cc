@@ -175,7 +175,7 @@ TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {
   ExpectError(error, StatusCode::kCorruption, {"sample 4096", "block 1", "checksum mismatch"});
 }
 
-TEST_F(DatasetV2Test, ConcurrentFirstUseOfBlocks) {
+TEST_F(DatasetV2Test, ConcurrencyOfFirstUseOfBlocks) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   std::atomic<uint64_t> failures{0};
