@@ -1,9 +1,12 @@
-// libFuzzer target for the binary index (FORMAT.md §3): IndexView::Parse, every accessor on what
-// it accepts, and a round trip through EncodeIndex (merge and append re-encode parsed indexes, so
-// whatever Parse accepts must encode to an index that Parse accepts again).
+// libFuzzer target for the binary index (FORMAT.md §3), both versions. Version 1: IndexView::Parse,
+// every accessor on what it accepts, and a round trip through EncodeIndex. Version 2 (§3.8):
+// IndexV2::ParseHeader, Parse and ParseBlock of every block, every accessor on what they accept,
+// and a round trip through EncodeIndexV2 (merge, append and upgrade re-encode parsed indexes, so
+// whatever the parser accepts must encode to an index it accepts again).
 //
-// Input: one flag byte, then the index. Flag bit 0 clear: the checksum (§3.6) is recomputed so
-// mutations get past it to the checks behind it; set: the bytes are parsed as they are.
+// Input: one flag byte, then the index. Flag bit 0 clear: the checksums (§3.6; for version 2 the
+// head, lengths and block checksums, §3.8.2) are recomputed so mutations get past them to the
+// checks behind them; set: the bytes are parsed as they are.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -12,7 +15,90 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "format/metadata_codec.h"
+
+namespace {
+
+using namespace libshard;
+
+// Fixes the block, lengths and head checksums of a version 2 index whose parts ParseHeader
+// located, so that mutations reach the checks behind them.
+void ResealV2(std::vector<std::byte>& bytes, const format::IndexV2Layout& layout) {
+  const uint64_t size = bytes.size();
+  if (layout.lengths_offset + layout.lengths_size > size) return;
+  format::PutU64(bytes.data() + format::kV2LengthsChecksum,
+                 format::Xxh3(bytes.data() + layout.lengths_offset, layout.lengths_size));
+  const uint64_t n = format::GetU64(bytes.data() + format::kHeaderSampleCount);
+  const uint64_t b = format::GetU32(bytes.data() + format::kV2BlockSamples);
+  const uint64_t k = (n + b - 1) / b;
+  const uint64_t f = format::GetU32(bytes.data() + format::kHeaderFieldCount);
+  const uint64_t s = format::GetU32(bytes.data() + format::kHeaderShardCount);
+  const uint64_t d = format::GetU32(bytes.data() + format::kV2DimsPerSample);
+  const uint64_t dir = format::kIndexHeaderSize + 32 * f + 16 * d + 40 * s;
+  for (uint64_t j = 0; j < k; ++j) {
+    std::byte* e = bytes.data() + dir + 16 * j;
+    const uint64_t begin = format::GetU64(e);
+    const uint64_t end = j + 1 < k ? format::GetU64(e + 16) : size;
+    if (begin <= end && end <= size)
+      format::PutU64(e + 8, format::Xxh3(bytes.data() + begin, end - begin));
+  }
+  format::PutU64(bytes.data() + format::kIndexChecksumOffset,
+                 format::Xxh3WithHole({bytes.data(), layout.head_size},
+                                      format::kIndexChecksumOffset));
+}
+
+int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
+  auto layout = format::IndexV2::ParseHeader({bytes.data(), format::kIndexHeaderSize},
+                                             bytes.size(), "fuzz.lsi");
+  if (!layout.ok()) return 0;
+  if (reseal) ResealV2(bytes, *layout);
+  std::vector<std::byte> head(bytes.begin(), bytes.begin() + layout->head_size);
+  std::vector<std::byte> lengths(bytes.begin() + layout->lengths_offset,
+                                 bytes.begin() + layout->lengths_offset + layout->lengths_size);
+  auto v = format::IndexV2::Parse(std::move(head), std::move(lengths), bytes.size(), "fuzz.lsi");
+  if (!v.ok()) return 0;
+  std::vector<format::IndexSample> samples;
+  bool all_blocks = true;
+  for (uint64_t b = 0; b < v->block_count(); ++b) {
+    const uint64_t off = v->block_offset(b), size = v->block_size(b);
+    auto block = v->ParseBlock(b, std::vector<std::byte>(bytes.begin() + off,
+                                                         bytes.begin() + off + size));
+    if (!block.ok()) {
+      all_blocks = false;
+      continue;
+    }
+    for (uint64_t i = block->first(); i < block->first() + block->count(); ++i) {
+      samples.push_back(v->Entry(*block, i));
+      Metadata m;
+      if (!format::DecodeMetadata(v->Metadata(*block, i), &m).ok()) __builtin_trap();
+      if (samples.back().dims.size() != v->dims_per_sample()) __builtin_trap();
+      if (samples.back().record.length != v->length(i)) __builtin_trap();
+    }
+  }
+  if (!all_blocks) return 0;
+  std::vector<format::IndexShard> shards = v->shards();
+  const std::string again =
+      format::EncodeIndexV2(v->schema(), shards, samples, v->codecs(), v->block_samples());
+  std::vector<std::byte> a(reinterpret_cast<const std::byte*>(again.data()),
+                           reinterpret_cast<const std::byte*>(again.data()) + again.size());
+  auto l2 = format::IndexV2::ParseHeader({a.data(), format::kIndexHeaderSize}, a.size(), "again");
+  if (!l2.ok()) __builtin_trap();
+  auto v2 = format::IndexV2::Parse(
+      std::vector<std::byte>(a.begin(), a.begin() + l2->head_size),
+      std::vector<std::byte>(a.begin() + l2->lengths_offset,
+                             a.begin() + l2->lengths_offset + l2->lengths_size),
+      a.size(), "again");
+  if (!v2.ok() || v2->sample_count() != v->sample_count()) __builtin_trap();
+  for (uint64_t b = 0; b < v2->block_count(); ++b) {
+    const uint64_t off = v2->block_offset(b), size = v2->block_size(b);
+    if (!v2->ParseBlock(b, std::vector<std::byte>(a.begin() + off, a.begin() + off + size)).ok())
+      __builtin_trap();
+  }
+  return 0;
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace libshard;
@@ -20,6 +106,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t flags = data[0];
   std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data + 1),
                                reinterpret_cast<const std::byte*>(data + size));
+  if (bytes.size() >= format::kIndexHeaderSize &&
+      format::GetU32(bytes.data() + format::kHeaderVersion) == format::kIndexVersion2)
+    return FuzzV2(bytes, (flags & 1) == 0);
   if ((flags & 1) == 0 && bytes.size() >= format::kIndexHeaderSize)
     format::PutU64(bytes.data() + format::kIndexChecksumOffset,
                    format::Xxh3WithHole(bytes, format::kIndexChecksumOffset));

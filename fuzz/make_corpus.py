@@ -233,6 +233,14 @@ def index_corpus():
     for name, idx in golden_indexes():
         c.add(name + ".lsi", b"\x00" + idx)
         c.add(name + ".raw.lsi", b"\x01" + idx)
+    # Version 2 indexes (FORMAT.md §3.8); flag 0 lets the target reseal their checksums.
+    for g in sorted((ROOT / "tests" / "data").glob("golden_v2*")):
+        for f in sorted(g.glob("index*.lsi")):
+            c.add(g.name + ".lsi", b"\x00" + f.read_bytes())
+            c.add(g.name + ".raw.lsi", b"\x01" + f.read_bytes())
+            forged = bytearray(f.read_bytes())
+            forged[16:24] = struct.pack("<Q", 1 << 40)  # N = 2^40, refused from the header
+            c.add(g.name + ".forged_count.lsi", b"\x00" + bytes(forged))
     idx = bytearray(golden_indexes()[0][1])
     forged = bytearray(idx)
     forged[16:24] = struct.pack("<Q", 1 << 60)  # N = 2^60 (FORMAT.md §3.1)

@@ -72,7 +72,7 @@ step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # concurrent Dataset reads.
 step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
   loader_test loader_diagnostics_test io_engine_test io_file_test arena_test dataset_test \
-  prefaulter_test
+  dataset_v2_test prefaulter_test
 
 # Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
 # ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).

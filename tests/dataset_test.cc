@@ -27,7 +27,12 @@ using format::PutU64;
 
 class DatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override { WriteStandard(dir_.path(), kSamples, FastOptions()); }
+  // These tests edit index bytes at version 1 offsets (FORMAT.md §3.1-§3.7); version 2 has its
+  // own (dataset_v2_test.cc).
+  void SetUp() override {
+    WriteStandard(dir_.path(), kSamples, FastOptions());
+    RewriteIndexAsV1(dir_.path());
+  }
 
   std::string Dir() const { return dir_.path().string(); }
   std::filesystem::path Index() const { return dir_ / "index.lsi"; }
@@ -243,16 +248,24 @@ TEST_F(DatasetTest, FifoInPlaceOfADatasetFileIsRefused) {
   }
 }
 
-TEST_F(DatasetTest, IndexVersion2IsUnsupported) {
-  EditIndex([&](std::string& s) { PutU32(At(s, 8), 2); });
-  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 2"});
+TEST_F(DatasetTest, IndexVersion3IsUnsupported) {
+  EditIndex([&](std::string& s) { PutU32(At(s, 8), 3); });
+  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 3"});
 }
 
-TEST_F(DatasetTest, ManifestVersion2IsUnsupported) {
+TEST_F(DatasetTest, ManifestVersion3IsUnsupported) {
+  std::string m = ReadFileToString(dir_ / "manifest.json");
+  m.replace(m.find("\"version\": 1"), 12, "\"version\": 3");
+  WriteStringToFile(dir_ / "manifest.json", m);
+  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 3"});
+}
+
+TEST_F(DatasetTest, ManifestVersionMustMatchTheIndex) {
   std::string m = ReadFileToString(dir_ / "manifest.json");
   m.replace(m.find("\"version\": 1"), 12, "\"version\": 2");
   WriteStringToFile(dir_ / "manifest.json", m);
-  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 2"});
+  ExpectError(Open().status(), StatusCode::kCorruption,
+              {"manifest.json", "version 2 (index version 1)"});
 }
 
 TEST_F(DatasetTest, ManifestMustAgreeWithIndex) {

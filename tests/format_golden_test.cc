@@ -1,16 +1,20 @@
-// Format stability: datasets checked in under tests/data/golden_v1*/ must keep reading, and the
-// writer must keep producing the same bytes (FORMAT.md is version 1 forever).
+// Format stability: datasets checked in under tests/data/golden_v1*/ and golden_v2*/ must keep
+// reading, and the writer must keep producing the same bytes as golden_v2 (index version 2,
+// FORMAT.md §3.8; version 1 is frozen: readers keep reading it forever).
 //
 // golden_v1 and golden_v1_zstd were written before the shard-uid revision (FORMAT.md §4.1: shard
 // uid 0, index flags 0); they are frozen and never regenerated: readers must keep accepting them
 // unchanged. golden_v1_uids is what the writer produces now (with a fixed shard_uid_seed).
 //
-// golden_v1_journal (the journal of an interrupted write) and golden_v1_append (golden_v1_uids
-// after an append: index.a.lsi) are the writer's output too. golden_by_hand is not: it is written
+// golden_v1_uids and golden_v1_append (golden_v1_uids after an append: index.a.lsi) are what the
+// writer produced before index version 2; they are frozen too. golden_v2 and golden_v2_append
+// are the writer's output now, golden_v1_journal (the journal of an interrupted write; the
+// journal format did not change) too. golden_by_hand is not: it is written
 // from FORMAT.md alone by tests/data/make_golden_by_hand.py, so the reader is checked against the
-// spec independently of the writer.
+// spec independently of the writer; golden_by_hand_v2 (tests/data/make_golden_v2_by_hand.py) is
+// the same dataset with an index of version 2, written from FORMAT.md §3.8 alone.
 //
-// Regenerate golden_v1_uids, golden_v1_journal and golden_v1_append (only when the format
+// Regenerate golden_v2, golden_v2_append and golden_v1_journal (only when the format
 // changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
@@ -19,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/bytes.h"
 #include "format/index_format.h"
 #include "format/journal.h"
 #include "format_test_helpers.h"
@@ -100,6 +105,8 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v1", false);
   ExpectGoldenContents(kGoldenDir / "golden_v1_zstd", true);
   ExpectGoldenContents(kGoldenDir / "golden_v1_uids", false);
+  ExpectGoldenContents(kGoldenDir / "golden_v2", false);
+  ExpectGoldenContents(kGoldenDir / "golden_v2_zstd", true);
 }
 
 // The files written before shard uids carry none, and are read without the ownership check.
@@ -135,7 +142,7 @@ void ExpectSameFiles(const std::filesystem::path& golden, const std::filesystem:
 TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   TempDir dir;
   WriteGolden(dir.path(), false);
-  ExpectSameFiles(kGoldenDir / "golden_v1_uids", dir.path());
+  ExpectSameFiles(kGoldenDir / "golden_v2", dir.path());
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -163,8 +170,11 @@ MetaValue ExpectedMetaValue(const nlohmann::json& e) {
   }
 }
 
-TEST(FormatGoldenTest, HandWrittenDatasetReads) {
-  const std::filesystem::path dir = kGoldenDir / "golden_by_hand";
+// golden_by_hand_v2 holds the same samples and shard with an index of version 2 written from
+// FORMAT.md §3.8 alone (tests/data/make_golden_v2_by_hand.py); both must read exactly as
+// expected.json says.
+void ExpectHandWrittenDataset(const std::filesystem::path& dir) {
+  SCOPED_TRACE(dir.filename().string());
   const nlohmann::json want = nlohmann::json::parse(ReadFileToString(dir / "expected.json"));
   auto ds = Dataset::Open(dir.string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -177,12 +187,9 @@ TEST(FormatGoldenTest, HandWrittenDatasetReads) {
   EXPECT_EQ((*ds)->provenance().created_at, "2026-01-02T03:04:05Z");
 
   const std::string index_bytes = ReadFileToString(dir / "index.lsi");
-  auto index = format::IndexView::Parse(
-      {reinterpret_cast<const std::byte*>(index_bytes.data()), index_bytes.size()}, "index.lsi");
-  ASSERT_TRUE(index.ok()) << index.status().ToString();
-  EXPECT_EQ(index->checksum(), HexU64(want["index_xxh3"]));
-  EXPECT_EQ(index->file_size(), want["index_size"].get<uint64_t>());
-  EXPECT_TRUE(index->has_shard_uids());
+  EXPECT_EQ(format::GetU64(format::AsBytes(index_bytes) + format::kIndexChecksumOffset),
+            HexU64(want["index_xxh3"]));
+  EXPECT_EQ(index_bytes.size(), want["index_size"].get<uint64_t>());
 
   ASSERT_EQ((*ds)->shards().size(), want["shards"].size());
   for (size_t k = 0; k < want["shards"].size(); ++k) {
@@ -240,6 +247,11 @@ TEST(FormatGoldenTest, HandWrittenDatasetReads) {
     EXPECT_EQ(src->content_hash, HexU64(w["source"]["content_hash"]));
     EXPECT_TRUE((*ds)->Verify(i).ok());
   }
+}
+
+TEST(FormatGoldenTest, HandWrittenDatasetReads) {
+  ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand");
+  ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v2");
 }
 
 // ---- golden_v1_journal: `_journal.lsj` of an interrupted write (FORMAT.md §6): the golden
@@ -373,15 +385,61 @@ TEST(FormatGoldenTest, CheckedInAppendedDatasetReads) {
 TEST(FormatGoldenTest, WriterStillProducesTheSameAppend) {
   TempDir dir;
   WriteAppendedGolden(dir / "ds");
-  ExpectSameFiles(kGoldenDir / "golden_v1_append", dir / "ds");
+  ExpectSameFiles(kGoldenDir / "golden_v2_append", dir / "ds");
+}
+
+TEST(FormatGoldenTest, CheckedInV2AppendedDatasetReads) {
+  auto ds = Dataset::Open((kGoldenDir / "golden_v2_append").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ((*ds)->size(), kGoldenSamples + kAppendedSamples);
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    OwnedSample want = GoldenSample(i);
+    auto s = (*ds)->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, want);
+    EXPECT_EQ(*(*ds)->source(i), want.input.source);
+  }
+}
+
+// Append onto a version 1 dataset rewrites its index as version 2 in the same commit (FORMAT.md
+// §3.8.8); the old samples read as before and their shards are untouched.
+TEST(FormatGoldenTest, AppendOntoVersion1WritesVersion2) {
+  TempDir dir;
+  std::filesystem::copy(kGoldenDir / "golden_v1_uids", dir / "ds");
+  {
+    auto w = Writer::OpenForAppend((dir / "ds").string(), GoldenOptions(false));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (uint64_t i = kGoldenSamples; i < kGoldenSamples + kAppendedSamples; ++i)
+      ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  const std::string index = ReadFileToString(dir / "ds" / "index.a.lsi");
+  EXPECT_EQ(format::GetU32(reinterpret_cast<const std::byte*>(index.data()) + 8), 2u);
+  EXPECT_NE(ReadFileToString(dir / "ds" / "manifest.json").find("\"version\": 2"),
+            std::string::npos);
+  auto ds = Dataset::Open((dir / "ds").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ((*ds)->size(), kGoldenSamples + kAppendedSamples);
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    auto s = (*ds)->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, GoldenSample(i));
+  }
+  for (const auto& e : std::filesystem::directory_iterator(kGoldenDir / "golden_v1_uids"))
+    if (e.path().extension() == ".lss")
+      EXPECT_EQ(ReadFileToString(e.path()), ReadFileToString(dir / "ds" / e.path().filename()));
 }
 
 TEST(FormatGoldenTest, Regenerate) {
   if (!std::getenv("LIBSHARD_REGENERATE_GOLDEN")) GTEST_SKIP() << "set LIBSHARD_REGENERATE_GOLDEN=1";
-  WriteGolden(kGoldenDir / "golden_v1_uids", false);
-  std::filesystem::remove(kGoldenDir / "golden_v1_uids" / ".libshard.lock");
-  WriteAppendedGolden(kGoldenDir / "golden_v1_append");
-  std::filesystem::remove(kGoldenDir / "golden_v1_append" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v2", false);
+  std::filesystem::remove(kGoldenDir / "golden_v2" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v2_zstd", true);
+  std::filesystem::remove(kGoldenDir / "golden_v2_zstd" / ".libshard.lock");
+  WriteAppendedGolden(kGoldenDir / "golden_v2_append");
+  std::filesystem::remove(kGoldenDir / "golden_v2_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).
   TempDir tmp;
   WriteInterruptedGolden(tmp / "ds");

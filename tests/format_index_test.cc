@@ -8,11 +8,14 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"
 #include "format/payload.h"
 #include "format_test_helpers.h"
+#include "libshard/dataset.h"
+#include "testutil/testutil.h"
 
 // Records the largest allocation made through operator new while tracking is on, so tests can
 // prove that forged counts are rejected before anything proportional to them is allocated.
@@ -119,6 +122,35 @@ TEST(FormatIndexTest, ForgedSampleCountIsRejectedWithoutAllocating) {
     Status st = ParseTracked(s, &largest);
     EXPECT_EQ(st.code(), StatusCode::kCorruption) << forged;
     EXPECT_LT(largest, size_t{1} << 16) << "allocated " << largest << " bytes for count " << forged;
+  }
+}
+
+// Index version 2 (FORMAT.md §3.8.1): Dataset::Open reads the 128-byte header first and refuses
+// counts the file cannot hold before it allocates the head or the lengths.
+TEST(FormatIndexTest, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
+  TempDir dir;
+  WriteStandard(dir.path(), 3, FastOptions());
+  const std::filesystem::path index = dir / "index.lsi";
+  const std::string good = ReadFileToString(index);
+  ASSERT_EQ(format::GetU32(format::AsBytes(good) + 8), format::kIndexVersion2);
+  for (auto [at, forged] : std::vector<std::pair<size_t, uint64_t>>{
+           {16, uint64_t{1} << 40},            // sample count
+           {40, uint64_t{1} << 50},            // strings size
+           {40, ~uint64_t{0} - 64},            // strings size that overflows the head size
+           {84, uint64_t{4096} * 16}}) {       // dims per sample (u32)
+    std::string s = good;
+    if (at == 84) {
+      format::PutU32(reinterpret_cast<std::byte*>(s.data()) + at, static_cast<uint32_t>(forged));
+    } else {
+      PutU64(reinterpret_cast<std::byte*>(s.data()) + at, forged);
+    }
+    WriteStringToFile(index, s);
+    g_largest = 0;
+    g_tracking = true;
+    Status st = Dataset::Open(dir.path().string()).status();
+    g_tracking = false;
+    ExpectError(st, StatusCode::kCorruption, {index.string(), "cannot fit"});
+    EXPECT_LT(g_largest.load(), size_t{1} << 20) << "allocated " << g_largest << " for " << at;
   }
 }
 

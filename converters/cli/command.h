@@ -26,6 +26,7 @@ Command AddVerifyCommand(CLI::App& app);
 Command AddUnpackCommand(CLI::App& app);
 Command AddMergeCommand(CLI::App& app);
 Command AddBenchCommand(CLI::App& app);
+Command AddUpgradeCommand(CLI::App& app);
 
 // Prints "libshard <command>: error: <status>" on stderr and returns kExitFailure.
 int Fail(std::string_view command, const Status& status);

@@ -36,7 +36,8 @@ int RunCommand(int argc, const char* const* argv) {
   app.set_version_flag("--version", "libshard " LIBSHARD_VERSION_STRING);
   std::vector<Command> commands = {AddPackCommand(app),   AddInfoCommand(app),
                                    AddVerifyCommand(app), AddUnpackCommand(app),
-                                   AddMergeCommand(app),  AddBenchCommand(app)};
+                                   AddMergeCommand(app),  AddBenchCommand(app),
+                                   AddUpgradeCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -660,3 +660,27 @@ def test_resume_counts_sources_the_finished_job_skipped(tmp_path):
     assert info(out)["samples"] == 4
     p = run("pack", src, "-o", out, "--resume", "--on-error", "skip", "--progress", "none")
     assert "nothing to resume" in p.stdout and "all 5 sources" in p.stdout, p.stdout
+
+
+def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
+    """`libshard upgrade` (FORMAT.md §3.8.8): same samples, shard files untouched, idempotent."""
+    golden = REPO / "tests" / "data" / "golden_v1_uids"
+    ds = tmp_path / "ds"
+    shutil.copytree(golden, ds)
+    run("unpack", ds, "-o", tmp_path / "before")
+    p = run("upgrade", ds)
+    assert "rewritten as version 2" in p.stdout
+    assert json.loads((ds / "manifest.json").read_text())["version"] == 2
+    assert not (ds / "index.lsi").exists() and (ds / "index.a.lsi").exists()
+    run("verify", ds)
+    run("unpack", ds, "-o", tmp_path / "after")
+    before = sorted(p.relative_to(tmp_path / "before") for p in (tmp_path / "before").rglob("*.pt"))
+    after = sorted(p.relative_to(tmp_path / "after") for p in (tmp_path / "after").rglob("*.pt"))
+    assert before == after and before
+    for rel in before:  # unpack writes the same bytes for the same samples
+        assert (tmp_path / "before" / rel).read_bytes() == (tmp_path / "after" / rel).read_bytes(), rel
+    for shard in golden.glob("*.lss"):
+        assert (ds / shard.name).read_bytes() == shard.read_bytes()
+    assert "already version 2" in run("upgrade", ds).stdout
+    p = run("upgrade", tmp_path / "missing", check=False)
+    assert p.returncode == 1 and "missing" in p.stderr

@@ -73,11 +73,22 @@ def test_corrupt_sample_detected_with_location(eagle_dataset, copy_dataset):
 
 
 def test_corrupt_index_detected_at_open(eagle_dataset, copy_dataset):
+    # The head of the index (FORMAT.md §3.8.2) is checked at open.
     dataset = copy_dataset(eagle_dataset)
     index = dataset / "index.lsi"
-    flip_byte(index, index.stat().st_size // 2)
+    flip_byte(index, 130)
     with pytest.raises(libshard.CorruptionError, match="index"):
         libshard.open(dataset)
+
+
+def test_corrupt_index_block_detected_when_first_used(eagle_dataset, copy_dataset):
+    # A block of sample entries is checked when one of its samples is first used (§3.8.7).
+    dataset = copy_dataset(eagle_dataset)
+    index = dataset / "index.lsi"
+    flip_byte(index, index.stat().st_size - 1)
+    ds = libshard.open(dataset)
+    with pytest.raises(libshard.CorruptionError, match="index.lsi: block 0"):
+        ds[len(ds) - 1]
 
 
 def test_truncated_shard_detected_at_open(eagle_dataset, copy_dataset):

@@ -14,6 +14,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "format/bytes.h"
+#include "format/checksum.h"
+#include "format/index_format.h"
+#include "format/manifest.h"
+#include "libshard/dataset.h"
+#include "writer/commit.h"
+
 namespace libshard::testing {
 
 TempDir::TempDir() {
@@ -256,6 +263,31 @@ std::string ReadFileToString(const std::filesystem::path& file) {
 void WriteStringToFile(const std::filesystem::path& file, const std::string& data) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+void RewriteIndexAsV1(const std::filesystem::path& dir) {
+  auto ds = Dataset::Open(dir.string());
+  if (!ds.ok()) throw std::runtime_error("RewriteIndexAsV1: " + ds.status().ToString());
+  std::vector<format::IndexShard> shards;
+  for (const ShardInfo& s : (*ds)->shards())
+    shards.push_back({std::filesystem::path(s.path).filename().string(), s.size, s.samples, s.uid});
+  std::vector<format::IndexSample> samples;
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    auto e = internal::SampleEntryFromDataset(**ds, i);
+    if (!e.ok()) throw std::runtime_error("RewriteIndexAsV1: " + e.status().ToString());
+    samples.push_back(std::move(*e));
+  }
+  const std::string index = format::EncodeIndex((*ds)->schema(), shards, samples);
+  const std::filesystem::path mp = dir / format::kManifestName;
+  auto m = format::ParseManifest(ReadFileToString(mp), mp.string());
+  if (!m.ok()) throw std::runtime_error("RewriteIndexAsV1: " + m.status().ToString());
+  std::filesystem::remove(dir / m->index_file);
+  m->version = 1;
+  m->index_file = "index.lsi";
+  m->index_size = index.size();
+  m->index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
+  WriteStringToFile(dir / "index.lsi", index);
+  WriteStringToFile(mp, format::EncodeManifest(*m));
 }
 
 }  // namespace libshard::testing

@@ -84,4 +84,9 @@ void WriteBytes(const std::filesystem::path& file, uint64_t offset, const void* 
 std::string ReadFileToString(const std::filesystem::path& file);
 void WriteStringToFile(const std::filesystem::path& file, const std::string& data);
 
+// Rewrites the dataset in `dir` with an index of version 1 (FORMAT.md §3.1-§3.7) in place of the
+// version 2 index writers produce, manifest updated, shards untouched: for the tests of the
+// version 1 reader. Throws std::runtime_error on failure.
+void RewriteIndexAsV1(const std::filesystem::path& dir);
+
 }  // namespace libshard::testing

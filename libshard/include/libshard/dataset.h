@@ -1,8 +1,10 @@
 // Dataset: a packed dataset opened for random access (docs/FORMAT.md).
 //
-// Open() validates the manifest, the index (checksum, limits, every record's bounds) and the
-// shard sizes, so later reads only fail on I/O errors or corrupted sample bytes. Thread-safe:
-// all const methods may be called concurrently.
+// Open() validates the manifest, the index and the shard sizes. An index of version 1 is checked
+// whole at Open; one of version 2 (docs/FORMAT.md §3.8) has its head and lengths checked at Open
+// and each block of sample entries when first used, so a rank opens a dataset of millions of
+// samples by reading what it needs (see Locate). Thread-safe: all const methods may be called
+// concurrently.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +80,12 @@ class Dataset {
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;
+  // location(i), or the error that keeps it unknown: an index of version 2 reads a sample's
+  // block of entries on first use (docs/FORMAT.md §3.8.7), and a block found damaged then (or
+  // changed since Open) fails its samples with a Corruption. location() and tensor() return
+  // empty values for such a sample; Locate, Read, Verify, Decode, MakeSample, source and metadata
+  // return the error. Loaders use Locate.
+  virtual Result<SampleLocation> Locate(uint64_t i) const { return location(i); }
   virtual TensorLocation tensor(uint64_t i, size_t f) const = 0;
   virtual uint64_t length(uint64_t i) const = 0;
   // Token lengths of every sample (copied; O(size())).

@@ -46,6 +46,9 @@ struct WriterOptions {
   // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
   // with one seed can no longer be told apart.
   uint64_t shard_uid_seed = 0;
+  // The index version written (FORMAT.md §3): 2, the compact index (default); 1 for readers older
+  // than version 2 (about 280 bytes a sample instead of under 64, checked whole at every open).
+  uint32_t index_version = 2;
 };
 
 // A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "io/direct_io.h"
+#include "dataset/index_reader.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
@@ -20,42 +21,10 @@ namespace libshard {
 
 namespace {
 
-using format::IndexView;
+using internal::IndexReader;
 
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr const char* kRepack = "; the dataset is damaged, re-run libshard pack";
-
-// Largest index Open reads into memory: ~2^28 samples of a typical EAGLE-3 schema (about 230
-// bytes each). The manifest's index.size must match the file's size first, so a damaged manifest
-// cannot make Open allocate more than the file holds.
-constexpr uint64_t kMaxIndexBytes = uint64_t{64} << 30;
-
-// Reads the index file `path`, whose size the manifest records as `expected_size`, into one
-// 4 KiB-aligned buffer (FORMAT.md §8 step 1). The copy costs memory equal to the index (about
-// 230 bytes a sample for the EAGLE-3 schema: 10 million samples ~ 2.3 GB, once per process that
-// opens the dataset); in exchange nothing done to the file after Open can crash a reader or
-// change what it returns. A later index layout is meant to be read in blocks.
-Result<std::shared_ptr<std::byte[]>> ReadIndex(const std::string& path, uint64_t expected_size) {
-  LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile opened, io::OpenForReading(path, IoMode::kBuffered));
-  io::File& file = opened.file;
-  LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file.Size());
-  if (size != expected_size)
-    return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
-                              std::to_string(expected_size) +
-                              " recorded in manifest.json (truncated or replaced)" + kRepack);
-  if (size > kMaxIndexBytes)
-    return Status::ResourceExhausted(path + ": " + std::to_string(size) +
-                                     " bytes is more than the largest index this libshard reads (" +
-                                     std::to_string(kMaxIndexBytes) + ")");
-  auto bytes = internal::AllocateAligned(size, 4096);
-  if (!bytes)
-    return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(size) +
-                                     " bytes to read the index");
-  // A file that shrank since fstat fails here (Corruption naming the offset); one that grew is
-  // caught by the checksum and the recorded file size (§3.6, §3.1).
-  LIBSHARD_RETURN_IF_ERROR(file.PReadExact(bytes.get(), size, 0));
-  return bytes;
-}
 
 class DatasetImpl final : public Dataset {
  public:
@@ -63,38 +32,56 @@ class DatasetImpl final : public Dataset {
                                                const DatasetOptions& options);
 
   const std::string& path() const override { return dir_; }
-  uint64_t size() const override { return index_.sample_count(); }
-  const Schema& schema() const override { return index_.schema(); }
+  uint64_t size() const override { return index_->sample_count(); }
+  const Schema& schema() const override { return index_->schema(); }
   const std::vector<ShardInfo>& shards() const override { return shards_; }
   uint64_t total_stored_bytes() const override { return stored_bytes_; }
-  uint64_t total_raw_bytes() const override { return index_.total_raw_bytes(); }
+  uint64_t total_raw_bytes() const override { return index_->total_raw_bytes(); }
   const DatasetProvenance& provenance() const override { return provenance_; }
 
+  // A version 2 index reads a sample's block on first use (FORMAT.md §3.8.7); when that fails
+  // (a damaged block, an index changed since Open) these infallible accessors return empty values
+  // and every fallible call for the sample (Locate, Read, Verify, Decode, MakeSample, source,
+  // metadata) returns the error; the loader uses Locate and reports it for that sample.
   SampleLocation location(uint64_t i) const override {
-    format::SampleRecord r = index_.record(i);
+    format::SampleRecord r;
+    if (!index_->Lookup(i, &r, nullptr).ok()) return SampleLocation{};
+    return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
+                          r.length};
+  }
+  Result<SampleLocation> Locate(uint64_t i) const override {
+    format::SampleRecord r;
+    LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
     return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
                           r.length};
   }
   TensorLocation tensor(uint64_t i, size_t f) const override {
-    return TensorLocation{index_.tensor_offset(i, f), index_.tensor_nbytes(i, f),
-                          index_.shape(i, f)};
+    format::SampleRecord r;
+    std::vector<uint64_t> dims;
+    format::PayloadLayout layout;
+    if (!index_->Lookup(i, &r, &dims).ok() || !format::ComputeLayout(schema(), dims, &layout).ok())
+      return TensorLocation{};
+    return TensorLocation{layout.offsets[f], layout.sizes[f], FieldShape(dims, f)};
   }
-  uint64_t length(uint64_t i) const override { return index_.record(i).length; }
+  uint64_t length(uint64_t i) const override { return index_->length(i); }
   std::vector<uint64_t> lengths() const override {
-    std::vector<uint64_t> out(size());
-    for (uint64_t i = 0; i < out.size(); ++i) out[i] = index_.record(i).length;
+    std::vector<uint64_t> out;
+    index_->Lengths(&out);
     return out;
   }
   Result<Provenance> source(uint64_t i) const override {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
-    format::SampleRecord r = index_.record(i);
-    return Provenance{std::string(index_.source_path(i)), r.source_bytes, r.source_mtime_ns,
-                      r.source_hash};
+    format::SampleRecord r;
+    LIBSHARD_RETURN_IF_ERROR(index_->Lookup(i, &r, nullptr));
+    LIBSHARD_ASSIGN_OR_RETURN(std::string path, index_->SourcePath(i));
+    return Provenance{std::move(path), r.source_bytes, r.source_mtime_ns, r.source_hash};
   }
   Result<Metadata> metadata(uint64_t i) const override {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    LIBSHARD_ASSIGN_OR_RETURN(std::string bytes, index_->MetadataBytes(i));
     Metadata m;
-    Status st = format::DecodeMetadata(index_.metadata_bytes(i), &m);
+    Status st = format::DecodeMetadata(
+        {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()}, &m);
     if (!st.ok()) return st.WithContext(index_path_ + ": sample " + std::to_string(i));
     return m;
   }
@@ -120,6 +107,17 @@ class DatasetImpl final : public Dataset {
     return shards_[r.shard].path + ": sample " + std::to_string(i) + " at offset " +
            std::to_string(r.offset);
   }
+  // The dims of field f within a sample's dims.
+  Shape FieldShape(const std::vector<uint64_t>& dims, size_t f) const {
+    return Shape(dims.begin() + field_dim_start_[f],
+                 dims.begin() + field_dim_start_[f] + schema().fields[f].rank);
+  }
+  // Sample i's record (and dims), checking i.
+  Status Lookup(uint64_t i, format::SampleRecord* r, std::vector<uint64_t>* dims = nullptr) const {
+    LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    Status st = index_->Lookup(i, r, dims);
+    return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
+  }
   // Reads sample i's stored bytes into an owned aligned buffer.
   Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;
   Status CheckChecksum(uint64_t i, const format::SampleRecord& r, const std::byte* stored) const;
@@ -127,10 +125,10 @@ class DatasetImpl final : public Dataset {
   std::string dir_;
   std::string index_path_;
   DatasetOptions options_;
-  // The whole index, read once at Open; index_ views it. Owned memory, not a mapping: a mapped
-  // index truncated or rewritten while open would raise SIGBUS or change under the readers.
-  std::shared_ptr<std::byte[]> index_bytes_;
-  IndexView index_;
+  // The index (dataset/index_reader.h): never a mapping, so an index truncated or rewritten while
+  // open cannot raise SIGBUS or change what readers get.
+  std::unique_ptr<IndexReader> index_;
+  std::vector<size_t> field_dim_start_;
   std::vector<ShardInfo> shards_;
   DatasetProvenance provenance_;
   std::vector<io::File> shard_files_;
@@ -164,15 +162,29 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   ds->provenance_ = {manifest.source_root, manifest.sources, manifest.created_by,
                      manifest.created_at, manifest.attributes};
   const std::string& ip = ds->index_path_;
-  LIBSHARD_ASSIGN_OR_RETURN(ds->index_bytes_, ReadIndex(ip, manifest.index_size));
-  LIBSHARD_ASSIGN_OR_RETURN(
-      ds->index_, IndexView::Parse({ds->index_bytes_.get(), manifest.index_size}, ip));
-  const IndexView& index = ds->index_;
+  LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexReader::Open(ip, manifest.index_size));
+  const IndexReader& index = *ds->index_;
+  // Field codecs (FORMAT.md §3.8.3, §4.3): the index records them, but this reader decodes raw
+  // fields (and whole-sample zstd) only; a codec's region read as raw bytes would be wrong data.
+  for (size_t f = 0; f < index.codecs().size(); ++f)
+    if (index.codecs()[f].codec != 0)
+      return Status::Unsupported(ip + ": field '" + index.schema().fields[f].name +
+                                 "' is stored with codec " +
+                                 std::to_string(index.codecs()[f].codec) +
+                                 " (FORMAT.md §4.3), which this libshard does not decode; "
+                                 "upgrade libshard");
+  for (size_t f = 0, j = 0; f < index.schema().fields.size(); ++f) {
+    ds->field_dim_start_.push_back(j);
+    j += index.schema().fields[f].rank;
+  }
 
   // Manifest agreement (§2.2).
   auto disagree = [&](const std::string& what) {
     return Status::Corruption(manifest_path + ": " + what + " disagrees with " + ip + kRepack);
   };
+  if (manifest.version != index.version())
+    return disagree("version " + std::to_string(manifest.version) + " (index version " +
+                    std::to_string(index.version()) + ")");
   if (manifest.index_xxh3 != index.checksum())
     return disagree("index.xxh3 " + format::Hex16(manifest.index_xxh3) + " (index has " +
                     format::Hex16(index.checksum()) + ")");
@@ -242,7 +254,8 @@ Status DatasetImpl::CheckChecksum(uint64_t i, const format::SampleRecord& r,
                                   const std::byte* stored) const {
   const uint64_t actual = format::Xxh3(stored, r.stored_size);
   if (actual == r.checksum) return Status::OK();
-  std::string source(index_.source_path(i));
+  auto path = index_->SourcePath(i);
+  const std::string source = path.ok() ? *path : std::string();
   return Status::Corruption(Where(i, r) + " (" + std::to_string(r.stored_size) +
                             " stored bytes): checksum mismatch: xxh3 " + format::Hex16(actual) +
                             " != " + format::Hex16(r.checksum) + " recorded in the index" +
@@ -251,8 +264,8 @@ Status DatasetImpl::CheckChecksum(uint64_t i, const format::SampleRecord& r,
 }
 
 Result<Sample> DatasetImpl::Read(uint64_t i) const {
-  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
-  const format::SampleRecord r = index_.record(i);
+  format::SampleRecord r;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
   if (options_.verify_checksums) LIBSHARD_RETURN_IF_ERROR(CheckChecksum(i, r, stored.get()));
   std::shared_ptr<std::byte[]> raw = stored;
@@ -268,16 +281,17 @@ Result<Sample> DatasetImpl::Read(uint64_t i) const {
 }
 
 Status DatasetImpl::Verify(uint64_t i) const {
-  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
-  const format::SampleRecord r = index_.record(i);
+  format::SampleRecord r;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
   return CheckChecksum(i, r, stored.get());
 }
 
 Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
                            std::span<std::byte> raw) const {
-  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
-  const format::SampleRecord r = index_.record(i);
+  format::SampleRecord r;
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
   if (stored.size() != r.stored_size || raw.size() < r.raw_size)
     return Status::InvalidArgument(Where(i, r) + ": Decode needs " + std::to_string(r.stored_size) +
                                    " stored bytes and room for " + std::to_string(r.raw_size) +
@@ -306,8 +320,6 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
                                      std::to_string(r.raw_size) + " bytes");
   Status st = format::ZstdDecompress(stored, {scratch.get(), r.raw_size});
   if (!st.ok()) return damaged(st);
-  std::vector<uint64_t> dims(index_.dims_per_sample());
-  for (uint64_t j = 0; j < dims.size(); ++j) dims[j] = index_.dim(i, j);
   format::PayloadLayout layout;
   LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // validated at Open
   format::ShufflePayload(schema(), layout, scratch.get(), raw.data(), /*inverse=*/true);
@@ -317,7 +329,11 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
 Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
                                        uint64_t base_size, std::shared_ptr<const void> memory,
                                        std::span<const size_t> fields) const {
-  LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+  format::SampleRecord r;
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
+  format::PayloadLayout layout;
+  LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // checked at load
   const size_t f_count = schema().fields.size();
   std::vector<size_t> all;
   if (fields.empty()) {
@@ -333,7 +349,7 @@ Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64
   for (size_t f : fields) {
     if (f >= f_count)
       return Status::InvalidArgument("MakeSample: field " + std::to_string(f) + " out of range");
-    const uint64_t off = index_.tensor_offset(i, f), nbytes = index_.tensor_nbytes(i, f);
+    const uint64_t off = layout.offsets[f], nbytes = layout.sizes[f];
     const Field& field = schema().fields[f];
     if (off < base_offset || off + nbytes > base_end)
       return Status::InvalidArgument(dir_ + ": sample " + std::to_string(i) + ": tensor '" +
@@ -341,7 +357,7 @@ Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64
                                      std::to_string(nbytes) + ") are outside the buffer [" +
                                      std::to_string(base_offset) + ", +" +
                                      std::to_string(base_size) + ")");
-    views.push_back(TensorView{field.name, field.dtype, index_.shape(i, f),
+    views.push_back(TensorView{field.name, field.dtype, FieldShape(dims, f),
                                base + (off - base_offset), nbytes});
   }
   LIBSHARD_ASSIGN_OR_RETURN(Metadata meta, metadata(i));

@@ -111,6 +111,9 @@ struct IndexSample {
   std::vector<uint64_t> tensor_sizes;    // per field
   std::string metadata;                  // encoded (§3.4), empty for none
   std::string source_path;
+  // Index version 2 (§3.8.4): per field, the stored region's size of a field with a non-raw
+  // codec (0 for raw fields); empty when every field is raw.
+  std::vector<uint64_t> field_stored_sizes;
 };
 
 // Index header flags (§3.1).

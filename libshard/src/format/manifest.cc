@@ -24,7 +24,7 @@ std::string EncodeManifest(const Manifest& m) {
     shards.push_back({{"file", s.file}, {"size", s.size}, {"samples", s.samples}});
   json j = json::object();
   j["format"] = "libshard";
-  j["version"] = kManifestVersion;
+  j["version"] = m.version;
   j["schema"] = {{"fields", fields}, {"length_field", length_field}};
   j["index"] = {{"file", m.index_file}, {"size", m.index_size}, {"xxh3", Hex16(m.index_xxh3)}};
   j["shards"] = shards;
@@ -140,11 +140,14 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
     if (top.Str("format") != "libshard" && st.ok())
       return Status::Corruption(file + ": \"format\" is not \"libshard\"");
     const json* version = top.Get("version");
-    if (version && !(version->is_number_unsigned() && version->get<uint64_t>() == kManifestVersion))
+    if (version && !(version->is_number_unsigned() && version->get<uint64_t>() >= 1 &&
+                     version->get<uint64_t>() <= kManifestVersion))
       return Status::Unsupported(file + ": manifest version " +
                                  version->dump(-1, ' ', false, json::error_handler_t::replace)
                                      .substr(0, 64) +
-                                 " is not supported (this libshard reads version 1); upgrade libshard");
+                                 " is not supported (this libshard reads versions 1 and 2); "
+                                 "upgrade libshard");
+    m.version = version ? static_cast<uint32_t>(version->get<uint64_t>()) : 1;
   }
   top.Only({"format", "version", "schema", "index", "shards", "totals", "provenance"});
   if (const json* schema = top.Get("schema")) {

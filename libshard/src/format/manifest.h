@@ -12,7 +12,8 @@
 
 namespace libshard::format {
 
-inline constexpr uint32_t kManifestVersion = 1;
+// The newest manifest version (FORMAT.md §2.2): the version of the index it names, 1 or 2.
+inline constexpr uint32_t kManifestVersion = 2;
 inline constexpr char kManifestName[] = "manifest.json";
 
 struct ManifestShard {
@@ -23,6 +24,7 @@ struct ManifestShard {
 };
 
 struct Manifest {
+  uint32_t version = kManifestVersion;  // equals the index's version (§2.2)
   Schema schema;
   std::string index_file = "index.lsi";
   uint64_t index_size = 0;
@@ -41,7 +43,7 @@ struct Manifest {
 // Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.
 std::string EncodeManifest(const Manifest& manifest);
 // Parses and checks the structure and types (not the agreement with the index). `file` names the
-// manifest in messages. Unsupported for a version other than 1; Corruption for JSON nested deeper
+// manifest in messages. Unsupported for a version other than 1 or 2; Corruption for JSON nested deeper
 // than kMaxJsonDepth (checked before parsing). Safe on any bytes (a fuzz target's entry point).
 Result<Manifest> ParseManifest(std::string_view text, const std::string& file);
 

@@ -131,12 +131,13 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   if (options.shuffle) {
     plan.perm_ = std::make_shared<const std::vector<uint64_t>>(
         EpochPermutation(n, options.seed, options.epoch));
-  } else {
+  } else if (options.max_tokens > 0) {  // token batching walks the permutation
     std::vector<uint64_t> identity(n);
     std::iota(identity.begin(), identity.end(), uint64_t{0});
     plan.perm_ = std::make_shared<const std::vector<uint64_t>>(std::move(identity));
-  }
-  const std::span<const uint64_t> perm = *plan.perm_;
+  }  // else the identity is not materialized: position p is sample p (8N bytes saved)
+  const std::span<const uint64_t> perm =
+      plan.perm_ ? std::span<const uint64_t>(*plan.perm_) : std::span<const uint64_t>();
   const uint64_t p = options.start_position;
   const uint64_t w = options.world_size;
   const bool tokens = options.max_tokens > 0;
@@ -149,15 +150,16 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
       tokens ? BatchLayout::Tokens(perm, lengths, 0, options.max_tokens,
                                    std::numeric_limits<uint64_t>::max())
              : BatchLayout::Fixed(0, n, batch, /*drop_partial=*/false);
+  BatchLayout main;
   if (!tokens) {
-    plan.main_ = BatchLayout::Fixed(p, n, batch, options.drop_last);
+    main = BatchLayout::Fixed(p, n, batch, options.drop_last);
   } else if (const uint64_t g = from_zero.FindUnitStart(p); g < from_zero.size() || p == n) {
-    plan.main_ = from_zero.Suffix(p == n ? from_zero.size() : g);
+    main = from_zero.Suffix(p == n ? from_zero.size() : g);
   } else {
-    plan.main_ = BatchLayout::Tokens(perm, lengths, p, options.max_tokens,
+    main = BatchLayout::Tokens(perm, lengths, p, options.max_tokens,
                                      std::numeric_limits<uint64_t>::max());
   }
-  const uint64_t units = plan.main_.size();
+  const uint64_t units = main.size();
   plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
   const uint64_t epoch_units =
       (!tokens && options.drop_last) ? n / batch : from_zero.size();
@@ -165,20 +167,27 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   const uint64_t padding = plan.steps_ * w - std::min(plan.steps_ * w, units);
   // Padding units come from the start of the epoch (position 0), whatever the resume position,
   // so that a resumed run pads exactly as the uninterrupted one did.
-  if (padding > 0) plan.pad_ = std::move(from_zero);
+  plan.main_ = std::make_shared<const BatchLayout>(std::move(main));
+  plan.pad_ = std::make_shared<const BatchLayout>(padding > 0 ? std::move(from_zero) : BatchLayout());
+  return plan;
+}
+
+EpochPlan EpochPlan::ForRank(uint64_t rank) const {
+  EpochPlan plan = *this;
+  plan.options_.rank = rank;
   return plan;
 }
 
 void EpochPlan::UnitRange(uint64_t g, uint64_t* begin, uint64_t* end) const {
-  const uint64_t units = main_.size();
+  const uint64_t units = main_->size();
   if (g < units) {
-    *begin = main_.Begin(g);
-    *end = main_.End(g);
+    *begin = main_->Begin(g);
+    *end = main_->End(g);
     return;
   }
-  const uint64_t j = (g - units) % pad_.size();
-  *begin = pad_.Begin(j);
-  *end = pad_.End(j);
+  const uint64_t j = (g - units) % pad_->size();
+  *begin = pad_->Begin(j);
+  *end = pad_->End(j);
 }
 
 void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const {
@@ -186,6 +195,10 @@ void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const
   uint64_t begin = 0;
   uint64_t end = 0;
   UnitRange(k * options_.world_size + options_.rank, &begin, &end);
+  if (!perm_) {
+    for (uint64_t p = begin; p < end; ++p) out->push_back(p);
+    return;
+  }
   const std::vector<uint64_t>& perm = *perm_;
   out->insert(out->end(), perm.begin() + static_cast<std::ptrdiff_t>(begin),
               perm.begin() + static_cast<std::ptrdiff_t>(end));
@@ -199,7 +212,7 @@ std::vector<uint64_t> EpochPlan::BatchSamples(uint64_t k) const {
 
 uint64_t EpochPlan::PositionAfter(uint64_t k) const {
   if (k + 1 >= steps_) return n_;
-  return main_.Begin((k + 1) * options_.world_size);
+  return main_->Begin((k + 1) * options_.world_size);
 }
 
 }  // namespace libshard

@@ -99,6 +99,11 @@ class EpochPlan {
   static Result<EpochPlan> Make(uint64_t n, std::span<const uint64_t> lengths,
                                 const PlanOptions& options);
 
+  // The plan of rank `rank` (< world_size) of the same epoch, world and resume position: O(1), it
+  // shares the permutation and the units (what Make would build for that rank, at no cost; for
+  // simulating many ranks in one process).
+  EpochPlan ForRank(uint64_t rank) const;
+
   // Steps (batches, or samples in single-sample mode) this rank gets from start_position to the
   // end of the epoch. Identical on every rank.
   uint64_t batches_for_rank() const { return steps_; }
@@ -115,8 +120,11 @@ class EpochPlan {
   uint64_t PositionAfter(uint64_t k) const;
 
   // Global units from start_position (before drop/padding), and the permutation itself.
-  uint64_t global_units() const { return main_.size(); }
-  std::span<const uint64_t> permutation() const { return *perm_; }
+  uint64_t global_units() const { return main_->size(); }
+  // Empty when unshuffled outside token mode: the identity is then not materialized.
+  std::span<const uint64_t> permutation() const {
+    return perm_ ? std::span<const uint64_t>(*perm_) : std::span<const uint64_t>();
+  }
   const PlanOptions& options() const { return options_; }
   uint64_t size() const { return n_; }
 
@@ -130,8 +138,10 @@ class EpochPlan {
   uint64_t steps_ = 0;
   uint64_t epoch_steps_ = 0;
   std::shared_ptr<const std::vector<uint64_t>> perm_;
-  BatchLayout main_;  // units from start_position
-  BatchLayout pad_;   // units from 0, used cyclically for padding (empty when none is needed)
+  // Shared by copies (ForRank): units from start_position, and units from 0 used cyclically for
+  // padding (empty when none is needed).
+  std::shared_ptr<const BatchLayout> main_;
+  std::shared_ptr<const BatchLayout> pad_;
 };
 
 }  // namespace libshard

@@ -278,15 +278,20 @@ Result<bool> ReadScheduler::StartNextItem() {
   const uint64_t sample = sched_samples_[sched_in_batch_];
   auto item = std::make_unique<Item>();
   item->sample = sample;
-  item->location = dataset_->location(sample);
+  // Locate, not location: a version 2 index reads the sample's block on first use, and a
+  // damaged one is this sample's error (FORMAT.md §3.8.7).
+  Result<SampleLocation> located = dataset_->Locate(sample);
+  item->location = located.ok() ? *located : SampleLocation{};
   item->layout = PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len,
                           /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
   const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
   const uint64_t read_bytes = item->layout.read_length;
   const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
 
-  Status too_large;
-  if (read_bytes + raw_bytes > arena_->budget()) {
+  Status too_large;  // or any error known before the read
+  if (!located.ok()) {
+    too_large = located.status();
+  } else if (read_bytes + raw_bytes > arena_->budget()) {
     too_large = Status::ResourceExhausted(
         "sample " + std::to_string(sample) + " (" + ItemWhere(*item) + ") needs " +
         std::to_string(read_bytes + raw_bytes) + " bytes (" + Mib(read_bytes + raw_bytes) +

@@ -100,11 +100,20 @@ Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   return Status::OK();
 }
 
+// Datasets up to this many samples get their exact footprint (below).
+constexpr uint64_t kExactFootprintSamples = 65536;
+
 // The arena never needs more than every sample of the dataset at once. Capping the budget
 // there keeps small datasets from paying for faulting in and registering (pinning) a
 // multi-GiB arena they can never fill: that set-up costs about 0.4 CPU-s per GiB.
 uint64_t StreamingLoader::DatasetFootprint() const {
   uint64_t total = uint64_t{1} << 20;
+  // A large dataset gets an upper bound from its totals: summing every sample's location would
+  // read the whole index (a version 2 index loads its blocks on first use, FORMAT.md §3.8.7),
+  // which a rank that reads 1/1024 of the samples should not pay for at start.
+  if (dataset_->size() > kExactFootprintSamples)
+    return total + dataset_->total_stored_bytes() + dataset_->total_raw_bytes() +
+           dataset_->size() * 2 * kSlotAlign;
   for (uint64_t i = 0; i < dataset_->size(); ++i) {
     const SampleLocation loc = dataset_->location(i);
     total += SlotBytes(loc.stored_size + kSlotAlign);  // alignment skew included

@@ -1,7 +1,9 @@
 #include "writer/commit.h"
 
 #include "io/filesystem.h"
+#include "format/bytes.h"
 #include "format/checksum.h"
+#include "format/index_v2.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"
 
@@ -9,17 +11,21 @@ namespace libshard::internal {
 
 Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   const std::vector<format::IndexSample>& samples = *req.samples;
-  const std::string index = format::EncodeIndex(req.schema, req.shards, samples);
+  // New indexes are version 2 (FORMAT.md §3.8) unless version 1 is asked for (§3.1).
+  const std::string index =
+      req.index_version == format::kIndexVersion
+          ? format::EncodeIndex(req.schema, req.shards, samples)
+          : format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs);
   LIBSHARD_RETURN_IF_ERROR(WriteFileAtomically(req.dir, req.index_file, index, req.fsync));
 
   format::Manifest m;
   m.schema = req.schema;
   m.index_file = req.index_file;
   m.index_size = index.size();
-  // The index checksum (FORMAT.md §3.6) is over the file with its checksum bytes taken as zero.
-  m.index_xxh3 = format::Xxh3WithHole(
-      {reinterpret_cast<const std::byte*>(index.data()), index.size()},
-      format::kIndexChecksumOffset);
+  // The index checksum (FORMAT.md §3.8.2): header bytes 120..127, over the head.
+  m.version = req.index_version == format::kIndexVersion ? format::kIndexVersion
+                                                        : format::kIndexVersion2;
+  m.index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
   std::vector<uint64_t> counts(req.shards.size(), 0);
   WriteSummary summary;
   for (const format::IndexSample& s : samples) {

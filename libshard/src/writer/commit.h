@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "libshard/dataset.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -23,6 +24,10 @@ struct CommitRequest {
   std::string source_root;
   std::string created_by;
   Attributes attributes;
+  // Per field (FORMAT.md §3.8.3); empty when every field is raw. Samples then carry
+  // field_stored_sizes.
+  std::vector<format::FieldCodec> codecs;
+  uint32_t index_version = 2;  // FORMAT.md §3: 1 or 2
   bool fsync = true;
 };
 

@@ -53,6 +53,9 @@ Status ValidateOptions(const WriterOptions& o) {
   if (o.zstd_level < -7 || o.zstd_level > 22)
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
                                    " is not in -7..22");
+  if (o.index_version != 1 && o.index_version != 2)
+    return Status::InvalidArgument("WriterOptions.index_version " +
+                                   std::to_string(o.index_version) + " is not 1 or 2");
   return Status::OK();
 }
 
@@ -565,6 +568,7 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.created_by = options_.created_by;
   req.attributes = options_.attributes;
   req.fsync = options_.fsync;
+  req.index_version = options_.index_version;
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   if (journal_.valid()) {
     LIBSHARD_RETURN_IF_ERROR(journal_.Close());

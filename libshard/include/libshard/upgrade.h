@@ -1,0 +1,18 @@
+// UpgradeIndex: rewrites a dataset's index in the newest index version (the `libshard upgrade`
+// command).
+#pragma once
+
+#include <string>
+
+#include "libshard/status.h"
+
+namespace libshard {
+
+// Rewrites the index of the dataset in `dir` as index version 2 (docs/FORMAT.md §3.8.8): under the
+// dataset lock (dataset_lock.h), the new index is written under the name the manifest does not
+// use, then the manifest is committed, then the old index removed (§7), so a crash at any point
+// leaves a dataset that opens, old or new. Shard files are never touched. Returns true when the
+// index was rewritten, false when it already was version 2. The dataset must open cleanly.
+[[nodiscard]] Result<bool> UpgradeIndex(const std::string& dir);
+
+}  // namespace libshard

@@ -1,0 +1,50 @@
+// UpgradeIndex (FORMAT.md §3.8.8).
+#include "libshard/upgrade.h"
+
+#include "format/index_format.h"
+#include "format/manifest.h"
+#include "io/filesystem.h"
+#include "libshard/dataset.h"
+#include "libshard/dataset_lock.h"
+#include "writer/commit.h"
+
+namespace libshard {
+
+Result<bool> UpgradeIndex(const std::string& dir) {
+  if (!internal::PathExists(dir)) return Dataset::Open(dir).status();  // its message
+  // Held until the new manifest is committed: one writer at a time per directory.
+  auto lock = DatasetLock::Acquire(dir, /*create_directory=*/false);
+  if (!lock.ok()) return lock.status().WithContext("upgrade");
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<Dataset> ds, Dataset::Open(dir));
+  const std::string mp = internal::JoinPath(dir, format::kManifestName);
+  LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(mp, 256u << 20));
+  LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, mp));
+  if (manifest.version >= 2) return false;
+
+  std::vector<format::IndexShard> shards;
+  for (const ShardInfo& s : ds->shards())
+    shards.push_back(format::IndexShard{s.path.substr(s.path.find_last_of('/') + 1), s.size,
+                                        s.samples, s.uid});
+  std::vector<format::IndexSample> samples;
+  samples.reserve(ds->size());
+  for (uint64_t i = 0; i < ds->size(); ++i) {
+    LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(*ds, i));
+    samples.push_back(std::move(s));
+  }
+  internal::CommitRequest req;
+  req.dir = dir;
+  req.schema = ds->schema();
+  req.shards = std::move(shards);
+  req.samples = &samples;
+  // The append protocol (§7): the other index name, then the manifest, then the old one goes.
+  req.index_file = manifest.index_file == "index.lsi" ? "index.a.lsi" : "index.lsi";
+  req.old_index_file = manifest.index_file;
+  req.source_root = manifest.source_root;
+  req.created_by = manifest.created_by;
+  ds.reset();
+  LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
+  (void)summary;
+  return true;
+}
+
+}  // namespace libshard

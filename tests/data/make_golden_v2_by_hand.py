@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Writes tests/data/golden_by_hand_v2/: the samples of golden_by_hand (make_golden_by_hand.py),
+with an index of version 2 built from docs/FORMAT.md §3.8 alone.
+
+As for version 1, nothing comes from libshard: every byte is laid out with struct.pack from the
+spec, checksums are XXH3-64 from the `xxhash` package. The shard file and the samples are
+golden_by_hand's (imported from make_golden_by_hand.py, which must have run first); the reader
+must return exactly what its expected.json says (tests/format_golden_test.cc,
+FormatGoldenTest.HandWrittenDatasetReads).
+
+It uses freedoms the spec grants that the libshard writer does not use: two samples a block (so
+two blocks, the last one short), columns wider than their values need (offset_pages 4 bytes,
+lengths 2 bytes), a dim that never varies stored as a column instead of a constant, strings in
+another order with unreferenced bytes between them.
+
+Run from anywhere (needs `pip install xxhash`); the output is deterministic:
+    python3 tests/data/make_golden_v2_by_hand.py
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_golden_by_hand as v1  # noqa: E402  (the samples, their encodings and xxh3)
+
+SRC = v1.OUT
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_by_hand_v2")
+B = 2  # block_samples (§3.8.2): a power of two
+
+
+def uint(v, width):
+    """A little-endian unsigned value of `width` bytes (§3.8.6)."""
+    assert 0 <= v < (1 << (8 * width)) or width == 0 and v == 0
+    return v.to_bytes(width, "little")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    expected = json.load(open(os.path.join(SRC, "expected.json")))
+    shard_name = "shard-00000.lss"
+    shard = open(os.path.join(SRC, shard_name), "rb").read()
+    samples = expected["samples"]
+    n, f_count, s_count = len(samples), len(v1.FIELDS), 1
+    d = sum(r for _, _, r, _ in v1.FIELDS)  # tokens [L], hidden [L, 4]
+    k_count = (n + B - 1) // B
+
+    # Strings (§3.8.3), our own order, unreferenced bytes between.
+    strings = bytearray(b"filler")
+    refs = {}
+    for key, data in [("shard", shard_name.encode())] + [
+            (("field", nm), nm.encode()) for nm, _, _, _ in reversed(v1.FIELDS)]:
+        refs[key] = (len(strings), len(data))
+        strings += data + b"#"
+    strings_size = len(strings)
+    strings += b"\0" * (v1.align(len(strings), 8) - len(strings))
+
+    fields = b""
+    for nm, dt, rank, seq in v1.FIELDS:
+        off, size = refs[("field", nm)]
+        # dtype, rank, codec 0 (raw), seq_dim, name_size, stored_width 0, reserved, name_offset,
+        # codec_params (zero for a raw field).
+        fields += struct.pack("<IHHiHBBQ", v1.DTYPES[dt][0], rank, 0, seq, size, 0, 0, off)
+        fields += bytes(8)
+    # Dims: tokens[0] = the length (kind 1); hidden[0] = the length; hidden[1] = 4, stored as a
+    # 2-byte column (kind 2) although it never varies.
+    dim_kinds = [(1, 0, 0), (1, 0, 0), (2, 2, 0)]
+    dims = b"".join(struct.pack("<BB6xQ", kind, width, value) for kind, width, value in dim_kinds)
+    shards = struct.pack("<QQQQQ", *refs["shard"], len(shard), n, v1.SHARD_UID)
+
+    # Columns (§3.8.6): shard, offset_pages, stored_size (0: derived), checksum (8), flags,
+    # source_bytes, source_mtime_ns, source_hash, path_end, meta_end.
+    widths = [1, 4, 0, 8, 0, 4, 8, 8, 2, 2]
+    length_width = 2
+
+    head_size = 128 + len(fields) + len(dims) + len(shards) + 16 * k_count + len(strings)
+    lengths = b"".join(uint(s["length"], length_width) for s in samples)
+    lengths += b"\0" * (v1.align(len(lengths), 8) - len(lengths))
+
+    blocks = []
+    for b in range(k_count):
+        records, paths, metas = b"", b"", b""
+        for i in range(b * B, min(n, (b + 1) * B)):
+            s, src = samples[i], v1.SAMPLES[i]
+            path = s["source"]["path"].encode()
+            if path:  # front coding (§3.8.6): nothing shared at a block's first record
+                paths += struct.pack("<H", 0) + path
+            metas += v1.encode_meta(src["meta"])
+            hidden = next(t for t in s["tensors"] if t["name"] == "hidden")["shape"]
+            records += b"".join([
+                uint(s["shard"], widths[0]), uint(s["offset"] // 4096, widths[1]),
+                uint(int(s["checksum"], 16), widths[3]),
+                uint(s["source"]["size"], widths[5]),
+                uint(s["source"]["mtime_ns"] & (2**64 - 1), widths[6]),
+                uint(int(s["source"]["content_hash"], 16), widths[7]),
+                uint(len(paths), widths[8]), uint(len(metas), widths[9]),
+                uint(hidden[1], 2)])  # the kind-2 dim column
+        blocks.append(records + paths + metas)
+
+    directory = b""
+    offset = head_size + len(lengths)
+    for blk in blocks:
+        directory += struct.pack("<QQ", offset, v1.xxh3(blk))
+        offset += len(blk)
+    file_size = offset
+
+    header = bytearray(128)
+    header[0:8] = b"LSHDIDX\0"
+    struct.pack_into("<IIQIIIiQQQQ", header, 8, 2, 1, n, f_count, s_count, B, v1.LENGTH_FIELD,
+                     strings_size, v1.xxh3(lengths), file_size,
+                     sum(s["raw_size"] for s in samples))
+    header[72] = length_width
+    header[73:83] = bytes(widths)
+    struct.pack_into("<I", header, 84, d)
+    head = header + fields + dims + shards + directory + strings
+    assert len(head) == head_size
+    struct.pack_into("<Q", head, 120, v1.xxh3(head))  # §3.8.2: hashed with 120..127 zero
+    index = bytes(head) + lengths + b"".join(blocks)
+    assert len(index) == file_size
+    index_xxh3 = struct.unpack_from("<Q", head, 120)[0]
+
+    manifest = json.load(open(os.path.join(SRC, "manifest.json")))
+    manifest["version"] = 2
+    manifest["index"] = {"file": "index.lsi", "size": file_size, "xxh3": "%016x" % index_xxh3}
+    manifest["provenance"]["created_by"] = "tests/data/make_golden_v2_by_hand.py"
+    expected["index_xxh3"] = "%016x" % index_xxh3
+    expected["index_size"] = file_size
+
+    shutil.copyfile(os.path.join(SRC, shard_name), os.path.join(OUT, shard_name))
+    with open(os.path.join(OUT, "index.lsi"), "wb") as fh:
+        fh.write(index)
+    with open(os.path.join(OUT, "manifest.json"), "w") as fh:
+        json.dump(manifest, fh, indent=2)
+        fh.write("\n")
+    with open(os.path.join(OUT, "expected.json"), "w") as fh:
+        json.dump(expected, fh, indent=2)
+        fh.write("\n")
+
+
+if __name__ == "__main__":
+    main()
