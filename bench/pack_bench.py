@@ -11,7 +11,10 @@ root; without it the numbers are warm-cache and the output says so). Reported, f
   copy   = `cat SRC/* > /dev/null` + a sequential write of the same bytes (dd oflag=direct)
   pack   = `libshard pack SRC -o OUT` (fsync on, as a user runs it)
   python = torch.load + torch.save of every file
-and pack throughput relative to copy (goal: >= 0.80) and to python, with peak RSS of each.
+  safetensors = torch.load + safetensors.torch.save_file of every file (converting a .ckpt
+           directory to per-sample .safetensors, as peers' tooling does; issue 11's yardstick)
+each with its final fsync, and pack throughput relative to copy (goal: >= 0.80), to python and to
+safetensors (goal: >= 1.0), with peak RSS of each.
 """
 
 from __future__ import annotations
@@ -107,6 +110,13 @@ PY_REWRITE = textwrap.dedent("""
 """)
 
 
+PY_SAFETENSORS = PY_REWRITE.replace(
+    "torch.save(d, path)",
+    "from safetensors.torch import save_file; "
+    "save_file({k: v.contiguous() for k, v in d.items() if isinstance(v, torch.Tensor)}, "
+    "path[:-5] + '.safetensors'); path = path[:-5] + '.safetensors'")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/tmp/libshard_pack_bench", help="work directory")
@@ -168,13 +178,20 @@ def main() -> None:
         t_py, p = timed([sys.executable, "-c", PY_REWRITE, str(src), str(pyout)])
         m = re.search(r"peak_rss (\d+)", p.stdout)
         results["python"] = (t_py, f"{int(m.group(1)) / 2**20:.0f} MiB" if m else "?")
+        shutil.rmtree(pyout, ignore_errors=True)
+        drop_caches()
+        t_st, p = timed([sys.executable, "-c", PY_SAFETENSORS, str(src), str(pyout)])
+        m = re.search(r"peak_rss (\d+)", p.stdout)
+        results["safetensors"] = (t_st, f"{int(m.group(1)) / 2**20:.0f} MiB" if m else "?")
 
-    print(f"\n{'method':<10}{'seconds':>9}{'GB/s':>8}   peak RSS")
+    print(f"\n{'method':<12}{'seconds':>9}{'GB/s':>8}   peak RSS")
     for name, (t, rss) in results.items():
-        print(f"{name:<10}{t:9.2f}{gb / t:8.2f}   {rss or '-'}")
+        print(f"{name:<12}{t:9.2f}{gb / t:8.2f}   {rss or '-'}")
     print(f"\npack throughput / copy throughput   = {results['copy'][0] / t_pack:.2f}  (goal >= 0.80)")
     if "python" in results:
         print(f"pack throughput / python throughput = {results['python'][0] / t_pack:.2f}")
+        print(f"pack throughput / safetensors conversion = {results['safetensors'][0] / t_pack:.2f}"
+              "  (goal >= 1.0)")
     print(f"(cold cache: {'yes' if cold else 'no'})")
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
