@@ -1,14 +1,17 @@
-// index_bench DIR [--world W] [--rank R] [--warm] [--shuffle] [--max-tokens T]: what opening a
-// dataset costs one rank (issue 14): index bytes per sample, Dataset::Open time, time to the
-// first sample of rank R of W, and the resident memory the index adds. The first sample is timed
-// twice: `read_first_ms` = Open + Dataset::Read of it (the index's share), and
+// index_bench DIR [--world W] [--rank R] [--warm] [--shuffle] [--order V] [--max-tokens T]:
+// what opening a dataset costs one rank (issue 14): index bytes per sample, Dataset::Open time,
+// time to the first sample of rank R of W, and the resident memory the index adds. The first
+// sample is timed twice: `read_first_ms` = Open + Dataset::Read of it (the index's share), and
 // `first_sample_ms` = Open + Loader::Create + the first Next() (what a training job sees; the
-// loader's arena, threads and ring included). Drops the page cache first (sync; echo 3 > /proc/sys/vm/drop_caches; needs root)
+// loader's arena, threads and ring included); `loader_create_ms` is Loader::Create alone (the
+// epoch's order is built there). Drops the page cache first (sync; echo 3 > /proc/sys/vm/drop_caches; needs root)
 // unless --warm. One JSON object on stdout.
 //
-// The default order is unshuffled: the index's cost alone. --shuffle adds the epoch permutation
-// (loader/order.h: O(N) time and 8N bytes on every rank, about 1 s at 10^7 samples), which is the
-// order's cost, not the index's; --max-tokens adds token batching (every length, O(N)).
+// The default order is unshuffled: the index's cost alone. --shuffle adds the epoch's shuffle
+// (loader/order.h), the order's cost, not the index's: with --order 2 (the default) O(1) per
+// position, nothing of size N; with --order 1 the Fisher-Yates permutation, O(N) time and 8N
+// bytes on every rank (about 1 s at 10^7 samples). --max-tokens adds token batching (every
+// length, O(N)).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +53,7 @@ int main(int argc, char** argv) {
   using namespace libshard;
   if (argc < 2) {
     std::fprintf(stderr, "usage: index_bench DIR [--world W] [--rank R] [--warm] [--shuffle] "
-                         "[--max-tokens T]\n");
+                         "[--order V] [--max-tokens T]\n");
     return 2;
   }
   const std::string dir = argv[1];
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
     else if (a == "--shuffle") lo.shuffle = true;
     else if (a == "--world" && k + 1 < argc) lo.world_size = std::strtoul(argv[++k], nullptr, 10);
     else if (a == "--rank" && k + 1 < argc) lo.rank = std::strtoul(argv[++k], nullptr, 10);
+    else if (a == "--order" && k + 1 < argc) lo.order = std::strtoul(argv[++k], nullptr, 10);
     else if (a == "--max-tokens" && k + 1 < argc) lo.max_tokens = std::strtoull(argv[++k], nullptr, 10);
     else {
       std::fprintf(stderr, "index_bench: unknown argument %s\n", a.c_str());
@@ -106,6 +110,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "index_bench: %s\n", loader.status().ToString().c_str());
     return 1;
   }
+  const auto t1c = std::chrono::steady_clock::now();
   auto batch = (*loader)->Next();
   const auto t2 = std::chrono::steady_clock::now();
   if (!batch.ok() || !batch->has_value()) {
@@ -119,15 +124,16 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"dir\": \"%s\", \"index\": \"%s\", \"samples\": %llu, \"index_bytes\": %llu, "
       "\"bytes_per_sample\": %.1f, \"cold_cache\": %s, \"rank\": %u, \"world\": %u, "
-      "\"shuffle\": %s, \"max_tokens\": %llu, \"open_ms\": %.1f, \"read_first_ms\": %.1f, "
-      "\"loader_first_sample_ms\": %.1f, \"first_sample_ms\": %.1f, "
+      "\"shuffle\": %s, \"order\": %u, \"max_tokens\": %llu, \"open_ms\": %.1f, "
+      "\"read_first_ms\": %.1f, "
+      "\"loader_create_ms\": %.1f, \"loader_first_sample_ms\": %.1f, \"first_sample_ms\": %.1f, "
       "\"first_sample\": %llu, \"rss_index_mb\": %.1f, \"rss_after_first_sample_mb\": %.1f}\n",
       dir.c_str(), index_name.c_str(), static_cast<unsigned long long>(n),
       static_cast<unsigned long long>(index_bytes),
       n ? static_cast<double>(index_bytes) / static_cast<double>(n) : 0.0, cold ? "true" : "false",
-      lo.rank, lo.world_size, lo.shuffle ? "true" : "false",
+      lo.rank, lo.world_size, lo.shuffle ? "true" : "false", lo.order,
       static_cast<unsigned long long>(lo.max_tokens), Ms(t0, t1), Ms(t0, t1) + Ms(r0, r1),
-      Ms(t1b, t2), Ms(t0, t1) + Ms(t1b, t2),
+      Ms(t1b, t1c), Ms(t1b, t2), Ms(t0, t1) + Ms(t1b, t2),
       static_cast<unsigned long long>(first), static_cast<double>(rss1 - rss0) / 1e6,
       static_cast<double>(rss2 - rss0) / 1e6);
   return 0;

@@ -24,3 +24,39 @@ def perm(n, seed, epoch):
     return p
 for name, args, k in [("GOLDEN_10_0_0", (10, 0, 0), 10), ("GOLDEN_10_42_0", (10, 42, 0), 10), ("GOLDEN_10_42_1", (10, 42, 1), 10), ("GOLDEN_1000_7_3", (1000, 7, 3), 8)]:
     print(name, ", ".join(map(str, perm(*args)[:k])))
+
+# Order version 2 (ShuffleV2 in order.h): a 4-round Feistel network over the smallest even bit
+# width k >= 2 with 2^k >= n, keyed by SplitMix64 of (seed, epoch), cycle-walked into [0, n).
+def shuffle_v2(n, seed, epoch):
+    k = 2
+    while k < 64 and (1 << k) < n:
+        k += 2
+    h = k // 2
+    mask = (1 << h) - 1
+    st = mix((mix(seed) + epoch) & M)
+    keys = []
+    for _ in range(4):
+        st = (st + 0x9E3779B97F4A7C15) & M
+        keys.append(mix(st))
+    def enc(x):
+        l, r = x >> h, x & mask
+        for key in keys:
+            l, r = r, l ^ (mix(r ^ key) & mask)
+        return (l << h) | r
+    def at(i):
+        y = enc(i)
+        while y >= n:
+            y = enc(y)
+        return y
+    return at
+print()
+for name, (n, seed, epoch), positions in [
+        ("GOLDEN_V2_10_0_0", (10, 0, 0), range(10)),
+        ("GOLDEN_V2_10_42_0", (10, 42, 0), range(10)),
+        ("GOLDEN_V2_10_42_1", (10, 42, 1), range(10)),
+        ("GOLDEN_V2_1000_7_3", (1000, 7, 3), range(8)),
+        ("GOLDEN_V2_1E7_123_5", (10**7, 123, 5), [0, 1, 2, 4999999, 9999999]),
+        ("GOLDEN_V2_2P40P1_9_2", ((1 << 40) + 1, 9, 2), [0, 1, 1 << 40]),
+        ("GOLDEN_V2_2P64M1_1_0", ((1 << 64) - 1, 1, 0), [0, 1, (1 << 64) - 2])]:
+    at = shuffle_v2(n, seed, epoch)
+    print(name, ", ".join(str(at(i)) for i in positions))

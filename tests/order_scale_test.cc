@@ -40,8 +40,9 @@ std::vector<uint64_t> SyntheticLengths(uint64_t n) {
   return lengths;
 }
 
-PlanOptions Options(Mode mode, uint64_t world, bool drop_last) {
+PlanOptions Options(uint32_t order, Mode mode, uint64_t world, bool drop_last) {
   PlanOptions o;
+  o.order = order;
   o.shuffle = true;
   o.seed = 1234;
   o.epoch = 5;
@@ -93,11 +94,11 @@ Global RunAllRanks(uint64_t n, const std::vector<uint64_t>& lengths, const PlanO
   return g;
 }
 
-void CheckEpoch(Mode mode, uint64_t n, uint64_t world, bool drop_last,
+void CheckEpoch(uint32_t order, Mode mode, uint64_t n, uint64_t world, bool drop_last,
                 const std::vector<uint64_t>& lengths, const Global& reference) {
-  SCOPED_TRACE(Name(mode) + " n=" + std::to_string(n) + " world=" + std::to_string(world) +
-               " drop_last=" + std::to_string(drop_last));
-  const PlanOptions o = Options(mode, world, drop_last);
+  SCOPED_TRACE("order " + std::to_string(order) + " " + Name(mode) + " n=" + std::to_string(n) +
+               " world=" + std::to_string(world) + " drop_last=" + std::to_string(drop_last));
+  const PlanOptions o = Options(order, mode, world, drop_last);
   const Global g = RunAllRanks(n, lengths, o);
   const uint64_t units = reference.unit_ends.size();
   ASSERT_EQ(g.unit_ends.size(), g.steps * world);
@@ -129,12 +130,13 @@ void CheckEpoch(Mode mode, uint64_t n, uint64_t world, bool drop_last,
 // Resume at the position after a random step of a run on `world`, on `world2`: the samples of
 // steps 0..k on every rank of the first run, then everything the resumed run delivers (padding
 // excluded), is the epoch's sequence exactly.
-void CheckResume(Mode mode, uint64_t n, uint64_t world, uint64_t world2, bool drop_last,
-                 const std::vector<uint64_t>& lengths, const Global& reference,
+void CheckResume(uint32_t order, Mode mode, uint64_t n, uint64_t world, uint64_t world2,
+                 bool drop_last, const std::vector<uint64_t>& lengths, const Global& reference,
                  std::mt19937_64& rng) {
-  SCOPED_TRACE(Name(mode) + " n=" + std::to_string(n) + " world " + std::to_string(world) +
-               " -> " + std::to_string(world2) + " drop_last=" + std::to_string(drop_last));
-  const PlanOptions o = Options(mode, world, drop_last);
+  SCOPED_TRACE("order " + std::to_string(order) + " " + Name(mode) + " n=" + std::to_string(n) +
+               " world " + std::to_string(world) + " -> " + std::to_string(world2) +
+               " drop_last=" + std::to_string(drop_last));
+  const PlanOptions o = Options(order, mode, world, drop_last);
   auto plan = EpochPlan::Make(n, lengths, o);
   ASSERT_TRUE(plan.ok());
   if (plan->batches_for_rank() < 2) return;
@@ -143,7 +145,7 @@ void CheckResume(Mode mode, uint64_t n, uint64_t world, uint64_t world2, bool dr
   const uint64_t consumed_units = (k + 1) * world;
   ASSERT_EQ(position, reference.unit_ends[consumed_units - 1]);  // a unit boundary of world 1's
 
-  PlanOptions o2 = Options(mode, world2, drop_last);
+  PlanOptions o2 = Options(order, mode, world2, drop_last);
   o2.start_position = position;
   auto resumed = EpochPlan::Make(n, lengths, o2);
   ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
@@ -161,7 +163,8 @@ void CheckResume(Mode mode, uint64_t n, uint64_t world, uint64_t world2, bool dr
   if (!drop_last) EXPECT_EQ(end, n);
 }
 
-TEST(OrderScaleTest, ExactlyOnceEqualStepsSameOrderAndResumeUpTo1024Ranks) {
+// The whole check for one order version (loader/order.h, section 1).
+void CheckScale(uint32_t order) {
   std::mt19937_64 rng(20261201);
   const uint64_t sizes[] = {1, 2, 7, 1023, 4097, 65537, 1000000};
   const uint64_t worlds[] = {1, 2, 3, 8, 63, 64, 257, 1000, 1024};
@@ -169,22 +172,30 @@ TEST(OrderScaleTest, ExactlyOnceEqualStepsSameOrderAndResumeUpTo1024Ranks) {
     const std::vector<uint64_t> lengths = SyntheticLengths(n);
     for (Mode mode : {Mode::kSample, Mode::kFixed, Mode::kTokens}) {
       // World 1 delivers every unit once (drop_last drops only a partial fixed batch).
-      const Global reference[2] = {RunAllRanks(n, lengths, Options(mode, 1, false)),
-                                   RunAllRanks(n, lengths, Options(mode, 1, true))};
+      const Global reference[2] = {RunAllRanks(n, lengths, Options(order, mode, 1, false)),
+                                   RunAllRanks(n, lengths, Options(order, mode, 1, true))};
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
       // Every world size for small n; a sample of them (always 1024) for the large ones.
       for (uint64_t world : worlds) {
         if (n >= 65537 && world != 1024 && rng() % 3 != 0) continue;
         for (bool drop_last : {false, true}) {
-          CheckEpoch(mode, n, world, drop_last, lengths, reference[drop_last]);
+          CheckEpoch(order, mode, n, world, drop_last, lengths, reference[drop_last]);
           ASSERT_FALSE(::testing::Test::HasFatalFailure());
           const uint64_t world2 = worlds[rng() % std::size(worlds)];
-          CheckResume(mode, n, world, world2, drop_last, lengths, reference[drop_last], rng);
+          CheckResume(order, mode, n, world, world2, drop_last, lengths, reference[drop_last], rng);
           ASSERT_FALSE(::testing::Test::HasFatalFailure());
         }
       }
     }
   }
+}
+
+TEST(OrderScaleTest, ExactlyOnceEqualStepsSameOrderAndResumeUpTo1024RanksOrderV1) {
+  CheckScale(kOrderV1);
+}
+
+TEST(OrderScaleTest, ExactlyOnceEqualStepsSameOrderAndResumeUpTo1024RanksOrderV2) {
+  CheckScale(kOrderV2);
 }
 
 }  // namespace

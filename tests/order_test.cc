@@ -30,9 +30,12 @@ std::string ModeName(Mode m) {
   return "?";
 }
 
+// The tests below written against EpochPermutation pin order version 1; the version 2 tests
+// (ShuffleV2...) pass kOrderV2.
 PlanOptions Opts(Mode mode, uint64_t w, uint64_t r, bool drop_last, uint64_t seed = 7,
-                 uint64_t epoch = 3) {
+                 uint64_t epoch = 3, uint32_t order = kOrderV1) {
   PlanOptions o;
+  o.order = order;
   o.shuffle = true;
   o.seed = seed;
   o.epoch = epoch;
@@ -211,6 +214,7 @@ TEST(EpochPermutationTest, RoughlyUniformFirstPosition) {
 
 TEST(EpochPlanTest, NoShuffleIsIdentity) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.shuffle = false;
   o.seed = 99;
   EpochPlan plan = MakeOrDie(5, {}, o);
@@ -239,14 +243,16 @@ TEST(EpochPlanTest, PermutationDoesNotDependOnWorldSizeRankBatchingOrPosition) {
 // Striping, drop_last and padding
 
 TEST(EpochPlanTest, ExactlyOnceCoverageForWorldSizes1To8) {
+  for (uint32_t order : {kOrderV1, kOrderV2})
   for (Mode mode : {Mode::kSample, Mode::kFixed, Mode::kTokens}) {
     for (uint64_t n : {0ull, 1ull, 2ull, 3ull, 5ull, 7ull, 13ull, 31ull, 97ull}) {
       const auto lengths = Lengths(n);
       for (uint64_t w = 1; w <= 8; ++w) {
         for (bool drop : {false, true}) {
           SCOPED_TRACE(ModeName(mode) + " n=" + std::to_string(n) + " w=" + std::to_string(w) +
-                       " drop_last=" + std::to_string(drop));
-          const PlanOptions o = Opts(mode, w, 0, drop);
+                       " drop_last=" + std::to_string(drop) + " order=" + std::to_string(order));
+          const PlanOptions o = Opts(mode, w, 0, drop, 7, 3, order);
+          const std::vector<uint64_t> perm = EpochOrder(n, 7, 3, order);
           const RankRun run = RunAllRanks(n, lengths, o);
           std::map<uint64_t, int> count;
           uint64_t delivered = 0;
@@ -257,7 +263,7 @@ TEST(EpochPlanTest, ExactlyOnceCoverageForWorldSizes1To8) {
               delivered += batch.size();
             }
           }
-          const uint64_t units = OracleUnits(EpochPermutation(n, 7, 3), lengths, o, 0, drop).size();
+          const uint64_t units = OracleUnits(perm, lengths, o, 0, drop).size();
           if (drop) {
             EXPECT_EQ(run.steps.size(), units / w);
             for (const auto& [s, c] : count) EXPECT_EQ(c, 1) << "sample " << s;
@@ -271,7 +277,7 @@ TEST(EpochPlanTest, ExactlyOnceCoverageForWorldSizes1To8) {
               EXPECT_EQ(repeats, run.steps.size() * w - n);
             }
           }
-          EXPECT_EQ(Flatten(run), OracleGlobal(EpochPermutation(n, 7, 3), lengths, o));
+          EXPECT_EQ(Flatten(run), OracleGlobal(perm, lengths, o));
           if (!run.positions.empty()) {
             EXPECT_EQ(run.positions.back(), n);
           }
@@ -284,6 +290,7 @@ TEST(EpochPlanTest, ExactlyOnceCoverageForWorldSizes1To8) {
 
 TEST(EpochPlanTest, SampleModeCountsAndStriping) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.shuffle = false;
   o.world_size = 4;
   o.rank = 1;
@@ -311,6 +318,7 @@ TEST(EpochPlanTest, SampleModeCountsAndStriping) {
 
 TEST(EpochPlanTest, FewerSamplesThanRanks) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.shuffle = false;
   o.world_size = 8;
   for (uint64_t r = 0; r < 8; ++r) {
@@ -325,6 +333,7 @@ TEST(EpochPlanTest, FewerSamplesThanRanks) {
 
 TEST(EpochPlanTest, FixedBatches) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.shuffle = false;
   o.batch_size = 3;
   o.world_size = 2;
@@ -417,6 +426,7 @@ TEST(BatchLayoutTest, FindUnitStartAndSuffix) {
 
 TEST(EpochPlanTest, TokenBatchesAcrossRanks) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.shuffle = false;
   o.max_tokens = 10;
   o.world_size = 2;
@@ -443,6 +453,7 @@ TEST(EpochPlanTest, TokenBatchesAcrossRanks) {
 
 TEST(EpochPlanTest, OversizedSampleCanBeAnError) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.max_tokens = 10;
   o.oversized = OversizedSample::kError;
   const std::vector<uint64_t> lengths = {4, 4, 4, 4, 4, 20, 4};
@@ -467,6 +478,7 @@ TEST(EpochPlanTest, RejectsInconsistentOptions) {
     EXPECT_THAT(plan.status().message(), HasSubstr(text));
   };
   PlanOptions o;
+  o.order = kOrderV1;
   o.world_size = 0;
   expect_invalid(10, {}, o, "world_size is 0");
   o.world_size = 4;
@@ -639,15 +651,125 @@ TEST(EpochPlanTest, PlanOptionsForTakesResumeState) {
   EXPECT_EQ(o.world_size, 4u);
   EXPECT_EQ(o.batch_size, 16u);
   EXPECT_TRUE(o.drop_last);
+  EXPECT_EQ(o.order, kOrderV2);  // new loaders default to order version 2
   lo.resume = LoaderState{.seed = 5, .epoch = 6, .position = 7, .skipped = {}};
   o = PlanOptionsFor(lo);
   EXPECT_EQ(o.seed, 5u);
   EXPECT_EQ(o.epoch, 6u);
   EXPECT_EQ(o.start_position, 7u);
+  // A state without a version (saved before order versions) resumes onto order 1, whatever the
+  // loader's own order option; a state with one resumes onto it.
+  EXPECT_EQ(o.order, kOrderV1);
+  lo.order = kOrderV1;
+  lo.resume->order = kOrderV2;
+  EXPECT_EQ(PlanOptionsFor(lo).order, kOrderV2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Order version 2
+
+// Golden values: the ShuffleV2 algorithm documented in order.h, also computed by the independent
+// Python transcription in tests/order_golden.py. A failure means saved version 2 states no longer
+// resume correctly: do not update these numbers, restore the algorithm.
+std::vector<uint64_t> V2At(uint64_t n, uint64_t seed, uint64_t epoch,
+                           std::vector<uint64_t> positions) {
+  const ShuffleV2 shuffle(n, seed, epoch);
+  for (uint64_t& p : positions) p = shuffle.At(p);
+  return positions;
+}
+
+TEST(ShuffleV2Test, GoldenValues) {
+  EXPECT_EQ(EpochOrder(10, 0, 0, kOrderV2),
+            (std::vector<uint64_t>{8, 0, 6, 7, 2, 3, 1, 9, 4, 5}));
+  EXPECT_EQ(EpochOrder(10, 42, 0, kOrderV2),
+            (std::vector<uint64_t>{6, 1, 3, 2, 4, 7, 9, 8, 0, 5}));
+  EXPECT_EQ(EpochOrder(10, 42, 1, kOrderV2),
+            (std::vector<uint64_t>{5, 7, 9, 0, 6, 2, 4, 3, 8, 1}));
+  EXPECT_EQ(V2At(1000, 7, 3, {0, 1, 2, 3, 4, 5, 6, 7}),
+            (std::vector<uint64_t>{646, 45, 544, 120, 809, 71, 455, 664}));
+  EXPECT_EQ(V2At(10'000'000, 123, 5, {0, 1, 2, 4'999'999, 9'999'999}),
+            (std::vector<uint64_t>{7644028, 5619516, 8349423, 6311225, 5659819}));
+  EXPECT_EQ(V2At((uint64_t{1} << 40) + 1, 9, 2, {0, 1, uint64_t{1} << 40}),
+            (std::vector<uint64_t>{747876940366, 304356227423, 512609767339}));
+  EXPECT_EQ(V2At(~uint64_t{0}, 1, 0, {0, 1, ~uint64_t{0} - 1}),
+            (std::vector<uint64_t>{9781767026921965958ull, 12581745578540076381ull,
+                                   628802878677275825ull}));
+}
+
+TEST(ShuffleV2Test, IsAPermutation) {
+  // Widths 2..12 bits, powers of four and their neighbours (the cycle walk's worst cases).
+  for (uint64_t n : {0ull, 1ull, 2ull, 3ull, 4ull, 5ull, 15ull, 16ull, 17ull, 63ull, 64ull, 65ull,
+                     1000ull, 4095ull, 4096ull, 4097ull}) {
+    std::vector<uint64_t> p = EpochOrder(n, 1, 2, kOrderV2);
+    ASSERT_EQ(p.size(), n);
+    std::sort(p.begin(), p.end());
+    for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(p[i], i) << "n=" << n;
+  }
+}
+
+TEST(ShuffleV2Test, TenMillionSamplesIsAPermutation) {
+  constexpr uint64_t kN = 10'000'000;
+  const ShuffleV2 shuffle(kN, 123, 0);
+  std::vector<bool> seen(kN);
+  uint64_t fixed_points = 0;
+  for (uint64_t i = 0; i < kN; ++i) {
+    const uint64_t s = shuffle.At(i);
+    ASSERT_LT(s, kN);
+    ASSERT_FALSE(seen[s]) << "duplicate " << s;
+    seen[s] = true;
+    fixed_points += s == i;
+  }
+  EXPECT_LT(fixed_points, 20u);
+}
+
+TEST(ShuffleV2Test, DeterministicPerSeedAndEpochAndNotV1) {
+  EXPECT_EQ(EpochOrder(500, 9, 4, kOrderV2), EpochOrder(500, 9, 4, kOrderV2));
+  EXPECT_NE(EpochOrder(500, 9, 4, kOrderV2), EpochOrder(500, 10, 4, kOrderV2));
+  EXPECT_NE(EpochOrder(500, 9, 4, kOrderV2), EpochOrder(500, 9, 5, kOrderV2));
+  EXPECT_NE(EpochOrder(500, 9, 4, kOrderV2), EpochOrder(500, 9, 4, kOrderV1));
+  std::vector<std::vector<uint64_t>> epochs;
+  for (uint64_t e = 0; e < 20; ++e) epochs.push_back(EpochOrder(100, 1, e, kOrderV2));
+  std::sort(epochs.begin(), epochs.end());
+  EXPECT_EQ(std::unique(epochs.begin(), epochs.end()), epochs.end());
+}
+
+TEST(ShuffleV2Test, RoughlyUniformFirstPosition) {
+  // Same bounds as v1's (~6 sigma): n = 4 is the narrowest network (1-bit halves).
+  std::vector<int> first(4);
+  for (uint64_t e = 0; e < 4000; ++e) ++first[ShuffleV2(4, 5, e).At(0)];
+  for (int c : first) {
+    EXPECT_GT(c, 840);
+    EXPECT_LT(c, 1160);
+  }
+}
+
+TEST(ShuffleV2Test, PlanFollowsTheOrderWithoutMaterializingIt) {
+  const auto lengths = Lengths(101);
+  const std::vector<uint64_t> expected = EpochOrder(101, 7, 3, kOrderV2);
+  for (Mode mode : {Mode::kSample, Mode::kFixed, Mode::kTokens}) {
+    for (uint64_t w = 1; w <= 8; ++w) {
+      PlanOptions o = Opts(mode, w, w / 2, w % 2 == 0, 7, 3, kOrderV2);
+      o.start_position = (w * 13) % 101;
+      EpochPlan plan = MakeOrDie(101, lengths, o);
+      EXPECT_TRUE(plan.permutation().empty());  // nothing of size n
+      for (uint64_t i = 0; i < 101; ++i) {
+        ASSERT_EQ(plan.SampleAt(i), expected[i]) << ModeName(mode) << " w=" << w;
+      }
+    }
+  }
+}
+
+TEST(ShuffleV2Test, UnknownOrderVersionIsRejected) {
+  PlanOptions o;
+  o.order = 3;
+  Result<EpochPlan> plan = EpochPlan::Make(10, {}, o);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("order version 3"), std::string::npos);
 }
 
 TEST(EpochPlanTest, CopiesShareThePermutation) {
   PlanOptions o;
+  o.order = kOrderV1;
   o.world_size = 3;
   EpochPlan a = MakeOrDie(1000, {}, o);
   EpochPlan b = a;

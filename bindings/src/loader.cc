@@ -31,6 +31,8 @@ LoaderState StateFromPython(const py::handle& obj) {
   state.seed = kOptions.Unsigned("resume.seed", d["seed"]);
   state.epoch = kOptions.Unsigned("resume.epoch", d["epoch"]);
   state.position = kOptions.Unsigned("resume.position", d["position"]);
+  // A state saved before order versions has no "order": it resumes onto order 1 exactly.
+  state.order = d.contains("order") ? kOptions.U32("resume.order", d["order"]) : 1;
   if (d.contains("skipped")) {
     for (const py::handle& s : py::iterable(d["skipped"])) {
       state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
@@ -44,6 +46,7 @@ py::dict StateToPython(const LoaderState& state) {
   out["seed"] = state.seed;
   out["epoch"] = state.epoch;
   out["position"] = state.position;
+  out["order"] = state.order;
   py::list skipped;
   for (uint64_t s : state.skipped) skipped.append(s);
   out["skipped"] = std::move(skipped);
@@ -60,6 +63,7 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
     else if (key == "rank") o.rank = kOptions.U32(key, v);
     else if (key == "world_size") o.world_size = kOptions.U32(key, v);
     else if (key == "drop_last") o.drop_last = kOptions.Get<bool>(key, v);
+    else if (key == "order") o.order = kOptions.U32(key, v);
     else if (key == "resume") {
       if (!v.is_none()) o.resume = StateFromPython(v);
     } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);

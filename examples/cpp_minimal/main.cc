@@ -20,14 +20,14 @@
 
 namespace {
 
-// The loader's position is four plain fields; keep them wherever the model checkpoint goes.
+// The loader's position is a few plain fields; keep them wherever the model checkpoint goes.
 void SaveState(const std::string& path, const libshard::LoaderState& state) {
   {
     std::ofstream out(path + ".tmp");
     out << state.seed << ' ' << state.epoch << ' ' << state.position << ' '
         << state.skipped.size();
     for (uint64_t s : state.skipped) out << ' ' << s;
-    out << '\n';
+    out << ' ' << state.order << '\n';  // the order version; files without it mean 1
   }
   std::filesystem::rename(path + ".tmp", path);  // a crash leaves the old state, never half
 }
@@ -40,6 +40,7 @@ std::optional<libshard::LoaderState> LoadState(const std::string& path) {
   state.skipped.resize(skipped);
   for (uint64_t& s : state.skipped) in >> s;
   if (!in) return std::nullopt;
+  if (!(in >> state.order)) state.order = 1;  // saved before order versions: order 1
   return state;
 }
 

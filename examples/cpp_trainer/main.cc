@@ -148,12 +148,13 @@ struct DraftHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(DraftHead);
 
-// The loader's position is four plain fields; it goes into the same checkpoint as the model.
+// The loader's position is a few plain fields; it goes into the same checkpoint as the model.
 void WriteLoaderState(torch::serialize::OutputArchive& archive, const libshard::LoaderState& s) {
   auto u64 = [](uint64_t v) { return c10::IValue(static_cast<int64_t>(v)); };  // bit-preserving
   archive.write("seed", u64(s.seed));
   archive.write("epoch", u64(s.epoch));
   archive.write("position", u64(s.position));
+  archive.write("order", u64(s.order));
   std::vector<int64_t> skipped(s.skipped.begin(), s.skipped.end());
   archive.write("skipped", torch::tensor(skipped, torch::kLong));
 }
@@ -167,6 +168,8 @@ libshard::LoaderState ReadLoaderState(torch::serialize::InputArchive& archive) {
   s.epoch = static_cast<uint64_t>(v.toInt());
   archive.read("position", v);
   s.position = static_cast<uint64_t>(v.toInt());
+  // A checkpoint saved before order versions has no "order": it resumes onto order 1 exactly.
+  s.order = archive.try_read("order", v) ? static_cast<uint32_t>(v.toInt()) : 1;
   torch::Tensor skipped;
   archive.read("skipped", skipped);
   for (int64_t i = 0; i < skipped.numel(); ++i) s.skipped.push_back(skipped[i].item<int64_t>());

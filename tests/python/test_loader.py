@@ -177,7 +177,8 @@ def test_state_dict_resume_in_process(eagle_dataset):
     it = iter(part)
     head = [[s["__index__"] for s in next(it)] for _ in range(4)]
     state = part.state_dict()
-    assert set(state) == {"seed", "epoch", "position", "skipped"}
+    assert set(state) == {"seed", "epoch", "position", "skipped", "order"}
+    assert state["order"] == 2  # new loaders use order version 2
     assert all(isinstance(v, int) for k, v in state.items() if k != "skipped")
     assert state["epoch"] == 0
     del it, part
@@ -192,6 +193,56 @@ def test_state_dict_resume_in_process(eagle_dataset):
     again = libshard.Loader(eagle_dataset, batch_size=2, return_index=True, **SMALL)
     again.load_state_dict(end_state)
     assert [[s["__index__"] for s in b] for b in again] == e1
+
+
+def batches_of(loader, steps=None):
+    out = []
+    for b in loader:
+        out.append([s["__index__"] for s in b])
+        if steps is not None and len(out) == steps:
+            break
+    return out
+
+
+def test_state_without_order_resumes_order_1_exactly(eagle_dataset):
+    # A state dict saved by a libshard before order versions has no "order" key: it must resume
+    # onto the order it was saved with (version 1), whatever the new loader's default.
+    v1 = batches_of(libshard.Loader(eagle_dataset, seed=8, batch_size=2, order=1,
+                                    return_index=True, **SMALL))
+    v2 = batches_of(libshard.Loader(eagle_dataset, seed=8, batch_size=2, return_index=True,
+                                    **SMALL))
+    assert sorted(sum(v1, [])) == sorted(sum(v2, [])) == list(range(N_EAGLE))
+    assert v1 != v2  # the versions are different orders, so the checks below can fail
+
+    old = libshard.Loader(eagle_dataset, seed=8, batch_size=2, order=1, return_index=True,
+                          **SMALL)
+    head = batches_of(old, 3)
+    state = old.state_dict()
+    assert state["order"] == 1
+    legacy = {k: state[k] for k in ("seed", "epoch", "position", "skipped")}
+    resumed = libshard.Loader(eagle_dataset, batch_size=2, return_index=True, **SMALL)
+    resumed.load_state_dict(legacy)
+    assert head + batches_of(resumed) == v1
+    assert resumed.state_dict()["order"] == 1  # and the next epoch stays on order 1
+    v1_loader = libshard.Loader(eagle_dataset, seed=8, batch_size=2, order=1, return_index=True,
+                                **SMALL)
+    batches_of(v1_loader)
+    assert batches_of(resumed) == batches_of(v1_loader)  # epoch 1 of order 1
+
+    # A version 2 state resumes version 2, also into a loader built with order=1.
+    new = libshard.Loader(eagle_dataset, seed=8, batch_size=2, return_index=True, **SMALL)
+    head = batches_of(new, 3)
+    state = new.state_dict()
+    assert state["order"] == 2
+    other = libshard.Loader(eagle_dataset, batch_size=2, order=1, return_index=True, **SMALL)
+    other.load_state_dict(state)
+    assert head + batches_of(other) == v2
+
+    with pytest.raises(libshard.InvalidArgumentError, match="order"):
+        libshard.Loader(eagle_dataset, order=3)
+    bad = dict(state, order=7)
+    with pytest.raises(libshard.InvalidArgumentError, match="order"):
+        libshard.Loader(eagle_dataset, **SMALL).load_state_dict(bad)
 
 
 def test_tensors_valid_after_loader_deleted(eagle_dataset):

@@ -80,9 +80,9 @@ class Loader:
     selects epoch ``e`` (like ``DistributedSampler.set_epoch``). An iteration left early (``break``)
     is continued by the next ``iter()`` from where it stopped.
 
-    Order: a global permutation per (seed, epoch), independent of the world size; rank ``r`` takes
-    global positions r, r+W, ... Every rank gets the same number of steps (wrap-around padding,
-    or the tail dropped with ``drop_last``). ``state_dict()`` is plain data (ints and lists);
+    Order: a global permutation per (seed, epoch, order version), independent of the world size;
+    rank ``r`` takes global positions r, r+W, ... Every rank gets the same number of steps
+    (wrap-around padding, or the tail dropped with ``drop_last``). ``state_dict()`` is plain data (ints and lists);
     ``load_state_dict`` continues exactly after the last step returned, also with another world
     size.
 
@@ -90,6 +90,11 @@ class Loader:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
       shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
+      order: the shuffle's version (``libshard/src/loader/order.h``). 2 (default): evaluated per
+        position in O(1), so a rank of a large world starts at once; 1: the Fisher-Yates order of
+        libshard before versions (O(n) per epoch), to reproduce an earlier run. A state dict
+        carries its version, and one without ``"order"`` (saved by an earlier libshard) resumes
+        onto order 1 exactly.
       rank, world_size: default to torch.distributed when initialised, else RANK/WORLD_SIZE, else
         0/1.
       drop_last: drop the tail instead of padding by wrap-around (and drop a last partial batch).
@@ -129,6 +134,7 @@ class Loader:
                  batch_size: Optional[int] = None,
                  shuffle: bool = True,
                  seed: int = 0,
+                 order: int = 2,
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  drop_last: bool = False,
@@ -168,6 +174,9 @@ class Loader:
                                       or value < 1):
                 raise InvalidArgumentError(
                     f"{name} must be a positive integer or None, got {value!r}")
+        if isinstance(order, bool) or order not in (1, 2):
+            raise InvalidArgumentError(
+                f"order must be 1 or 2 (the shuffle's version), got {order!r}")
         if on_error not in ("raise", "skip"):
             raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if isinstance(fields, str):
@@ -186,6 +195,7 @@ class Loader:
         self._options: Dict[str, Any] = {
             "shuffle": bool(shuffle),
             "seed": seed,
+            "order": order,
             "rank": self._rank,
             "world_size": self._world_size,
             "drop_last": bool(drop_last),
@@ -364,18 +374,22 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands, after the last step returned: ``{"seed", "epoch",
-        "position", "skipped"}`` (ints and a list of ints). After a completed epoch it points at
-        the start of the next one. The same on every rank after the same number of steps."""
+        "position", "skipped", "order"}`` (ints and a list of ints; ``order`` is the shuffle's
+        version). After a completed epoch it points at the start of the next one. The same on
+        every rank after the same number of steps."""
         state = self._require_core().state()
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": []}
+                     "skipped": [], "order": state["order"]}
         return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
-                "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]]}
+                "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
+                "order": int(state["order"])}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
-        size): the next step is the one after the last step the saved loader returned."""
+        size): the next step is the one after the last step the saved loader returned. The
+        state's order version wins over this loader's ``order``; a state without ``"order"``
+        (saved by an earlier libshard) resumes onto order 1, the only order it could have used."""
         if not isinstance(state, dict):
             raise InvalidArgumentError(f"load_state_dict needs the dict from state_dict(), got "
                                        f"{type(state).__name__}")
@@ -386,7 +400,8 @@ class Loader:
         options = dict(self._options)
         options["resume"] = {"seed": state["seed"], "epoch": state["epoch"],
                              "position": state["position"],
-                             "skipped": list(state.get("skipped", []))}
+                             "skipped": list(state.get("skipped", [])),
+                             "order": state.get("order", 1)}
         new_core = _core.Loader(self._dataset._core, options)
         self.close()
         self._core = new_core

@@ -49,6 +49,10 @@ struct LoaderState {
   uint64_t position = 0;               // global position: units of the epoch's global sequence
                                        // consumed by all ranks together
   std::vector<uint64_t> skipped;       // samples skipped by OnError::kSkip this epoch
+  // The order version the epoch follows (LoaderOptions::order). 1 by default: a state saved
+  // before order versions existed has none and resumes onto the version 1 order exactly; a
+  // Loader's state() always sets it.
+  uint32_t order = 1;
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -70,7 +74,12 @@ struct LoaderOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   bool drop_last = false;              // false: wrap around so every rank gets the same count
-  std::optional<LoaderState> resume;   // overrides seed/epoch; continues the global sequence
+  std::optional<LoaderState> resume;   // overrides seed/epoch/order; continues the global sequence
+  // Order version of a shuffled epoch (loader/order.h): 2, the default, evaluates the shuffle
+  // per position in O(1) (a rank of a large world starts at once); 1 is the Fisher-Yates order
+  // of libshard before versions, O(n) per epoch, to reproduce earlier runs. Unshuffled, both are
+  // the dataset order.
+  uint32_t order = 2;
 
   // What to read.
   std::vector<std::string> fields;     // empty: all fields; else only these tensors' bytes

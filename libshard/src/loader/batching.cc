@@ -16,14 +16,21 @@ BatchLayout BatchLayout::Fixed(uint64_t begin, uint64_t end, uint64_t batch, boo
 
 BatchLayout BatchLayout::Tokens(std::span<const uint64_t> perm, std::span<const uint64_t> lengths,
                                 uint64_t begin, uint64_t max_tokens, uint64_t max_units) {
+  return Tokens(
+      perm.size(), [perm](uint64_t i) { return perm[i]; }, lengths, begin, max_tokens,
+      max_units);
+}
+
+BatchLayout BatchLayout::Tokens(uint64_t end, const std::function<uint64_t(uint64_t)>& sample_at,
+                                std::span<const uint64_t> lengths, uint64_t begin,
+                                uint64_t max_tokens, uint64_t max_units) {
   BatchLayout layout;
-  const uint64_t end = perm.size();
   layout.begin_ = std::min(begin, end);
   layout.end_ = end;
   layout.bounds_.push_back(layout.begin_);
   uint64_t tokens = 0;  // of the open unit [bounds_.back(), i)
   for (uint64_t i = layout.begin_; i < end && layout.units_ < max_units; ++i) {
-    const uint64_t len = lengths[perm[i]];
+    const uint64_t len = lengths[sample_at(i)];
     const bool open_unit_nonempty = i > layout.bounds_.back();
     // `len > max_tokens - tokens` is `tokens + len > max_tokens` without overflow.
     if (open_unit_nonempty && len > max_tokens - tokens) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -25,6 +26,11 @@ class BatchLayout {
   // perm.size(), every perm[i] < lengths.size(). O(units) memory.
   static BatchLayout Tokens(std::span<const uint64_t> perm, std::span<const uint64_t> lengths,
                             uint64_t begin, uint64_t max_tokens, uint64_t max_units);
+  // Same over positions [begin, end) of a permutation given per position: sample_at(i) is
+  // perm[i] (every value < lengths.size()). Streams; nothing of size end is built.
+  static BatchLayout Tokens(uint64_t end, const std::function<uint64_t(uint64_t)>& sample_at,
+                            std::span<const uint64_t> lengths, uint64_t begin,
+                            uint64_t max_tokens, uint64_t max_units);
 
   // The units from unit g on (g <= size()), as a layout of their own.
   BatchLayout Suffix(uint64_t g) const;

@@ -16,6 +16,12 @@ Status OutOfRange(const char* name, uint64_t value, uint64_t lo, uint64_t hi, co
 }  // namespace
 
 Status ValidateLoaderOptions(const LoaderOptions& o) {
+  if (o.order < 1 || o.order > 2)
+    return OutOfRange("order", o.order, 1, 2,
+                      " (2: the default O(1) shuffle; 1: the order of libshard before versions)");
+  if (o.resume && (o.resume->order < 1 || o.resume->order > 2))
+    return OutOfRange("resume.order", o.resume->order, 1, 2,
+                      " (the state was saved by a newer libshard; resume it with that version)");
   // Threads are started one per worker: an unbounded count exhausts the process's threads
   // (EAGAIN) seconds later instead of failing at once.
   if (o.worker_threads < 1 || o.worker_threads > kMaxLoaderWorkerThreads)

@@ -62,6 +62,11 @@ Status Validate(uint64_t n, std::span<const uint64_t> lengths, const PlanOptions
         ") are exclusive: set batch_size to 0 for token-budget batches, or max_tokens to 0 for "
         "fixed-size batches");
   }
+  if (o.order != kOrderV1 && o.order != kOrderV2) {
+    return Status::InvalidArgument("order version " + std::to_string(o.order) +
+                                   " is unknown; use 1 (libshard's first order, for states "
+                                   "saved without a version) or 2 (the default)");
+  }
   if (o.start_position > n) {
     return Status::InvalidArgument(
         "resume position " + std::to_string(o.start_position) +
@@ -108,12 +113,41 @@ std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch
   return perm;
 }
 
+ShuffleV2::ShuffleV2(uint64_t n, uint64_t seed, uint64_t epoch) : n_(n) {
+  uint32_t k = 2;
+  while (k < 64 && (uint64_t{1} << k) < n) k += 2;
+  half_ = k / 2;
+  mask_ = (uint64_t{1} << half_) - 1;
+  SplitMix64 rng(Mix(Mix(seed) + epoch));
+  for (uint64_t& key : keys_) key = rng.Next();
+}
+
+uint64_t ShuffleV2::Encrypt(uint64_t x) const {
+  uint64_t l = x >> half_;
+  uint64_t r = x & mask_;
+  for (const uint64_t key : keys_) {
+    const uint64_t next = l ^ (Mix(r ^ key) & mask_);
+    l = r;
+    r = next;
+  }
+  return (l << half_) | r;
+}
+
+std::vector<uint64_t> EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, uint32_t order) {
+  if (order == kOrderV1) return EpochPermutation(n, seed, epoch);
+  const ShuffleV2 shuffle(n, seed, epoch);
+  std::vector<uint64_t> out(n);
+  for (uint64_t i = 0; i < n; ++i) out[i] = shuffle.At(i);
+  return out;
+}
+
 PlanOptions PlanOptionsFor(const LoaderOptions& options) {
   PlanOptions plan;
   plan.shuffle = options.shuffle;
   plan.seed = options.resume ? options.resume->seed : options.seed;
   plan.epoch = options.resume ? options.resume->epoch : options.epoch;
   plan.start_position = options.resume ? options.resume->position : 0;
+  plan.order = options.resume ? options.resume->order : options.order;
   plan.rank = options.rank;
   plan.world_size = options.world_size;
   plan.drop_last = options.drop_last;
@@ -128,16 +162,14 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   EpochPlan plan;
   plan.options_ = options;
   plan.n_ = n;
-  if (options.shuffle) {
+  if (options.shuffle && options.order == kOrderV1) {
     plan.perm_ = std::make_shared<const std::vector<uint64_t>>(
         EpochPermutation(n, options.seed, options.epoch));
-  } else if (options.max_tokens > 0) {  // token batching walks the permutation
-    std::vector<uint64_t> identity(n);
-    std::iota(identity.begin(), identity.end(), uint64_t{0});
-    plan.perm_ = std::make_shared<const std::vector<uint64_t>>(std::move(identity));
+  } else if (options.shuffle) {
+    plan.v2_ = ShuffleV2(n, options.seed, options.epoch);
   }  // else the identity is not materialized: position p is sample p (8N bytes saved)
-  const std::span<const uint64_t> perm =
-      plan.perm_ ? std::span<const uint64_t>(*plan.perm_) : std::span<const uint64_t>();
+  const EpochPlan& self = plan;
+  const auto sample_at = [&self](uint64_t i) { return self.SampleAt(i); };
   const uint64_t p = options.start_position;
   const uint64_t w = options.world_size;
   const bool tokens = options.max_tokens > 0;
@@ -147,7 +179,7 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   // also give the units after a resume point that is one of their boundaries (the usual case),
   // so a resumed plan costs one greedy pass like a fresh one.
   BatchLayout from_zero =
-      tokens ? BatchLayout::Tokens(perm, lengths, 0, options.max_tokens,
+      tokens ? BatchLayout::Tokens(n, sample_at, lengths, 0, options.max_tokens,
                                    std::numeric_limits<uint64_t>::max())
              : BatchLayout::Fixed(0, n, batch, /*drop_partial=*/false);
   BatchLayout main;
@@ -156,8 +188,8 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   } else if (const uint64_t g = from_zero.FindUnitStart(p); g < from_zero.size() || p == n) {
     main = from_zero.Suffix(p == n ? from_zero.size() : g);
   } else {
-    main = BatchLayout::Tokens(perm, lengths, p, options.max_tokens,
-                                     std::numeric_limits<uint64_t>::max());
+    main = BatchLayout::Tokens(n, sample_at, lengths, p, options.max_tokens,
+                               std::numeric_limits<uint64_t>::max());
   }
   const uint64_t units = main.size();
   plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
@@ -196,7 +228,11 @@ void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const
   uint64_t end = 0;
   UnitRange(k * options_.world_size + options_.rank, &begin, &end);
   if (!perm_) {
-    for (uint64_t p = begin; p < end; ++p) out->push_back(p);
+    if (options_.shuffle) {
+      for (uint64_t p = begin; p < end; ++p) out->push_back(v2_.At(p));
+    } else {
+      for (uint64_t p = begin; p < end; ++p) out->push_back(p);
+    }
     return;
   }
   const std::vector<uint64_t>& perm = *perm_;

@@ -3,9 +3,13 @@
 //
 // THE CONTRACT (resume depends on it never changing; tests/order_test.cc pins golden values)
 //
-// 1. Permutation. For N samples, epoch `e` and seed `s`, the global sequence P[0..N) is the
-//    identity when shuffle is off, else the Fisher-Yates shuffle defined by EpochPermutation()
-//    below. It depends on (N, s, e) only: never on rank, world size, batching or resume position.
+// 1. Permutation. For N samples, epoch `e`, seed `s` and order version `v`, the global sequence
+//    P[0..N) is the identity when shuffle is off, else
+//      v = 1: the Fisher-Yates shuffle defined by EpochPermutation() below (libshard's only order
+//             until order versions existed; every LoaderState saved without a version means 1);
+//      v = 2: the keyed bijection defined by ShuffleV2 below, evaluated per position in O(1),
+//             so nothing of size N is built for it (the default of new loaders).
+//    It depends on (N, s, e, v) only: never on rank, world size, batching or resume position.
 //
 // 2. Units. P is cut into a sequence of global units, starting at the start position p
 //    (a sample offset into P, 0 for a fresh epoch):
@@ -66,6 +70,50 @@ namespace libshard {
 // 2-core VM. EpochPlan::Make adds one pass over the lengths in token mode.
 std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch);
 
+// Order versions (LoaderOptions::order, LoaderState::order, PlanOptions::order).
+inline constexpr uint32_t kOrderV1 = 1;  // EpochPermutation: O(n) Fisher-Yates
+inline constexpr uint32_t kOrderV2 = 2;  // ShuffleV2: O(1) per position
+inline constexpr uint32_t kOrderLatest = kOrderV2;
+
+// The global order of epoch `epoch`, version 2: P[i] = ShuffleV2(n, seed, epoch).At(i), a
+// bijection of [0, n) evaluated per position, with no state of size n.
+//
+// Algorithm (exact; any change breaks resume of saved states). Mix and Next() are v1's above.
+//   Width:  k = the smallest EVEN integer >= 2 with 2^k >= n (k <= 64); h = k / 2;
+//           mask = 2^h - 1. The Feistel network permutes [0, 2^k).
+//   Keys:   state = Mix(Mix(seed) + epoch) (as v1); K[r] = Next() for r = 0, 1, 2, 3 in turn.
+//   E(x):   L = x >> h; R = x & mask;
+//           for r = 0..3: (L, R) = (R, L ^ (Mix(R ^ K[r]) & mask));
+//           return (L << h) | R                     (4 Feistel rounds, a bijection of [0, 2^k))
+//   At(i), i < n (cycle walking): y = E(i); while y >= n: y = E(y); return y.
+//   (The walk stays on i's cycle of E, which holds i < n, so it ends; since 2^k < 4n for n >= 2
+//   it takes fewer than 4 evaluations of E on average.) n = 0: the empty order.
+// O(1) expected time per position (about 30 ns) and 48 bytes; no precomputation.
+class ShuffleV2 {
+ public:
+  ShuffleV2() = default;  // n = 0
+  ShuffleV2(uint64_t n, uint64_t seed, uint64_t epoch);
+  // Preconditions: i < n.
+  uint64_t At(uint64_t i) const {
+    uint64_t y = Encrypt(i);
+    while (y >= n_) y = Encrypt(y);
+    return y;
+  }
+  uint64_t size() const { return n_; }
+
+ private:
+  uint64_t Encrypt(uint64_t x) const;
+
+  uint64_t n_ = 0;
+  uint32_t half_ = 1;
+  uint64_t mask_ = 1;
+  uint64_t keys_[4] = {};
+};
+
+// The whole order of version `order` (1 or 2) as a vector: EpochPermutation for 1, ShuffleV2
+// evaluated at every position for 2. For tests and tools; the loader never builds it for v2.
+std::vector<uint64_t> EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, uint32_t order);
+
 enum class OversizedSample : uint32_t {
   kOwnBatch = 0,  // a sample longer than max_tokens becomes a batch of its own
   kError = 1,     // EpochPlan::Make fails naming the sample and its length
@@ -82,11 +130,13 @@ struct PlanOptions {
   uint64_t max_tokens = 0;      // > 0: token-budget batches (exclusive with batch_size > 1)
   OversizedSample oversized = OversizedSample::kOwnBatch;
   uint64_t start_position = 0;  // LoaderState::position to resume from; 0..n
+  uint32_t order = kOrderLatest;  // order version (1 or 2) of a shuffled epoch; see section 1.
 };
 
 // The PlanOptions a Loader built with `options` uses for its first epoch: order, batching and
-// drop_last from `options`; seed, epoch and start_position from options.resume when set, else
-// options.seed, options.epoch and 0. (SetEpoch(e): set .epoch = e and .start_position = 0.)
+// drop_last from `options`; seed, epoch, order version and start_position from options.resume
+// when set, else options.seed, options.epoch, options.order and 0. (SetEpoch(e): set .epoch = e
+// and .start_position = 0.)
 PlanOptions PlanOptionsFor(const LoaderOptions& options);
 
 // One rank's view of one epoch. Immutable after Make; copies share the permutation; all const
@@ -96,6 +146,11 @@ class EpochPlan {
   // `lengths` holds every sample's token length (size n) and is needed only for max_tokens > 0;
   // pass the lengths the loader will actually deliver (e.g. clipped to max_len). It is not
   // retained. InvalidArgument when options are inconsistent (the message says what to change).
+  // Memory: order 1 shuffled: the permutation, 8n bytes. Order 2 or no shuffle, without
+  // max_tokens: O(1), nothing of size n. Order 2 or no shuffle, with max_tokens: one streaming
+  // pass over P (ShuffleV2::At per position) keeps only the unit bounds, 8 bytes per global
+  // batch (twice when a resume off the epoch's unit boundaries needs a second layout); the
+  // caller's lengths (8n) remain the caller's.
   static Result<EpochPlan> Make(uint64_t n, std::span<const uint64_t> lengths,
                                 const PlanOptions& options);
 
@@ -121,7 +176,11 @@ class EpochPlan {
 
   // Global units from start_position (before drop/padding), and the permutation itself.
   uint64_t global_units() const { return main_->size(); }
-  // Empty when unshuffled outside token mode: the identity is then not materialized.
+  // The sample at position i of P (i < size()), in O(1) for every order.
+  uint64_t SampleAt(uint64_t i) const {
+    return perm_ ? (*perm_)[i] : options_.shuffle ? v2_.At(i) : i;
+  }
+  // Materialized only for order 1 when shuffled; empty otherwise (use SampleAt).
   std::span<const uint64_t> permutation() const {
     return perm_ ? std::span<const uint64_t>(*perm_) : std::span<const uint64_t>();
   }
@@ -137,7 +196,8 @@ class EpochPlan {
   uint64_t n_ = 0;
   uint64_t steps_ = 0;
   uint64_t epoch_steps_ = 0;
-  std::shared_ptr<const std::vector<uint64_t>> perm_;
+  std::shared_ptr<const std::vector<uint64_t>> perm_;  // order 1 shuffled only
+  ShuffleV2 v2_;                                       // order 2 shuffled
   // Shared by copies (ForRank): units from start_position, and units from 0 used cyclically for
   // padding (empty when none is needed).
   std::shared_ptr<const BatchLayout> main_;

@@ -139,6 +139,7 @@ void ReadScheduler::Start() {
   sched_samples_.clear();
   sched_in_batch_ = 0;
   issuing_ = nullptr;
+  consumer_batch_started_ = false;
   pipeline_stop_ = false;
   plan_done_ = false;
   scheduler_ = std::thread([this] { SchedulerLoop(); });
@@ -216,6 +217,10 @@ Status ReadScheduler::SchedulerStep() {
   // is fully submitted, so the device queue never drains between samples.
   while (engine_->in_flight() < queue_depth_) {
     if (issuing_ == nullptr) {
+      if (consumer_batch_started_) {  // fully submitted: let its reads go first
+        consumer_batch_started_ = false;
+        if (engine_->in_flight() > 0) break;
+      }
       LIBSHARD_ASSIGN_OR_RETURN(bool started, StartNextItem());
       if (!started) break;
       continue;
@@ -321,6 +326,8 @@ Result<bool> ReadScheduler::StartNextItem() {
   window_->blocked_on_memory = false;
   item->seq = window_->next_seq++;
   ++sched_in_batch_;
+  consumer_batch_started_ =
+      sched_in_batch_ == sched_samples_.size() && sched_batch_ - 1 == window_->next_batch;
   Item* raw_item = item.get();
   window_->pipeline_bytes += item->slot_bytes;
   window_->items.push_back(std::move(item));

@@ -129,6 +129,11 @@ class ReadScheduler {
 
   // Scheduler thread only.
   Item* issuing_ = nullptr;            // item whose sub-reads are not all submitted
+  // The last item of the batch the consumer waits for was started: submit and reap before
+  // starting more, so the first batch of an epoch does not wait for queue_depth items to be
+  // located (each may load an index block, FORMAT.md §3.8.7: a shuffled order touches a
+  // different block per sample).
+  bool consumer_batch_started_ = false;
   uint64_t next_read_id_ = 1;
 
   mutable std::mutex inflight_mu_;

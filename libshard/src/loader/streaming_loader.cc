@@ -83,6 +83,7 @@ Status StreamingLoader::Init() {
   state.seed = plan_options.seed;
   state.epoch = plan_options.epoch;
   state.position = plan_options.start_position;
+  state.order = plan_options.order;
   if (options_.resume) state.skipped = options_.resume->skipped;
   consumer_ = std::make_unique<ConsumerWindow>(options_, &window_, scheduler_.get(), arena_.get(),
                                                &diagnostics_, std::move(state));
@@ -130,6 +131,7 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
   const LoaderState current = consumer_->state();
   PlanOptions plan_options = PlanOptionsFor(options_);
   plan_options.seed = current.seed;
+  plan_options.order = current.order;
   plan_options.epoch = epoch;
   plan_options.start_position = 0;
   {
