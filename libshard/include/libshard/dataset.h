@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/attributes.h"
@@ -56,6 +57,15 @@ struct SampleLocation {
 
 inline constexpr uint32_t kSampleFlagZstd = 1u << 0;
 inline constexpr uint32_t kSampleFlagByteShuffle = 1u << 1;
+// Set by the reader (never stored) when the sample's fields are stored under field codecs
+// (FORMAT.md §4.3): the stored bytes must go through Dataset::Decode, like kSampleFlagZstd.
+inline constexpr uint32_t kSampleFlagFieldCodecs = 1u << 16;
+// "raw", "zstd", "planes", "fp8", "fp8-entropy" (FORMAT.md §4.3.1); "" for an unknown id.
+std::string_view FieldCodecName(uint8_t codec);
+// Whether a sample with these flags must be decoded (Dataset::Decode) before use.
+inline constexpr bool SampleNeedsDecode(uint32_t flags) {
+  return (flags & (kSampleFlagZstd | kSampleFlagFieldCodecs)) != 0;
+}
 
 // Where field f of sample i lies inside the decoded payload.
 struct TensorLocation {
@@ -77,6 +87,11 @@ class Dataset {
   virtual uint64_t total_stored_bytes() const = 0;
   virtual uint64_t total_raw_bytes() const = 0;
   virtual const DatasetProvenance& provenance() const = 0;
+  // Per field, its codec id (FORMAT.md §4.3.1; 0 raw); empty when every field is raw.
+  virtual std::vector<uint8_t> field_codecs() const { return {}; }
+  // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
+  // raw field. For a whole-sample zstd sample, the raw tensor sizes.
+  virtual Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const;
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;
