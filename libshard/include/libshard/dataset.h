@@ -118,6 +118,18 @@ class Dataset {
   // `stored.data() == raw.data()`.
   virtual Status Decode(uint64_t i, std::span<const std::byte> stored,
                         std::span<std::byte> raw) const = 0;
+  // For loaders: Decode of what a reader of `fields` (all when empty) cut to `max_len` rows of
+  // seq_dim (0: all) uses. With field codecs (FORMAT.md §4.3) the other fields are not decoded,
+  // and a field whose first max_len tokens are its first max_len rows (dims before seq_dim all 1)
+  // decodes only the chunks covering them; the other bytes of `raw` are then unspecified.
+  // Otherwise (raw fields, whole-sample zstd) exactly Decode.
+  virtual Status DecodeSelected(uint64_t i, std::span<const std::byte> stored,
+                                std::span<std::byte> raw, std::span<const size_t> fields,
+                                uint64_t max_len) const {
+    (void)fields;
+    (void)max_len;
+    return Decode(i, stored, raw);
+  }
   // For loaders: a Sample of views over decoded payload bytes kept alive by `memory`. `base`
   // points at payload byte `base_offset` (0 when the whole payload was read); only the bytes of
   // the fields in `fields` (all fields when empty) need to lie in the buffer. Checks that every

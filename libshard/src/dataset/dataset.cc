@@ -105,7 +105,11 @@ class DatasetImpl final : public Dataset {
   Result<Sample> Read(uint64_t i) const override;
   Status Verify(uint64_t i) const override;
   Status Decode(uint64_t i, std::span<const std::byte> stored,
-                std::span<std::byte> raw) const override;
+                std::span<std::byte> raw) const override {
+    return DecodeSelected(i, stored, raw, {}, 0);
+  }
+  Status DecodeSelected(uint64_t i, std::span<const std::byte> stored, std::span<std::byte> raw,
+                        std::span<const size_t> fields, uint64_t max_len) const override;
   Result<Sample> MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
                             uint64_t base_size, std::shared_ptr<const void> memory,
                             std::span<const size_t> fields) const override;
@@ -140,9 +144,12 @@ class DatasetImpl final : public Dataset {
     return r.flags | (codecs_.empty() ? 0u : kSampleFlagFieldCodecs);
   }
   // Decodes the stored layout of a sample with field codecs (FORMAT.md §3.8.4, §4.3).
+  // Only `fields` (all when empty) and, with max_len > 0, only their prefix where it is a prefix
+  // of rows (DecodeSelected).
   Status DecodeFields(uint64_t i, const format::SampleRecord& r,
                       const std::vector<uint64_t>& dims, std::span<const std::byte> stored,
-                      std::span<std::byte> raw) const;
+                      std::span<std::byte> raw, std::span<const size_t> fields,
+                      uint64_t max_len) const;
   // Reads sample i's stored bytes into an owned aligned buffer.
   Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;
   Status CheckChecksum(uint64_t i, const format::SampleRecord& r, const std::byte* stored) const;
@@ -323,8 +330,9 @@ Status DatasetImpl::Verify(uint64_t i) const {
   return CheckChecksum(i, r, stored.get());
 }
 
-Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
-                           std::span<std::byte> raw) const {
+Status DatasetImpl::DecodeSelected(uint64_t i, std::span<const std::byte> stored,
+                                   std::span<std::byte> raw, std::span<const size_t> fields,
+                                   uint64_t max_len) const {
   format::SampleRecord r;
   std::vector<uint64_t> dims;
   LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
@@ -333,7 +341,7 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
                                    " stored bytes and room for " + std::to_string(r.raw_size) +
                                    " raw bytes");
   raw = raw.first(r.raw_size);
-  if (!codecs_.empty()) return DecodeFields(i, r, dims, stored, raw);
+  if (!codecs_.empty()) return DecodeFields(i, r, dims, stored, raw, fields, max_len);
   if (!(r.flags & format::kFlagZstd)) {
     if (stored.data() != raw.data() && r.raw_size > 0)
       std::memmove(raw.data(), stored.data(), r.raw_size);
@@ -366,7 +374,8 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
 Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
                                  const std::vector<uint64_t>& dims,
                                  std::span<const std::byte> stored,
-                                 std::span<std::byte> raw) const {
+                                 std::span<std::byte> raw, std::span<const size_t> fields,
+                                 uint64_t max_len) const {
   const auto* s0 = stored.data();
   const auto* r0 = raw.data();
   if (r.raw_size > 0 && s0 < r0 + raw.size() && r0 < s0 + stored.size())
@@ -389,10 +398,15 @@ Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
                               "stored size " + std::to_string(r.stored_size) + kRepack);
   // One decoder per thread (the loader decodes on its worker threads).
   thread_local codec::Decoder decoder;
+  const bool everything = fields.empty() && max_len == 0;
+  std::vector<bool> wanted(codecs_.size(), fields.empty());
+  for (size_t f : fields)
+    if (f < wanted.size()) wanted[f] = true;
   uint64_t pos = 0;
   for (size_t f = 0; f < codecs_.size(); ++f) {
     const Field& field = schema().fields[f];
-    std::memset(raw.data() + pos, 0, layout.offsets[f] - pos);  // gaps between tensors
+    if (!wanted[f]) continue;
+    if (everything) std::memset(raw.data() + pos, 0, layout.offsets[f] - pos);  // gaps
     std::span<std::byte> dst = raw.subspan(layout.offsets[f], layout.sizes[f]);
     pos = layout.offsets[f] + layout.sizes[f];
     if (codecs_[f] == 0) {
@@ -402,8 +416,19 @@ Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
     const Shape shape = FieldShape(dims, f);
     Result<codec::FieldGeometry> g = codec::GeometryOf(field.dtype, shape, field.seq_dim);
     if (!g.ok()) return g.status().WithContext(Where(i, r));
+    uint64_t rows = g->rows;
+    if (max_len > 0 && field.seq_dim >= 0 && max_len < rows) {
+      // The first max_len tokens are the first max_len rows when the dims before seq_dim are 1
+      // (EAGLE-3's [1, L, H]; FORMAT.md §4.3.1); otherwise everything is decoded.
+      uint64_t outer = 1;
+      for (int32_t d = 0; d < field.seq_dim; ++d) outer *= shape[static_cast<size_t>(d)];
+      if (outer == 1) {
+        rows = max_len;
+        dst = dst.first(codec::DecodedBytes(*g, rows));
+      }
+    }
     Status st = decoder.Decode(stored.subspan(offsets[f], stored_sizes[f]),
-                               static_cast<codec::CodecId>(codecs_[f]), *g, g->rows, dst);
+                               static_cast<codec::CodecId>(codecs_[f]), *g, rows, dst);
     if (!st.ok()) {
       auto path = index_->SourcePath(i);
       const std::string source = path.ok() ? *path : std::string();
@@ -416,7 +441,7 @@ Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
           "; the shard is damaged, re-run libshard pack");
     }
   }
-  std::memset(raw.data() + pos, 0, raw.size() - pos);
+  if (everything) std::memset(raw.data() + pos, 0, raw.size() - pos);
   return Status::OK();
 }
 

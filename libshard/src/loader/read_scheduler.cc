@@ -398,8 +398,10 @@ Status ReadScheduler::VerifyAndDecode(Item* item) {
   }
   if (SampleNeedsDecode(loc.flags)) {
     std::span<std::byte> raw(item->raw_slot.get(), loc.raw_size);
-    LIBSHARD_RETURN_IF_ERROR(dataset_->Decode(item->sample, stored, raw)
-                                 .WithContext(ItemWhere(*item)));
+    // Only the selected fields, and only their max_len prefix where the codec allows it.
+    LIBSHARD_RETURN_IF_ERROR(
+        dataset_->DecodeSelected(item->sample, stored, raw, field_indices_, options_.max_len)
+            .WithContext(ItemWhere(*item)));
   }
   return Status::OK();
 }
