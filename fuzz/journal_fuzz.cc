@@ -38,11 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto j = format::ParseJournal(bytes, "fuzz.lsj");
   if (!j.ok()) return 0;
   if (j->valid_size > bytes.size() || !j->schema.Validate().ok()) __builtin_trap();
+  if (!j->codecs.empty() && j->codecs.size() != j->schema.fields.size()) __builtin_trap();
   for (uint64_t i = 0; i < j->samples.size(); ++i) {
     const format::IndexSample& s = j->samples[i];
     if (s.dims.size() != j->schema.DimsPerSample() ||
         s.tensor_offsets.size() != j->schema.fields.size() ||
-        s.tensor_sizes.size() != j->schema.fields.size())
+        s.tensor_sizes.size() != j->schema.fields.size() ||
+        // Version 2 (field codecs): one stored size per field, none for version 1.
+        s.field_stored_sizes.size() != (j->codecs.empty() ? 0 : j->schema.fields.size()))
       __builtin_trap();
   }
   return 0;

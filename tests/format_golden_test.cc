@@ -14,7 +14,10 @@
 // spec independently of the writer; golden_by_hand_v2 (tests/data/make_golden_v2_by_hand.py) is
 // the same dataset with an index of version 2, written from FORMAT.md §3.8 alone.
 //
-// Regenerate golden_v2, golden_v2_append and golden_v1_journal (only when the format
+// golden_v2_codecs is golden_v2 written with field codecs chosen by `--compress auto` (FORMAT.md
+// §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16).
+//
+// Regenerate golden_v2, golden_v2_codecs, golden_v2_append and golden_v1_journal (only when the format
 // changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
@@ -62,8 +65,9 @@ OwnedSample GoldenSample(uint64_t i) {
 
 constexpr uint64_t kGoldenSamples = 4;
 
-WriterOptions GoldenOptions(bool zstd) {
+WriterOptions GoldenOptions(bool zstd, bool codecs = false) {
   WriterOptions o;
+  if (codecs) o.field_codecs = FieldCodecPolicy::kAuto;  // golden_v2_codecs (FORMAT.md §4.3)
   o.fsync = false;
   o.shard_uid_seed = 0x601d;  // reproducible shard uids
   o.shard_size = 2 * 4096;  // several shards
@@ -73,9 +77,9 @@ WriterOptions GoldenOptions(bool zstd) {
   return o;
 }
 
-void WriteGolden(const std::filesystem::path& dir, bool zstd) {
+void WriteGolden(const std::filesystem::path& dir, bool zstd, bool codecs = false) {
   std::filesystem::remove_all(dir);
-  auto w = Writer::Create(dir.string(), GoldenSchema(), GoldenOptions(zstd));
+  auto w = Writer::Create(dir.string(), GoldenSchema(), GoldenOptions(zstd, codecs));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   for (uint64_t i = 0; i < kGoldenSamples; ++i)
     ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
@@ -107,6 +111,11 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v1_uids", false);
   ExpectGoldenContents(kGoldenDir / "golden_v2", false);
   ExpectGoldenContents(kGoldenDir / "golden_v2_zstd", true);
+  ExpectGoldenContents(kGoldenDir / "golden_v2_codecs", false);
+  auto ds = Dataset::Open((kGoldenDir / "golden_v2_codecs").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->field_codecs(),
+            ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false));
 }
 
 // The files written before shard uids carry none, and are read without the ownership check.
@@ -143,6 +152,9 @@ TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   TempDir dir;
   WriteGolden(dir.path(), false);
   ExpectSameFiles(kGoldenDir / "golden_v2", dir.path());
+  TempDir codecs;
+  WriteGolden(codecs.path(), false, /*codecs=*/true);
+  ExpectSameFiles(kGoldenDir / "golden_v2_codecs", codecs.path());
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -438,6 +450,8 @@ TEST(FormatGoldenTest, Regenerate) {
   std::filesystem::remove(kGoldenDir / "golden_v2" / ".libshard.lock");
   WriteGolden(kGoldenDir / "golden_v2_zstd", true);
   std::filesystem::remove(kGoldenDir / "golden_v2_zstd" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v2_codecs", false, /*codecs=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v2_codecs" / ".libshard.lock");
   WriteAppendedGolden(kGoldenDir / "golden_v2_append");
   std::filesystem::remove(kGoldenDir / "golden_v2_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).

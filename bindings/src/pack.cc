@@ -43,6 +43,11 @@ convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
       const convert::CompressionSpec& spec = *parsed;
       o.compression = spec.compression;
       o.zstd_level = spec.level;
+      o.field_codecs = spec.field_codecs;
+    } else if (key == "store_dtype") {
+      Result<bool> fp8 = convert::ParseStoreDType(kOptions.Get<std::string>(key, v));
+      if (!fp8.ok()) ThrowStatus(fp8.status().WithContext("pack option 'store_dtype'"));
+      o.store_fp8 = *fp8;
     } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);
     else if (key == "threads") {
       const uint64_t threads = kOptions.Unsigned(key, v);

@@ -250,7 +250,9 @@ PipelineOptions OptionsFromPython(const py::dict& d) {
       const std::string c = kOptions.Get<std::string>(key, v);
       if (c == "none") o.writer.compression = Compression::kNone;
       else if (c == "zstd") o.writer.compression = Compression::kZstd;
-      else kOptions.Bad(key, "must be 'none' or 'zstd', got '" + c + "'");
+      else if (c == "auto") o.writer.field_codecs = FieldCodecPolicy::kAuto;
+      else if (c == "planes") o.writer.field_codecs = FieldCodecPolicy::kPlanes;
+      else kOptions.Bad(key, "must be 'none', 'auto', 'planes' or 'zstd', got '" + c + "'");
     } else if (key == "zstd_level") o.writer.zstd_level = kOptions.Get<int>(key, v);
     else if (key == "fsync") o.writer.fsync = kOptions.Get<bool>(key, v);
     else if (key == "created_by") o.writer.created_by = kOptions.Get<std::string>(key, v);

@@ -120,7 +120,7 @@ int RunBench(const BenchArgs& a) {
   auto created = Loader::Create(ds, o);
   if (!created.ok()) return Fail("bench", created.status());
   Loader& loader = **created;
-  uint64_t total_read = 0;
+  uint64_t total_read = 0, total_decoded = 0;
   double total_seconds = 0, total_cpu = 0;
   for (uint32_t epoch = 0; epoch < a.epochs; ++epoch) {
     const std::string cache = DropCaches(drop);
@@ -129,17 +129,21 @@ int RunBench(const BenchArgs& a) {
     const uint64_t read0 = loader.stats().bytes_read;
     const double cpu0 = ProcessCpuSeconds();
     const auto t0 = std::chrono::steady_clock::now();
-    uint64_t samples = 0;
+    uint64_t samples = 0, decoded = 0;
     while (true) {
       auto next = loader.Next();
       if (!next.ok()) return Fail("bench", next.status());
       if (!next->has_value()) break;
       samples += (*next)->samples.size();
+      // The tensor bytes handed out (decoded: field codecs and zstd expand what was read).
+      for (const Sample& sample : (*next)->samples)
+        for (const TensorView& t : sample.tensors()) decoded += t.nbytes;
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double cpu = ProcessCpuSeconds() - cpu0;
     const uint64_t bytes = loader.stats().bytes_read - read0;
     total_read += bytes;
+    total_decoded += decoded;
     total_seconds += secs;
     total_cpu += cpu;
     const double gbps = secs > 0 ? static_cast<double>(bytes) / secs / 1e9 : 0;
@@ -148,7 +152,10 @@ int RunBench(const BenchArgs& a) {
                 convert::FormatDuration(secs).c_str(), gbps,
                 bytes ? cpu / (static_cast<double>(bytes) / 1e9) : 0.0);
     if (raw_gbps > 0) std::printf(", %.1f%% of raw", 100 * gbps / raw_gbps);
-    std::printf("\n");
+    std::printf("; decoded %s: %.2f GB/s, %.4f CPU-s per decoded GB\n",
+                convert::FormatBytes(decoded).c_str(),
+                secs > 0 ? static_cast<double>(decoded) / secs / 1e9 : 0.0,
+                decoded ? cpu / (static_cast<double>(decoded) / 1e9) : 0.0);
   }
   const LoaderStats s = loader.stats();
   const double gbps = total_seconds > 0 ? static_cast<double>(total_read) / total_seconds / 1e9 : 0;
@@ -160,6 +167,9 @@ int RunBench(const BenchArgs& a) {
               total_read ? total_cpu / (static_cast<double>(total_read) / 1e9) : 0.0);
   if (raw_gbps > 0) std::printf(", %.1f%% of raw", 100 * gbps / raw_gbps);
   std::printf("\n");
+  std::printf("decoded: %.2f GB/s, %.4f CPU-s per decoded GB (tensor bytes handed out)\n",
+              total_seconds > 0 ? static_cast<double>(total_decoded) / total_seconds / 1e9 : 0.0,
+              total_decoded ? total_cpu / (static_cast<double>(total_decoded) / 1e9) : 0.0);
   std::printf("arena peak %s of %s; %s%s%s%s%s\n", convert::FormatBytes(s.arena_peak).c_str(),
               convert::FormatBytes(s.arena_budget).c_str(), s.pin_status.c_str(),
               s.engine_status.empty() ? "" : "; ", s.engine_status.c_str(),

@@ -60,10 +60,29 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
   }
   j["shards"] = shards;
   const Schema& schema = ds.schema();
+  // Per field: its codec (FORMAT.md §4.3) and its raw and stored bytes over every sample
+  // (stored: the field's regions; unknown for samples compressed whole, §4.2).
+  const std::vector<uint8_t> codecs = ds.field_codecs();
+  std::vector<uint64_t> raw_bytes(schema.fields.size(), 0), stored_bytes(schema.fields.size(), 0);
+  bool whole_sample_zstd = false;
+  for (uint64_t i = 0; i < ds.size(); ++i) {
+    LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, ds.Locate(i));
+    whole_sample_zstd |= (loc.flags & kSampleFlagZstd) != 0;
+    LIBSHARD_ASSIGN_OR_RETURN(std::vector<uint64_t> sizes, ds.field_stored_sizes(i));
+    for (size_t f = 0; f < schema.fields.size(); ++f) {
+      raw_bytes[f] += ds.tensor(i, f).nbytes;
+      stored_bytes[f] += sizes[f];
+    }
+  }
   auto fields = nlohmann::json::array();
-  for (const Field& f : schema.fields) {
+  for (size_t k = 0; k < schema.fields.size(); ++k) {
+    const Field& f = schema.fields[k];
     fields.push_back({{"name", f.name}, {"dtype", std::string(DTypeName(f.dtype))}, {"rank", f.rank},
-                      {"seq_dim", f.seq_dim}});
+                      {"seq_dim", f.seq_dim},
+                      {"codec", std::string(FieldCodecName(codecs.empty() ? 0 : codecs[k]))},
+                      {"raw_bytes", raw_bytes[k]},
+                      {"stored_bytes", whole_sample_zstd ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(stored_bytes[k])}});
   }
   j["schema"] = {{"fields", fields},
                  {"length_field", schema.length_field >= 0
@@ -113,8 +132,18 @@ void PrintText(const nlohmann::json& j) {
               FormatBytes(t["source_bytes"].get<uint64_t>()).c_str());
   std::printf("schema\n");
   for (const auto& f : j["schema"]["fields"]) {
-    std::printf("  %-24s %-14s rank %u  seq_dim %d\n", f["name"].get<std::string>().c_str(),
+    std::printf("  %-24s %-14s rank %u  seq_dim %d", f["name"].get<std::string>().c_str(),
                 f["dtype"].get<std::string>().c_str(), f["rank"].get<unsigned>(), f["seq_dim"].get<int>());
+    const uint64_t raw = f["raw_bytes"].get<uint64_t>();
+    if (f["stored_bytes"].is_null()) {
+      std::printf("  %-11s %s raw (samples compressed whole)\n", f["codec"].get<std::string>().c_str(),
+                  FormatBytes(raw).c_str());
+    } else {
+      const uint64_t stored = f["stored_bytes"].get<uint64_t>();
+      std::printf("  %-11s %s stored of %s raw (%.2fx)\n", f["codec"].get<std::string>().c_str(),
+                  FormatBytes(stored).c_str(), FormatBytes(raw).c_str(),
+                  stored ? static_cast<double>(raw) / static_cast<double>(stored) : 1.0);
+    }
   }
   const auto& lf = j["schema"]["length_field"];
   std::printf("length field %s\n", lf.is_null() ? "(none)" : lf.get<std::string>().c_str());

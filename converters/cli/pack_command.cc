@@ -19,6 +19,7 @@ struct PackArgs {
   std::vector<std::string> include, exclude;
   std::string shard_size = "4GiB";
   std::string compress = "none";
+  std::string store_dtype;
   std::string fields;
   unsigned threads = 0;
   std::string on_error = "raise";
@@ -79,6 +80,10 @@ int RunPack(const PackArgs& a) {
   if (!comp.ok()) return UsageError(kCmd, "--compress: " + comp.status().message());
   o.compression = comp->compression;
   o.zstd_level = comp->level;
+  o.field_codecs = comp->field_codecs;
+  auto fp8 = convert::ParseStoreDType(a.store_dtype);
+  if (!fp8.ok()) return UsageError(kCmd, "--store-dtype: " + fp8.status().message());
+  o.store_fp8 = *fp8;
   o.fields = convert::SplitList(a.fields);
   o.threads = a.threads;
   auto on_error = convert::ParsePackOnError(a.on_error);
@@ -162,8 +167,13 @@ Command AddPackCommand(CLI::App& app) {
   c->add_option("--exclude", args->exclude, "Glob of files to leave out (repeatable)");
   c->add_option("--shard-size", args->shard_size, "Roll to a new shard past this size (512M, 4GiB, ...)")
       ->capture_default_str();
-  c->add_option("--compress", args->compress, "none, zstd or zstd:LEVEL (2-byte dtypes are byte-shuffled first)")
+  c->add_option("--compress", args->compress,
+                "none; auto (per field: bf16/fp16 planes, other dtypes zstd); planes (bf16/fp16 "
+                "only); or zstd / zstd:LEVEL (whole samples, 2-byte dtypes byte-shuffled first)")
       ->capture_default_str();
+  c->add_option("--store-dtype", args->store_dtype,
+                "float8_e4m3fn: store bf16/fp16 hidden states as fp8 with a scale per token "
+                "(lossy; read back as bf16)");
   c->add_option("--fields", args->fields, "Keep only these tensors: a,b,c");
   c->add_option("--threads", args->threads, "Worker threads parsing and encoding (0 = one per CPU)")
       ->capture_default_str();

@@ -1,5 +1,6 @@
 // `libshard verify DIR [--against SRC]`: every sample checksum; with --against, every tensor
 // bit-exact against its source file.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -26,10 +27,22 @@ int RunVerify(const VerifyArgs& a) {
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;
   uint64_t errors = 0, changed_sources = 0;
+  // Per lossy field (fp8, FORMAT.md §4.3.5): the quantization error over every sample.
+  std::vector<convert::LossyFieldError> lossy;
   for (uint64_t i = 0; i < ds.size(); ++i) {
     Status st = ds.Verify(i);
     if (st.ok() && !a.against.empty()) {
       auto r = convert::VerifyAgainstSource(ds, i, a.against);
+      if (r.ok()) {
+        for (const convert::LossyFieldError& e : r->lossy) {
+          auto it = std::find_if(lossy.begin(), lossy.end(),
+                                 [&](const auto& x) { return x.field == e.field; });
+          if (it == lossy.end()) it = lossy.insert(lossy.end(), convert::LossyFieldError{e.field});
+          it->max_rel = std::max(it->max_rel, e.max_rel);
+          it->sum_rel += e.sum_rel;
+          it->count += e.count;
+        }
+      }
       if (!r.ok()) {
         st = r.status();
       } else if (r->source_hash_checked && !r->source_hash_matches) {
@@ -56,8 +69,15 @@ int RunVerify(const VerifyArgs& a) {
   if (!a.quiet) {
     std::printf("ok: %llu samples, %zu shards verified%s%s\n",
                 static_cast<unsigned long long>(ds.size()), ds.shards().size(),
-                a.against.empty() ? "" : ", every tensor bit-exact against ",
+                a.against.empty() ? ""
+                : lossy.empty()   ? ", every tensor bit-exact against "
+                                  : ", every lossless tensor bit-exact and every fp8 one within "
+                                    "the FORMAT.md §4.3.5 bound against ",
                 a.against.c_str());
+    for (const convert::LossyFieldError& e : lossy)
+      std::printf("fp8 field %s: relative error max %.4g, mean %.4g over %llu values\n",
+                  e.field.c_str(), e.max_rel, e.count ? e.sum_rel / static_cast<double>(e.count) : 0.0,
+                  static_cast<unsigned long long>(e.count));
     if (changed_sources) {
       std::printf("note: %llu source files changed since packing (tensors identical)\n",
                   static_cast<unsigned long long>(changed_sources));

@@ -77,6 +77,10 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
   const std::string t = Lower(Trim(text));
   CompressionSpec spec;
   if (t == "none") return spec;
+  if (t == "auto" || t == "planes") {
+    spec.field_codecs = t == "auto" ? FieldCodecPolicy::kAuto : FieldCodecPolicy::kPlanes;
+    return spec;
+  }
   if (t == "zstd") {
     spec.compression = Compression::kZstd;
     return spec;
@@ -93,7 +97,15 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
     }
   }
   return Status::InvalidArgument("invalid compression '" + std::string(text) +
-                                 "': use none, zstd or zstd:LEVEL with LEVEL in -7..22");
+                                 "': use none, auto, planes, zstd or zstd:LEVEL with LEVEL in -7..22");
+}
+
+Result<bool> ParseStoreDType(std::string_view text) {
+  const std::string t = Lower(Trim(text));
+  if (t.empty() || t == "none") return false;
+  if (t == "float8_e4m3fn" || t == "fp8") return true;
+  return Status::InvalidArgument("invalid store dtype '" + std::string(text) +
+                                 "': use float8_e4m3fn (lossy fp8 hidden states) or none");
 }
 
 namespace {

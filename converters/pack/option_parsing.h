@@ -27,9 +27,13 @@ std::string FormatDuration(double seconds);
 struct CompressionSpec {
   Compression compression = Compression::kNone;
   int level = 3;
+  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;  // "auto", "planes" (FORMAT.md §4.3)
 };
-// "none", "zstd", "zstd:LEVEL" (LEVEL in -7..22).
+// "none", "zstd", "zstd:LEVEL" (LEVEL in -7..22): whole-sample zstd; "auto", "planes": field
+// codecs chosen per field (libshard::ChooseFieldCodecs).
 Result<CompressionSpec> ParseCompression(std::string_view text);
+// "" or "float8_e4m3fn" (--store-dtype): whether hidden states are stored as fp8 (lossy).
+Result<bool> ParseStoreDType(std::string_view text);
 
 struct PartSpec {
   uint32_t index = 0;  // 0-based

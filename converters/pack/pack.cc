@@ -207,6 +207,8 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.shard_size = o_.shard_size;
   w.compression = o_.compression;
   w.zstd_level = o_.zstd_level;
+  w.field_codecs = o_.field_codecs;
+  w.store_fp8 = o_.store_fp8;
   w.fsync = o_.fsync;
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
   w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
@@ -613,6 +615,10 @@ Status ValidatePackOptions(const PackOptions& o) {
   if (o.compression == Compression::kZstd && (o.zstd_level < -7 || o.zstd_level > 22)) {
     return Status::InvalidArgument("zstd level " + std::to_string(o.zstd_level) + " is outside -7..22");
   }
+  if ((o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8) &&
+      o.compression != Compression::kNone)
+    return Status::InvalidArgument("--compress zstd and field codecs (--compress auto/planes, "
+                                   "--store-dtype) exclude each other (FORMAT.md §3.8.6)");
   if (o.threads > 1024) return Status::InvalidArgument("--threads must be at most 1024");
   std::unordered_set<std::string> seen;
   for (const std::string& f : o.fields) {

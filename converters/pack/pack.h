@@ -46,6 +46,9 @@ struct PackOptions {
   uint64_t shard_size = uint64_t{4} << 30;
   Compression compression = Compression::kNone;
   int zstd_level = 3;
+  // Field codecs (WriterOptions::field_codecs / store_fp8, FORMAT.md §4.3).
+  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;
+  bool store_fp8 = false;
   std::vector<std::string> fields;   // keep only these tensors (empty: all)
   Attributes attributes;             // recorded in the manifest (WriterOptions::attributes)
   // A stacked-layer tensor [L, K, H] (vLLM / speculators) to present as aux_hidden_state

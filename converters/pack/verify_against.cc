@@ -1,6 +1,9 @@
 #include "pack/verify_against.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -9,6 +12,78 @@
 #include "pack/schema_inference.h"
 
 namespace libshard::convert {
+
+namespace {
+
+double HalfToDouble(uint16_t h, DType dtype) {
+  if (dtype == DType::kBFloat16) {
+    uint32_t u = uint32_t{h} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+  const int sign = (h >> 15) ? -1 : 1;
+  const int exp = (h >> 10) & 0x1F;
+  const int man = h & 0x3FF;
+  if (exp == 0x1F) return man ? std::nan("") : sign * HUGE_VAL;
+  if (exp == 0) return sign * std::ldexp(man, -24);
+  return sign * std::ldexp(1024 + man, exp - 25);
+}
+
+// Checks the values `got` of a field stored as fp8 against the source's `want` (FORMAT.md
+// §4.3.5): every finite value within max(2^-4 |x|, 2^-10 s_r) plus the final rounding into the
+// field's dtype, s_r = the row's largest finite |x| / 448. NaN stays NaN; ±inf reads as NaN.
+Status CheckLossy(const std::string& where, const TensorView& v, int32_t seq_dim,
+                  const std::byte* want, LossyFieldError* err) {
+  uint64_t rows = 1;
+  const size_t row_dims = seq_dim >= 0 ? static_cast<size_t>(seq_dim) + 1 : (v.shape.empty() ? 0 : 1);
+  for (size_t d = 0; d < row_dims && d < v.shape.size(); ++d) rows *= v.shape[d];
+  const uint64_t n = v.nbytes / 2;
+  if (rows == 0 || n == 0) return Status::OK();
+  const uint64_t row_elems = n / rows;
+  const double round = v.dtype == DType::kBFloat16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  for (uint64_t r = 0; r < rows; ++r) {
+    double absmax = 0;
+    for (uint64_t c = 0; c < row_elems; ++c) {
+      uint16_t h;
+      std::memcpy(&h, want + 2 * (r * row_elems + c), 2);
+      const double x = HalfToDouble(h, v.dtype);
+      if (std::isfinite(x)) absmax = std::max(absmax, std::fabs(x));
+    }
+    const double s = absmax / 448.0;
+    for (uint64_t c = 0; c < row_elems; ++c) {
+      uint16_t hx, hy;
+      std::memcpy(&hx, want + 2 * (r * row_elems + c), 2);
+      std::memcpy(&hy, v.data + 2 * (r * row_elems + c), 2);
+      const double x = HalfToDouble(hx, v.dtype), y = HalfToDouble(hy, v.dtype);
+      if (!std::isfinite(x)) {
+        if (!std::isnan(y))
+          return Status::Corruption(where + ": field '" + std::string(v.name) + "' row " +
+                                    std::to_string(r) + " element " + std::to_string(c) +
+                                    ": a non-finite source value does not read as NaN");
+        continue;
+      }
+      const double e = std::fabs(y - x);
+      const double bound = std::max(std::ldexp(std::fabs(x), -4), std::ldexp(s, -10)) +
+                           round * std::fabs(y) + std::ldexp(1.0, -24) + 1e-6 * s;
+      if (!(e <= bound))
+        return Status::Corruption(where + ": field '" + std::string(v.name) + "' row " +
+                                  std::to_string(r) + " element " + std::to_string(c) + ": " +
+                                  std::to_string(y) + " for " + std::to_string(x) +
+                                  " exceeds the fp8 error bound " + std::to_string(bound) +
+                                  " (FORMAT.md §4.3.5); re-run libshard pack");
+      if (x != 0) {
+        const double rel = e / std::fabs(x);
+        err->max_rel = std::max(err->max_rel, rel);
+        err->sum_rel += rel;
+        ++err->count;
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t i,
                                                 const std::string& source_root,
@@ -26,6 +101,8 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
   if (!read.ok()) return read.status().WithContext(sample);
   const Sample& s = *read;
   const auto& tensors = (*src)->tensors();
+  const std::vector<uint8_t> codecs = dataset.field_codecs();
+  VerifyAgainstResult r;
   for (const TensorView& v : s.tensors()) {
     size_t t = tensors.size();
     for (size_t k = 0; k < tensors.size(); ++k)
@@ -49,6 +126,16 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
     std::vector<std::byte> buf(st.nbytes);
     const Status rs = (*src)->ReadTensor(t, std::span<std::byte>(buf.data(), buf.size()));
     if (!rs.ok()) return rs.WithContext(where);
+    const std::optional<size_t> f = dataset.schema().Find(std::string(v.name));
+    const uint8_t codec = f && !codecs.empty() ? codecs[*f] : 0;
+    if (codec == 3 || codec == 4) {  // fp8, lossy (FORMAT.md §4.3.5)
+      LossyFieldError err;
+      err.field = std::string(v.name);
+      LIBSHARD_RETURN_IF_ERROR(
+          CheckLossy(where, v, dataset.schema().fields[*f].seq_dim, buf.data(), &err));
+      r.lossy.push_back(std::move(err));
+      continue;
+    }
     if (st.nbytes != 0 && std::memcmp(buf.data(), v.data, st.nbytes) != 0) {
       uint64_t off = 0;
       while (off < st.nbytes && buf[off] == v.data[off]) ++off;
@@ -61,7 +148,6 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
   if (meta != (*src)->metadata()) {
     return Status::Corruption(where + ": metadata differs from the source's");
   }
-  VerifyAgainstResult r;
   if (prov.content_hash != 0) {
     auto h = HashFile(path);
     if (!h.ok()) return h.status().WithContext(where);

@@ -17,6 +17,7 @@ def pack(src: Optional[PathLike], out: PathLike, *,
          exclude: Optional[Sequence[str]] = None,
          shard_size: Union[int, str] = "4GiB",
          compress: str = "none",
+         store_dtype: Optional[str] = None,
          fields: Optional[Sequence[str]] = None,
          threads: Optional[int] = None,
          on_error: str = "raise",
@@ -37,7 +38,11 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       files_from: a file listing sources, one a line ("-" for stdin).
       include, exclude: glob filters on relative paths (repeatable on the command line).
       shard_size: roll to a new shard past this size (int bytes or "4GiB", "512M", ...).
-      compress: "none", "zstd" or "zstd:LEVEL" (2-byte dtypes are byte-shuffled first).
+      compress: "none"; "auto" (field codecs chosen per field: bf16/fp16 planes, lossless, other
+        dtypes zstd per field); "planes" (bf16/fp16 only); or "zstd" / "zstd:LEVEL" (whole
+        samples, 2-byte dtypes byte-shuffled first).
+      store_dtype: "float8_e4m3fn" stores bf16/fp16 hidden states as fp8 with a scale per token
+        (lossy; read back as bf16).
       fields: keep only these tensors.
       threads: conversion threads (None: the number of CPUs).
       on_error: "raise" (the first bad file raises; nothing that opens as complete is left) or
@@ -74,6 +79,7 @@ def pack(src: Optional[PathLike], out: PathLike, *,
         "exclude": list(exclude or []),
         "shard_size": str(shard_size),
         "compress": compress,
+        "store_dtype": store_dtype or "",
         "fields": list(fields or []),
         "threads": 0 if threads is None else threads,
         "on_error": on_error,

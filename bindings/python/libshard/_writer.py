@@ -107,10 +107,14 @@ def _parse_compress(compress: Optional[str]) -> Tuple[str, int]:
     if compress is None or compress == "none":
         return "none", 3
     if not isinstance(compress, str):
-        raise InvalidArgumentError(f"compress must be None, 'zstd' or 'zstd:LEVEL', got {compress!r}")
+        raise InvalidArgumentError(
+            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
+    if compress in ("auto", "planes"):  # field codecs (docs/FORMAT.md §4.3)
+        return compress, 3
     name, _, level = compress.partition(":")
     if name != "zstd":
-        raise InvalidArgumentError(f"compress must be None, 'zstd' or 'zstd:LEVEL', got {compress!r}")
+        raise InvalidArgumentError(
+            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
     if not level:
         return "zstd", 3
     try:
@@ -216,7 +220,8 @@ class Writer:
         r writes ``out/parts/rank-RRRRR-of-WWWWW/`` and the last rank to close joins the parts
         into ``out`` (hard links, ordered by key).
       compress: None, ``"zstd"`` or ``"zstd:LEVEL"`` (per sample; 2-byte dtypes are byte-shuffled
-        first, FORMAT.md §4.2).
+        first, FORMAT.md §4.2), or ``"auto"`` / ``"planes"`` (field codecs chosen per field,
+        lossless, FORMAT.md §4.3: bf16/fp16 planes, other dtypes zstd per field with ``"auto"``).
       shard_size: roll to a new shard file past this many bytes (int or ``"4GiB"``).
       schema: a :class:`libshard.Schema`; default: inferred from the first sample as
         ``libshard pack`` does (field order = the dict's order, ``seq_dim`` from ``input_ids``).

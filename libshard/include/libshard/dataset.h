@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/attributes.h"
@@ -56,6 +57,15 @@ struct SampleLocation {
 
 inline constexpr uint32_t kSampleFlagZstd = 1u << 0;
 inline constexpr uint32_t kSampleFlagByteShuffle = 1u << 1;
+// Set by the reader (never stored) when the sample's fields are stored under field codecs
+// (FORMAT.md §4.3): the stored bytes must go through Dataset::Decode, like kSampleFlagZstd.
+inline constexpr uint32_t kSampleFlagFieldCodecs = 1u << 16;
+// "raw", "zstd", "planes", "fp8", "fp8-entropy" (FORMAT.md §4.3.1); "" for an unknown id.
+std::string_view FieldCodecName(uint8_t codec);
+// Whether a sample with these flags must be decoded (Dataset::Decode) before use.
+inline constexpr bool SampleNeedsDecode(uint32_t flags) {
+  return (flags & (kSampleFlagZstd | kSampleFlagFieldCodecs)) != 0;
+}
 
 // Where field f of sample i lies inside the decoded payload.
 struct TensorLocation {
@@ -77,6 +87,11 @@ class Dataset {
   virtual uint64_t total_stored_bytes() const = 0;
   virtual uint64_t total_raw_bytes() const = 0;
   virtual const DatasetProvenance& provenance() const = 0;
+  // Per field, its codec id (FORMAT.md §4.3.1; 0 raw); empty when every field is raw.
+  virtual std::vector<uint8_t> field_codecs() const { return {}; }
+  // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
+  // raw field. For a whole-sample zstd sample, the raw tensor sizes.
+  virtual Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const;
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;
@@ -103,6 +118,18 @@ class Dataset {
   // `stored.data() == raw.data()`.
   virtual Status Decode(uint64_t i, std::span<const std::byte> stored,
                         std::span<std::byte> raw) const = 0;
+  // For loaders: Decode of what a reader of `fields` (all when empty) cut to `max_len` rows of
+  // seq_dim (0: all) uses. With field codecs (FORMAT.md §4.3) the other fields are not decoded,
+  // and a field whose first max_len tokens are its first max_len rows (dims before seq_dim all 1)
+  // decodes only the chunks covering them; the other bytes of `raw` are then unspecified.
+  // Otherwise (raw fields, whole-sample zstd) exactly Decode.
+  virtual Status DecodeSelected(uint64_t i, std::span<const std::byte> stored,
+                                std::span<std::byte> raw, std::span<const size_t> fields,
+                                uint64_t max_len) const {
+    (void)fields;
+    (void)max_len;
+    return Decode(i, stored, raw);
+  }
   // For loaders: a Sample of views over decoded payload bytes kept alive by `memory`. `base`
   // points at payload byte `base_offset` (0 when the whole payload was read); only the bytes of
   // the fields in `fields` (all fields when empty) need to lie in the buffer. Checks that every

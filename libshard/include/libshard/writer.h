@@ -24,6 +24,21 @@ enum class Compression : uint32_t {
   kZstd = 1,  // per sample; 2-byte dtypes are byte-shuffled first (FORMAT.md §4.2)
 };
 
+// How the writer chooses each field's codec (FORMAT.md §4.3; index version 2 only, and not with
+// Compression::kZstd: whole-sample zstd and field codecs are exclusive, §3.8.6).
+enum class FieldCodecPolicy : uint32_t {
+  kNone = 0,    // every field raw
+  kAuto = 1,    // bfloat16/float16: planes (codec 2); other dtypes except strings of bytes:
+                // zstd per field (codec 1)
+  kPlanes = 2,  // bfloat16/float16: planes (codec 2); others raw
+};
+
+// The codec id (FORMAT.md §4.3.1) of each field of `schema` under `policy`; with `store_fp8`,
+// bfloat16/float16 fields with a sequence dimension and rank >= 2 (hidden states) get fp8
+// (codec 3, lossy) or, with a policy other than kNone, fp8-entropy (codec 4). All zeros: raw.
+std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
+                                       bool store_fp8);
+
 struct WriterOptions {
   uint64_t shard_size = uint64_t{4} << 30;  // roll to a new shard past this; a sample never splits
   Compression compression = Compression::kNone;
@@ -49,6 +64,11 @@ struct WriterOptions {
   // The index version written (FORMAT.md §3): 2, the compact index (default); 1 for readers older
   // than version 2 (about 280 bytes a sample instead of under 64, checked whole at every open).
   uint32_t index_version = 2;
+  // Field codecs (FORMAT.md §4.3), chosen per field by ChooseFieldCodecs. Create only: Resume
+  // keeps the journal's codecs and OpenForAppend the dataset's (these are then ignored).
+  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;
+  // Store bfloat16/float16 hidden states as float8_e4m3fn with a scale per token (lossy, §4.3.5).
+  bool store_fp8 = false;
 };
 
 // A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.
@@ -63,6 +83,9 @@ struct EncodedSample {
   uint64_t checksum = 0;               // xxh3-64 of `stored`
   std::shared_ptr<std::byte[]> stored_buffer;  // 4 KiB aligned, padded to 4 KiB
   uint64_t stored_size = 0;            // meaningful bytes in stored_buffer
+  // Per field, the stored region's size of a field with a non-raw codec (0 for raw fields);
+  // empty when every field is raw (FORMAT.md §3.8.4).
+  std::vector<uint64_t> field_stored_sizes;
   Metadata metadata;
   Provenance source;
 };

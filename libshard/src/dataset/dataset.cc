@@ -4,6 +4,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "codec/field_codec.h"
+#include "format/index_v2.h"
 #include "io/direct_io.h"
 #include "dataset/index_reader.h"
 #include "io/file.h"
@@ -38,6 +40,20 @@ class DatasetImpl final : public Dataset {
   uint64_t total_stored_bytes() const override { return stored_bytes_; }
   uint64_t total_raw_bytes() const override { return index_->total_raw_bytes(); }
   const DatasetProvenance& provenance() const override { return provenance_; }
+  std::vector<uint8_t> field_codecs() const override { return codecs_; }
+  Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const override {
+    format::SampleRecord r;
+    std::vector<uint64_t> dims;
+    LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
+    format::PayloadLayout layout;
+    LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));
+    if (codecs_.empty()) return layout.sizes;
+    std::vector<uint64_t> sizes;
+    LIBSHARD_RETURN_IF_ERROR(index_->FieldStoredSizes(i, &sizes));
+    for (size_t f = 0; f < sizes.size(); ++f)
+      if (codecs_[f] == 0) sizes[f] = layout.sizes[f];
+    return sizes;
+  }
 
   // A version 2 index reads a sample's block on first use (FORMAT.md §3.8.7); when that fails
   // (a damaged block, an index changed since Open) these infallible accessors return empty values
@@ -46,13 +62,13 @@ class DatasetImpl final : public Dataset {
   SampleLocation location(uint64_t i) const override {
     format::SampleRecord r;
     if (!index_->Lookup(i, &r, nullptr).ok()) return SampleLocation{};
-    return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
+    return SampleLocation{r.shard, Flags(r), r.offset, r.stored_size, r.raw_size, r.checksum,
                           r.length};
   }
   Result<SampleLocation> Locate(uint64_t i) const override {
     format::SampleRecord r;
     LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
-    return SampleLocation{r.shard, r.flags, r.offset, r.stored_size, r.raw_size, r.checksum,
+    return SampleLocation{r.shard, Flags(r), r.offset, r.stored_size, r.raw_size, r.checksum,
                           r.length};
   }
   TensorLocation tensor(uint64_t i, size_t f) const override {
@@ -89,7 +105,11 @@ class DatasetImpl final : public Dataset {
   Result<Sample> Read(uint64_t i) const override;
   Status Verify(uint64_t i) const override;
   Status Decode(uint64_t i, std::span<const std::byte> stored,
-                std::span<std::byte> raw) const override;
+                std::span<std::byte> raw) const override {
+    return DecodeSelected(i, stored, raw, {}, 0);
+  }
+  Status DecodeSelected(uint64_t i, std::span<const std::byte> stored, std::span<std::byte> raw,
+                        std::span<const size_t> fields, uint64_t max_len) const override;
   Result<Sample> MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
                             uint64_t base_size, std::shared_ptr<const void> memory,
                             std::span<const size_t> fields) const override;
@@ -118,6 +138,18 @@ class DatasetImpl final : public Dataset {
     Status st = index_->Lookup(i, r, dims);
     return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
   }
+  // The flags a SampleLocation reports: the record's, and kSampleFlagFieldCodecs when fields are
+  // stored under codecs (every sample then has the stored layout of §3.8.4).
+  uint32_t Flags(const format::SampleRecord& r) const {
+    return r.flags | (codecs_.empty() ? 0u : kSampleFlagFieldCodecs);
+  }
+  // Decodes the stored layout of a sample with field codecs (FORMAT.md §3.8.4, §4.3).
+  // Only `fields` (all when empty) and, with max_len > 0, only their prefix where it is a prefix
+  // of rows (DecodeSelected).
+  Status DecodeFields(uint64_t i, const format::SampleRecord& r,
+                      const std::vector<uint64_t>& dims, std::span<const std::byte> stored,
+                      std::span<std::byte> raw, std::span<const size_t> fields,
+                      uint64_t max_len) const;
   // Reads sample i's stored bytes into an owned aligned buffer.
   Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;
   Status CheckChecksum(uint64_t i, const format::SampleRecord& r, const std::byte* stored) const;
@@ -129,6 +161,7 @@ class DatasetImpl final : public Dataset {
   // open cannot raise SIGBUS or change what readers get.
   std::unique_ptr<IndexReader> index_;
   std::vector<size_t> field_dim_start_;
+  std::vector<uint8_t> codecs_;  // per field (FORMAT.md §4.3.1); empty when every field is raw
   std::vector<ShardInfo> shards_;
   DatasetProvenance provenance_;
   std::vector<io::File> shard_files_;
@@ -164,15 +197,25 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   const std::string& ip = ds->index_path_;
   LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexReader::Open(ip, manifest.index_size));
   const IndexReader& index = *ds->index_;
-  // Field codecs (FORMAT.md §3.8.3, §4.3): the index records them, but this reader decodes raw
-  // fields (and whole-sample zstd) only; a codec's region read as raw bytes would be wrong data.
-  for (size_t f = 0; f < index.codecs().size(); ++f)
-    if (index.codecs()[f].codec != 0)
+  // Field codecs (FORMAT.md §3.8.3, §4.3): decoded by Decode/Read; an id this reader does not
+  // know, or one that cannot store the field's dtype, is refused here.
+  bool any_codec = false;
+  for (size_t f = 0; f < index.codecs().size(); ++f) {
+    const uint16_t c = index.codecs()[f].codec;
+    if (c == 0) continue;
+    any_codec = true;
+    if (c > codec::kMaxCodecId)
       return Status::Unsupported(ip + ": field '" + index.schema().fields[f].name +
-                                 "' is stored with codec " +
-                                 std::to_string(index.codecs()[f].codec) +
+                                 "' is stored with codec " + std::to_string(c) +
                                  " (FORMAT.md §4.3), which this libshard does not decode; "
                                  "upgrade libshard");
+    if (!codec::CodecAccepts(static_cast<codec::CodecId>(c), index.schema().fields[f].dtype))
+      return Status::Corruption(ip + ": field '" + index.schema().fields[f].name + "' has codec " +
+                                std::to_string(c) + ", which cannot store its dtype" + kRepack);
+  }
+  if (any_codec)
+    for (const format::FieldCodec& c : index.codecs())
+      ds->codecs_.push_back(static_cast<uint8_t>(c.codec));
   for (size_t f = 0, j = 0; f < index.schema().fields.size(); ++f) {
     ds->field_dim_start_.push_back(j);
     j += index.schema().fields[f].rank;
@@ -269,7 +312,7 @@ Result<Sample> DatasetImpl::Read(uint64_t i) const {
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
   if (options_.verify_checksums) LIBSHARD_RETURN_IF_ERROR(CheckChecksum(i, r, stored.get()));
   std::shared_ptr<std::byte[]> raw = stored;
-  if (r.flags & format::kFlagZstd) {
+  if ((r.flags & format::kFlagZstd) || !codecs_.empty()) {
     raw = internal::AllocateAligned(r.raw_size, kSampleAlignment);
     if (!raw)
       return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
@@ -287,8 +330,9 @@ Status DatasetImpl::Verify(uint64_t i) const {
   return CheckChecksum(i, r, stored.get());
 }
 
-Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
-                           std::span<std::byte> raw) const {
+Status DatasetImpl::DecodeSelected(uint64_t i, std::span<const std::byte> stored,
+                                   std::span<std::byte> raw, std::span<const size_t> fields,
+                                   uint64_t max_len) const {
   format::SampleRecord r;
   std::vector<uint64_t> dims;
   LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
@@ -297,6 +341,7 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
                                    " stored bytes and room for " + std::to_string(r.raw_size) +
                                    " raw bytes");
   raw = raw.first(r.raw_size);
+  if (!codecs_.empty()) return DecodeFields(i, r, dims, stored, raw, fields, max_len);
   if (!(r.flags & format::kFlagZstd)) {
     if (stored.data() != raw.data() && r.raw_size > 0)
       std::memmove(raw.data(), stored.data(), r.raw_size);
@@ -323,6 +368,80 @@ Status DatasetImpl::Decode(uint64_t i, std::span<const std::byte> stored,
   format::PayloadLayout layout;
   LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // validated at Open
   format::ShufflePayload(schema(), layout, scratch.get(), raw.data(), /*inverse=*/true);
+  return Status::OK();
+}
+
+Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
+                                 const std::vector<uint64_t>& dims,
+                                 std::span<const std::byte> stored,
+                                 std::span<std::byte> raw, std::span<const size_t> fields,
+                                 uint64_t max_len) const {
+  const auto* s0 = stored.data();
+  const auto* r0 = raw.data();
+  if (r.raw_size > 0 && s0 < r0 + raw.size() && r0 < s0 + stored.size())
+    return Status::InvalidArgument(Where(i, r) + ": sample with field codecs: stored and raw "
+                                   "overlap");
+  format::PayloadLayout layout;
+  LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // validated at load
+  std::vector<uint64_t> stored_sizes;
+  {
+    Status st = index_->FieldStoredSizes(i, &stored_sizes);
+    if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  }
+  std::vector<format::FieldCodec> fc;
+  for (uint8_t c : codecs_) fc.push_back(format::FieldCodec{c, {}});
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  if (!format::ComputeStoredLayout(fc, layout.sizes, stored_sizes, &offsets, &total) ||
+      total != r.stored_size)
+    return Status::Corruption(Where(i, r) + ": the field regions' sizes do not add up to the "
+                              "stored size " + std::to_string(r.stored_size) + kRepack);
+  // One decoder per thread (the loader decodes on its worker threads).
+  thread_local codec::Decoder decoder;
+  const bool everything = fields.empty() && max_len == 0;
+  std::vector<bool> wanted(codecs_.size(), fields.empty());
+  for (size_t f : fields)
+    if (f < wanted.size()) wanted[f] = true;
+  uint64_t pos = 0;
+  for (size_t f = 0; f < codecs_.size(); ++f) {
+    const Field& field = schema().fields[f];
+    if (!wanted[f]) continue;
+    if (everything) std::memset(raw.data() + pos, 0, layout.offsets[f] - pos);  // gaps
+    std::span<std::byte> dst = raw.subspan(layout.offsets[f], layout.sizes[f]);
+    pos = layout.offsets[f] + layout.sizes[f];
+    if (codecs_[f] == 0) {
+      if (!dst.empty()) std::memcpy(dst.data(), stored.data() + offsets[f], dst.size());
+      continue;
+    }
+    const Shape shape = FieldShape(dims, f);
+    Result<codec::FieldGeometry> g = codec::GeometryOf(field.dtype, shape, field.seq_dim);
+    if (!g.ok()) return g.status().WithContext(Where(i, r));
+    uint64_t rows = g->rows;
+    if (max_len > 0 && field.seq_dim >= 0 && max_len < rows) {
+      // The first max_len tokens are the first max_len rows when the dims before seq_dim are 1
+      // (EAGLE-3's [1, L, H]; FORMAT.md §4.3.1); otherwise everything is decoded.
+      uint64_t outer = 1;
+      for (int32_t d = 0; d < field.seq_dim; ++d) outer *= shape[static_cast<size_t>(d)];
+      if (outer == 1) {
+        rows = max_len;
+        dst = dst.first(codec::DecodedBytes(*g, rows));
+      }
+    }
+    Status st = decoder.Decode(stored.subspan(offsets[f], stored_sizes[f]),
+                               static_cast<codec::CodecId>(codecs_[f]), *g, rows, dst);
+    if (!st.ok()) {
+      auto path = index_->SourcePath(i);
+      const std::string source = path.ok() ? *path : std::string();
+      return Status::Corruption(
+          Where(i, r) + ": field '" + field.name + "' (" +
+          std::string(codec::CodecName(static_cast<codec::CodecId>(codecs_[f]))) +
+          " region of " + std::to_string(stored_sizes[f]) + " bytes at shard offset " +
+          std::to_string(r.offset + offsets[f]) + "): " + st.message() +
+          (source.empty() ? "" : " (source '" + source + "')") +
+          "; the shard is damaged, re-run libshard pack");
+    }
+  }
+  if (everything) std::memset(raw.data() + pos, 0, raw.size() - pos);
   return Status::OK();
 }
 
@@ -365,6 +484,16 @@ Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64
 }
 
 }  // namespace
+
+std::string_view FieldCodecName(uint8_t codec) {
+  return codec::CodecName(static_cast<codec::CodecId>(codec));
+}
+
+Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {
+  std::vector<uint64_t> sizes;
+  for (size_t f = 0; f < schema().fields.size(); ++f) sizes.push_back(tensor(i, f).nbytes);
+  return sizes;
+}
 
 Result<std::shared_ptr<Dataset>> Dataset::Open(const std::string& dir,
                                                const DatasetOptions& options) {

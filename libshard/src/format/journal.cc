@@ -14,7 +14,14 @@ constexpr uint32_t kEntryMagic = 0x454A534C;  // "LSJE"
 constexpr uint32_t kKindHeader = 1;
 constexpr uint32_t kKindSamples = 2;
 constexpr char kJournalMagic[8] = {'L', 'S', 'H', 'D', 'J', 'N', 'L', '\0'};
-constexpr uint32_t kJournalVersion = 1;
+constexpr uint32_t kJournalVersion = 1;   // every field raw
+constexpr uint32_t kJournalVersion2 = 2;  // field codecs (§6)
+
+bool AnyCodec(std::span<const uint8_t> codecs) {
+  for (uint8_t c : codecs)
+    if (c != 0) return true;
+  return false;
+}
 constexpr uint64_t kRecordPrefix = 104;  // §6: the non-reserved bytes of an index record
 
 std::string Entry(uint32_t kind, const std::string& payload) {
@@ -30,11 +37,12 @@ std::string Entry(uint32_t kind, const std::string& payload) {
 
 }  // namespace
 
-std::string EncodeJournalHeader(const Schema& schema) {
+std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs) {
+  const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
   w.Bytes(std::string_view(kJournalMagic, 8));
-  w.U32(kJournalVersion);
+  w.U32(v2 ? kJournalVersion2 : kJournalVersion);
   w.U32(0);
   w.U32(static_cast<uint32_t>(schema.fields.size()));
   w.I32(schema.length_field);
@@ -45,11 +53,15 @@ std::string EncodeJournalHeader(const Schema& schema) {
     w.U32(static_cast<uint32_t>(f.name.size()));
     w.Bytes(f.name);
   }
+  if (v2)
+    for (size_t f = 0; f < schema.fields.size(); ++f) w.U8(codecs[f]);
   return Entry(kKindHeader, p);
 }
 
 std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
-                                 std::span<const IndexSample> samples) {
+                                 std::span<const IndexSample> samples,
+                                 std::span<const uint8_t> codecs) {
+  const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
   w.U64(first);
@@ -66,6 +78,9 @@ std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
       w.U64(s.tensor_sizes[f]);
     }
     for (uint64_t d : s.dims) w.U64(d);
+    if (v2)
+      for (size_t f = 0; f < schema.fields.size(); ++f)
+        if (codecs[f] != 0) w.U64(s.field_stored_sizes[f]);
     w.U32(static_cast<uint32_t>(s.metadata.size()));
     w.Bytes(s.metadata);
     w.U32(static_cast<uint32_t>(s.source_path.size()));
@@ -97,7 +112,7 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
       if (!p.Bytes(8, &jm) || jm != std::string_view(kJournalMagic, 8) || !p.U32(&version) ||
           !p.U32(&reserved) || !p.U32(&f_count) || !p.I32(&length_field))
         break;
-      if (version != kJournalVersion)
+      if (version != kJournalVersion && version != kJournalVersion2)
         return Status::Unsupported(file + ": journal version " + std::to_string(version) +
                                    " is not supported");
       if (f_count == 0 || f_count > kMaxFields) break;
@@ -113,6 +128,11 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
               Field{std::string(name), static_cast<DType>(dtype), rank, seq_dim});
       }
       out.schema.length_field = length_field;
+      if (ok && version == kJournalVersion2) {
+        out.codecs.resize(f_count);
+        for (uint32_t f = 0; ok && f < f_count; ++f) ok = p.U8(&out.codecs[f]);
+        ok = ok && AnyCodec(out.codecs) && p.remaining() == 0;
+      }
       if (!ok || !out.schema.Validate().ok()) break;
       dims_per_sample = out.schema.DimsPerSample();
       have_header = true;
@@ -146,6 +166,11 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
         ok = p.U64(&s.tensor_offsets[f]) && p.U64(&s.tensor_sizes[f]);
       s.dims.resize(dims_per_sample);
       for (uint64_t j = 0; ok && j < dims_per_sample; ++j) ok = p.U64(&s.dims[j]);
+      if (!out.codecs.empty()) {
+        s.field_stored_sizes.assign(f_count, 0);
+        for (uint64_t f = 0; ok && f < f_count; ++f)
+          if (out.codecs[f] != 0) ok = p.U64(&s.field_stored_sizes[f]);
+      }
       ok = ok && p.U32(&meta_size) && p.Bytes(meta_size, &meta) && p.U32(&path_size) &&
            p.Bytes(path_size, &path);
       if (!ok) break;

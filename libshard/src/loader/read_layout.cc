@@ -60,7 +60,7 @@ ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation
   r.needed = location.stored_size;
   r.payload_begin = 0;
   r.payload_end = location.stored_size;
-  const bool compressed = (location.flags & kSampleFlagZstd) != 0;
+  const bool compressed = SampleNeedsDecode(location.flags);
   if (compressed || whole || (fields.empty() && max_len == 0)) return r;
   const std::vector<Field>& schema_fields = dataset.schema().fields;
   uint64_t begin = UINT64_MAX;

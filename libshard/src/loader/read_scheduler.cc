@@ -289,7 +289,7 @@ Result<bool> ReadScheduler::StartNextItem() {
   item->location = located.ok() ? *located : SampleLocation{};
   item->layout = PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len,
                           /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
-  const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
+  const bool compressed = SampleNeedsDecode(item->location.flags);
   const uint64_t read_bytes = item->layout.read_length;
   const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
 
@@ -369,7 +369,7 @@ void ReadScheduler::FinishRead(Item* item) {
     Complete(item, item->error);
     return;
   }
-  const bool compressed = (item->location.flags & kSampleFlagZstd) != 0;
+  const bool compressed = SampleNeedsDecode(item->location.flags);
   if (Verifies(*item) || compressed) {
     {
       std::lock_guard<std::mutex> lock(window_->mu);
@@ -403,10 +403,12 @@ Status ReadScheduler::VerifyAndDecode(Item* item) {
                                 "libshard pack");
     }
   }
-  if ((loc.flags & kSampleFlagZstd) != 0) {
+  if (SampleNeedsDecode(loc.flags)) {
     std::span<std::byte> raw(item->raw_slot.get(), loc.raw_size);
-    LIBSHARD_RETURN_IF_ERROR(dataset_->Decode(item->sample, stored, raw)
-                                 .WithContext(ItemWhere(*item)));
+    // Only the selected fields, and only their max_len prefix where the codec allows it.
+    LIBSHARD_RETURN_IF_ERROR(
+        dataset_->DecodeSelected(item->sample, stored, raw, field_indices_, options_.max_len)
+            .WithContext(ItemWhere(*item)));
   }
   return Status::OK();
 }

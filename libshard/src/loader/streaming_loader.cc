@@ -118,7 +118,7 @@ uint64_t StreamingLoader::DatasetFootprint() const {
   for (uint64_t i = 0; i < dataset_->size(); ++i) {
     const SampleLocation loc = dataset_->location(i);
     total += SlotBytes(loc.stored_size + kSlotAlign);  // alignment skew included
-    if ((loc.flags & kSampleFlagZstd) != 0) total += SlotBytes(loc.raw_size);
+    if (SampleNeedsDecode(loc.flags)) total += SlotBytes(loc.raw_size);
   }
   return total;
 }

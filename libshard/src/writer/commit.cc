@@ -66,7 +66,7 @@ Result<format::IndexSample> SampleEntryFromDataset(const Dataset& ds, uint64_t i
   s.record.raw_size = loc.raw_size;
   s.record.checksum = loc.checksum;
   s.record.shard = loc.shard;
-  s.record.flags = loc.flags;
+  s.record.flags = loc.flags & (kSampleFlagZstd | kSampleFlagByteShuffle);  // stored bits only
   s.record.length = loc.length;
   s.record.source_bytes = src.size;
   s.record.source_mtime_ns = src.mtime_ns;
@@ -78,6 +78,12 @@ Result<format::IndexSample> SampleEntryFromDataset(const Dataset& ds, uint64_t i
     s.tensor_offsets.push_back(t.offset);
     s.tensor_sizes.push_back(t.nbytes);
     s.dims.insert(s.dims.end(), t.shape.begin(), t.shape.end());
+  }
+  const std::vector<uint8_t> codecs = ds.field_codecs();
+  if (!codecs.empty()) {
+    LIBSHARD_ASSIGN_OR_RETURN(s.field_stored_sizes, ds.field_stored_sizes(i));
+    for (size_t f = 0; f < codecs.size(); ++f)
+      if (codecs[f] == 0) s.field_stored_sizes[f] = 0;
   }
   return s;
 }

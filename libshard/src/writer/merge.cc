@@ -91,6 +91,13 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
                                  " already holds a dataset or an interrupted write; choose an "
                                  "empty directory");
 
+  // Field codecs (FORMAT.md §4.3) are per field in the index: the parts must agree.
+  const std::vector<uint8_t> codecs = datasets.front()->field_codecs();
+  for (const std::shared_ptr<Dataset>& ds : datasets)
+    if (ds->field_codecs() != codecs)
+      return Status::InvalidArgument("merge: " + ds->path() + " stores its fields with other "
+                                     "field codecs than " + datasets.front()->path() +
+                                     "; pack the parts with the same --compress/--store-dtype");
   // The samples first (ordered and checked before any file is made), then the shard links.
   std::vector<format::IndexSample> samples;
   samples.reserve(total_samples);
@@ -136,6 +143,7 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   req.source_root = first.source_root;
   req.created_by = "libshard merge of " + std::to_string(parts.size()) + " parts";
   req.attributes = datasets.front()->provenance().attributes;
+  for (uint8_t c : codecs) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;
   return Status::OK();

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "codec/field_codec.h"
+#include "format/index_v2.h"
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
@@ -56,6 +58,35 @@ Status ValidateOptions(const WriterOptions& o) {
   if (o.index_version != 1 && o.index_version != 2)
     return Status::InvalidArgument("WriterOptions.index_version " +
                                    std::to_string(o.index_version) + " is not 1 or 2");
+  if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&
+      o.field_codecs != FieldCodecPolicy::kPlanes)
+    return Status::InvalidArgument("WriterOptions.field_codecs is not a known value");
+  const bool codecs = o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8;
+  if (codecs && o.compression != Compression::kNone)
+    return Status::InvalidArgument("field codecs (compress auto/planes, store_dtype "
+                                   "float8_e4m3fn) and whole-sample zstd compression are "
+                                   "exclusive (FORMAT.md §3.8.6); choose one");
+  if (codecs && o.index_version != 2)
+    return Status::InvalidArgument("field codecs need index version 2 (FORMAT.md §3.8)");
+  return Status::OK();
+}
+
+bool AnyCodec(const std::vector<uint8_t>& codecs) {
+  return std::any_of(codecs.begin(), codecs.end(), [](uint8_t c) { return c != 0; });
+}
+
+// Checks codec ids read from a journal or an index against the schema's dtypes.
+Status CheckCodecs(const Schema& schema, const std::vector<uint8_t>& codecs,
+                   const std::string& where) {
+  if (codecs.empty()) return Status::OK();
+  if (codecs.size() != schema.fields.size())
+    return Status::Corruption(where + ": " + std::to_string(codecs.size()) + " field codecs for " +
+                              std::to_string(schema.fields.size()) + " fields");
+  for (size_t f = 0; f < codecs.size(); ++f)
+    if (codecs[f] > codec::kMaxCodecId ||
+        !codec::CodecAccepts(static_cast<codec::CodecId>(codecs[f]), schema.fields[f].dtype))
+      return Status::Corruption(where + ": field '" + schema.fields[f].name + "' has codec " +
+                                std::to_string(codecs[f]) + ", which cannot store its dtype");
   return Status::OK();
 }
 
@@ -77,7 +108,11 @@ class WriterImpl final : public Writer {
  public:
   WriterImpl(std::string dir, Schema schema, WriterOptions options, Mode mode)
       : dir_(std::move(dir)), schema_(std::move(schema)), options_(std::move(options)),
-        mode_(mode), shuffle_(format::HasShuffledFields(schema_)) {}
+        mode_(mode), shuffle_(format::HasShuffledFields(schema_)) {
+    if (mode == Mode::kCreate)
+      codecs_ = ChooseFieldCodecs(schema_, options_.field_codecs, options_.store_fp8);
+    if (!AnyCodec(codecs_)) codecs_.clear();
+  }
 
   static Result<std::unique_ptr<Writer>> Create(const std::string& dir, const Schema& schema,
                                                 const WriterOptions& options);
@@ -107,6 +142,10 @@ class WriterImpl final : public Writer {
     return JoinPath(dir_, shards_[shard].name) + kTmpSuffix;
   }
   Status OpenNewShard();
+  // Lays out the stored regions of the sample whose raw payload is `raw` (FORMAT.md §3.8.4,
+  // §4.3) into out->stored_buffer / stored_size / field_stored_sizes.
+  Status EncodeFields(const format::PayloadLayout& layout, const std::vector<uint64_t>& dims,
+                      const std::byte* raw, EncodedSample* out) const;
   // pwrite of a 4 KiB-aligned extent to the open shard (io::WriteWithFallback: buffered when
   // the file system refuses O_DIRECT writes).
   Status WriteShard(const std::byte* data, uint64_t n, uint64_t offset);
@@ -129,6 +168,8 @@ class WriterImpl final : public Writer {
   std::shared_ptr<internal::BufferPool> buffers_ = internal::BufferPool::Create(uint64_t{1} << 30);
   Mode mode_;
   bool shuffle_;
+  // Per field codec id (FORMAT.md §4.3.1); empty when every field is raw.
+  std::vector<uint8_t> codecs_;
   std::vector<format::IndexShard> shards_;
   std::vector<format::IndexSample> samples_;
   std::vector<Provenance> existing_sources_;
@@ -166,7 +207,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   // The journal appears whole or not at all (written aside, fsynced and renamed): a job stopped
   // while writing its header (a full disk, an I/O error, a kill) leaves no journal, so
   // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
-  const std::string header = format::EncodeJournalHeader(schema);
+  const std::string header = format::EncodeJournalHeader(schema, w->codecs_);
   LIBSHARD_RETURN_IF_ERROR(
       internal::WriteFileAtomically(dir, format::kJournalName, header, options.fsync));
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
@@ -201,7 +242,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
     LIBSHARD_ASSIGN_OR_RETURN(internal::MappedFile map, internal::MappedFile::Map(journal_path));
     LIBSHARD_ASSIGN_OR_RETURN(journal, format::ParseJournal(map.bytes(), journal_path));
   }
+  LIBSHARD_RETURN_IF_ERROR(CheckCodecs(journal.schema, journal.codecs, journal_path));
   auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
+  // The journal's codecs, whatever the options say: the resumed write continues the same job.
+  w->codecs_ = journal.codecs;
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
@@ -290,6 +334,11 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::strin
   LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir, format::kJournalName)));
 
   auto w = std::make_unique<WriterImpl>(dir, ds->schema(), options, Mode::kAppend);
+  w->codecs_ = ds->field_codecs();  // new samples are stored as the dataset's
+  if (!AnyCodec(w->codecs_)) w->codecs_.clear();
+  if (!w->codecs_.empty() && options.compression != Compression::kNone)
+    return Status::InvalidArgument(dir + " stores its fields with field codecs (FORMAT.md §4.3); "
+                                   "append without --compress zstd");
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
   w->old_index_file_ = manifest.index_file;
@@ -404,7 +453,10 @@ Result<EncodedSample> WriterImpl::Encode(const SampleInput& sample) const {
   out.raw_size = raw_size;
   out.stored_buffer = raw;
   out.stored_size = raw_size;
-  if (options_.compression == Compression::kZstd && raw_size > 0) {
+  if (!codecs_.empty()) {
+    Status st = EncodeFields(layout, out.dims, raw.get(), &out);
+    if (!st.ok()) return st.WithContext(where);
+  } else if (options_.compression == Compression::kZstd && raw_size > 0) {
     std::shared_ptr<std::byte[]> shuffled;
     const std::byte* src = raw.get();
     if (shuffle_) {
@@ -437,6 +489,59 @@ Result<EncodedSample> WriterImpl::Encode(const SampleInput& sample) const {
   out.metadata = sample.metadata;
   out.source = sample.source;
   return out;
+}
+
+Status WriterImpl::EncodeFields(const format::PayloadLayout& layout,
+                                const std::vector<uint64_t>& dims, const std::byte* raw,
+                                EncodedSample* out) const {
+  // Encoder output, one per thread and field (reused: pack encodes on its worker threads).
+  thread_local std::vector<std::vector<std::byte>> regions;
+  const size_t f_count = schema_.fields.size();
+  if (regions.size() < f_count) regions.resize(f_count);
+  out->field_stored_sizes.assign(f_count, 0);
+  std::vector<uint64_t> stored_sizes(f_count, 0);
+  const codec::EncodeOptions eo;
+  size_t dim = 0;
+  for (size_t f = 0; f < f_count; ++f) {
+    const Field& field = schema_.fields[f];
+    std::span<const uint64_t> shape(dims.data() + dim, field.rank);
+    dim += field.rank;
+    if (codecs_[f] == 0) continue;
+    LIBSHARD_ASSIGN_OR_RETURN(codec::FieldGeometry g,
+                              codec::GeometryOf(field.dtype, shape, field.seq_dim));
+    regions[f].clear();
+    Status st = codec::Encode(static_cast<codec::CodecId>(codecs_[f]), g,
+                              {raw + layout.offsets[f], layout.sizes[f]}, eo, &regions[f]);
+    if (!st.ok()) return st.WithContext("field '" + field.name + "'");
+    stored_sizes[f] = regions[f].size();
+    out->field_stored_sizes[f] = regions[f].size();
+  }
+  std::vector<format::FieldCodec> fc;
+  for (uint8_t c : codecs_) fc.push_back(format::FieldCodec{c, {}});
+  std::vector<uint64_t> offsets;
+  uint64_t total = 0;
+  if (!format::ComputeStoredLayout(fc, layout.sizes, stored_sizes, &offsets, &total) ||
+      total > kMaxSampleBytes)
+    return Status::InvalidArgument("stored sample exceeds " + std::to_string(kMaxSampleBytes) +
+                                   " bytes");
+  const uint64_t padded = std::max<uint64_t>(format::AlignUp(total, kSampleAlignment),
+                                             kSampleAlignment);
+  std::shared_ptr<std::byte[]> stored = buffers_->Acquire(padded);
+  if (!stored)
+    return Status::ResourceExhausted("cannot allocate " + std::to_string(padded) +
+                                     " bytes for the stored sample");
+  uint64_t pos = 0;
+  for (size_t f = 0; f < f_count; ++f) {
+    std::memset(stored.get() + pos, 0, offsets[f] - pos);
+    const uint64_t n = codecs_[f] == 0 ? layout.sizes[f] : stored_sizes[f];
+    const std::byte* src = codecs_[f] == 0 ? raw + layout.offsets[f] : regions[f].data();
+    if (n) std::memcpy(stored.get() + offsets[f], src, n);
+    pos = offsets[f] + n;
+  }
+  std::memset(stored.get() + pos, 0, padded - pos);
+  out->stored_buffer = std::move(stored);
+  out->stored_size = total;
+  return Status::OK();
 }
 
 Status WriterImpl::OpenNewShard() {
@@ -484,7 +589,8 @@ Status WriterImpl::Checkpoint() {
   if (mode_ != Mode::kCreate || journaled_ == samples_.size()) return Status::OK();
   if (options_.fsync && shard_.file.valid()) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
   const std::string entry = format::EncodeJournalSamples(
-      schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_));
+      schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_),
+      codecs_);
   LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
   if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(journal_.Sync());
   journal_size_ += entry.size();
@@ -497,7 +603,8 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
   if (!failed_.ok()) return failed_;
   const size_t f_count = schema_.fields.size();
   if (sample.dims.size() != schema_.DimsPerSample() || sample.tensor_offsets.size() != f_count ||
-      sample.tensor_sizes.size() != f_count || (sample.stored_size > 0 && !sample.stored_buffer))
+      sample.tensor_sizes.size() != f_count || (sample.stored_size > 0 && !sample.stored_buffer) ||
+      sample.field_stored_sizes.size() != (codecs_.empty() ? 0 : f_count))
     return Status::InvalidArgument(dir_ + ": EncodedSample does not match the schema (make it "
                                    "with Writer::Encode)");
   const uint64_t padded = format::AlignUp(sample.stored_size, kSampleAlignment);
@@ -535,6 +642,7 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
   s.dims = std::move(sample.dims);
   s.tensor_offsets = std::move(sample.tensor_offsets);
   s.tensor_sizes = std::move(sample.tensor_sizes);
+  s.field_stored_sizes = std::move(sample.field_stored_sizes);
   LIBSHARD_RETURN_IF_ERROR(format::EncodeMetadata(sample.metadata, &s.metadata));
   s.source_path = std::move(sample.source.path);
   samples_.push_back(std::move(s));
@@ -568,7 +676,8 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.created_by = options_.created_by;
   req.attributes = options_.attributes;
   req.fsync = options_.fsync;
-  req.index_version = options_.index_version;
+  req.index_version = codecs_.empty() ? options_.index_version : 2;
+  for (uint8_t c : codecs_) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   if (journal_.valid()) {
     LIBSHARD_RETURN_IF_ERROR(journal_.Close());
@@ -581,6 +690,27 @@ Result<WriteSummary> WriterImpl::Finish() {
 }
 
 }  // namespace
+
+std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
+                                       bool store_fp8) {
+  std::vector<uint8_t> out(schema.fields.size(), 0);
+  for (size_t f = 0; f < schema.fields.size(); ++f) {
+    const Field& field = schema.fields[f];
+    const bool half = field.dtype == DType::kBFloat16 || field.dtype == DType::kFloat16;
+    if (store_fp8 && half && field.seq_dim >= 0 && field.rank >= 2) {
+      out[f] = static_cast<uint8_t>(policy == FieldCodecPolicy::kNone ? codec::CodecId::kFp8
+                                                                     : codec::CodecId::kFp8Entropy);
+    } else if (policy == FieldCodecPolicy::kNone) {
+      out[f] = 0;
+    } else if (half) {
+      out[f] = static_cast<uint8_t>(codec::CodecId::kPlanes);
+    } else if (policy == FieldCodecPolicy::kAuto &&
+               codec::CodecAccepts(codec::CodecId::kZstd, field.dtype)) {
+      out[f] = static_cast<uint8_t>(codec::CodecId::kZstd);
+    }
+  }
+  return out;
+}
 
 Result<std::unique_ptr<Writer>> Writer::Create(const std::string& dir, const Schema& schema,
                                                const WriterOptions& options) {
