@@ -11,6 +11,7 @@
 
 #include "libshard/attributes.h"
 #include "libshard/sample.h"
+#include "libshard/schema.h"
 #include "libshard/status.h"
 
 namespace libshard::python {
@@ -43,6 +44,10 @@ py::str DecodeDatasetString(std::string_view bytes, bool pickled = false);
 // Python value of a metadata entry, and a dict of all entries.
 py::object MetaValueToPython(const MetaValue& value);
 py::dict MetadataToPython(const Metadata& metadata);
+
+// {"fields": [{"name", "dtype", "rank", "seq_dim"}, ...], "length_field": int} (Dataset.schema,
+// Writer.schema).
+py::dict SchemaToPython(const Schema& schema);
 
 // A sample as plain Python data for the pure-Python layer, which makes the torch tensors:
 //   (index, [(name, dtype_name, shape_tuple, memory_or_None), ...], metadata_dict)

@@ -28,6 +28,17 @@ uint64_t CheckIndex(const Dataset& dataset, int64_t index) {
   return static_cast<uint64_t>(resolved);
 }
 
+py::dict ProvenanceToPython(const Provenance& p) {
+  py::dict out;
+  out["path"] = DecodeDatasetString(p.path);
+  out["size"] = p.size;
+  out["mtime_ns"] = p.mtime_ns;
+  out["content_hash"] = p.content_hash;
+  return out;
+}
+
+}  // namespace
+
 py::dict SchemaToPython(const Schema& schema) {
   py::list fields;
   for (const Field& field : schema.fields) {
@@ -43,17 +54,6 @@ py::dict SchemaToPython(const Schema& schema) {
   out["length_field"] = schema.length_field;
   return out;
 }
-
-py::dict ProvenanceToPython(const Provenance& p) {
-  py::dict out;
-  out["path"] = DecodeDatasetString(p.path);
-  out["size"] = p.size;
-  out["mtime_ns"] = p.mtime_ns;
-  out["content_hash"] = p.content_hash;
-  return out;
-}
-
-}  // namespace
 
 void RegisterDataset(py::module_& m) {
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset",

@@ -219,22 +219,6 @@ Schema SchemaFromPython(const py::dict& d) {
   return schema;
 }
 
-py::dict SchemaToDict(const Schema& schema) {
-  py::list fields;
-  for (const Field& field : schema.fields) {
-    py::dict f;
-    f["name"] = DecodeDatasetString(field.name);
-    f["dtype"] = std::string(DTypeName(field.dtype));
-    f["rank"] = field.rank;
-    f["seq_dim"] = field.seq_dim;
-    fields.append(std::move(f));
-  }
-  py::dict out;
-  out["fields"] = std::move(fields);
-  out["length_field"] = schema.length_field;
-  return out;
-}
-
 struct PipelineOptions {
   WriterOptions writer;
   unsigned threads = 2;
@@ -379,7 +363,7 @@ class PyWriter {
       out.append(DecodeDatasetString(p.path));
     return out;
   }
-  py::dict Schema() { return SchemaToDict(Get().writer().schema()); }
+  py::dict Schema() { return SchemaToPython(Get().writer().schema()); }
   double BlockedSeconds() { return Get().blocked_seconds(); }
   uint64_t Appended() { return Get().appended(); }
 
