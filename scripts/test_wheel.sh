@@ -19,6 +19,8 @@
 #                                             dist/libshard-*-cpXY-cpXY-manylinux*.whl for it
 # Needs root (or unprivileged user namespaces) for unshare. Exit 0 when everything passed.
 set -euo pipefail
+# The wheel alone: a build tree on PYTHONPATH (make test exports one) would be imported instead.
+unset PYTHONPATH LIBSHARD_PYTHONPATH
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY=${1:-python3}
 WHEEL=${2:-}
