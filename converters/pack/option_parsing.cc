@@ -9,25 +9,15 @@
 #include <unordered_set>
 
 #include "libshard/loader.h"
+#include "libshard/text.h"
 
 namespace libshard::convert {
 namespace {
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
-  return out;
-}
 
 Result<uint64_t> ParseU64(std::string_view s, std::string_view what) {
   uint64_t v = 0;
-  s = Trim(s);
+  s = TrimBlanks(s);
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) {
     return Status::InvalidArgument("invalid " + std::string(what) + " '" + std::string(s) +
@@ -74,7 +64,7 @@ std::string FormatDuration(double seconds) {
 }
 
 Result<CompressionSpec> ParseCompression(std::string_view text) {
-  const std::string t = Lower(Trim(text));
+  const std::string t = AsciiLower(TrimBlanks(text));
   CompressionSpec spec;
   if (t == "none") return spec;
   if (t == "auto" || t == "planes") {
@@ -101,7 +91,7 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
 }
 
 Result<bool> ParseStoreDType(std::string_view text) {
-  const std::string t = Lower(Trim(text));
+  const std::string t = AsciiLower(TrimBlanks(text));
   if (t.empty() || t == "none") return false;
   if (t == "float8_e4m3fn" || t == "fp8") return true;
   return Status::InvalidArgument("invalid store dtype '" + std::string(text) +
@@ -265,7 +255,7 @@ std::vector<std::string> SplitList(std::string_view text, char sep) {
   while (start <= text.size()) {
     size_t end = text.find(sep, start);
     if (end == std::string_view::npos) end = text.size();
-    const std::string_view item = Trim(text.substr(start, end - start));
+    const std::string_view item = TrimBlanks(text.substr(start, end - start));
     if (!item.empty()) out.emplace_back(item);
     start = end + 1;
   }

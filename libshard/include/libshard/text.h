@@ -28,4 +28,9 @@ std::string PrintableBytes(std::string_view s, size_t max_bytes = 200);
 // allocation.
 size_t JsonTooDeepAt(std::string_view text, size_t max_depth);
 
+// Option text typed by a user: `s` without leading and trailing spaces and tabs, and an ASCII
+// lower-case copy (the byte-size parser and the CLI's option parsers share them).
+std::string_view TrimBlanks(std::string_view s);
+std::string AsciiLower(std::string_view s);
+
 }  // namespace libshard

@@ -8,25 +8,12 @@
 #include <string>
 #include <utility>
 
+#include "libshard/text.h"
+
 namespace libshard {
-namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);
-  return out;
-}
-
-}  // namespace
 
 Result<uint64_t> ParseByteSize(std::string_view text) {
-  const std::string t = Lower(Trim(text));
+  const std::string t = AsciiLower(TrimBlanks(text));
   const auto bad = [&] {
     return Status::InvalidArgument("invalid size '" + std::string(text) +
                                    "': use bytes or a unit, e.g. 4096, 512M, 4GiB, 1.5G, 100MB");
