@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "libshard/dataset.h"
@@ -40,6 +41,25 @@ Result<IoEngineKind> ParseIoEngineKind(std::string_view name);
 Result<IoMode> ParseIoMode(std::string_view name);
 Result<OnError> ParseOnError(std::string_view name);
 
+// How max_tokens bounds a batch (LoaderOptions::token_budget; loader/order.h section 2).
+enum class TokenBudget : uint32_t {
+  kAuto = 0,    // kPadded with Collate::kPad, else kSum
+  kSum = 1,     // the batch's summed length stays <= max_tokens (packed, varlen attention)
+  kPadded = 2,  // samples x longest length stays <= max_tokens: what a padded batch occupies
+};
+
+// Batches assembled by the loader (LoaderOptions::collate): one tensor per field in one pinned
+// arena region, so a consumer touches one object per step.
+enum class Collate : uint32_t {
+  kNone = 0,  // Batch::samples, one zero-copy Sample each
+  kPad = 1,   // every field padded at the end of its sequence dimension to the batch's longest
+  kPack = 2,  // every field concatenated along its sequence dimension, with cu_seqlens
+};
+
+// Names: "sum" | "padded" | "auto"; "none" | "pad" | "pack". Anything else is InvalidArgument.
+Result<TokenBudget> ParseTokenBudget(std::string_view name);
+Result<Collate> ParseCollate(std::string_view name);
+
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
 // created with `resume` set continues exactly where the saved one stopped, also on another
 // world size (FORMAT-independent; see loader/order.h for the contract).
@@ -65,6 +85,7 @@ inline constexpr uint64_t kMinLoaderMemoryBudget = 4096;     // memory_budget: 4
 inline constexpr uint64_t kMaxLoaderMemoryBudget = uint64_t{1} << 44;
 inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size: 0..1 GiB
 inline constexpr uint32_t kMaxLoaderBatchSize = uint32_t{1} << 24;  // batch_size: 0..2^24
+inline constexpr uint64_t kMaxLoaderBucketWindow = uint64_t{1} << 24;  // bucket_window: 0..2^24
 
 struct LoaderOptions {
   // Order.
@@ -87,7 +108,19 @@ struct LoaderOptions {
 
   // Batching: single samples (batch_size 0 or 1), fixed-size batches, or token-budget batches.
   uint32_t batch_size = 0;
-  uint64_t max_tokens = 0;             // >0: batches whose summed length stays <= max_tokens
+  uint64_t max_tokens = 0;             // >0: token-budget batches, bounded as token_budget says
+  TokenBudget token_budget = TokenBudget::kAuto;
+  // Length-aware batching (loader/order.h section 2a): >0 groups samples of similar length
+  // inside consecutive windows of this many samples of the shuffled order, cuts each window
+  // into batches (max_tokens or batch_size) and shuffles the window's batches. Exact-once,
+  // equal steps per rank and elastic resume hold as without it. 0: batches are consecutive
+  // samples of the shuffled order. Needs max_tokens or batch_size > 1.
+  uint64_t bucket_window = 0;
+
+  // Collation (Collate above). Sequence dimensions come from the schema (Field::seq_dim).
+  Collate collate = Collate::kNone;
+  double padding_value = 0;            // kPad: the value of padded positions, cast to the dtype
+  std::vector<std::pair<std::string, double>> padding_values;  // kPad: per field, overrides
 
   // Memory and I/O.
   // The arena; every queue is bounded by it. Capped at what the whole dataset could occupy,
@@ -151,6 +184,12 @@ struct LoaderStats {
   uint64_t checksum_failures = 0;
   uint64_t samples_skipped = 0;
   uint64_t samples_repeated = 0;       // stand-ins for batches that lost every sample (kSkip)
+  // Positions of the delivered batches as a padded batch lays them out (samples x longest
+  // length, summed over batches) and how many of them are padding (that minus the lengths),
+  // from the index lengths (clipped to max_len), whatever the collate. Single samples: none.
+  uint64_t batch_positions = 0;
+  uint64_t padding_positions = 0;
+  double padding_share = 0;            // padding_positions / batch_positions (0 when none)
 };
 
 // InvalidArgument naming the option and its accepted range when a numeric setting of `options`
@@ -158,9 +197,30 @@ struct LoaderStats {
 // Loader::Create calls it first; bindings may call it to fail early.
 [[nodiscard]] Status ValidateLoaderOptions(const LoaderOptions& options);
 
-// Samples of one step. For single-sample mode it holds one sample.
+// A batch the loader assembled (LoaderOptions::collate), in one arena region that `memory`
+// keeps alive (like Sample::memory_owner()).
+//   kPad:  a field with a sequence dimension d becomes [B, ..., L_max (at d), ...] padded with its
+//          padding value; a field whose dim 0 has size 1 in every sample and is not d
+//          ([1, L, H]) becomes [B, L_max, H] (concatenated along dim 0); fields without a
+//          sequence dimension are stacked along a new dim 0.
+//   kPack: a field with sequence dimension d is concatenated along d ([1, sum L, H], [sum L]);
+//          others are stacked along a new dim 0. cu_seqlens is filled.
+// (The same layouts as the Python pad_collate / pack_collate.)
+struct CollatedBatch {
+  std::vector<TensorView> tensors;     // one per field read, in schema order
+  std::vector<uint64_t> indices;       // dataset index of each sample, in batch order
+  std::vector<Metadata> metadata;      // each sample's metadata, in batch order
+  std::vector<int64_t> lengths;        // each sample's length before padding / packing
+  std::vector<int32_t> cu_seqlens;     // kPack: B + 1 cumulative lengths from 0; else empty
+  int64_t max_seqlen = 0;
+  std::shared_ptr<const void> memory;
+};
+
+// Samples of one step. For single-sample mode it holds one sample. With a collate, `samples` is
+// empty and `collated` holds the batch.
 struct Batch {
   std::vector<Sample> samples;
+  std::optional<CollatedBatch> collated;
 };
 
 class Loader {

@@ -34,4 +34,18 @@ Result<OnError> ParseOnError(std::string_view name) {
   return NotOneOf(name, "raise, skip");
 }
 
+Result<TokenBudget> ParseTokenBudget(std::string_view name) {
+  if (name == "auto") return TokenBudget::kAuto;
+  if (name == "sum") return TokenBudget::kSum;
+  if (name == "padded") return TokenBudget::kPadded;
+  return NotOneOf(name, "auto, sum, padded");
+}
+
+Result<Collate> ParseCollate(std::string_view name) {
+  if (name == "none") return Collate::kNone;
+  if (name == "pad") return Collate::kPad;
+  if (name == "pack") return Collate::kPack;
+  return NotOneOf(name, "none, pad, pack");
+}
+
 }  // namespace libshard

@@ -38,6 +38,22 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
                       " bytes (rounded up to 4096; 4 MiB is a good default)");
   if (o.batch_size > kMaxLoaderBatchSize)
     return OutOfRange("batch_size", o.batch_size, 0, kMaxLoaderBatchSize, " samples");
+  if (o.token_budget > TokenBudget::kPadded)
+    return OutOfRange("token_budget", static_cast<uint32_t>(o.token_budget), 0, 2,
+                      " (auto, sum, padded)");
+  if (o.collate > Collate::kPack)
+    return OutOfRange("collate", static_cast<uint32_t>(o.collate), 0, 2, " (none, pad, pack)");
+  if (o.bucket_window > kMaxLoaderBucketWindow)
+    return OutOfRange("bucket_window", o.bucket_window, 0, kMaxLoaderBucketWindow,
+                      " samples (a few thousand is typical)");
+  if (o.bucket_window > 0 && o.max_tokens == 0 && o.batch_size <= 1)
+    return Status::InvalidArgument(
+        "bucket_window " + std::to_string(o.bucket_window) +
+        " needs batches to group samples into: set max_tokens or batch_size > 1, or "
+        "bucket_window 0");
+  for (const auto& [name, value] : o.padding_values)
+    if (std::isnan(value))
+      return Status::InvalidArgument("padding_values['" + name + "'] is NaN; give a number");
   if (std::isnan(o.slow_wait_warning_seconds) || o.slow_wait_warning_seconds < 0)
     return Status::InvalidArgument("slow_wait_warning_seconds " +
                                    std::to_string(o.slow_wait_warning_seconds) +
