@@ -48,6 +48,12 @@ enum class TokenBudget : uint32_t {
   kPadded = 2,  // samples x longest length stays <= max_tokens: what a padded batch occupies
 };
 
+// A sample longer than max_tokens (after max_len clipping): it cannot share a batch.
+enum class OversizedSample : uint32_t {
+  kOwnBatch = 0,  // it becomes a batch of its own (the one batch that exceeds the budget)
+  kError = 1,     // Loader::Create fails naming the sample, its length and what to change
+};
+
 // Batches assembled by the loader (LoaderOptions::collate): one tensor per field in one pinned
 // arena region, so a consumer touches one object per step.
 enum class Collate : uint32_t {
@@ -59,6 +65,7 @@ enum class Collate : uint32_t {
 // Names: "sum" | "padded" | "auto"; "none" | "pad" | "pack". Anything else is InvalidArgument.
 Result<TokenBudget> ParseTokenBudget(std::string_view name);
 Result<Collate> ParseCollate(std::string_view name);
+Result<OversizedSample> ParseOversizedSample(std::string_view name);  // "batch" | "error"
 
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
 // created with `resume` set continues exactly where the saved one stopped, also on another
@@ -110,6 +117,7 @@ struct LoaderOptions {
   uint32_t batch_size = 0;
   uint64_t max_tokens = 0;             // >0: token-budget batches, bounded as token_budget says
   TokenBudget token_budget = TokenBudget::kAuto;
+  OversizedSample oversized = OversizedSample::kOwnBatch;
   // Length-aware batching (loader/order.h section 2a): >0 groups samples of similar length
   // inside consecutive windows of this many samples of the shuffled order, cuts each window
   // into batches (max_tokens or batch_size) and shuffles the window's batches. Exact-once,

@@ -1,5 +1,7 @@
 #include "loader/diagnostics.h"
 
+#include <algorithm>
+
 #include <cstdarg>
 #include <cstdio>
 #include <utility>
@@ -76,6 +78,13 @@ void LoaderDiagnostics::OnBatchDelivered(uint64_t samples) {
   ++batches_delivered_;
 }
 
+void LoaderDiagnostics::OnBatchShape(uint64_t count, uint64_t longest, uint64_t tokens) {
+  const uint64_t positions = count * longest;  // bounded by what one batch holds in memory
+  std::lock_guard<std::mutex> lock(mu_);
+  batch_positions_ += positions;
+  padding_positions_ += positions - std::min(positions, tokens);
+}
+
 void LoaderDiagnostics::Fill(LoaderStats* s) const {
   const LoaderClock::TimePoint now = clock_->Now();
   {
@@ -87,7 +96,11 @@ void LoaderDiagnostics::Fill(LoaderStats* s) const {
     s->wait_seconds = wait_seconds_;
     s->samples_skipped = samples_skipped_;
     s->samples_repeated = samples_repeated_;
+    s->batch_positions = batch_positions_;
+    s->padding_positions = padding_positions_;
   }
+  s->padding_share =
+      s->batch_positions > 0 ? static_cast<double>(s->padding_positions) / s->batch_positions : 0;
   s->bytes_read = bytes_read_.load(std::memory_order_relaxed);
   s->checksum_failures = checksum_failures_.load(std::memory_order_relaxed);
   s->throughput_gbps = s->elapsed_seconds > 0 ? s->bytes_read / s->elapsed_seconds / 1e9 : 0;

@@ -71,6 +71,9 @@ class LoaderDiagnostics {
   void AddBytesDelivered(uint64_t n);
   void AddWait(double seconds);
   void OnBatchDelivered(uint64_t samples);
+  // A delivered batch of `count` samples whose lengths sum to `tokens` and whose longest is
+  // `longest` (LoaderStats::batch_positions, padding_positions).
+  void OnBatchShape(uint64_t count, uint64_t longest, uint64_t tokens);
   // Fills the counters of `s` and what follows from them (elapsed, throughput, wait share).
   void Fill(LoaderStats* s) const;
 
@@ -104,6 +107,8 @@ class LoaderDiagnostics {
   uint64_t bytes_delivered_ = 0;
   uint64_t samples_skipped_ = 0;
   uint64_t samples_repeated_ = 0;
+  uint64_t batch_positions_ = 0;
+  uint64_t padding_positions_ = 0;
   double wait_seconds_ = 0;
   std::optional<LoaderClock::TimePoint> first_next_;
   LoaderClock::TimePoint last_stats_print_;

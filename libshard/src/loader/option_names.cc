@@ -48,4 +48,10 @@ Result<Collate> ParseCollate(std::string_view name) {
   return NotOneOf(name, "none, pad, pack");
 }
 
+Result<OversizedSample> ParseOversizedSample(std::string_view name) {
+  if (name == "batch") return OversizedSample::kOwnBatch;
+  if (name == "error") return OversizedSample::kError;
+  return NotOneOf(name, "batch, error");
+}
+
 }  // namespace libshard

@@ -41,6 +41,8 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.token_budget > TokenBudget::kPadded)
     return OutOfRange("token_budget", static_cast<uint32_t>(o.token_budget), 0, 2,
                       " (auto, sum, padded)");
+  if (o.oversized > OversizedSample::kError)
+    return OutOfRange("oversized", static_cast<uint32_t>(o.oversized), 0, 1, " (batch, error)");
   if (o.collate > Collate::kPack)
     return OutOfRange("collate", static_cast<uint32_t>(o.collate), 0, 2, " (none, pad, pack)");
   if (o.bucket_window > kMaxLoaderBucketWindow)

@@ -1,47 +1,22 @@
 #include "loader/order.h"
 
+
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
 
+#include "loader/bucketing.h"
+#include "loader/order_random.h"
+
 namespace libshard {
 namespace {
 
-// The exact generator of the order contract (order.h, EpochPermutation). Do not change.
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-constexpr uint64_t Mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t state) : state_(state) {}
-  uint64_t Next() {
-    state_ += kGolden;
-    return Mix(state_);
-  }
-  // Uniform in [0, m), m >= 1 (Lemire, "Fast random integer generation in an interval", 2019).
-  uint64_t Below(uint64_t m) {
-    unsigned __int128 w = static_cast<unsigned __int128>(Next()) * m;
-    uint64_t lo = static_cast<uint64_t>(w);
-    if (lo < m) {
-      const uint64_t t = (0 - m) % m;
-      while (lo < t) {
-        w = static_cast<unsigned __int128>(Next()) * m;
-        lo = static_cast<uint64_t>(w);
-      }
-    }
-    return static_cast<uint64_t>(w >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
+using order_random::Mix;
+using order_random::SplitMix64;
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
@@ -73,6 +48,17 @@ Status Validate(uint64_t n, std::span<const uint64_t> lengths, const PlanOptions
         " is past the end of the epoch (" + std::to_string(n) +
         " samples): the state was saved for another dataset; resume with the matching dataset "
         "or start the epoch at position 0");
+  }
+  if (o.bucket_window > 0 && o.max_tokens == 0 && o.batch_size <= 1) {
+    return Status::InvalidArgument(
+        "bucket_window " + std::to_string(o.bucket_window) +
+        " groups samples into batches: set max_tokens or batch_size > 1 as well, or "
+        "bucket_window 0");
+  }
+  if (o.bucket_window > 0 && lengths.size() != n) {
+    return Status::InvalidArgument("bucket_window needs the token length of every sample: got " +
+                                   std::to_string(lengths.size()) + " lengths for " +
+                                   std::to_string(n) + " samples");
   }
   if (o.max_tokens == 0) return Status::OK();
   if (lengths.size() != n) {
@@ -153,11 +139,71 @@ PlanOptions PlanOptionsFor(const LoaderOptions& options) {
   plan.drop_last = options.drop_last;
   plan.batch_size = options.batch_size;
   plan.max_tokens = options.max_tokens;
+  plan.oversized = options.oversized;
+  plan.budget = options.token_budget == TokenBudget::kAuto
+                    ? (options.collate == Collate::kPad ? TokenBudget::kPadded : TokenBudget::kSum)
+                    : options.token_budget;
+  plan.bucket_window = options.bucket_window;
   return plan;
+}
+
+// Section 2a's S: windows of the base order made on demand, the last few kept. Shared by the
+// copies of a plan (ForRank); thread-safe.
+class BucketedSequence {
+ public:
+  BucketedSequence(uint64_t n, std::shared_ptr<const std::vector<uint64_t>> lengths,
+                   BucketRule rule)
+      : n_(n), lengths_(std::move(lengths)), rule_(rule) {}
+  const BucketRule& rule() const { return rule_; }
+  uint64_t windows() const { return n_ / rule_.window + (n_ % rule_.window != 0 ? 1 : 0); }
+
+  // Window w, made from the base order P of `plan` (any copy of the plan: they share P) or
+  // cached.
+  std::shared_ptr<const BucketWindow> Window(const EpochPlan* plan, uint64_t w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [index, window] : cache_)
+      if (index == w && window != nullptr) return window;
+    auto made = std::make_shared<const BucketWindow>(MakeBucketWindow(
+        n_, [plan](uint64_t i) { return plan->BaseAt(i); }, *lengths_, rule_, w));
+    cache_[next_slot_] = {w, made};
+    next_slot_ = (next_slot_ + 1) % cache_.size();
+    return made;
+  }
+
+ private:
+  const uint64_t n_;
+  const std::shared_ptr<const std::vector<uint64_t>> lengths_;
+  const BucketRule rule_;
+  std::mutex mu_;
+  // Ranks of one process and the scheduler read a few windows apart at most.
+  std::array<std::pair<uint64_t, std::shared_ptr<const BucketWindow>>, 4> cache_{};
+  size_t next_slot_ = 0;
+};
+
+uint64_t EpochPlan::BucketedSampleAt(uint64_t i) const {
+  const uint64_t m = bucketed_->rule().window;
+  const std::shared_ptr<const BucketWindow> window = bucketed_->Window(this, i / m);
+  return window->samples[i % m];
 }
 
 Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
                                   const PlanOptions& options) {
+  if (options.bucket_window == 0 || lengths.size() != n)
+    return MakeImpl(n, lengths, nullptr, options);
+  return MakeSharingLengths(
+      n, std::make_shared<const std::vector<uint64_t>>(lengths.begin(), lengths.end()), options);
+}
+
+Result<EpochPlan> EpochPlan::MakeSharingLengths(
+    uint64_t n, std::shared_ptr<const std::vector<uint64_t>> lengths, const PlanOptions& options) {
+  const std::span<const uint64_t> view =
+      lengths != nullptr ? std::span<const uint64_t>(*lengths) : std::span<const uint64_t>();
+  return MakeImpl(n, view, std::move(lengths), options);
+}
+
+Result<EpochPlan> EpochPlan::MakeImpl(uint64_t n, std::span<const uint64_t> lengths,
+                                      std::shared_ptr<const std::vector<uint64_t>> shared,
+                                      const PlanOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(Validate(n, lengths, options));
   EpochPlan plan;
   plan.options_ = options;
@@ -175,12 +221,48 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
   const bool tokens = options.max_tokens > 0;
   const uint64_t batch = std::max<uint64_t>(options.batch_size, 1);
 
+  if (options.bucket_window > 0) {
+    BucketRule rule;
+    rule.window = EffectiveBucketWindow(options.bucket_window, options.batch_size);
+    rule.batch_size = options.batch_size;
+    rule.max_tokens = options.max_tokens;
+    rule.budget = options.budget;
+    rule.shuffle = options.shuffle;
+    rule.seed = options.seed;
+    rule.epoch = options.epoch;
+    plan.bucketed_ = std::make_shared<BucketedSequence>(n, std::move(shared), rule);
+    // One pass over the windows gives every unit boundary of S (8 bytes per unit).
+    std::vector<uint64_t> bounds{0};
+    for (uint64_t win = 0; win < plan.bucketed_->windows(); ++win) {
+      const std::shared_ptr<const BucketWindow> window = plan.bucketed_->Window(&plan, win);
+      for (size_t u = 1; u < window->bounds.size(); ++u)
+        bounds.push_back(win * rule.window + window->bounds[u]);
+    }
+    BatchLayout all = BatchLayout::FromBounds(std::move(bounds));
+    // drop_last with fixed batches drops the epoch's partial last unit, as without bucketing.
+    BatchLayout epoch_units = all;
+    if (options.drop_last && !tokens && !all.empty() &&
+        all.End(all.size() - 1) - all.Begin(all.size() - 1) < batch) {
+      std::vector<uint64_t> kept;  // every bound but the last: the partial unit is gone
+      for (uint64_t g = 0; g < all.size(); ++g) kept.push_back(all.Begin(g));
+      epoch_units = BatchLayout::FromBounds(std::move(kept));
+    }
+    BatchLayout main = epoch_units.From(p);
+    const uint64_t units = main.size();
+    plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
+    plan.epoch_steps_ = options.drop_last ? epoch_units.size() / w : CeilDiv(all.size(), w);
+    const uint64_t padding = plan.steps_ * w - std::min(plan.steps_ * w, units);
+    plan.main_ = std::make_shared<const BatchLayout>(std::move(main));
+    plan.pad_ = std::make_shared<const BatchLayout>(padding > 0 ? std::move(all) : BatchLayout());
+    return plan;
+  }
+
   // Units from position 0 give the full-epoch step count and the padding; in token mode they
   // also give the units after a resume point that is one of their boundaries (the usual case),
   // so a resumed plan costs one greedy pass like a fresh one.
   BatchLayout from_zero =
       tokens ? BatchLayout::Tokens(n, sample_at, lengths, 0, options.max_tokens,
-                                   std::numeric_limits<uint64_t>::max())
+                                   std::numeric_limits<uint64_t>::max(), options.budget)
              : BatchLayout::Fixed(0, n, batch, /*drop_partial=*/false);
   BatchLayout main;
   if (!tokens) {
@@ -189,7 +271,7 @@ Result<EpochPlan> EpochPlan::Make(uint64_t n, std::span<const uint64_t> lengths,
     main = from_zero.Suffix(p == n ? from_zero.size() : g);
   } else {
     main = BatchLayout::Tokens(n, sample_at, lengths, p, options.max_tokens,
-                               std::numeric_limits<uint64_t>::max());
+                               std::numeric_limits<uint64_t>::max(), options.budget);
   }
   const uint64_t units = main.size();
   plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
@@ -227,6 +309,15 @@ void EpochPlan::AppendBatchSamples(uint64_t k, std::vector<uint64_t>* out) const
   uint64_t begin = 0;
   uint64_t end = 0;
   UnitRange(k * options_.world_size + options_.rank, &begin, &end);
+  if (bucketed_) {  // a unit lies inside one window of S
+    if (begin == end) return;
+    const uint64_t m = bucketed_->rule().window;
+    const uint64_t w = begin / m;
+    const std::shared_ptr<const BucketWindow> window = bucketed_->Window(this, w);
+    out->insert(out->end(), window->samples.begin() + static_cast<std::ptrdiff_t>(begin - w * m),
+                window->samples.begin() + static_cast<std::ptrdiff_t>(end - w * m));
+    return;
+  }
   if (!perm_) {
     if (options_.shuffle) {
       for (uint64_t p = begin; p < end; ++p) out->push_back(v2_.At(p));

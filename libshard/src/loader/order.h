@@ -16,11 +16,33 @@
 //    - single samples (batch_size 0 or 1): unit g = { P[p + g] };
 //    - fixed batches (batch_size B > 1): unit g = P[p + gB, min(p + (g+1)B, N)); the last,
 //      partial unit is kept unless drop_last;
-//    - token batches (max_tokens T > 0): greedy over P from p: a unit takes samples while its
-//      summed length stays <= T; the sample that would overflow starts the next unit. A single
-//      sample longer than T forms a unit of its own (or is an InvalidArgument error with
+//    - token batches (max_tokens T > 0): greedy over P from p: a unit takes samples while it
+//      stays within T, the sample that would overflow starting the next unit. "Within T" is
+//      the budget rule (PlanOptions::budget): kSum, the summed length <= T; kPadded, the unit's
+//      sample count x its longest length <= T (what a padded batch occupies). A single sample
+//      longer than T forms a unit of its own (or is an InvalidArgument error with
 //      oversized = kError). Lengths of 0 count as 0 tokens.
 //    Units are built GLOBALLY, so which samples are batched together does not depend on W.
+//
+// 2a. Length-aware batching (bucket_window > 0, with fixed or token batches). P is replaced by
+//    the sequence S defined window by window, and 2. is then applied to S with every unit
+//    staying inside its window:
+//    - M = bucket_window, rounded up to a multiple of B for fixed batches
+//      (EffectiveBucketWindow in loader/bucketing.h); window w holds positions
+//      [wM, min(N, (w+1)M)) of P, and its samples fill the same positions of S.
+//    - Inside a window, the samples are sorted by (length, sample index) ascending, and that
+//      sorted list is cut into units by the rules of 2. (fixed: consecutive groups of B, the
+//      last one shorter only in the epoch's last window; token: the greedy budget rule).
+//    - When shuffled, the window's units are permuted: Fisher-Yates as in EpochPermutation
+//      (for i = u-1 down to 1: j = Below(i + 1); swap), with the generator state
+//      Mix(Mix(Mix(seed) + epoch) ^ Mix(w + 0x6275636B65747321)), over all of the window's u
+//      units except, with fixed batches, a shorter last unit, which stays last. Unshuffled
+//      (shuffle off), units stay in ascending length.
+//    - S is the window's units laid out one after the other in that order. Unit boundaries of
+//      S are those of the windows' units; a resume position p that is not one (a state saved
+//      under other batching) starts with the rest of the unit holding p.
+//    The generator of a window depends on (seed, epoch, w) only, so S, like P, does not
+//    depend on W, and a window's units can be recomputed from O(1) state.
 //
 // 3. Striping. With G units from p and W ranks, rank r's k-th step is unit g = kW + r.
 //    Every rank gets the same number of steps:
@@ -114,11 +136,6 @@ class ShuffleV2 {
 // evaluated at every position for 2. For tests and tools; the loader never builds it for v2.
 std::vector<uint64_t> EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, uint32_t order);
 
-enum class OversizedSample : uint32_t {
-  kOwnBatch = 0,  // a sample longer than max_tokens becomes a batch of its own
-  kError = 1,     // EpochPlan::Make fails naming the sample and its length
-};
-
 struct PlanOptions {
   bool shuffle = true;
   uint64_t seed = 0;
@@ -129,18 +146,23 @@ struct PlanOptions {
   uint64_t batch_size = 0;      // 0 or 1: single samples; > 1: fixed-size batches
   uint64_t max_tokens = 0;      // > 0: token-budget batches (exclusive with batch_size > 1)
   OversizedSample oversized = OversizedSample::kOwnBatch;
+  TokenBudget budget = TokenBudget::kSum;  // the rule of max_tokens (section 2); kAuto = kSum
+  uint64_t bucket_window = 0;   // > 0: length-aware batching (section 2a)
   uint64_t start_position = 0;  // LoaderState::position to resume from; 0..n
   uint32_t order = kOrderLatest;  // order version (1 or 2) of a shuffled epoch; see section 1.
 };
 
-// The PlanOptions a Loader built with `options` uses for its first epoch: order, batching and
-// drop_last from `options`; seed, epoch, order version and start_position from options.resume
+// The PlanOptions a Loader built with `options` uses for its first epoch: order, batching
+// (the budget kAuto resolved: kPadded with Collate::kPad, else kSum), bucketing and drop_last
+// from `options`; seed, epoch, order version and start_position from options.resume
 // when set, else options.seed, options.epoch, options.order and 0. (SetEpoch(e): set .epoch = e
 // and .start_position = 0.)
 PlanOptions PlanOptionsFor(const LoaderOptions& options);
 
 // One rank's view of one epoch. Immutable after Make; copies share the permutation; all const
 // methods are thread-safe.
+class BucketedSequence;  // section 2a's S (order.cc)
+
 class EpochPlan {
  public:
   // `lengths` holds every sample's token length (size n) and is needed only for max_tokens > 0;
@@ -151,8 +173,15 @@ class EpochPlan {
   // pass over P (ShuffleV2::At per position) keeps only the unit bounds, 8 bytes per global
   // batch (twice when a resume off the epoch's unit boundaries needs a second layout); the
   // caller's lengths (8n) remain the caller's.
+  // With bucket_window > 0 the plan keeps the lengths (to recompute a window's units on demand,
+  // a few windows cached): Make copies them, MakeSharingLengths shares them (null: none).
+  // Memory under 2a: 8 bytes per global unit plus the lengths; a window's sort costs
+  // O(M log M) once per window and is cached, so a plan walks an epoch in O(N log M).
   static Result<EpochPlan> Make(uint64_t n, std::span<const uint64_t> lengths,
                                 const PlanOptions& options);
+  static Result<EpochPlan> MakeSharingLengths(
+      uint64_t n, std::shared_ptr<const std::vector<uint64_t>> lengths,
+      const PlanOptions& options);
 
   // The plan of rank `rank` (< world_size) of the same epoch, world and resume position: O(1), it
   // shares the permutation and the units (what Make would build for that rank, at no cost; for
@@ -176,11 +205,18 @@ class EpochPlan {
 
   // Global units from start_position (before drop/padding), and the permutation itself.
   uint64_t global_units() const { return main_->size(); }
-  // The sample at position i of P (i < size()), in O(1) for every order.
+  // The sample at position i of the epoch's sequence (i < size()): P, or S under 2a. O(1) for
+  // every order without bucketing; under 2a, O(1) within a cached window.
   uint64_t SampleAt(uint64_t i) const {
+    if (bucketed_) return BucketedSampleAt(i);
+    return BaseAt(i);
+  }
+  // The sample at position i of P (section 1).
+  uint64_t BaseAt(uint64_t i) const {
     return perm_ ? (*perm_)[i] : options_.shuffle ? v2_.At(i) : i;
   }
-  // Materialized only for order 1 when shuffled; empty otherwise (use SampleAt).
+  // P materialized, only for order 1 when shuffled; empty otherwise (use BaseAt). Under 2a
+  // this is P, not S.
   std::span<const uint64_t> permutation() const {
     return perm_ ? std::span<const uint64_t>(*perm_) : std::span<const uint64_t>();
   }
@@ -189,8 +225,13 @@ class EpochPlan {
 
  private:
   EpochPlan() = default;
-  // Global unit index g (from start_position, padding included) -> [begin, end) in P.
+  // `shared` holds `lengths` when bucketing keeps them (else null).
+  static Result<EpochPlan> MakeImpl(uint64_t n, std::span<const uint64_t> lengths,
+                                    std::shared_ptr<const std::vector<uint64_t>> shared,
+                                    const PlanOptions& options);
+  // Global unit index g (from start_position, padding included) -> [begin, end) in P (S).
   void UnitRange(uint64_t g, uint64_t* begin, uint64_t* end) const;
+  uint64_t BucketedSampleAt(uint64_t i) const;
 
   PlanOptions options_;
   uint64_t n_ = 0;
@@ -198,6 +239,7 @@ class EpochPlan {
   uint64_t epoch_steps_ = 0;
   std::shared_ptr<const std::vector<uint64_t>> perm_;  // order 1 shuffled only
   ShuffleV2 v2_;                                       // order 2 shuffled
+  std::shared_ptr<BucketedSequence> bucketed_;         // section 2a (shared, internally locked)
   // Shared by copies (ForRank): units from start_position, and units from 0 used cyclically for
   // padding (empty when none is needed).
   std::shared_ptr<const BatchLayout> main_;

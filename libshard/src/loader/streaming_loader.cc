@@ -62,9 +62,10 @@ Status StreamingLoader::Init() {
     }
     field_indices.push_back(*f);
   }
-  if (options_.max_tokens > 0) {
-    lengths_ = dataset_->lengths();
-    for (uint64_t& l : lengths_) l = ClippedLength(l, options_.max_len);
+  if (options_.max_tokens > 0 || options_.bucket_window > 0) {
+    std::vector<uint64_t> lengths = dataset_->lengths();
+    for (uint64_t& l : lengths) l = ClippedLength(l, options_.max_len);
+    lengths_ = std::make_shared<const std::vector<uint64_t>>(std::move(lengths));
   }
 
   memory::ArenaOptions arena_options;
@@ -92,7 +93,7 @@ Status StreamingLoader::Init() {
 
 Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   LIBSHARD_ASSIGN_OR_RETURN(EpochPlan plan,
-                            EpochPlan::Make(dataset_->size(), lengths_, plan_options));
+                            EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
   {
     std::lock_guard<std::mutex> lock(window_.mu);
     window_.Reset(std::move(plan));
@@ -123,7 +124,35 @@ uint64_t StreamingLoader::DatasetFootprint() const {
   return total;
 }
 
-Result<std::optional<Batch>> StreamingLoader::Next() { return consumer_->Next(); }
+Result<std::optional<Batch>> StreamingLoader::Next() {
+  Result<std::optional<Batch>> next = consumer_->Next();
+  if (next.ok() && next.value().has_value()) {
+    const Batch& batch = *next.value();
+    if (batch.collated.has_value() || batch.samples.size() > 1 || options_.batch_size > 1 ||
+        options_.max_tokens > 0) {
+      uint64_t count = 0;
+      uint64_t longest = 0;
+      uint64_t tokens = 0;
+      const auto add = [&](uint64_t len) {
+        ++count;
+        longest = std::max(longest, len);
+        tokens += len;
+      };
+      if (batch.collated.has_value()) {
+        for (const int64_t len : batch.collated->lengths) add(static_cast<uint64_t>(len));
+      } else {
+        for (const Sample& sample : batch.samples) add(SampleLength(sample.index()));
+      }
+      diagnostics_.OnBatchShape(count, longest, tokens);
+    }
+  }
+  return next;
+}
+
+uint64_t StreamingLoader::SampleLength(uint64_t index) const {
+  if (lengths_ != nullptr && index < lengths_->size()) return (*lengths_)[index];
+  return ClippedLength(dataset_->length(index), options_.max_len);
+}
 
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
   if (window_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");

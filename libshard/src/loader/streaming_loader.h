@@ -45,10 +45,13 @@ class StreamingLoader final : public Loader {
   // Replaces the plan and starts the scheduler on it; the pipeline must be stopped.
   Status StartEpoch(const PlanOptions& plan_options);
   uint64_t DatasetFootprint() const;
+  // Sample `index`'s length as delivered (clipped to max_len), for the padding stats.
+  uint64_t SampleLength(uint64_t index) const;
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
-  std::vector<uint64_t> lengths_;  // clipped to max_len, for token batching
+  // Every sample's length clipped to max_len, for token batching and bucketing (else null).
+  std::shared_ptr<const std::vector<uint64_t>> lengths_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the window they use.
   LoaderDiagnostics diagnostics_;
