@@ -38,6 +38,22 @@ LoaderState StateFromPython(const py::handle& obj) {
       state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
     }
   }
+  // A state saved before length-aware batching has no "bucketing" (or None): window 0.
+  if (d.contains("bucketing") && !d["bucketing"].is_none()) {
+    if (!py::isinstance<py::dict>(d["bucketing"]))
+      kOptions.Bad("resume.bucketing", "must be a dict from state() or None");
+    py::dict b = d["bucketing"];
+    for (const char* key : {"window", "batch_size", "max_tokens", "budget"})
+      if (!b.contains(key))
+        kOptions.Bad("resume.bucketing", std::string("misses the key '") + key + "'");
+    state.bucketing.window = kOptions.Unsigned("resume.bucketing.window", b["window"]);
+    state.bucketing.batch_size = kOptions.U32("resume.bucketing.batch_size", b["batch_size"]);
+    state.bucketing.max_tokens = kOptions.Unsigned("resume.bucketing.max_tokens", b["max_tokens"]);
+    Result<TokenBudget> budget =
+        ParseTokenBudget(kOptions.Get<std::string>("resume.bucketing.budget", b["budget"]));
+    if (!budget.ok()) kOptions.Bad("resume.bucketing.budget", budget.status().message());
+    state.bucketing.budget = *budget;
+  }
   return state;
 }
 
@@ -50,6 +66,16 @@ py::dict StateToPython(const LoaderState& state) {
   py::list skipped;
   for (uint64_t s : state.skipped) skipped.append(s);
   out["skipped"] = std::move(skipped);
+  if (state.bucketing.window == 0) {
+    out["bucketing"] = py::none();
+  } else {
+    py::dict b;
+    b["window"] = state.bucketing.window;
+    b["batch_size"] = state.bucketing.batch_size;
+    b["max_tokens"] = state.bucketing.max_tokens;
+    b["budget"] = state.bucketing.budget == TokenBudget::kPadded ? "padded" : "sum";
+    out["bucketing"] = std::move(b);
+  }
   return out;
 }
 
@@ -70,6 +96,15 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
     else if (key == "max_len") o.max_len = kOptions.Unsigned(key, v);
     else if (key == "batch_size") o.batch_size = kOptions.U32(key, v);
     else if (key == "max_tokens") o.max_tokens = kOptions.Unsigned(key, v);
+    else if (key == "token_budget") {
+      Result<TokenBudget> parsed = ParseTokenBudget(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.token_budget = *parsed;
+    } else if (key == "oversized") {
+      Result<OversizedSample> parsed = ParseOversizedSample(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.oversized = *parsed;
+    } else if (key == "bucket_window") o.bucket_window = kOptions.Unsigned(key, v);
     else if (key == "memory_budget") o.memory_budget = kOptions.Unsigned(key, v);
     else if (key == "queue_depth") o.queue_depth = kOptions.U32(key, v);
     else if (key == "read_size") o.read_size = kOptions.Unsigned(key, v);
@@ -131,6 +166,9 @@ py::dict StatsToPython(const LoaderStats& s) {
   out["checksum_failures"] = s.checksum_failures;
   out["samples_skipped"] = s.samples_skipped;
   out["samples_repeated"] = s.samples_repeated;
+  out["batch_positions"] = s.batch_positions;
+  out["padding_positions"] = s.padding_positions;
+  out["padding_share"] = s.padding_share;
   return out;
 }
 

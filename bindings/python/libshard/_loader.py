@@ -100,8 +100,21 @@ class Loader:
       drop_last: drop the tail instead of padding by wrap-around (and drop a last partial batch).
       fields: read only these tensors (less I/O).
       max_len: read only the first ``max_len`` positions along each field's sequence dimension.
-      max_tokens: token-budget batches (from the index lengths; no I/O to plan them).
+      max_tokens: token-budget batches (from the index lengths; no I/O to plan them). The
+        budget bounds what a batch occupies: with ``collate="pad"`` the batch's sample count x
+        its longest length (the padded tensor), otherwise the summed lengths (``token_budget``
+        overrides: ``"sum"`` or ``"padded"``). A sample longer than ``max_tokens`` (after
+        ``max_len``) is a batch of its own, the one batch over the budget, unless
+        ``oversized="error"``, which refuses such a dataset at once naming the sample (or clip
+        with ``max_len``).
       collate: see above.
+      bucket_window: length-aware batching: samples of similar length are batched together
+        inside consecutive windows of this many samples of the shuffled order, and each
+        window's batches are shuffled (``libshard/src/loader/order.h``, section 2a). Exact-once,
+        equal steps per rank and resume on another world size hold as without it. ``"auto"``
+        (default): on (4096 samples) with ``collate="pad"`` and batches, where padding costs GPU
+        work, off otherwise; ``None`` or 0: off. Padding shows in ``stats()["padding_share"]``
+        and, from the index alone, in ``libshard info --batches``.
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
@@ -142,6 +155,9 @@ class Loader:
                  max_len: Optional[int] = None,
                  max_tokens: Optional[int] = None,
                  collate: Collate = None,
+                 bucket_window: Union[int, str, None] = "auto",
+                 token_budget: str = "auto",
+                 oversized: str = "batch",
                  memory_budget: Union[int, str] = "2GiB",
                  verify: Optional[bool] = None,
                  on_error: str = "raise",
@@ -177,6 +193,12 @@ class Loader:
         if isinstance(order, bool) or order not in (1, 2):
             raise InvalidArgumentError(
                 f"order must be 1 or 2 (the shuffle's version), got {order!r}")
+        if token_budget not in ("auto", "sum", "padded"):
+            raise InvalidArgumentError(
+                f"token_budget must be 'auto', 'sum' or 'padded', got {token_budget!r}")
+        if oversized not in ("batch", "error"):
+            raise InvalidArgumentError(f"oversized must be 'batch' or 'error', got {oversized!r}")
+        bucket = self._bucket_window(bucket_window, collate, batch_size, max_tokens)
         if on_error not in ("raise", "skip"):
             raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if isinstance(fields, str):
@@ -203,6 +225,10 @@ class Loader:
             "max_len": max_len or 0,
             "batch_size": batch_size or 0,
             "max_tokens": max_tokens or 0,
+            "token_budget": "padded" if token_budget == "auto" and self._pads(collate)
+                            else ("sum" if token_budget == "auto" else token_budget),
+            "oversized": oversized,
+            "bucket_window": bucket,
             "memory_budget": parse_bytes(memory_budget, "memory_budget"),
             "queue_depth": queue_depth,
             "read_size": parse_bytes(read_size, "read_size"),
@@ -224,6 +250,31 @@ class Loader:
         self._exhausted = False
 
     # -- configuration ---------------------------------------------------------------------
+    #: Samples per window of length-aware batching when ``bucket_window="auto"`` turns it on.
+    AUTO_BUCKET_WINDOW = 4096
+
+    @staticmethod
+    def _pads(collate: Collate) -> bool:
+        return collate == "pad" or collate is pad_collate
+
+    @classmethod
+    def _bucket_window(cls, bucket_window: Union[int, str, None], collate: Collate,
+                       batch_size: Optional[int], max_tokens: Optional[int]) -> int:
+        batched = (batch_size is not None and batch_size > 1) or max_tokens is not None
+        if bucket_window == "auto":
+            return cls.AUTO_BUCKET_WINDOW if batched and cls._pads(collate) else 0
+        if bucket_window is None or bucket_window == 0:
+            return 0
+        if isinstance(bucket_window, bool) or not isinstance(bucket_window, int) or \
+                bucket_window < 0:
+            raise InvalidArgumentError(f"bucket_window must be 'auto', a number of samples or "
+                                       f"None, got {bucket_window!r}")
+        if not batched:
+            raise InvalidArgumentError(
+                f"bucket_window={bucket_window} groups samples into batches of similar length: "
+                "give batch_size > 1 or max_tokens as well, or leave bucket_window unset")
+        return bucket_window
+
     def _make_collate(self, collate: Collate) -> Optional[Callable[[List[Dict[str, Any]]], Any]]:
         schema = self._dataset.schema
         if collate is None:
@@ -374,16 +425,19 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands, after the last step returned: ``{"seed", "epoch",
-        "position", "skipped", "order"}`` (ints and a list of ints; ``order`` is the shuffle's
-        version). After a completed epoch it points at the start of the next one. The same on
+        "position", "skipped", "order", "bucketing"}`` (ints, a list of ints, and ``None`` or a
+        small dict of ints and a string; ``order`` is the shuffle's version, ``bucketing`` how
+        length-aware batching cut the epoch, which a resume inside the epoch keeps). After a completed epoch it points at the start of the next one. The same on
         every rank after the same number of steps."""
         state = self._require_core().state()
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": [], "order": state["order"]}
+                     "skipped": [], "order": state["order"], "bucketing": None}
+        bucketing = state.get("bucketing")
         return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
                 "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
-                "order": int(state["order"])}
+                "order": int(state["order"]),
+                "bucketing": dict(bucketing) if bucketing is not None else None}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
@@ -401,7 +455,8 @@ class Loader:
         options["resume"] = {"seed": state["seed"], "epoch": state["epoch"],
                              "position": state["position"],
                              "skipped": list(state.get("skipped", [])),
-                             "order": state.get("order", 1)}
+                             "order": state.get("order", 1),
+                             "bucketing": state.get("bucketing")}
         new_core = _core.Loader(self._dataset._core, options)
         self.close()
         self._core = new_core

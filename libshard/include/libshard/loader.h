@@ -80,6 +80,21 @@ struct LoaderState {
   // before order versions existed has none and resumes onto the version 1 order exactly; a
   // Loader's state() always sets it.
   uint32_t order = 1;
+  // How the epoch's sequence was cut by length-aware batching (LoaderOptions::bucket_window;
+  // loader/order.h section 2a). window 0: no bucketing, the sequence is the shuffled order
+  // itself. A resume in the middle of an epoch keeps the epoch's sequence, so that every sample
+  // is still delivered exactly once: a state with window 0 continues the epoch without
+  // bucketing (the loader's bucket_window applies from the next epoch); one with window > 0
+  // needs the same bucket_window, batch_size, max_tokens and budget (Loader::Create says which
+  // differs). A state saved before bucketing existed has window 0.
+  struct Bucketing {
+    uint64_t window = 0;
+    uint32_t batch_size = 0;
+    uint64_t max_tokens = 0;
+    TokenBudget budget = TokenBudget::kSum;  // resolved: kSum or kPadded
+    bool operator==(const Bucketing&) const = default;
+  };
+  Bucketing bucketing;
   bool operator==(const LoaderState&) const = default;
 };
 

@@ -144,7 +144,22 @@ PlanOptions PlanOptionsFor(const LoaderOptions& options) {
                     ? (options.collate == Collate::kPad ? TokenBudget::kPadded : TokenBudget::kSum)
                     : options.token_budget;
   plan.bucket_window = options.bucket_window;
+  // A resume inside an epoch whose sequence had no bucketing continues without it (section
+  // 2a; LoaderState::bucketing). One with bucketing has the same rule (Loader::Create checks).
+  if (options.resume && options.resume->position > 0 && options.resume->bucketing.window == 0)
+    plan.bucket_window = 0;
   return plan;
+}
+
+LoaderState::Bucketing BucketingOf(const PlanOptions& plan) {
+  LoaderState::Bucketing b;
+  if (plan.bucket_window == 0) return b;
+  b.window = plan.bucket_window;
+  b.batch_size = static_cast<uint32_t>(plan.batch_size);
+  b.max_tokens = plan.max_tokens;
+  b.budget = plan.max_tokens > 0 && plan.budget == TokenBudget::kPadded ? TokenBudget::kPadded
+                                                                          : TokenBudget::kSum;
+  return b;
 }
 
 // Section 2a's S: windows of the base order made on demand, the last few kept. Shared by the

@@ -157,7 +157,11 @@ struct PlanOptions {
 // from `options`; seed, epoch, order version and start_position from options.resume
 // when set, else options.seed, options.epoch, options.order and 0. (SetEpoch(e): set .epoch = e
 // and .start_position = 0.)
+// With a resume inside an epoch, bucketing follows the state (LoaderState::bucketing).
 PlanOptions PlanOptionsFor(const LoaderOptions& options);
+
+// The LoaderState::bucketing of an epoch planned with `plan` (window 0 without bucketing).
+LoaderState::Bucketing BucketingOf(const PlanOptions& plan);
 
 // One rank's view of one epoch. Immutable after Make; copies share the permutation; all const
 // methods are thread-safe.

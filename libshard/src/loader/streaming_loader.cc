@@ -80,6 +80,7 @@ Status StreamingLoader::Init() {
   diagnostics_.SetSnapshot([this] { return stats(); });
 
   const PlanOptions plan_options = PlanOptionsFor(options_);
+  LIBSHARD_RETURN_IF_ERROR(CheckResumeBucketing(plan_options));
   LoaderState state;
   state.seed = plan_options.seed;
   state.epoch = plan_options.epoch;
@@ -163,6 +164,7 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
   plan_options.order = current.order;
   plan_options.epoch = epoch;
   plan_options.start_position = 0;
+  plan_options.bucket_window = options_.bucket_window;  // a resumed epoch's rule ends with it
   {
     std::lock_guard<std::mutex> lock(window_.mu);
     consumer_->OnNewEpochLocked(epoch);
@@ -170,7 +172,34 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
   return StartEpoch(plan_options);
 }
 
-LoaderState StreamingLoader::state() const { return consumer_->state(); }
+LoaderState StreamingLoader::state() const {
+  LoaderState state = consumer_->state();
+  std::lock_guard<std::mutex> lock(window_.mu);
+  state.bucketing = BucketingOf(window_.plan->options());
+  return state;
+}
+
+Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
+  if (!options_.resume || options_.resume->position == 0 ||
+      options_.resume->position >= dataset_->size())
+    return Status::OK();
+  const LoaderState::Bucketing& saved = options_.resume->bucketing;
+  const LoaderState::Bucketing now = BucketingOf(plan);
+  if (saved.window == 0 || saved == now) return Status::OK();
+  const auto describe = [](const LoaderState::Bucketing& b) {
+    if (b.window == 0) return std::string("no bucketing");
+    return "bucket_window " + std::to_string(b.window) +
+           (b.max_tokens > 0 ? ", max_tokens " + std::to_string(b.max_tokens) +
+                                   (b.budget == TokenBudget::kPadded ? " (padded)" : " (summed)")
+                             : ", batch_size " + std::to_string(b.batch_size));
+  };
+  return Status::InvalidArgument(
+      "resume: the saved epoch " + std::to_string(options_.resume->epoch) +
+      " was batched by length with " + describe(saved) + ", this loader asks for " +
+      describe(now) + "; the remaining samples of that epoch are defined by its batching, so "
+      "resume with the saved settings until the epoch ends, or start the next epoch (position "
+      "0) with the new ones");
+}
 
 uint64_t StreamingLoader::batches_per_epoch() const {
   std::lock_guard<std::mutex> lock(window_.mu);

@@ -45,6 +45,8 @@ class StreamingLoader final : public Loader {
   // Replaces the plan and starts the scheduler on it; the pipeline must be stopped.
   Status StartEpoch(const PlanOptions& plan_options);
   uint64_t DatasetFootprint() const;
+  // InvalidArgument when a resume inside an epoch batched by length asks for other batching.
+  Status CheckResumeBucketing(const PlanOptions& plan) const;
   // Sample `index`'s length as delivered (clipped to max_len), for the padding stats.
   uint64_t SampleLength(uint64_t index) const;
 
