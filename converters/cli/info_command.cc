@@ -1,13 +1,19 @@
-// `libshard info DIR [--json]`: schema, counts, sizes, length histogram, provenance summary.
+// `libshard info DIR [--json] [--batches SPEC]`: schema, counts, sizes, length histogram,
+// provenance summary; with --batches, what the loader's batching makes of the dataset (padding,
+// largest batch), planned from the index lengths alone.
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/command.h"
 #include "libshard/dataset.h"
+#include "libshard/loader.h"
+#include "libshard/text.h"
 #include "pack/option_parsing.h"
 
 namespace libshard::cli {
@@ -16,7 +22,147 @@ namespace {
 struct InfoArgs {
   std::string dir;
   bool json = false;
+  std::string batches;  // --batches SPEC
 };
+
+// One row of --batches: a label (the Python Loader settings that give it) and the options.
+struct BatchingRow {
+  std::string label;
+  LoaderOptions options;
+};
+
+Result<uint64_t> ParseCount(std::string_view key, std::string_view value) {
+  uint64_t v = 0;
+  if (value.empty()) return Status::InvalidArgument(std::string(key) + "= needs a number");
+  for (const char c : value) {
+    if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10)
+      return Status::InvalidArgument(std::string(key) + "=" + std::string(value) +
+                                     " is not a number of samples or tokens");
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return v;
+}
+
+// SPEC: comma-separated key=value with max_tokens or batch_size, and optionally budget
+// (sum|padded), bucket_window, world_size, max_len, seed, epoch, shuffle (0|1), order.
+// Without budget and bucket_window, the three settings users choose between are compared.
+Result<std::vector<BatchingRow>> ParseBatchesSpec(std::string_view spec) {
+  LoaderOptions base;
+  bool budget_given = false;
+  bool window_given = false;
+  for (std::string_view rest = spec; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    const std::string_view item = TrimBlanks(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return Status::InvalidArgument("--batches: '" + std::string(item) +
+                                     "' is not key=value (e.g. max_tokens=8192)");
+    const std::string_view key = TrimBlanks(item.substr(0, eq));
+    const std::string_view value = TrimBlanks(item.substr(eq + 1));
+    if (key == "budget") {
+      LIBSHARD_ASSIGN_OR_RETURN(base.token_budget, ParseTokenBudget(value));
+      budget_given = true;
+      continue;
+    }
+    LIBSHARD_ASSIGN_OR_RETURN(const uint64_t v, ParseCount(key, value));
+    if (key == "max_tokens") base.max_tokens = v;
+    else if (key == "batch_size") base.batch_size = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
+    else if (key == "bucket_window") base.bucket_window = v, window_given = true;
+    else if (key == "world_size") base.world_size = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
+    else if (key == "max_len") base.max_len = v;
+    else if (key == "seed") base.seed = v;
+    else if (key == "epoch") base.epoch = v;
+    else if (key == "shuffle") base.shuffle = v != 0;
+    else if (key == "order") base.order = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
+    else
+      return Status::InvalidArgument(
+          "--batches: unknown key '" + std::string(key) +
+          "'; use max_tokens, batch_size, budget, bucket_window, world_size, max_len, seed, "
+          "epoch, shuffle, order");
+  }
+  if (base.max_tokens == 0 && base.batch_size <= 1)
+    return Status::InvalidArgument("--batches needs max_tokens=N or batch_size=N (> 1)");
+  if (budget_given || window_given) return std::vector<BatchingRow>{{"as given", base}};
+  std::vector<BatchingRow> rows;
+  if (base.max_tokens > 0) {
+    BatchingRow sum{"collate=\"pack\" (summed budget)", base};
+    sum.options.token_budget = TokenBudget::kSum;
+    rows.push_back(sum);
+  }
+  BatchingRow padded{"collate=\"pad\", bucket_window=None", base};
+  padded.options.token_budget = TokenBudget::kPadded;
+  rows.push_back(padded);
+  BatchingRow bucketed{"collate=\"pad\" (bucket_window 4096)", base};
+  bucketed.options.token_budget = TokenBudget::kPadded;
+  bucketed.options.bucket_window = 4096;
+  rows.push_back(bucketed);
+  return rows;
+}
+
+Result<nlohmann::json> DescribeBatches(const Dataset& ds, std::string_view spec) {
+  LIBSHARD_ASSIGN_OR_RETURN(const std::vector<BatchingRow> rows, ParseBatchesSpec(spec));
+  auto out = nlohmann::json::array();
+  for (const BatchingRow& row : rows) {
+    Result<BatchingSummary> s = SummarizeBatching(ds, row.options);
+    if (!s.ok()) return s.status().WithContext("--batches");
+    const LoaderOptions& o = row.options;
+    out.push_back({{"label", row.label},
+                   {"max_tokens", o.max_tokens},
+                   {"batch_size", o.batch_size},
+                   {"budget", o.token_budget == TokenBudget::kPadded ? "padded" : "sum"},
+                   {"bucket_window", o.bucket_window},
+                   {"world_size", o.world_size},
+                   {"max_len", o.max_len},
+                   {"batches", s->batches},
+                   {"steps_per_rank", s->steps_per_rank},
+                   {"samples", s->samples},
+                   {"tokens", s->tokens},
+                   {"positions", s->positions},
+                   {"padding_share", s->padding_share},
+                   {"largest_positions", s->largest_positions},
+                   {"largest_tokens", s->largest_tokens},
+                   {"oversized_batches", s->oversized_batches}});
+  }
+  return out;
+}
+
+void PrintBatches(const nlohmann::json& rows) {
+  if (rows.empty()) return;
+  const auto& first = rows[0];
+  std::printf("batches      %s, world_size %llu%s, epoch planned from the index lengths\n",
+              first["max_tokens"].get<uint64_t>() > 0
+                  ? ("max_tokens " + std::to_string(first["max_tokens"].get<uint64_t>())).c_str()
+                  : ("batch_size " + std::to_string(first["batch_size"].get<uint64_t>())).c_str(),
+              first["world_size"].get<unsigned long long>(),
+              first["max_len"].get<uint64_t>() > 0
+                  ? (", max_len " + std::to_string(first["max_len"].get<uint64_t>())).c_str()
+                  : "");
+  std::printf("  %-38s %9s %8s %9s %8s %14s %9s\n", "setting", "batches", "steps", "samples/b",
+              "padding", "largest batch", "oversized");
+  for (const auto& r : rows) {
+    const uint64_t batches = r["batches"].get<uint64_t>();
+    const bool padded = r["budget"].get<std::string>() == "padded";
+    const bool tokens = r["max_tokens"].get<uint64_t>() > 0;
+    const std::string label =
+        r["label"].get<std::string>() != "as given" ? r["label"].get<std::string>()
+        : tokens ? std::string("budget ") + r["budget"].get<std::string>() + ", bucket_window " +
+                       std::to_string(r["bucket_window"].get<uint64_t>())
+                 : "bucket_window " + std::to_string(r["bucket_window"].get<uint64_t>());
+    // The largest batch as its budget counts it: packed tokens, or padded positions.
+    const uint64_t largest = tokens && !padded ? r["largest_tokens"].get<uint64_t>()
+                                               : r["largest_positions"].get<uint64_t>();
+    std::printf("  %-38s %9llu %8llu %9.1f %7.1f%% %14llu %9llu\n", label.c_str(),
+                static_cast<unsigned long long>(batches),
+                r["steps_per_rank"].get<unsigned long long>(),
+                batches ? static_cast<double>(r["samples"].get<uint64_t>()) / batches : 0.0,
+                100.0 * r["padding_share"].get<double>(), static_cast<unsigned long long>(largest),
+                r["oversized_batches"].get<unsigned long long>());
+  }
+  std::printf("  (padding: positions a padded batch wastes; largest batch: its tokens under a "
+              "summed budget, samples x longest length under a padded one)\n");
+}
 
 // Power-of-two length buckets [lo, hi): 0, 1, 2-3, 4-7, ...
 nlohmann::json LengthStats(const std::vector<uint64_t>& lengths) {
@@ -187,12 +333,18 @@ int RunInfo(const InfoArgs& a) {
   if (!ds.ok()) return Fail("info", ds.status());
   auto j = Describe(**ds);
   if (!j.ok()) return Fail("info", j.status());
+  if (!a.batches.empty()) {
+    Result<nlohmann::json> batches = DescribeBatches(**ds, a.batches);
+    if (!batches.ok()) return Fail("info", batches.status());
+    (*j)["batches"] = *std::move(batches);
+  }
   if (a.json) {
     // Names, sources and provenance are raw bytes (FORMAT.md §1), not always UTF-8: invalid
     // sequences are replaced (U+FFFD) rather than failing the whole output.
     std::printf("%s\n", j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     PrintText(*j);
+    if (j->contains("batches")) PrintBatches((*j)["batches"]);
   }
   return kExitOk;
 }
@@ -204,6 +356,12 @@ Command AddInfoCommand(CLI::App& app) {
   CLI::App* c = app.add_subcommand("info", "Describe a dataset: schema, counts, sizes, lengths, provenance");
   c->add_option("DIR", args->dir, "Dataset directory")->required();
   c->add_flag("--json", args->json, "Machine-readable output");
+  c->add_option("--batches", args->batches,
+                "Plan an epoch's batches from the index and report padding and the largest "
+                "batch: max_tokens=N or batch_size=N, optionally budget=sum|padded, "
+                "bucket_window=M, world_size=W, max_len=L, seed=S (without budget and "
+                "bucket_window the usual settings are compared)")
+      ->type_name("SPEC");
   return {c, [args] { return RunInfo(*args); }};
 }
 

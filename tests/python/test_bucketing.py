@@ -4,7 +4,9 @@ world size, and the guards of a resume whose epoch was batched otherwise."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 from pathlib import Path
 from typing import Dict, List
 
@@ -179,3 +181,49 @@ def test_bad_options(varlen_dataset):
         libshard.Loader(varlen_dataset, max_tokens=10, token_budget="most", **SMALL)
     with pytest.raises(libshard.InvalidArgumentError, match="oversized"):
         libshard.Loader(varlen_dataset, max_tokens=10, oversized="drop", **SMALL)
+
+
+def _info_batches(dataset: Path, spec: str) -> list:
+    from conftest import _cli
+    cli = _cli()
+    if cli is None:
+        pytest.skip("libshard binary not built")
+    out = subprocess.run([cli, "info", str(dataset), "--json", "--batches", spec],
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["batches"]
+
+
+def test_info_batches_plans_what_the_loader_delivers(varlen_dataset):
+    rows = _info_batches(varlen_dataset, f"max_tokens={BUDGET},seed=9")
+    assert [r["budget"] for r in rows] == ["sum", "padded", "padded"]
+    assert [r["bucket_window"] for r in rows] == [0, 0, 4096]
+    for row, collate, window in zip(rows, ["pack", "pad", "pad"], [None, None, "auto"]):
+        loader = libshard.Loader(varlen_dataset, max_tokens=BUDGET, collate=collate,
+                                 bucket_window=window, seed=9, **SMALL)
+        positions = largest = tokens = 0
+        for step in loader:
+            lengths = step["lengths"]
+            size = len(lengths) * int(lengths.max())
+            positions += size
+            tokens += int(lengths.sum())
+            largest = max(largest, size)
+        assert row["batches"] == len(loader)
+        assert row["samples"] == N
+        assert (row["positions"], row["tokens"], row["largest_positions"]) == \
+            (positions, tokens, largest)
+        assert row["padding_share"] == pytest.approx(loader.stats()["padding_share"])
+    assert rows[2]["padding_share"] < 0.10 < rows[1]["padding_share"]
+    assert rows[1]["largest_positions"] <= BUDGET < rows[0]["largest_positions"]
+
+
+def test_info_batches_bad_spec(varlen_dataset):
+    from conftest import _cli
+    cli = _cli()
+    if cli is None:
+        pytest.skip("libshard binary not built")
+    for spec, message in [("foo=1", "unknown key 'foo'"), ("max_tokens=x", "not a number"),
+                          ("bucket_window=8", "needs max_tokens=N or batch_size"),
+                          ("max_tokens=10,budget=most", "not one of auto, sum, padded")]:
+        p = subprocess.run([cli, "info", str(varlen_dataset), "--batches", spec],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and message in p.stderr, (spec, p.stderr)

@@ -239,6 +239,27 @@ struct CollatedBatch {
   std::shared_ptr<const void> memory;
 };
 
+// What the loader's batching makes of a dataset in one epoch, from the index lengths alone (no
+// sample is read): for choosing max_tokens, the budget and bucket_window before a run
+// (`libshard info --batches`). Counts cover every rank's steps, wrap-around repeats included.
+struct BatchingSummary {
+  uint64_t batches = 0;            // steps of all ranks together
+  uint64_t steps_per_rank = 0;
+  uint64_t samples = 0;            // samples in those batches
+  uint64_t tokens = 0;             // their summed lengths (clipped to max_len)
+  uint64_t positions = 0;          // summed batch size x longest length: what padding lays out
+  uint64_t padding_positions = 0;  // positions - tokens
+  double padding_share = 0;        // padding_positions / positions
+  uint64_t largest_positions = 0;  // the largest batch's size x longest length
+  uint64_t largest_tokens = 0;     // the largest batch's summed length
+  uint64_t oversized_batches = 0;  // single samples longer than max_tokens
+};
+
+// Plans epoch options.epoch (seed, shuffle, order, world_size, batching, bucketing, max_len of
+// `options`) and sums it up. InvalidArgument as Loader::Create for inconsistent options.
+// O(N) time (O(N log M) with bucket_window M); memory: the lengths and 8 bytes per batch.
+Result<BatchingSummary> SummarizeBatching(const Dataset& dataset, const LoaderOptions& options);
+
 // Samples of one step. For single-sample mode it holds one sample. With a collate, `samples` is
 // empty and `collated` holds the batch.
 struct Batch {
