@@ -40,6 +40,7 @@ StreamingLoader::StreamingLoader(std::shared_ptr<const Dataset> dataset,
 StreamingLoader::~StreamingLoader() {
   Stop();
   if (arena_ != nullptr) arena_->SetReleaseCallback(nullptr);
+  if (batch_arena_ != nullptr) batch_arena_->SetReleaseCallback(nullptr);
   scheduler_.reset();  // joins its threads and cancels the reads in flight
   std::deque<std::unique_ptr<Item>> items;
   {
@@ -69,9 +70,23 @@ Status StreamingLoader::Init() {
 
   memory::ArenaOptions arena_options;
   arena_options.pin = options_.pin_memory;
+  // With a collate, batches are copied into regions of a second arena of 1/4 of memory_budget
+  // (loader/collate_stage.h), pinned like the read arena; reads get the rest.
+  uint64_t read_budget = options_.memory_budget;
+  if (options_.collate != Collate::kNone) {
+    LIBSHARD_ASSIGN_OR_RETURN(
+        Collator collator,
+        Collator::Make(schema, options_.collate, options_.padding_value, options_.padding_values,
+                       dataset_->path()));
+    const uint64_t batch_budget = std::max<uint64_t>(options_.memory_budget / 4, kSlotAlign);
+    read_budget = std::max<uint64_t>(options_.memory_budget - batch_budget, kSlotAlign);
+    LIBSHARD_ASSIGN_OR_RETURN(batch_arena_, memory::Arena::Create(batch_budget, arena_options));
+    collate_ = std::make_unique<CollateStage>(std::move(collator), batch_arena_, options_,
+                                              &diagnostics_, &window_.stopped);
+    batch_arena_->SetReleaseCallback([stage = collate_.get()] { stage->Wake(); });
+  }
   LIBSHARD_ASSIGN_OR_RETURN(
-      arena_, memory::Arena::Create(std::min(options_.memory_budget, DatasetFootprint()),
-                                    arena_options));
+      arena_, memory::Arena::Create(std::min(read_budget, DatasetFootprint()), arena_options));
   LIBSHARD_ASSIGN_OR_RETURN(scheduler_,
                             ReadScheduler::Create(dataset_, options_, std::move(field_indices),
                                                   arena_.get(), &window_, &diagnostics_));
@@ -123,11 +138,21 @@ uint64_t StreamingLoader::DatasetFootprint() const {
   return total;
 }
 
-Result<std::optional<Batch>> StreamingLoader::Next() { return consumer_->Next(); }
+Result<std::optional<Batch>> StreamingLoader::Next() {
+  if (collate_ == nullptr) return consumer_->Next();
+  std::optional<Batch> batch;
+  if (!collate_->has_pending()) {
+    LIBSHARD_ASSIGN_OR_RETURN(batch, consumer_->Next());
+    if (!batch) return batch;
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(Batch collated, collate_->Assemble(std::move(batch)));
+  return std::optional<Batch>(std::move(collated));
+}
 
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
   if (window_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
   scheduler_->StopPipeline();
+  if (collate_ != nullptr) collate_->Drop();
   const LoaderState current = consumer_->state();
   PlanOptions plan_options = PlanOptionsFor(options_);
   plan_options.seed = current.seed;
@@ -155,6 +180,7 @@ void StreamingLoader::Stop() {
   }
   window_.ready_cv.notify_all();
   if (scheduler_ != nullptr) scheduler_->Wake();
+  if (collate_ != nullptr) collate_->Wake();
 }
 
 LoaderStats StreamingLoader::stats() const {

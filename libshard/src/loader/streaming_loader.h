@@ -3,7 +3,9 @@
 //   - the read scheduler (loader/read_scheduler.h): plan cursor, arena slots, engine, workers;
 //   - the consumer window (loader/consumer_window.h): Next(), waiting, the error policy;
 //   - diagnostics (loader/diagnostics.h): stats counters and warnings, on an injectable clock
-//     and log sink.
+//     and log sink;
+//   - with LoaderOptions::collate, the collate stage (loader/collate_stage.h): each batch copied
+//     into one region of a second, batch arena.
 // This class validates the options, sizes the arena, wires the parts together and owns the
 // epoch (SetEpoch) and the stats snapshot.
 #pragma once
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "libshard/loader.h"
+#include "loader/collate_stage.h"
 #include "loader/consumer_window.h"
 #include "loader/diagnostics.h"
 #include "loader/order.h"
@@ -56,6 +59,9 @@ class StreamingLoader final : public Loader {
   Window window_;
   std::unique_ptr<ReadScheduler> scheduler_;
   std::unique_ptr<ConsumerWindow> consumer_;
+  // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
+  std::shared_ptr<memory::Arena> batch_arena_;
+  std::unique_ptr<CollateStage> collate_;
 };
 
 }  // namespace libshard
