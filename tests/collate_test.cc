@@ -521,6 +521,42 @@ TEST(CollateLoaderTest, ConsumerHoldingEveryRegionGetsResourceExhaustedThenTheSa
   EXPECT_EQ(seen, all);
 }
 
+TEST(CollateLoaderTest, SkippedSampleMakesItsBatchSmallerAndStateRecordsIt) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 12);
+  ASSERT_NE(ds, nullptr);
+  const uint64_t bad = 5;
+  const SampleLocation loc = ds->location(bad);
+  testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + loc.stored_size / 2);
+  for (Collate mode : {Collate::kPad, Collate::kPack}) {
+    LoaderOptions o = SmallOptions();
+    o.collate = mode;
+    o.batch_size = 4;
+    o.shuffle = false;
+    o.verify_checksums = true;
+    o.on_error = OnError::kSkip;
+    auto loader = StreamingLoader::Make(ds, o, {nullptr, [](const std::string&) {}});
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    std::vector<std::vector<uint64_t>> batches;
+    while (true) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      if (!next->has_value()) break;
+      const CollatedBatch& c = *(**next).collated;
+      batches.push_back(c.indices);
+      // The batch's tensors hold only the samples delivered: lengths and shapes agree.
+      ASSERT_EQ(c.lengths.size(), c.indices.size());
+      int64_t sum = 0;
+      for (int64_t len : c.lengths) sum += len;
+      EXPECT_EQ(c.tensors[0].shape[0],
+                static_cast<uint64_t>(mode == Collate::kPack ? sum : c.indices.size()));
+    }
+    const std::vector<std::vector<uint64_t>> want = {{0, 1, 2, 3}, {4, 6, 7}, {8, 9, 10, 11}};
+    EXPECT_EQ(batches, want);
+    EXPECT_EQ((*loader)->state().skipped, std::vector<uint64_t>{bad});
+  }
+}
+
 TEST(CollateLoaderTest, BatchesOutliveTheLoader) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 6);

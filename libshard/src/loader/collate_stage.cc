@@ -66,8 +66,9 @@ Result<std::shared_ptr<std::byte>> CollateStage::AcquireRegion(uint64_t bytes, u
     if (stuck_for >= HeldMemoryTimeout()) {
       return Status::ResourceExhausted(
           what + ", and nothing was released for " + Fixed(stuck_for, 1) +
-          " s; drop references to the tensors of earlier batches before asking for the next, or "
-          "raise memory_budget");
+          " s; drop references to the tensors of earlier batches before asking for the next (a "
+          "`for batch in loader` loop still holds the previous batch then, so the batch memory "
+          "must hold two batches), or raise memory_budget");
     }
     if (!warned) {
       warned = true;
