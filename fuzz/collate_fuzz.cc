@@ -81,8 +81,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t k = 0; k < buf->size(); ++k) (*buf)[k] = static_cast<std::byte>(k * 7 + i);
     if (nbytes > kMaxFill) fillable = false;
     real_bytes += buf->size();
-    batch.emplace_back(i, std::vector<TensorView>{TensorView{kName, dtype, shape, buf->data(), nbytes}},
-                       Metadata{}, nullptr);
+    batch.emplace_back(
+        i, std::vector<TensorView>{TensorView{kName, dtype, shape, buf->data(), nbytes}},
+        Metadata{}, nullptr);
     buffers.push_back(std::move(buf));
   }
   Result<CollateLayout> layout = collator->Plan(batch);

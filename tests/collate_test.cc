@@ -266,9 +266,9 @@ TEST(CollateTest, SizesThatOverflowAreErrorsNotWraps) {
   const uint64_t huge = uint64_t{1} << 61;
   std::vector<Sample> samples;
   for (int i = 0; i < 8; ++i)
-    samples.emplace_back(i,
-                         std::vector<TensorView>{TensorView{kIds, DType::kUInt8, {huge}, dummy, huge}},
-                         Metadata{}, nullptr);
+    samples.emplace_back(
+        i, std::vector<TensorView>{TensorView{kIds, DType::kUInt8, {huge}, dummy, huge}},
+        Metadata{}, nullptr);
   Schema schema;
   schema.fields = {{"input_ids", DType::kUInt8, 1, 0}};
   schema.length_field = 0;

@@ -79,8 +79,8 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
       if (!py::isinstance<py::dict>(v)) kOptions.Bad(key, "must be a dict {field name: number}");
       for (const auto& [name, value] : py::reinterpret_borrow<py::dict>(v)) {
         if (!py::isinstance<py::str>(name)) kOptions.Bad(key, "keys must be field names (str)");
-        o.padding_values.emplace_back(py::str(name),
-                                      kOptions.Double(key + "['" + std::string(py::str(name)) + "']", value));
+        const std::string field = py::str(name);
+        o.padding_values.emplace_back(field, kOptions.Double(key + "['" + field + "']", value));
       }
     }
     else if (key == "memory_budget") o.memory_budget = kOptions.Unsigned(key, v);

@@ -89,8 +89,10 @@ Result<Batch> CollateStage::Assemble(std::optional<Batch> batch) {
   Result<std::shared_ptr<std::byte>> region =
       AcquireRegion(layout.total_bytes, batch->samples.size());
   if (!region.ok()) {
-    if (region.status().code() == StatusCode::kResourceExhausted && layout.total_bytes <= arena_->budget())
-      pending_ = std::move(batch);  // memory held by the consumer: delivered by the next call
+    // Memory held by the consumer (not a batch too large): the next call delivers this batch.
+    if (region.status().code() == StatusCode::kResourceExhausted &&
+        layout.total_bytes <= arena_->budget())
+      pending_ = std::move(batch);
     return region.status();
   }
   std::shared_ptr<std::byte> memory = std::move(*region);
