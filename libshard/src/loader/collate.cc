@@ -184,6 +184,7 @@ Result<Collator> Collator::Make(const Schema& schema, Collate mode, double paddi
     double value = padding_value;
     for (const auto& [name, v] : padding_values)
       if (name == field.name) value = v;
+    rule.pad_value = value;
     if (mode == Collate::kPad && field.seq_dim >= 0) {
       Result<uint64_t> bits = PaddingBits(field.dtype, value);
       if (!bits.ok()) {
@@ -242,6 +243,14 @@ Result<CollateLayout> Collator::Plan(std::span<const Sample> samples) const {
     if (d >= 0 && static_cast<size_t>(d) >= rank) d = -1;  // a scalar has no sequence dimension
     out.seq_dim = d;
     out.pad_bits = rule != nullptr ? rule->pad_bits : 0;
+    if (mode_ == Collate::kPad && d >= 0 && rule != nullptr && v0.dtype != rule->dtype) {
+      // Views in another dtype than the schema's (not one the loader makes): pad in theirs.
+      Result<uint64_t> bits = PaddingBits(v0.dtype, rule->pad_value);
+      if (!bits.ok())
+        return Status::InvalidArgument("field '" + rule->name + "' of " + dataset_path_ + ": " +
+                                       bits.status().message());
+      out.pad_bits = *bits;
+    }
     const size_t esize = DTypeSize(v0.dtype);
     uint64_t seq_max = 0;
     uint64_t seq_sum = 0;

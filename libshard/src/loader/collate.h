@@ -75,9 +75,8 @@ class Collator {
     std::string name;
     DType dtype = DType::kUInt8;
     int32_t seq_dim = -1;
-    uint64_t pad_bits = 0;
-    bool pad_ok = true;   // the padding value is representable in the dtype
-    std::string pad_error;
+    double pad_value = 0;
+    uint64_t pad_bits = 0;  // pad_value in `dtype`
   };
   Collator() = default;
   const FieldRule* Rule(std::string_view name) const;
