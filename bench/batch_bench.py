@@ -6,7 +6,8 @@ the first epoch of the same loader, then the second is timed), as DESIGN.md's ya
 
   fio            random O_DIRECT reads of the mean sample size, QD64, io_uring, buffers on huge
                  pages (--iomem=shmhuge): the device's limit for this access pattern
-  unbatched      libshard.Loader, one dict of zero-copy tensors per sample
+  unbatched      libshard.Loader, one dict of zero-copy tensors per sample (each loader: one
+                 untimed epoch, the page cache dropped, then --epochs timed epochs)
   pack (C++)     libshard.Loader(batch_size=32, collate="pack"): one dict per batch, assembled
                  in C++ into one region
   pad (C++)      the same with collate="pad"
@@ -179,9 +180,10 @@ def main(argv=None) -> int:
     p.add_argument("--large-samples", type=int, default=200)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--no-warm", action="store_true", help="skip the untimed warming passes")
-    p.add_argument("--large-epochs", type=int, default=3,
-                   help="epochs timed per loader on the large dataset (7 batches an epoch: one "
-                        "epoch would mostly time filling and draining the pipeline)")
+    p.add_argument("--epochs", type=int, default=3,
+                   help="epochs timed per loader (the large dataset has 7 batches an epoch, and "
+                        "an epoch of the small one lasts well under a second: one epoch would "
+                        "time mostly filling and draining the pipeline, and noise)")
     p.add_argument("--only", choices=["small", "large"])
     args = p.parse_args(argv)
 
@@ -201,9 +203,9 @@ def main(argv=None) -> int:
           "NOT root: warm page cache, fio on 4 KiB pages; figures are not the yardstick")
     rows: list = []
     if args.only in (None, "small"):
-        run("small", small, args.batch, "2GiB", rows, not args.no_warm, 1)
+        run("small", small, args.batch, "2GiB", rows, not args.no_warm, args.epochs)
     if args.only in (None, "large"):
-        run("large", large, args.batch, "2GiB", rows, not args.no_warm, args.large_epochs)
+        run("large", large, args.batch, "2GiB", rows, not args.no_warm, args.epochs)
 
     print(f"\n| dataset | reader | GB/s | × fio | CPU-s/GB | padding |")
     print("|---|---|---|---|---|---|")
