@@ -476,8 +476,38 @@ TEST(CollateLoaderTest, BatchLargerThanTheBatchMemoryIsAClearError) {
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   auto next = (*loader)->Next();
   testing::ExpectError(next.status(), StatusCode::kResourceExhausted,
-                       {"collated batch of 16 samples", "1/4 of memory_budget",
+                       {"collated batch of 16 samples", "part of memory_budget",
                         "raise memory_budget to at least", "batch_size"});
+}
+
+TEST(CollateLoaderTest, BatchMemoryGrowsForTwoLargestBatchesAndSaysWhenItCannot) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 16);  // lengths 5..135, 144 B/token
+  auto lines_for = [&](uint64_t budget, uint32_t batch_size) {
+    LoaderOptions o = SmallOptions();
+    o.memory_budget = budget;
+    o.collate = Collate::kPad;
+    o.batch_size = batch_size;
+    testing::RecordingSink sink;
+    auto loader = StreamingLoader::Make(ds, o, {nullptr, sink.AsSink()});
+    EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+    return sink.Matching("a collated batch may need up to");
+  };
+  EXPECT_TRUE(lines_for(4 << 20, 4).empty());  // 2 x 4 x 135 x 144 B fit in 1 MiB
+  // 16 x 135 x 144 B = 304 KiB a batch: 1/2 of 1 MiB holds one, not two.
+  const std::vector<std::string> lines = lines_for(1 << 20, 16);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("raise memory_budget to at least"), std::string::npos) << lines[0];
+  // The whole epoch still streams when each batch is dropped before the next.
+  LoaderOptions o = SmallOptions();
+  o.memory_budget = 1 << 20;
+  o.collate = Collate::kPad;
+  o.batch_size = 16;
+  auto loader = StreamingLoader::Make(ds, o, {nullptr, [](const std::string&) {}});
+  ASSERT_TRUE(loader.ok());
+  auto next = (*loader)->Next();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ((**next).collated->indices.size(), 16u);
 }
 
 TEST(CollateLoaderTest, ConsumerHoldingEveryRegionGetsResourceExhaustedThenTheSameBatch) {

@@ -51,8 +51,10 @@ enum class TokenBudget : uint32_t {
 // Batches assembled by the loader (LoaderOptions::collate): one tensor per field in one pinned
 // arena region, so a consumer touches one object per step.
 //
-// Memory: with a collate, 1/4 of memory_budget becomes a second arena of batch regions, pinned
-// like the read arena, which gets the rest. Each batch is copied (once, on the consumer's thread,
+// Memory: with a collate, 1/4 of memory_budget (up to 1/2 when two of the largest batches,
+// estimated from the index at Create, need more; a log line says when even that holds fewer
+// than two) becomes a second arena of batch regions, pinned like the read arena, which gets the
+// rest. Each batch is copied (once, on the consumer's thread,
 // in Next()) from its samples' read slots into one region, and the read slots are released right
 // after the copy, so read-ahead and the batches the consumer holds never wait on each other (no
 // deadlock). Only the consumer's own batches hold regions: when none is free, Next() waits, logs

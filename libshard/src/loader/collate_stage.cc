@@ -32,7 +32,7 @@ Result<std::shared_ptr<std::byte>> CollateStage::AcquireRegion(uint64_t bytes, u
     return Status::ResourceExhausted(
         "a collated batch of " + std::to_string(samples) + " samples needs " +
         std::to_string(bytes) + " bytes (" + Mib(bytes) + ") but the batch memory is " +
-        Mib(arena_->budget()) + " (1/4 of memory_budget " + Mib(options_.memory_budget) +
+        Mib(arena_->budget()) + " (part of memory_budget " + Mib(options_.memory_budget) +
         "); raise memory_budget to at least " + Mib(4 * bytes) +
         ", or lower batch_size / max_tokens / max_len");
   }
@@ -61,7 +61,7 @@ Result<std::shared_ptr<std::byte>> CollateStage::AcquireRegion(uint64_t bytes, u
     const std::string what =
         "the consumer holds " + std::to_string(arena_->live_slots()) + " collated batches (" +
         Mib(in_use) + ") of the batch memory (" + Mib(arena_->budget()) +
-        ", 1/4 of memory_budget), so the next batch (" + std::to_string(samples) + " samples, " +
+        " of memory_budget), so the next batch (" + std::to_string(samples) + " samples, " +
         Mib(bytes) + ") cannot be assembled";
     if (stuck_for >= HeldMemoryTimeout()) {
       return Status::ResourceExhausted(

@@ -4,7 +4,7 @@
 // there and drops them, so their read-arena slots go back to the read scheduler at once.
 //
 // Memory: the batch arena is separate from the read arena (StreamingLoader::Init carves it out
-// of memory_budget), so a read arena full of read-ahead can never keep the consumer from a region
+// of memory_budget: 1/4, or up to 1/2 when two of the largest batches need it), so a read arena full of read-ahead can never keep the consumer from a region
 // and a consumer holding regions can never keep reads from slots: no wait of one on the other.
 // Only the consumer's own batches (and the Python layer's deferred CUDA releases) hold regions;
 // when none is free the stage waits for a release, warns after 1 s, and returns

@@ -35,6 +35,7 @@ StreamingLoader::StreamingLoader(std::shared_ptr<const Dataset> dataset,
                                  const LoaderOptions& options, DiagnosticsHooks hooks)
     : dataset_(std::move(dataset)),
       options_(options),
+      log_(hooks.sink ? hooks.sink : StderrLogSink()),
       diagnostics_(std::move(hooks), StatsInterval(options)) {}
 
 StreamingLoader::~StreamingLoader() {
@@ -78,7 +79,19 @@ Status StreamingLoader::Init() {
         Collator collator,
         Collator::Make(schema, options_.collate, options_.padding_value, options_.padding_values,
                        dataset_->path()));
-    const uint64_t batch_budget = std::max<uint64_t>(options_.memory_budget / 4, kSlotAlign);
+    // 1/4 of the budget, or up to 1/2 when that is what two of the largest batches need (a
+    // `for batch in loader` loop holds the previous batch while the next is assembled).
+    const uint64_t largest = LargestBatchEstimate(field_indices);
+    const uint64_t two = largest > (uint64_t{1} << 61) ? uint64_t{1} << 62 : 2 * largest;
+    const uint64_t batch_budget = SlotBytes(std::max<uint64_t>(
+        {options_.memory_budget / 4, std::min(two, options_.memory_budget / 2), kSlotAlign}));
+    if (two > batch_budget) {
+      log_("libshard: a collated batch may need up to " + Mib(largest) + "; the memory_budget " +
+           "of " + Mib(options_.memory_budget) + " leaves " + Mib(batch_budget) +
+           " for batches, room for fewer than two, so a loop that holds the previous batch " +
+           "while asking for the next will wait for it; raise memory_budget to at least " +
+           Mib(4 * largest) + " or lower batch_size / max_tokens / max_len");
+    }
     read_budget = std::max<uint64_t>(options_.memory_budget - batch_budget, kSlotAlign);
     LIBSHARD_ASSIGN_OR_RETURN(batch_arena_, memory::Arena::Create(batch_budget, arena_options));
     collate_ = std::make_unique<CollateStage>(std::move(collator), batch_arena_, options_,
@@ -114,6 +127,55 @@ Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   }
   scheduler_->Start();
   return Status::OK();
+}
+
+uint64_t StreamingLoader::LargestBatchEstimate(const std::vector<size_t>& fields) const {
+  const Schema& schema = dataset_->schema();
+  if (dataset_->size() == 0) return 0;
+  std::vector<size_t> all;
+  for (size_t f = 0; f < schema.fields.size(); ++f) all.push_back(f);
+  const std::vector<size_t>& selected = fields.empty() ? all : fields;
+  // Per position and per sample bytes, from sample 0: every other dimension of a field is the
+  // same in all the samples a batch can hold.
+  uint64_t row = 0;
+  uint64_t fixed = 0;
+  for (size_t f : selected) {
+    const Field& field = schema.fields[f];
+    const Shape shape = dataset_->tensor(0, f).shape;
+    uint64_t elements = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (static_cast<int32_t>(d) == field.seq_dim) continue;
+      if (__builtin_mul_overflow(elements, shape[d], &elements)) return UINT64_MAX;
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, DTypeSize(field.dtype), &bytes)) return UINT64_MAX;
+    const bool seq = field.seq_dim >= 0 && static_cast<size_t>(field.seq_dim) < shape.size();
+    (seq ? row : fixed) += bytes;
+  }
+  uint64_t longest = 0;
+  uint64_t shortest = UINT64_MAX;
+  for (uint64_t i = 0; i < dataset_->size(); ++i) {
+    const uint64_t len = ClippedLength(dataset_->length(i), options_.max_len);
+    longest = std::max(longest, len);
+    shortest = std::min(shortest, len);
+  }
+  // Positions of the largest batch, and its samples.
+  uint64_t positions = longest;
+  uint64_t samples = 1;
+  if (options_.max_tokens > 0) {
+    positions = std::max(options_.max_tokens, longest);
+    samples = options_.max_tokens / std::max<uint64_t>(shortest, 1) + 1;
+  } else if (options_.batch_size > 1) {
+    samples = options_.batch_size;
+    if (__builtin_mul_overflow(positions, samples, &positions)) return UINT64_MAX;
+  }
+  uint64_t a = 0;
+  uint64_t b = 0;
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(positions, row, &a) || __builtin_mul_overflow(samples, fixed, &b) ||
+      __builtin_add_overflow(a, b, &total))
+    return UINT64_MAX;
+  return total;
 }
 
 // Datasets up to this many samples get their exact footprint (below).

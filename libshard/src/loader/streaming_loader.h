@@ -48,12 +48,16 @@ class StreamingLoader final : public Loader {
   // Replaces the plan and starts the scheduler on it; the pipeline must be stopped.
   Status StartEpoch(const PlanOptions& plan_options);
   uint64_t DatasetFootprint() const;
+  // With a collate: the bytes the largest batch's region may need, estimated from the index
+  // (sample 0's other dimensions, the longest length, the batching options); 0 if unknown.
+  uint64_t LargestBatchEstimate(const std::vector<size_t>& fields) const;
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
   std::vector<uint64_t> lengths_;  // clipped to max_len, for token batching
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the window they use.
+  LogSink log_;  // the diagnostics' sink, for the one line Init may print
   LoaderDiagnostics diagnostics_;
   std::shared_ptr<memory::Arena> arena_;
   Window window_;
