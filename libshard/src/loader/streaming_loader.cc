@@ -71,8 +71,8 @@ Status StreamingLoader::Init() {
 
   memory::ArenaOptions arena_options;
   arena_options.pin = options_.pin_memory;
-  // With a collate, batches are copied into regions of a second arena of 1/4 of memory_budget
-  // (loader/collate_stage.h), pinned like the read arena; reads get the rest.
+  // With a collate, batches are copied into regions of a second arena carved out of
+  // memory_budget (loader/collate_stage.h), pinned like the read arena; reads get the rest.
   uint64_t read_budget = options_.memory_budget;
   if (options_.collate != Collate::kNone) {
     LIBSHARD_ASSIGN_OR_RETURN(
@@ -81,8 +81,8 @@ Status StreamingLoader::Init() {
                        dataset_->path()));
     // 1/4 of the budget, or up to 1/2 when that is what two of the largest batches need (a
     // `for batch in loader` loop holds the previous batch while the next is assembled).
-    const uint64_t largest = LargestBatchEstimate(field_indices);
-    const uint64_t two = largest > (uint64_t{1} << 61) ? uint64_t{1} << 62 : 2 * largest;
+    const uint64_t largest = std::min(LargestBatchEstimate(field_indices), uint64_t{1} << 60);
+    const uint64_t two = 2 * largest;
     const uint64_t batch_budget = SlotBytes(std::max<uint64_t>(
         {options_.memory_budget / 4, std::min(two, options_.memory_budget / 2), kSlotAlign}));
     if (two > batch_budget) {
@@ -150,12 +150,15 @@ uint64_t StreamingLoader::LargestBatchEstimate(const std::vector<size_t>& fields
     uint64_t bytes = 0;
     if (__builtin_mul_overflow(elements, DTypeSize(field.dtype), &bytes)) return UINT64_MAX;
     const bool seq = field.seq_dim >= 0 && static_cast<size_t>(field.seq_dim) < shape.size();
-    (seq ? row : fixed) += bytes;
+    uint64_t& sum = seq ? row : fixed;
+    if (__builtin_add_overflow(sum, bytes, &sum)) return UINT64_MAX;
   }
   uint64_t longest = 0;
   uint64_t shortest = UINT64_MAX;
   for (uint64_t i = 0; i < dataset_->size(); ++i) {
-    const uint64_t len = ClippedLength(dataset_->length(i), options_.max_len);
+    // lengths_ (clipped) is there with max_tokens; otherwise one pass over the index lengths.
+    const uint64_t len = lengths_.empty() ? ClippedLength(dataset_->length(i), options_.max_len)
+                                          : lengths_[i];
     longest = std::max(longest, len);
     shortest = std::min(shortest, len);
   }
