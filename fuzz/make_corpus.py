@@ -379,9 +379,31 @@ def codec_corpus():
     return c
 
 
+def collate_corpus():
+    """Batches for collate_fuzz: [mode][dtype][seq_dim + 1][pad f64 BE][samples - 1], then per
+    sample [rank] and its dims (one byte each below 64)."""
+    c = Corpus("collate_fuzz")
+    def batch(mode, dtype, seq_dim, pad, shapes):
+        out = bytes([mode, dtype - 1, seq_dim + 1]) + struct.pack(">d", pad) + bytes([len(shapes) - 1])
+        for shape in shapes:
+            out += bytes([len(shape)]) + bytes(shape)
+        return out
+    eagle = [(1, 5, 8), (1, 9, 8), (1, 2, 8)]
+    for mode in (0, 1):
+        name = "pack" if mode else "pad"
+        c.add(f"{name}_hidden_bf16", batch(mode, 11, 1, 0.0, eagle))
+        c.add(f"{name}_ids_int64", batch(mode, 6, 0, -100.0, [(5,), (9,), (1,)]))
+        c.add(f"{name}_no_seq_dim", batch(mode, 12, -1, 0.0, [(1, 4), (1, 4)]))
+        c.add(f"{name}_mismatch", batch(mode, 11, 1, 0.0, [(1, 5, 8), (1, 5, 9)]))
+        c.add(f"{name}_empty_rows", batch(mode, 10, 1, 1.5, [(1, 0, 8), (1, 3, 8)]))
+        # A dim of 2^61 (width 3 with the huge flag): only Plan runs; it must not overflow.
+        c.add(f"{name}_huge", batch(mode, 2, 0, 0.0, [(1,), (1,)])[:-2] + bytes([1, 0xE0, 0, 0, 1]))
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
-                 journal_corpus, manifest_corpus, metadata_corpus, codec_corpus):
+                 journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "

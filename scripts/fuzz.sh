@@ -17,7 +17,7 @@ BUILD=${2:-build-fuzz}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-600}
 [ "$MODE" = replay ] && SECONDS_PER_TARGET=${FUZZ_BRIEF_SECONDS:-10}
 ALL_TARGETS="pickle_fuzz zip_fuzz gzip_fuzz safetensors_fuzz index_fuzz manifest_fuzz journal_fuzz
-             metadata_fuzz codec_fuzz"
+             metadata_fuzz codec_fuzz collate_fuzz"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 cd "$(dirname "$0")/.." || exit 1
 

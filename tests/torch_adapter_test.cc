@@ -178,6 +178,40 @@ TEST_P(TorchAdapterTest, LoaderBatchesEqualTheWrittenBytes) {
   for (uint64_t i = 0; i < kSamples; ++i) EXPECT_TRUE(seen[i]) << "sample " << i;
 }
 
+TEST_P(TorchAdapterTest, CollatedBatchIsOneZeroCopyTensorPerFieldPlusLengths) {
+  auto dataset = Dataset::Open(dir_.path().string());
+  ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+  LoaderOptions options;
+  options.batch_size = 3;
+  options.memory_budget = 4 << 20;
+  options.collate = Collate::kPack;
+  options.fields = {"input_ids", "bfloat16", "float64"};  // int8 [L % 3, L] cannot be batched
+  auto loader = Loader::Create(*dataset, options);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  auto batch = (*loader)->Next();
+  ASSERT_TRUE(batch.ok() && batch->has_value()) << batch.status().ToString();
+  auto as_samples = ToTensors(**batch);
+  EXPECT_EQ(as_samples.status().code(), StatusCode::kInvalidArgument);
+  const CollatedBatch& c = *(**batch).collated;
+  auto dict = ToTensors(c);
+  ASSERT_TRUE(dict.ok()) << dict.status().ToString();
+  ASSERT_EQ(dict->size(), c.tensors.size() + 2);
+  for (const TensorView& view : c.tensors) {
+    const at::Tensor& t = (*dict)[std::string(view.name)];
+    EXPECT_EQ(t.data_ptr(), static_cast<const void*>(view.data)) << view.name;  // zero-copy
+    ASSERT_EQ(static_cast<size_t>(t.dim()), view.shape.size());
+    for (size_t d = 0; d < view.shape.size(); ++d)
+      EXPECT_EQ(static_cast<uint64_t>(t.size(static_cast<int64_t>(d))), view.shape[d]);
+  }
+  const at::Tensor& lengths = (*dict)["lengths"];
+  ASSERT_EQ(lengths.scalar_type(), c10::ScalarType::Long);
+  ASSERT_EQ(lengths.numel(), 3);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(lengths[i].item<int64_t>(), c.lengths[i]);
+  const at::Tensor& cu = (*dict)["cu_seqlens"];
+  ASSERT_EQ(cu.scalar_type(), c10::ScalarType::Int);
+  EXPECT_EQ(cu[3].item<int32_t>(), (*dict)["input_ids"].size(0));
+}
+
 TEST_P(TorchAdapterTest, TensorsOutliveSampleLoaderAndDataset) {
   std::vector<std::pair<uint64_t, TensorDict>> kept;
   at::Tensor slice;

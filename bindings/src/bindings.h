@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "libshard/attributes.h"
+#include "libshard/loader.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -60,6 +61,14 @@ py::dict SchemaToPython(const Schema& schema);
 // holds the memory until the hook drops it. The Loader sets it for a pinned arena, so that a
 // caller's asynchronous copy to the GPU completes before the memory is reused (libshard._loader).
 py::tuple SampleToPython(const Sample& sample, const py::object& release_hook = py::none());
+
+// A batch the loader collated (LoaderOptions::collate) for the pure-Python layer:
+//   ([(name, dtype_name, shape_tuple, memory_or_None), ...] one per field, [index, ...],
+//    {metadata key: [value per sample]} (empty unless `metadata`), [length, ...],
+//    [cu_seqlen, ...] (pack; else empty), max_seqlen)
+// Each memory is a `_core.TensorMemory` over the batch's region, with `release_hook` as above.
+py::tuple CollatedToPython(const CollatedBatch& batch, const py::object& release_hook,
+                           bool metadata);
 
 // Dataset attributes (libshard/attributes.h) from a dict of str -> str|int (InvalidArgumentError
 // naming `what` otherwise), and back.

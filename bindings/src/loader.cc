@@ -105,6 +105,19 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
       if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
       o.oversized = *parsed;
     } else if (key == "bucket_window") o.bucket_window = kOptions.Unsigned(key, v);
+    else if (key == "collate") {
+      Result<Collate> parsed = ParseCollate(kOptions.Get<std::string>(key, v));
+      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+      o.collate = *parsed;
+    } else if (key == "padding_value") o.padding_value = kOptions.Double(key, v);
+    else if (key == "padding_values") {
+      if (!py::isinstance<py::dict>(v)) kOptions.Bad(key, "must be a dict {field name: number}");
+      for (const auto& [name, value] : py::reinterpret_borrow<py::dict>(v)) {
+        if (!py::isinstance<py::str>(name)) kOptions.Bad(key, "keys must be field names (str)");
+        const std::string field = py::str(name);
+        o.padding_values.emplace_back(field, kOptions.Double(key + "['" + field + "']", value));
+      }
+    }
     else if (key == "memory_budget") o.memory_budget = kOptions.Unsigned(key, v);
     else if (key == "queue_depth") o.queue_depth = kOptions.U32(key, v);
     else if (key == "read_size") o.read_size = kOptions.Unsigned(key, v);
@@ -206,6 +219,11 @@ class PyLoader {
     }();
     std::optional<Batch> value = ValueOrThrow(std::move(batch));
     if (!value.has_value()) return py::none();
+    if (value->collated) {
+      py::tuple out = CollatedToPython(*value->collated, release_hook_, metadata_);
+      value.reset();  // only Python objects hold the region from here on
+      return out;
+    }
     py::list out(value->samples.size());
     for (size_t i = 0; i < value->samples.size(); ++i)
       out[i] = SampleToPython(value->samples[i], release_hook_);
@@ -261,6 +279,8 @@ class PyLoader {
 
   // See SampleToPython (bindings.h): applies to samples handed out from now on.
   void SetReleaseHook(py::object hook) { release_hook_ = std::move(hook); }
+  // Whether collated batches carry the samples' metadata (the Python Loader's `metadata`).
+  void SetMetadata(bool metadata) { metadata_ = metadata; }
 
  private:
   std::shared_ptr<Loader> Peek() {
@@ -277,6 +297,7 @@ class PyLoader {
   std::mutex consumer_mu_;  // serialises next/set_epoch/state
   std::shared_ptr<Loader> loader_;
   py::object release_hook_ = py::none();  // touched with the GIL held only
+  bool metadata_ = true;                   // touched with the GIL held only
 };
 
 }  // namespace
@@ -286,8 +307,9 @@ void RegisterLoader(py::module_& m) {
       .def(py::init<std::shared_ptr<Dataset>, const py::dict&>(), py::arg("dataset"),
            py::arg("options"))
       .def("next", &PyLoader::Next,
-           "The next batch as a list of samples (see Dataset.read), or None at the end of the "
-           "epoch. Blocks with the GIL released.")
+           "The next batch as a list of samples (see Dataset.read), or with a collate the "
+           "collated batch (fields, indices, metadata, lengths, cu_seqlens, max_seqlen), or None "
+           "at the end of the epoch. Blocks with the GIL released.")
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("state", &PyLoader::State)
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
@@ -298,6 +320,8 @@ void RegisterLoader(py::module_& m) {
            "hook(token) is called when the last tensor of a sample handed out later is freed, "
            "with a MemoryToken that keeps the sample's memory until the hook drops it (None: "
            "release at once).")
+      .def("set_metadata", &PyLoader::SetMetadata, py::arg("metadata"),
+           "Whether collated batches carry the samples' metadata (default True).")
       .def_property_readonly("closed", &PyLoader::closed);
 }
 

@@ -139,4 +139,42 @@ py::tuple SampleToPython(const Sample& sample, const py::object& release_hook) {
                         MetadataToPython(sample.metadata()));
 }
 
+py::tuple CollatedToPython(const CollatedBatch& batch, const py::object& release_hook,
+                           bool metadata) {
+  py::list fields(batch.tensors.size());
+  for (size_t i = 0; i < batch.tensors.size(); ++i) {
+    const TensorView& view = batch.tensors[i];
+    py::tuple shape(view.shape.size());
+    for (size_t d = 0; d < view.shape.size(); ++d) shape[d] = py::int_(view.shape[d]);
+    py::object memory = py::none();
+    if (view.nbytes > 0)
+      memory = py::cast(TensorMemory(batch.memory, view.data, view.nbytes, release_hook));
+    fields[i] = py::make_tuple(DecodeDatasetString(view.name),
+                               py::str(std::string(DTypeName(view.dtype))), std::move(shape),
+                               std::move(memory));
+  }
+  // Metadata as pad_collate gives it: the first sample's keys, each with a list of every
+  // sample's value (None where a sample lacks the key).
+  py::dict meta;
+  if (metadata && !batch.metadata.empty()) {
+    for (const MetaEntry& entry : batch.metadata[0]) {
+      py::list values(batch.metadata.size());
+      for (size_t s = 0; s < batch.metadata.size(); ++s) {
+        py::object value = py::none();
+        for (const MetaEntry& e : batch.metadata[s]) {
+          if (e.key == entry.key) {
+            value = MetaValueToPython(e.value);
+            break;
+          }
+        }
+        values[s] = std::move(value);
+      }
+      meta[DecodeDatasetString(entry.key, /*pickled=*/true)] = std::move(values);
+    }
+  }
+  return py::make_tuple(std::move(fields), py::cast(batch.indices), std::move(meta),
+                        py::cast(batch.lengths), py::cast(batch.cu_seqlens),
+                        py::int_(batch.max_seqlen));
+}
+
 }  // namespace libshard::python

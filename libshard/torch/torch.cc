@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <limits>
@@ -167,11 +168,12 @@ Result<at::Tensor> MakeCpuView(const TensorView& view, const std::shared_ptr<con
       .make_tensor();
 }
 
-Result<TensorDict> SampleTensors(const Sample& sample, const TorchOptions& options) {
-  const std::shared_ptr<const void>& owner = sample.memory_owner();
+Result<TensorDict> ViewTensors(const std::vector<TensorView>& views,
+                               const std::shared_ptr<const void>& owner,
+                               const TorchOptions& options) {
   TensorDict dict;
-  dict.reserve(sample.tensors().size());
-  for (const TensorView& view : sample.tensors()) {
+  dict.reserve(views.size());
+  for (const TensorView& view : views) {
     LIBSHARD_ASSIGN_OR_RETURN(at::Tensor tensor, MakeCpuView(view, owner));
     if (!options.device.is_cpu()) {
       tensor = tensor.to(tensor.options().device(options.device), options.non_blocking);
@@ -185,6 +187,16 @@ Result<TensorDict> SampleTensors(const Sample& sample, const TorchOptions& optio
     HoldUntilCopied(dict.front().value().device(), owner);
   }
   return dict;
+}
+
+// A small CPU tensor holding a copy of `values`, moved to the device of `options`.
+template <typename T>
+at::Tensor VectorTensor(const std::vector<T>& values, c10::ScalarType type,
+                        const TorchOptions& options) {
+  at::Tensor t =
+      at::empty({static_cast<int64_t>(values.size())}, at::TensorOptions().dtype(type));
+  if (!values.empty()) std::memcpy(t.data_ptr(), values.data(), values.size() * sizeof(T));
+  return options.device.is_cpu() ? t : t.to(t.options().device(options.device));
 }
 
 }  // namespace
@@ -235,7 +247,7 @@ Result<at::Tensor> ToTensor(const TensorView& view, const std::shared_ptr<const 
 Result<TensorDict> ToTensors(const Sample& sample, const TorchOptions& options) {
   Result<TensorDict> dict = Status::Internal("unset");
   try {
-    dict = SampleTensors(sample, options);
+    dict = ViewTensors(sample.tensors(), sample.memory_owner(), options);
   } catch (const std::exception& e) {
     dict = Status::InvalidArgument("to " + options.device.str() + ": LibTorch: " + e.what());
   }
@@ -245,7 +257,31 @@ Result<TensorDict> ToTensors(const Sample& sample, const TorchOptions& options) 
   return dict;
 }
 
+Result<TensorDict> ToTensors(const CollatedBatch& batch, const TorchOptions& options) {
+  try {
+    LIBSHARD_ASSIGN_OR_RETURN(TensorDict dict, ViewTensors(batch.tensors, batch.memory, options));
+    for (const char* key : {"lengths", "cu_seqlens"}) {
+      if (dict.contains(key)) {
+        return Status::InvalidArgument(std::string("a field is named '") + key +
+                                       "', which a collated batch uses for its own tensor");
+      }
+    }
+    dict.insert("lengths", VectorTensor(batch.lengths, c10::ScalarType::Long, options));
+    if (!batch.cu_seqlens.empty())
+      dict.insert("cu_seqlens", VectorTensor(batch.cu_seqlens, c10::ScalarType::Int, options));
+    return dict;
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument("collated batch to " + options.device.str() + ": LibTorch: " +
+                                   e.what());
+  }
+}
+
 Result<std::vector<TensorDict>> ToTensors(const Batch& batch, const TorchOptions& options) {
+  if (batch.collated) {
+    return Status::InvalidArgument(
+        "the batch is collated (LoaderOptions::collate): its tensors are in batch.collated; "
+        "call ToTensors(*batch.collated)");
+  }
   std::vector<TensorDict> out;
   out.reserve(batch.samples.size());
   for (const Sample& sample : batch.samples) {

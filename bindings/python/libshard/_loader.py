@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -12,7 +12,7 @@ from ._core import InvalidArgumentError
 from ._collate import pack_collate, pad_collate
 from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
-from ._tensors import sample_to_dict
+from ._tensors import INDEX_KEY, make_tensor, sample_to_dict
 from ._units import parse_bytes
 
 Collate = Union[str, Callable[[List[Dict[str, Any]]], Any], None]
@@ -71,9 +71,13 @@ class Loader:
       * one sample dict when neither ``batch_size`` nor ``max_tokens`` is set;
       * a list of sample dicts per batch otherwise (``batch_size`` samples, or as many as fit in
         ``max_tokens`` tokens);
-      * ``collate(list_of_samples)`` when ``collate`` is given (also in single-sample mode, with a
-        list of one). ``collate="pad"`` / ``"pack"`` select :func:`pad_collate` /
-        :func:`pack_collate` with the schema's sequence dimensions.
+      * ``collate(list_of_samples)`` when ``collate`` is a callable (also in single-sample mode,
+        with a list of one);
+      * with ``collate="pad"`` / ``"pack"``, one dict per step, the batch assembled in C++ into one
+        region of pinned memory (README, "Batches built in C++"): the same keys, dtypes and shapes
+        as :func:`pad_collate` / :func:`pack_collate` with the schema's sequence dimensions give,
+        one zero-copy tensor per field plus ``"lengths"`` (and for ``"pack"`` ``"cu_seqlens"``,
+        ``"max_seqlen"``), metadata as lists, ``"__index__"`` with ``return_index``.
 
     Epochs: iterating the loader runs one epoch (``len(loader)`` steps on this rank). The next
     ``iter()`` continues with the next epoch, unless ``set_epoch(e)`` was called in between, which
@@ -115,6 +119,9 @@ class Loader:
         (default): on (4096 samples) with ``collate="pad"`` and batches, where padding costs GPU
         work, off otherwise; ``None`` or 0: off. Padding shows in ``stats()["padding_share"]``
         and, from the index alone, in ``libshard info --batches``.
+      padding_value, padding_values: with ``collate="pad"``, the value of padded positions, and
+        per field name overrides (e.g. ``{"loss_mask": 0, "input_ids": pad_id}``), cast to each
+        field's dtype as ``Tensor.fill_`` does (a value the dtype cannot hold is an error).
       memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
@@ -158,6 +165,8 @@ class Loader:
                  bucket_window: Union[int, str, None] = "auto",
                  token_budget: str = "auto",
                  oversized: str = "batch",
+                 padding_value: float = 0,
+                 padding_values: Optional[Mapping[str, float]] = None,
                  memory_budget: Union[int, str] = "2GiB",
                  verify: Optional[bool] = None,
                  on_error: str = "raise",
@@ -210,7 +219,10 @@ class Loader:
                                            f"{self._dataset.path} (it has "
                                            f"{self._dataset.schema.names})")
         self._batched = batch_size is not None or max_tokens is not None
-        self._collate = self._make_collate(collate)
+        # "pad" / "pack": collated in C++; a callable: in Python on the list of samples.
+        self._native = collate if collate in ("pad", "pack") else None
+        self._collate = None if self._native else self._make_collate(collate)
+        padding = self._check_padding(padding_value, padding_values, collate)
         self._return_index = bool(return_index)
         self._metadata = bool(metadata)
         self._device = self._check_device(device)
@@ -242,9 +254,13 @@ class Loader:
             "slow_wait_warning_seconds": float(slow_wait_warning_seconds),
             "stats_interval_seconds": float(stats_interval_seconds),
         }
+        if self._native:
+            self._options["collate"] = self._native
+            self._options["padding_value"] = padding[0]
+            self._options["padding_values"] = padding[1]
         self._core: Optional[_core.Loader] = None
         self._release: Optional[DeferredRelease] = None
-        self._core = _core.Loader(self._dataset._core, self._options)
+        self._core = self._new_core(self._options)
         self._guard_async_copies(self._core)
         # True once this epoch's last step was returned: the next iter() starts the next epoch.
         self._exhausted = False
@@ -274,6 +290,29 @@ class Loader:
                 f"bucket_window={bucket_window} groups samples into batches of similar length: "
                 "give batch_size > 1 or max_tokens as well, or leave bucket_window unset")
         return bucket_window
+    def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
+        core = _core.Loader(self._dataset._core, options)
+        core.set_metadata(self._metadata)
+        return core
+
+    @staticmethod
+    def _check_padding(padding_value: Any, padding_values: Optional[Mapping[str, float]],
+                       collate: Collate) -> Tuple[float, Dict[str, float]]:
+        def number(name: str, v: Any) -> float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidArgumentError(f"{name} must be a number, got {v!r}")
+            return float(v)
+
+        value = number("padding_value", padding_value)
+        if padding_values is not None and not isinstance(padding_values, Mapping):
+            raise InvalidArgumentError(
+                f"padding_values must be a dict {{field: number}}, got {padding_values!r}")
+        values = {str(k): number(f"padding_values[{k!r}]", v)
+                  for k, v in (padding_values or {}).items()}
+        if (value != 0 or values) and collate != "pad":
+            raise InvalidArgumentError("padding_value / padding_values apply to collate='pad' "
+                                       f"only (collate={collate!r})")
+        return value, values
 
     def _make_collate(self, collate: Collate) -> Optional[Callable[[List[Dict[str, Any]]], Any]]:
         schema = self._dataset.schema
@@ -360,6 +399,9 @@ class Loader:
         return steps
 
     def _steps(self, core: "_core.Loader") -> Iterator[Any]:
+        if self._native:
+            yield from self._native_steps(core)
+            return
         convert = sample_to_dict
         metadata, return_index = self._metadata, self._return_index
         release = self._release
@@ -382,6 +424,40 @@ class Loader:
             yield step
             # Drop this frame's reference before waiting for the next step: the consumer alone
             # decides how long the step's arena memory stays in use.
+            del step
+
+    def _native_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
+        """Batches collated in C++: one dict per step, keyed as pad_collate / pack_collate."""
+        pack = self._native == "pack"
+        return_index = self._return_index
+        release = self._release
+        pin = torch.cuda.is_available()
+        while True:
+            if release is not None:
+                release.step()
+            raw = core.next()
+            if raw is None:
+                self._exhausted = True
+                return
+            fields, indices, meta, lengths, cu_seqlens, max_seqlen = raw
+            del raw
+            step: Dict[str, Any] = {name: make_tensor(dtype, shape, mem)
+                                    for name, dtype, shape, mem in fields}
+            del fields
+            lengths_t = torch.tensor(lengths, dtype=torch.int64)
+            if pack:
+                cu = torch.tensor(cu_seqlens, dtype=torch.int32)
+                step["cu_seqlens"] = cu.pin_memory() if pin else cu
+                step["lengths"] = lengths_t
+                step["max_seqlen"] = int(max_seqlen)
+            else:
+                step["lengths"] = lengths_t
+            for key, values in meta.items():
+                if key not in step or key in ("lengths", "cu_seqlens", "max_seqlen"):
+                    step[key] = values
+            if return_index:
+                step[INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
+            yield step
             del step
 
     @staticmethod
@@ -457,7 +533,7 @@ class Loader:
                              "skipped": list(state.get("skipped", [])),
                              "order": state.get("order", 1),
                              "bucketing": state.get("bucketing")}
-        new_core = _core.Loader(self._dataset._core, options)
+        new_core = self._new_core(options)
         self.close()
         self._core = new_core
         self._guard_async_copies(new_core)

@@ -56,6 +56,19 @@ enum class OversizedSample : uint32_t {
 
 // Batches assembled by the loader (LoaderOptions::collate): one tensor per field in one pinned
 // arena region, so a consumer touches one object per step.
+//
+// Memory: with a collate, 1/4 of memory_budget (up to 1/2 when two of the largest batches,
+// estimated from the index at Create, need more; a log line says when even that holds fewer
+// than two) becomes a second arena of batch regions, pinned like the read arena, which gets the
+// rest. Each batch is copied (once, on the consumer's thread,
+// in Next()) from its samples' read slots into one region, and the read slots are released right
+// after the copy, so read-ahead and the batches the consumer holds never wait on each other (no
+// deadlock). Only the consumer's own batches hold regions: when none is free, Next() waits, logs
+// a warning after 1 s and returns ResourceExhausted once nothing was released for
+// max(1, 2 x slow_wait_warning_seconds) s; the batch is kept and the next Next() delivers it. A
+// batch larger than the whole batch arena is ResourceExhausted at once, naming its size and the
+// memory_budget it needs. state(), stats() and on_error behave as without a collate (a batch
+// that lost samples to kSkip is collated smaller; single samples are batches of one).
 enum class Collate : uint32_t {
   kNone = 0,  // Batch::samples, one zero-copy Sample each
   kPad = 1,   // every field padded at the end of its sequence dimension to the batch's longest
@@ -142,7 +155,10 @@ struct LoaderOptions {
 
   // Collation (Collate above). Sequence dimensions come from the schema (Field::seq_dim).
   Collate collate = Collate::kNone;
-  double padding_value = 0;            // kPad: the value of padded positions, cast to the dtype
+  // kPad: the value of padded positions, cast to each field's dtype as torch's fill_ does
+  // (integers truncated toward zero, floats rounded to nearest even); a value a padded field's
+  // dtype cannot hold, or a name that is not a field, is InvalidArgument at Create.
+  double padding_value = 0;
   std::vector<std::pair<std::string, double>> padding_values;  // kPad: per field, overrides
 
   // Memory and I/O.
@@ -228,6 +244,10 @@ struct LoaderStats {
 //          sequence dimension are stacked along a new dim 0.
 //   kPack: a field with sequence dimension d is concatenated along d ([1, sum L, H], [sum L]);
 //          others are stacked along a new dim 0. cu_seqlens is filled.
+// lengths come from the schema's length field when it is read, else from the first field read
+// that has a sequence dimension, else are 1. Every field's tensor starts 64-byte aligned. Samples
+// that differ in a dimension other than the sequence one cannot be batched: Next() returns
+// InvalidArgument naming the field, the samples and the dataset.
 // (The same layouts as the Python pad_collate / pack_collate.)
 struct CollatedBatch {
   std::vector<TensorView> tensors;     // one per field read, in schema order

@@ -35,11 +35,13 @@ StreamingLoader::StreamingLoader(std::shared_ptr<const Dataset> dataset,
                                  const LoaderOptions& options, DiagnosticsHooks hooks)
     : dataset_(std::move(dataset)),
       options_(options),
+      log_(hooks.sink ? hooks.sink : StderrLogSink()),
       diagnostics_(std::move(hooks), StatsInterval(options)) {}
 
 StreamingLoader::~StreamingLoader() {
   Stop();
   if (arena_ != nullptr) arena_->SetReleaseCallback(nullptr);
+  if (batch_arena_ != nullptr) batch_arena_->SetReleaseCallback(nullptr);
   scheduler_.reset();  // joins its threads and cancels the reads in flight
   std::deque<std::unique_ptr<Item>> items;
   {
@@ -70,9 +72,35 @@ Status StreamingLoader::Init() {
 
   memory::ArenaOptions arena_options;
   arena_options.pin = options_.pin_memory;
+  // With a collate, batches are copied into regions of a second arena carved out of
+  // memory_budget (loader/collate_stage.h), pinned like the read arena; reads get the rest.
+  uint64_t read_budget = options_.memory_budget;
+  if (options_.collate != Collate::kNone) {
+    LIBSHARD_ASSIGN_OR_RETURN(
+        Collator collator,
+        Collator::Make(schema, options_.collate, options_.padding_value, options_.padding_values,
+                       dataset_->path()));
+    // 1/4 of the budget, or up to 1/2 when that is what two of the largest batches need (a
+    // `for batch in loader` loop holds the previous batch while the next is assembled).
+    const uint64_t largest = std::min(LargestBatchEstimate(field_indices), uint64_t{1} << 60);
+    const uint64_t two = 2 * largest;
+    const uint64_t batch_budget = SlotBytes(std::max<uint64_t>(
+        {options_.memory_budget / 4, std::min(two, options_.memory_budget / 2), kSlotAlign}));
+    if (two > batch_budget) {
+      log_("libshard: a collated batch may need up to " + Mib(largest) + "; the memory_budget " +
+           "of " + Mib(options_.memory_budget) + " leaves " + Mib(batch_budget) +
+           " for batches, room for fewer than two, so a loop that holds the previous batch " +
+           "while asking for the next will wait for it; raise memory_budget to at least " +
+           Mib(4 * largest) + " or lower batch_size / max_tokens / max_len");
+    }
+    read_budget = std::max<uint64_t>(options_.memory_budget - batch_budget, kSlotAlign);
+    LIBSHARD_ASSIGN_OR_RETURN(batch_arena_, memory::Arena::Create(batch_budget, arena_options));
+    collate_ = std::make_unique<CollateStage>(std::move(collator), batch_arena_, options_,
+                                              &diagnostics_, &window_.stopped);
+    batch_arena_->SetReleaseCallback([stage = collate_.get()] { stage->Wake(); });
+  }
   LIBSHARD_ASSIGN_OR_RETURN(
-      arena_, memory::Arena::Create(std::min(options_.memory_budget, DatasetFootprint()),
-                                    arena_options));
+      arena_, memory::Arena::Create(std::min(read_budget, DatasetFootprint()), arena_options));
   LIBSHARD_ASSIGN_OR_RETURN(scheduler_,
                             ReadScheduler::Create(dataset_, options_, std::move(field_indices),
                                                   arena_.get(), &window_, &diagnostics_));
@@ -103,6 +131,58 @@ Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   return Status::OK();
 }
 
+uint64_t StreamingLoader::LargestBatchEstimate(const std::vector<size_t>& fields) const {
+  const Schema& schema = dataset_->schema();
+  if (dataset_->size() == 0) return 0;
+  std::vector<size_t> all;
+  for (size_t f = 0; f < schema.fields.size(); ++f) all.push_back(f);
+  const std::vector<size_t>& selected = fields.empty() ? all : fields;
+  // Per position and per sample bytes, from sample 0: every other dimension of a field is the
+  // same in all the samples a batch can hold.
+  uint64_t row = 0;
+  uint64_t fixed = 0;
+  for (size_t f : selected) {
+    const Field& field = schema.fields[f];
+    const Shape shape = dataset_->tensor(0, f).shape;
+    uint64_t elements = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (static_cast<int32_t>(d) == field.seq_dim) continue;
+      if (__builtin_mul_overflow(elements, shape[d], &elements)) return UINT64_MAX;
+    }
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, DTypeSize(field.dtype), &bytes)) return UINT64_MAX;
+    const bool seq = field.seq_dim >= 0 && static_cast<size_t>(field.seq_dim) < shape.size();
+    uint64_t& sum = seq ? row : fixed;
+    if (__builtin_add_overflow(sum, bytes, &sum)) return UINT64_MAX;
+  }
+  uint64_t longest = 0;
+  uint64_t shortest = UINT64_MAX;
+  for (uint64_t i = 0; i < dataset_->size(); ++i) {
+    // lengths_ (clipped) is there with max_tokens or bucketing; otherwise one pass over the
+    // index lengths.
+    const uint64_t len = SampleLength(i);
+    longest = std::max(longest, len);
+    shortest = std::min(shortest, len);
+  }
+  // Positions of the largest batch, and its samples.
+  uint64_t positions = longest;
+  uint64_t samples = 1;
+  if (options_.max_tokens > 0) {
+    positions = std::max(options_.max_tokens, longest);
+    samples = options_.max_tokens / std::max<uint64_t>(shortest, 1) + 1;
+  } else if (options_.batch_size > 1) {
+    samples = options_.batch_size;
+    if (__builtin_mul_overflow(positions, samples, &positions)) return UINT64_MAX;
+  }
+  uint64_t a = 0;
+  uint64_t b = 0;
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(positions, row, &a) || __builtin_mul_overflow(samples, fixed, &b) ||
+      __builtin_add_overflow(a, b, &total))
+    return UINT64_MAX;
+  return total;
+}
+
 // Datasets up to this many samples get their exact footprint (below).
 constexpr uint64_t kExactFootprintSamples = 65536;
 
@@ -126,28 +206,35 @@ uint64_t StreamingLoader::DatasetFootprint() const {
 }
 
 Result<std::optional<Batch>> StreamingLoader::Next() {
-  Result<std::optional<Batch>> next = consumer_->Next();
-  if (next.ok() && next.value().has_value()) {
-    const Batch& batch = *next.value();
-    if (batch.collated.has_value() || batch.samples.size() > 1 || options_.batch_size > 1 ||
-        options_.max_tokens > 0) {
-      uint64_t count = 0;
-      uint64_t longest = 0;
-      uint64_t tokens = 0;
-      const auto add = [&](uint64_t len) {
-        ++count;
-        longest = std::max(longest, len);
-        tokens += len;
-      };
-      if (batch.collated.has_value()) {
-        for (const int64_t len : batch.collated->lengths) add(static_cast<uint64_t>(len));
-      } else {
-        for (const Sample& sample : batch.samples) add(SampleLength(sample.index()));
-      }
-      diagnostics_.OnBatchShape(count, longest, tokens);
+  std::optional<Batch> batch;
+  if (collate_ == nullptr) {
+    LIBSHARD_ASSIGN_OR_RETURN(batch, consumer_->Next());
+  } else {
+    if (!collate_->has_pending()) {
+      LIBSHARD_ASSIGN_OR_RETURN(batch, consumer_->Next());
+      if (!batch) return batch;
     }
+    LIBSHARD_ASSIGN_OR_RETURN(Batch collated, collate_->Assemble(std::move(batch)));
+    batch = std::move(collated);
   }
-  return next;
+  if (batch.has_value() && (batch->collated.has_value() || batch->samples.size() > 1 ||
+                            options_.batch_size > 1 || options_.max_tokens > 0)) {
+    uint64_t count = 0;
+    uint64_t longest = 0;
+    uint64_t tokens = 0;
+    const auto add = [&](uint64_t len) {
+      ++count;
+      longest = std::max(longest, len);
+      tokens += len;
+    };
+    if (batch->collated.has_value()) {
+      for (const int64_t len : batch->collated->lengths) add(static_cast<uint64_t>(len));
+    } else {
+      for (const Sample& sample : batch->samples) add(SampleLength(sample.index()));
+    }
+    diagnostics_.OnBatchShape(count, longest, tokens);
+  }
+  return batch;
 }
 
 uint64_t StreamingLoader::SampleLength(uint64_t index) const {
@@ -158,6 +245,7 @@ uint64_t StreamingLoader::SampleLength(uint64_t index) const {
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
   if (window_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
   scheduler_->StopPipeline();
+  if (collate_ != nullptr) collate_->Drop();
   const LoaderState current = consumer_->state();
   PlanOptions plan_options = PlanOptionsFor(options_);
   plan_options.seed = current.seed;
@@ -213,6 +301,7 @@ void StreamingLoader::Stop() {
   }
   window_.ready_cv.notify_all();
   if (scheduler_ != nullptr) scheduler_->Wake();
+  if (collate_ != nullptr) collate_->Wake();
 }
 
 LoaderStats StreamingLoader::stats() const {

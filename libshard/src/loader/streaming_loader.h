@@ -3,7 +3,9 @@
 //   - the read scheduler (loader/read_scheduler.h): plan cursor, arena slots, engine, workers;
 //   - the consumer window (loader/consumer_window.h): Next(), waiting, the error policy;
 //   - diagnostics (loader/diagnostics.h): stats counters and warnings, on an injectable clock
-//     and log sink.
+//     and log sink;
+//   - with LoaderOptions::collate, the collate stage (loader/collate_stage.h): each batch copied
+//     into one region of a second, batch arena.
 // This class validates the options, sizes the arena, wires the parts together and owns the
 // epoch (SetEpoch) and the stats snapshot.
 #pragma once
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "libshard/loader.h"
+#include "loader/collate_stage.h"
 #include "loader/consumer_window.h"
 #include "loader/diagnostics.h"
 #include "loader/order.h"
@@ -49,6 +52,9 @@ class StreamingLoader final : public Loader {
   Status CheckResumeBucketing(const PlanOptions& plan) const;
   // Sample `index`'s length as delivered (clipped to max_len), for the padding stats.
   uint64_t SampleLength(uint64_t index) const;
+  // With a collate: the bytes the largest batch's region may need, estimated from the index
+  // (sample 0's other dimensions, the longest length, the batching options); 0 if unknown.
+  uint64_t LargestBatchEstimate(const std::vector<size_t>& fields) const;
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
@@ -56,11 +62,15 @@ class StreamingLoader final : public Loader {
   std::shared_ptr<const std::vector<uint64_t>> lengths_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the window they use.
+  LogSink log_;  // the diagnostics' sink, for the one line Init may print
   LoaderDiagnostics diagnostics_;
   std::shared_ptr<memory::Arena> arena_;
   Window window_;
   std::unique_ptr<ReadScheduler> scheduler_;
   std::unique_ptr<ConsumerWindow> consumer_;
+  // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
+  std::shared_ptr<memory::Arena> batch_arena_;
+  std::unique_ptr<CollateStage> collate_;
 };
 
 }  // namespace libshard

@@ -66,8 +66,14 @@ Result<at::Tensor> ToTensor(const TensorView& view, const std::shared_ptr<const 
 // Every tensor of `sample`, keyed by field name. Errors name the sample index and the field.
 Result<TensorDict> ToTensors(const Sample& sample, const TorchOptions& options = {});
 
-// Every sample of `batch`, in order.
+// Every sample of `batch`, in order. InvalidArgument for a collated batch (use the next one).
 Result<std::vector<TensorDict>> ToTensors(const Batch& batch, const TorchOptions& options = {});
+
+// A batch the loader collated (LoaderOptions::collate): one tensor per field over the batch's
+// region (zero-copy on the CPU, held by each tensor as for a Sample), then "lengths" (int64 [B])
+// and, for kPack, "cu_seqlens" (int32 [B + 1]), both small copies. max_seqlen, indices and
+// metadata stay in `batch`.
+Result<TensorDict> ToTensors(const CollatedBatch& batch, const TorchOptions& options = {});
 
 // The other direction, for writing datasets from LibTorch: a TensorInput for Writer::Append that
 // points at `tensor`'s bytes, so `tensor` must outlive that call. The tensor must be a
