@@ -173,3 +173,52 @@ TEST(ArenaTest, PinningReportsItsOutcome) {
 
 }  // namespace
 }  // namespace libshard::memory
+
+namespace libshard::memory {
+namespace {
+
+// Two large slots that fit the budget together, released in FIFO order (a training loop holding
+// the previous batch while the next is assembled): with first fit alone the free space ends up
+// split around the held slot; alternating ends always fits.
+TEST(ArenaTest, AlternatingEndsKeepsTwoLargeSlotsFitting) {
+  const uint64_t page = Arena::kAlignment;
+  auto arena = Arena::Create(100 * page);
+  ASSERT_TRUE(arena.ok());
+  const uint64_t sizes[] = {37, 50, 45, 55, 41, 59, 30, 20, 63, 37};  // pages; neighbours <= 100
+  // First fit only: some step finds no room although the two slots sum to <= the budget.
+  {
+    std::shared_ptr<std::byte> held;
+    bool stuck = false;
+    for (int round = 0; round < 3 && !stuck; ++round) {
+      for (const uint64_t s : sizes) {
+        auto next = (*arena)->TryAcquire(s * page);
+        ASSERT_TRUE(next.ok());
+        if (*next == nullptr) { stuck = true; break; }
+        held = std::move(next).value();  // the previous one is released now
+      }
+    }
+    EXPECT_TRUE(stuck) << "this sequence should defeat first fit (else the test shows nothing)";
+  }
+  ASSERT_EQ((*arena)->in_use(), 0u);
+  std::shared_ptr<std::byte> held;
+  bool high = false;
+  for (int round = 0; round < 3; ++round) {
+    for (const uint64_t s : sizes) {
+      auto next = (*arena)->TryAcquire(
+          s * page, high ? Arena::Placement::kHighest : Arena::Placement::kLowest);
+      ASSERT_TRUE(next.ok());
+      ASSERT_NE(*next, nullptr) << "round " << round << ", slot of " << s << " pages";
+      const uint64_t offset = static_cast<uint64_t>(next->get() - (*arena)->base());
+      if (high) EXPECT_EQ(offset + s * page, 100 * page) << "the top end";
+      else EXPECT_EQ(offset, 0u) << "the bottom end";
+      held = std::move(next).value();
+      high = !high;
+    }
+  }
+  held.reset();
+  EXPECT_EQ((*arena)->in_use(), 0u);
+  EXPECT_EQ((*arena)->largest_free(), 100 * page);
+}
+
+}  // namespace
+}  // namespace libshard::memory

@@ -7,8 +7,10 @@
 // - A completion is reported once per request: `bytes` == `length`, or fewer when end of file
 //   came first (status OK), or a non-OK status naming the file and the offset. Short reads are
 //   continued internally; EINTR/EAGAIN are retried.
-// - Reap() returns completions; with `wait` it blocks until at least one completion exists, or
-//   Wake() was called, or `timeout_ms` passed (timeout_ms < 0: no limit).
+// - Reap() returns the completions that are ready; with `wait` and none ready it blocks until
+//   min(`want`, in_flight()) (at least one) are, or Wake() was called, or `timeout_ms` passed
+//   (timeout_ms < 0: no limit). A `want` above 1 lets a caller with many small reads in flight
+//   wake once per several completions instead of once per completion.
 // - Wake() may be called from any thread; every other method from one thread (the owner).
 // - The destructor cancels what it can and waits for every read the kernel still owns, so memory
 //   passed to Submit() may be freed once the engine is gone.
@@ -86,7 +88,8 @@ class IoEngine {
 
   virtual Status Submit(const ReadRequest& request) = 0;
   virtual Status Flush() = 0;
-  virtual Status Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms) = 0;
+  virtual Status Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms,
+                      uint32_t want = 1) = 0;
   virtual void Wake() = 0;
   // Cancels every read in flight and waits until the kernel no longer owns any destination
   // memory; cancelled requests produce no completion.

@@ -99,10 +99,12 @@ void PreadEngine::WorkerLoop() {
   }
 }
 
-Status PreadEngine::Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms) {
+Status PreadEngine::Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms,
+                         uint32_t want) {
   std::unique_lock<std::mutex> lock(mu_);
-  auto ready = [this] { return !done_.empty() || woken_; };
-  if (wait && !ready()) {
+  const size_t enough = std::max<size_t>(1, std::min<size_t>(want, in_flight_));
+  auto ready = [this, enough] { return done_.size() >= enough || woken_; };
+  if (wait && done_.empty() && !woken_) {
     if (timeout_ms < 0) {
       done_cv_.wait(lock, ready);
     } else {

@@ -32,7 +32,8 @@ class PreadEngine final : public IoEngine {
   uint32_t in_flight() const override;
   Status Submit(const ReadRequest& request) override;
   Status Flush() override;
-  Status Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms) override;
+  Status Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms,
+              uint32_t want = 1) override;
   void Wake() override;
   void CancelAll() override;
 

@@ -258,7 +258,8 @@ Status UringEngine::Handle(io_uring_cqe* cqe, std::vector<ReadCompletion>* out) 
   return Queue(index);  // short read before EOF: read the rest
 }
 
-Status UringEngine::Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms) {
+Status UringEngine::Reap(std::vector<ReadCompletion>* out, bool wait, int timeout_ms,
+                         uint32_t want) {
   const size_t before = out->size();
   bool waited = false;
   while (true) {
@@ -276,13 +277,15 @@ Status UringEngine::Reap(std::vector<ReadCompletion>* out, bool wait, int timeou
     if (seen > 0) LIBSHARD_RETURN_IF_ERROR(Flush());  // resubmissions and the re-armed poll
     if (out->size() > before || !wait || waited) return Status::OK();
     if (woken_.exchange(false)) return Status::OK();
-    // Block for one CQE (a read or the wake poll) or the timeout; then collect what arrived.
+    // Block for `want` CQEs (reads or the wake poll), at most the reads in flight, or the
+    // timeout; then collect what arrived.
+    const unsigned nr = std::max<unsigned>(1, std::min<unsigned>(want, in_flight_));
     int rc;
     if (timeout_ms >= 0) {
       __kernel_timespec ts{timeout_ms / 1000, (timeout_ms % 1000) * 1000000LL};
-      rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, nr, &ts, nullptr);
     } else {
-      rc = io_uring_submit_and_wait(&ring_, 1);
+      rc = io_uring_submit_and_wait(&ring_, nr);
     }
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
       return Status::IoError("io_uring wait: " + ErrnoText(-rc), -rc);

@@ -43,8 +43,15 @@ Result<std::shared_ptr<std::byte>> CollateStage::AcquireRegion(uint64_t bytes, u
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (stopped_->load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
-    LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte> region, arena_->TryAcquire(bytes));
+    // Regions alternate between the two ends of the batch arena (Arena::Placement): a loop
+    // holding the previous batch while the next is assembled always finds room for it when the
+    // two fit in the batch memory together.
+    LIBSHARD_ASSIGN_OR_RETURN(
+        std::shared_ptr<std::byte> region,
+        arena_->TryAcquire(bytes, high_end_ ? memory::Arena::Placement::kHighest
+                                            : memory::Arena::Placement::kLowest));
     if (region != nullptr) {
+      high_end_ = !high_end_;
       const double waited = Seconds(clock.Now() - start);
       if (waited > 0) diagnostics_->AddWait(waited);
       return region;

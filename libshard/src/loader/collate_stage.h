@@ -59,6 +59,7 @@ class CollateStage {
   LoaderDiagnostics* const diagnostics_;
   const std::atomic<bool>* const stopped_;
   std::optional<Batch> pending_;
+  bool high_end_ = false;  // where the next region goes (Arena::Placement), alternating
 
   std::mutex mu_;
   std::condition_variable released_;

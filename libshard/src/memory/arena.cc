@@ -89,30 +89,41 @@ Status Arena::TooLarge(uint64_t bytes, uint64_t budget) {
                                    " bytes (" + Mib(budget) + "); raise memory_budget");
 }
 
-bool Arena::AllocateLocked(uint64_t size, uint64_t* offset) {
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < size) continue;
-    *offset = it->first;
+bool Arena::AllocateLocked(uint64_t size, Placement placement, uint64_t* offset) {
+  auto take = [&](std::map<uint64_t, uint64_t>::iterator it) {
+    const uint64_t block = it->first;
     const uint64_t rest = it->second - size;
-    const uint64_t rest_offset = it->first + size;
     free_.erase(it);
-    if (rest > 0) free_.emplace(rest_offset, rest);
+    if (placement == Placement::kLowest) {
+      *offset = block;
+      if (rest > 0) free_.emplace(block + size, rest);
+    } else {  // the top of the block
+      *offset = block + rest;
+      if (rest > 0) free_.emplace(block, rest);
+    }
     in_use_ += size;
     if (in_use_ > peak_) peak_ = in_use_;
     ++live_;
     return true;
+  };
+  if (placement == Placement::kLowest) {
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= size) return take(it);
+  } else {
+    for (auto it = free_.rbegin(); it != free_.rend(); ++it)
+      if (it->second >= size) return take(std::next(it).base());
   }
   return false;
 }
 
-Result<std::shared_ptr<std::byte>> Arena::TryAcquire(uint64_t bytes) {
+Result<std::shared_ptr<std::byte>> Arena::TryAcquire(uint64_t bytes, Placement placement) {
   const uint64_t size = bytes == 0 ? kAlignment : (bytes + kAlignment - 1) / kAlignment * kAlignment;
   if (bytes > budget_ || size > budget_) return TooLarge(bytes, budget_);
   uint64_t offset = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return Status::Aborted("arena: stopped");
-    if (!AllocateLocked(size, &offset)) return std::shared_ptr<std::byte>();
+    if (!AllocateLocked(size, placement, &offset)) return std::shared_ptr<std::byte>();
   }
   std::shared_ptr<Arena> self = shared_from_this();
   return std::shared_ptr<std::byte>(base_ + offset, [self = std::move(self), offset, size](std::byte*) {

@@ -37,9 +37,16 @@ class Arena : public std::enable_shared_from_this<Arena> {
   std::byte* base() const { return base_; }
   uint64_t budget() const { return budget_; }
 
+  // Where TryAcquire places a slot: the lowest free address that fits (first fit), or the
+  // highest. Alternating them keeps two large slots released in FIFO order at the two ends of
+  // the arena, so two slots fit whenever their sizes sum to the budget (first fit alone can
+  // leave the free space split around one held slot, with neither half large enough).
+  enum class Placement { kLowest, kHighest };
+
   // A slot of at least `bytes` (rounded up to kAlignment), or nullptr when it does not fit now.
   // ResourceExhausted when `bytes` exceeds the whole budget (it could never fit).
-  Result<std::shared_ptr<std::byte>> TryAcquire(uint64_t bytes);
+  Result<std::shared_ptr<std::byte>> TryAcquire(uint64_t bytes,
+                                                Placement placement = Placement::kLowest);
   // Like TryAcquire but waits until the slot fits; Aborted once Stop() was called.
   Result<std::shared_ptr<std::byte>> Acquire(uint64_t bytes);
   // Makes waiting and future Acquire() calls return Aborted. Idempotent.
@@ -62,7 +69,7 @@ class Arena : public std::enable_shared_from_this<Arena> {
   Arena(std::byte* base, uint64_t budget);
   void Release(uint64_t offset, uint64_t size);
   // Requires mu_. Returns the offset of a fitting free block (removed from the list) or nullopt.
-  bool AllocateLocked(uint64_t size, uint64_t* offset);
+  bool AllocateLocked(uint64_t size, Placement placement, uint64_t* offset);
   static Status TooLarge(uint64_t bytes, uint64_t budget);
 
   std::byte* const base_;
