@@ -168,7 +168,7 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
   WriteActivations(dir / "ds", 16, CodecOptions(FieldCodecPolicy::kAuto));
   auto ds = OpenOrDie(dir / "ds");
   ASSERT_TRUE(ds);
-  for (uint32_t workers : {1u, 3u}) {
+  for (uint32_t workers : {0u, 1u, 3u}) {  // 0: AutoWorkerThreads
     LoaderOptions o;
     o.memory_budget = 8 << 20;
     o.queue_depth = 8;
@@ -186,6 +186,24 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
     o.verify_checksums = false;
     ExpectLoaderMatchesRead(ds, o, 0, {"loss_mask"});
   }
+}
+
+// worker_threads 0 gives a compressed dataset one decoding thread per core (at most
+// kAutoDecodeWorkers) and an uncompressed one a single checksum thread.
+TEST(CodecDatasetTest, AutoWorkerThreadsFollowTheStorage) {
+  TempDir dir;
+  WriteActivations(dir / "auto", 4, CodecOptions(FieldCodecPolicy::kAuto));
+  WriteActivations(dir / "none", 4, CodecOptions(FieldCodecPolicy::kNone));
+  auto compressed = OpenOrDie(dir / "auto");
+  auto plain = OpenOrDie(dir / "none");
+  ASSERT_TRUE(compressed && plain);
+  LoaderOptions o;
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(AutoWorkerThreads(*compressed, o), std::min(cores, kAutoDecodeWorkers));
+  EXPECT_EQ(AutoWorkerThreads(*plain, o), 1u);
+  o.worker_threads = 5;
+  EXPECT_EQ(AutoWorkerThreads(*compressed, o), 5u);
+  EXPECT_EQ(AutoWorkerThreads(*plain, o), 5u);
 }
 
 // fp8 (codec 3) and fp8-entropy (codec 4): lossy within the §4.3.5 bound, the other fields

@@ -33,7 +33,7 @@ struct BenchArgs {
   std::string engine = "auto";
   std::string io_mode = "auto";
   uint64_t max_len = 0;
-  uint32_t workers = 1;
+  uint32_t workers = 0;
   bool no_drop_caches = false;
   bool skip_raw = false;
 };
@@ -159,9 +159,10 @@ int RunBench(const BenchArgs& a) {
   }
   const LoaderStats s = loader.stats();
   const double gbps = total_seconds > 0 ? static_cast<double>(total_read) / total_seconds / 1e9 : 0;
-  std::printf("loader (%s, %s, qd %u, read %s, shuffle %s, verify %s, fields %s): %.2f GB/s, "
-              "%.4f CPU-s/GB",
+  std::printf("loader (%s, %s, qd %u, read %s, workers %u, shuffle %s, verify %s, fields %s): "
+              "%.2f GB/s, %.4f CPU-s/GB",
               s.engine.c_str(), s.direct_io ? "O_DIRECT" : "buffered", o.queue_depth,
+              AutoWorkerThreads(*ds, o),
               convert::FormatBytes(o.read_size).c_str(), a.shuffle ? "on" : "off",
               a.verify ? "on" : "off", a.fields.empty() ? "all" : a.fields.c_str(), gbps,
               total_read ? total_cpu / (static_cast<double>(total_read) / 1e9) : 0.0);
@@ -197,7 +198,7 @@ Command AddBenchCommand(CLI::App& app) {
   c->add_option("--read-size", args->read_size, "Sub-read size for large samples (default 4MiB)");
   c->add_option("--engine", args->engine, "auto, uring or pread (default auto)");
   c->add_option("--io-mode", args->io_mode, "auto, direct or buffered (default auto)");
-  c->add_option("--workers", args->workers, "Verification/decoding threads (default 1)");
+  c->add_option("--workers", args->workers, "Verification/decoding threads (default 0: one per core for a compressed dataset, else 1)");
   c->add_flag("--no-drop-caches", args->no_drop_caches, "Do not drop the page cache");
   c->add_flag("--skip-raw", args->skip_raw, "Skip the raw sequential read");
   return {c, [args] { return RunBench(*args); }};

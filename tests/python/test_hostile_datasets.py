@@ -206,7 +206,7 @@ def test_strings_that_are_not_utf8_read_back_everywhere(tmp_path):
     assert p.returncode == 0, p.stderr
 
 
-@pytest.mark.parametrize("option,value", [("worker_threads", 100_000), ("worker_threads", 0),
+@pytest.mark.parametrize("option,value", [("worker_threads", 100_000), ("worker_threads", 257),
                                           ("queue_depth", 1_000_000), ("read_size", 1 << 40),
                                           ("memory_budget", 1 << 50), ("batch_size", 1 << 30)])
 def test_loader_numeric_options_are_bounded(small_dataset, option, value):

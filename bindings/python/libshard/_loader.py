@@ -178,7 +178,7 @@ class Loader:
                  engine: str = "auto",
                  io_mode: str = "auto",
                  pin_memory: bool = True,
-                 worker_threads: int = 1,
+                 worker_threads: int = 0,
                  slow_wait_warning_seconds: float = 10.0,
                  stats_interval_seconds: float = 0.0,
                  expect: Optional[Dict[str, Union[str, int]]] = None) -> None:

@@ -114,7 +114,7 @@ struct LoaderState {
 // Bounds of LoaderOptions' numeric settings, checked by ValidateLoaderOptions (and so by
 // Loader::Create) before any thread starts or memory is reserved. They are far above what any
 // use needs; a value past them is a mistake (a unit or a typo), not a configuration.
-inline constexpr uint32_t kMaxLoaderWorkerThreads = 256;     // worker_threads: 1..256
+inline constexpr uint32_t kMaxLoaderWorkerThreads = 256;     // worker_threads: 0 (auto)..256
 inline constexpr uint32_t kMaxLoaderQueueDepth = 4096;       // queue_depth: 1..4096
 inline constexpr uint64_t kMinLoaderMemoryBudget = 4096;     // memory_budget: 4 KiB..16 TiB
 inline constexpr uint64_t kMaxLoaderMemoryBudget = uint64_t{1} << 44;
@@ -170,7 +170,11 @@ struct LoaderOptions {
   IoEngineKind engine = IoEngineKind::kAuto;   // env LIBSHARD_ENGINE=uring|pread overrides kAuto
   IoMode io_mode = IoMode::kAuto;              // env LIBSHARD_IO_MODE=direct|buffered overrides
   bool pin_memory = true;              // cudaHostRegister the arena when a CUDA runtime loads
-  uint32_t worker_threads = 1;         // checksum verification and zstd decoding; 1..256
+  // Threads that verify checksums and decode compressed samples; 1..256, or 0 (the default):
+  // one per core (at most kAutoDecodeWorkers) for a dataset stored compressed, whose decoding
+  // is most of the loader's work and runs in parallel across samples, else 1 (a checksum
+  // costs about 0.06 CPU-s per GB). AutoWorkerThreads() says what 0 gives.
+  uint32_t worker_threads = 0;
   // Each sample read whole has its xxh3-64 checked on the worker threads before it is handed
   // out, so damaged or foreign bytes are never served as tensors. It costs about 0.06 CPU-s per
   // GB and no throughput at this machine's disk speed (README, "Checksums"); turn it off only for
@@ -230,6 +234,12 @@ struct LoaderStats {
   uint64_t padding_positions = 0;
   double padding_share = 0;            // padding_positions / batch_positions (0 when none)
 };
+
+// Upper bound of worker_threads = 0 for a compressed dataset.
+inline constexpr uint32_t kAutoDecodeWorkers = 8;
+
+// The worker threads a Loader starts for `dataset` with `options` (resolving worker_threads 0).
+uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options);
 
 // InvalidArgument naming the option and its accepted range when a numeric setting of `options`
 // is out of bounds (the k*Loader* constants above), or a duration is negative or not a number.

@@ -1,6 +1,8 @@
 // ValidateLoaderOptions: bounds of the loader's numeric settings (loader.h).
 #include <cmath>
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "libshard/loader.h"
 
@@ -15,6 +17,14 @@ Status OutOfRange(const char* name, uint64_t value, uint64_t lo, uint64_t hi, co
 
 }  // namespace
 
+uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options) {
+  if (options.worker_threads > 0) return options.worker_threads;
+  // Stored compressed (field codecs, fp8, zstd): decoding scales with the threads.
+  if (dataset.total_stored_bytes() >= dataset.total_raw_bytes()) return 1;
+  const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::min(cores, kAutoDecodeWorkers);
+}
+
 Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.order < 1 || o.order > 2)
     return OutOfRange("order", o.order, 1, 2,
@@ -24,9 +34,9 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
                       " (the state was saved by a newer libshard; resume it with that version)");
   // Threads are started one per worker: an unbounded count exhausts the process's threads
   // (EAGAIN) seconds later instead of failing at once.
-  if (o.worker_threads < 1 || o.worker_threads > kMaxLoaderWorkerThreads)
-    return OutOfRange("worker_threads", o.worker_threads, 1, kMaxLoaderWorkerThreads,
-                      " (checksum and zstd threads; 1-4 keep up with one NVMe disk)");
+  if (o.worker_threads > kMaxLoaderWorkerThreads)
+    return OutOfRange("worker_threads", o.worker_threads, 0, kMaxLoaderWorkerThreads,
+                      " (checksum and decoding threads; 0 chooses from the dataset and the cores)");
   if (o.queue_depth < 1 || o.queue_depth > kMaxLoaderQueueDepth)
     return OutOfRange("queue_depth", o.queue_depth, 1, kMaxLoaderQueueDepth,
                       " (reads in flight; 64 is a good default)");

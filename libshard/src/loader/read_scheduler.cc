@@ -28,7 +28,7 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
                                                      diagnostics));
   LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
-  const uint32_t nworkers = std::max<uint32_t>(1, options.worker_threads);
+  const uint32_t nworkers = AutoWorkerThreads(*s->dataset_, options);
   ReadScheduler* raw = s.get();
   for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
   return s;
