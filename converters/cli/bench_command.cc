@@ -162,8 +162,8 @@ int RunBench(const BenchArgs& a) {
   std::printf("loader (%s, %s, qd %u, read %s, workers %u, shuffle %s, verify %s, fields %s): "
               "%.2f GB/s, %.4f CPU-s/GB",
               s.engine.c_str(), s.direct_io ? "O_DIRECT" : "buffered", o.queue_depth,
-              AutoWorkerThreads(*ds, o),
-              convert::FormatBytes(o.read_size).c_str(), a.shuffle ? "on" : "off",
+              convert::FormatBytes(o.read_size).c_str(), AutoWorkerThreads(*ds, o),
+              a.shuffle ? "on" : "off",
               a.verify ? "on" : "off", a.fields.empty() ? "all" : a.fields.c_str(), gbps,
               total_read ? total_cpu / (static_cast<double>(total_read) / 1e9) : 0.0);
   if (raw_gbps > 0) std::printf(", %.1f%% of raw", 100 * gbps / raw_gbps);

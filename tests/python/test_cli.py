@@ -684,3 +684,15 @@ def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
     assert "already version 2" in run("upgrade", ds).stdout
     p = run("upgrade", tmp_path / "missing", check=False)
     assert p.returncode == 1 and "missing" in p.stderr
+
+
+@pytest.mark.parametrize("compress", ["none", "auto"])
+def test_bench_runs_and_reports_its_workers(eagle, tmp_path, compress):
+    out = tmp_path / "out"
+    run("pack", eagle, "-o", out, "--compress", compress)
+    p = run("bench", out, "--epochs", "1", "--skip-raw", "--memory-budget", "64MiB")
+    line = next(l for l in p.stdout.splitlines() if l.startswith("loader ("))
+    # worker_threads 0: one decoding thread per core (at most 8) when compressed, else 1.
+    want = 1 if compress == "none" else min(os.cpu_count() or 1, 8)
+    assert f"workers {want}," in line, line
+    assert "decoded:" in p.stdout

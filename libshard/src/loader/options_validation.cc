@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "libshard/loader.h"
 
@@ -19,8 +20,11 @@ Status OutOfRange(const char* name, uint64_t value, uint64_t lo, uint64_t hi, co
 
 uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options) {
   if (options.worker_threads > 0) return options.worker_threads;
-  // Stored compressed (field codecs, fp8, zstd): decoding scales with the threads.
-  if (dataset.total_stored_bytes() >= dataset.total_raw_bytes()) return 1;
+  // Stored compressed (field codecs, fp8, or zstd that paid off): decoding scales with the
+  // threads.
+  const std::vector<uint8_t> codecs = dataset.field_codecs();
+  const bool coded = std::any_of(codecs.begin(), codecs.end(), [](uint8_t c) { return c != 0; });
+  if (!coded && dataset.total_stored_bytes() >= dataset.total_raw_bytes()) return 1;
   const uint32_t cores = std::max(1u, std::thread::hardware_concurrency());
   return std::min(cores, kAutoDecodeWorkers);
 }
