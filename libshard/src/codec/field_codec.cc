@@ -146,34 +146,45 @@ uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8) {
 // n elements that start at a row boundary. `base` is null or holds row_elems values. dst may
 // overlap hi only as in-place decoding arranges (hi at or after dst + n, read block by block
 // before the block's output is written).
+// One run of m elements of a row (base: the run's channel bases, or null), fused: each 16
+// elements are loaded, have their base undone and are written interleaved. In place (hi at or
+// after d + m, as for a whole chunk) this is safe: a full vector's 32 output bytes end before
+// the high bytes not yet read, and a scalar step writes below the byte it reads next.
+void InterleaveRun(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t m,
+                   uint8_t* d) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80));
+  for (; i + 16 <= m; i += 16) {
+    const __m128i vl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + i));
+    __m128i vh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + i));
+    if (base != nullptr) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
+      vh = _mm_xor_si128(_mm_add_epi8(vh, _mm_andnot_si128(sign, b)), _mm_and_si128(b, sign));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+  }
+#endif
+  for (; i < m; ++i) {
+    uint8_t h = hi[i];
+    if (base != nullptr) h = static_cast<uint8_t>((h + (base[i] & 0x7F)) ^ (base[i] & 0x80));
+    const uint8_t l = lo[i];
+    d[2 * i] = l;
+    d[2 * i + 1] = h;
+  }
+}
+
 void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t row_elems,
                 size_t n, uint8_t* dst) {
-  uint8_t block[kBlock];
-  for (size_t start = 0; start < n; start += kBlock) {
-    const size_t m = std::min(kBlock, n - start);
-    std::memcpy(block, hi + start, m);
-    if (base != nullptr) {
-      for (size_t i = 0, col = start % row_elems; i < m; col = 0) {
-        const size_t len = std::min(m - i, row_elems - col);
-        ApplyBase(block + i, base + col, len, false);
-        i += len;
-      }
-    }
-    const uint8_t* l = lo + start;
-    uint8_t* d = dst + 2 * start;
-    size_t i = 0;
-#if defined(__SSE2__)
-    for (; i + 16 <= m; i += 16) {
-      const __m128i vl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(l + i));
-      const __m128i vh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + i));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
-    }
-#endif
-    for (; i < m; ++i) {
-      d[2 * i] = l[i];
-      d[2 * i + 1] = block[i];
-    }
+  if (base == nullptr) {
+    InterleaveRun(lo, hi, nullptr, n, dst);
+    return;
+  }
+  // Row by row, so each run's bases are contiguous (n starts at a row boundary).
+  for (size_t start = 0; start < n; start += row_elems) {
+    const size_t m = std::min(row_elems, n - start);
+    InterleaveRun(lo + start, hi + start, base, m, dst + 2 * start);
   }
 }
 
@@ -561,29 +572,27 @@ struct Decoder::State {
 
   // Decompresses a zstd plane of `coded` bytes that must decode to exactly `n` bytes at dst.
   // Decodes a mode 1 or 2 plane of `coded_size` bytes into exactly n bytes at dst.
-  Status Unpack(uint8_t mode, const std::byte* coded, size_t coded_size, std::byte* dst, size_t n,
-                const std::string& where) {
-    if (mode == kModeHuffman) {
-      const Status st = huffman::Decode(coded, coded_size, reinterpret_cast<uint8_t*>(dst), n);
-      return st.ok() ? st : Status::Corruption(where + ": " + st.message());
-    }
-    return Unzstd(coded, coded_size, dst, n, where);
+  // Errors do not say where: the caller adds that (building the text only on an error).
+  Status Unpack(uint8_t mode, const std::byte* coded, size_t coded_size, std::byte* dst,
+                size_t n) {
+    if (mode == kModeHuffman)
+      return huffman::Decode(coded, coded_size, reinterpret_cast<uint8_t*>(dst), n);
+    return Unzstd(coded, coded_size, dst, n);
   }
-  Status Unzstd(const std::byte* coded, size_t coded_size, std::byte* dst, size_t n,
-                const std::string& where) {
+  Status Unzstd(const std::byte* coded, size_t coded_size, std::byte* dst, size_t n) {
     if (!dctx) return Status::ResourceExhausted("cannot create a zstd decompression context");
     const unsigned long long content = ZSTD_getFrameContentSize(coded, coded_size);
     if (content != n)
-      return Status::Corruption(where + ": zstd frame does not declare its " +
+      return Status::Corruption("zstd frame does not declare its " +
                                 std::to_string(n) + "-byte content");
     if (ZSTD_findFrameCompressedSize(coded, coded_size) != coded_size)
-      return Status::Corruption(where + ": zstd frame does not span its " +
+      return Status::Corruption("zstd frame does not span its " +
                                 std::to_string(coded_size) + " coded bytes");
     const size_t got = ZSTD_decompressDCtx(dctx.get(), dst, n, coded, coded_size);
     if (ZSTD_isError(got))
-      return Status::Corruption(where + ": zstd: " + ZSTD_getErrorName(got));
+      return Status::Corruption(std::string("zstd: ") + ZSTD_getErrorName(got));
     if (got != n)
-      return Status::Corruption(where + ": zstd frame decoded to " + std::to_string(got) +
+      return Status::Corruption("zstd frame decoded to " + std::to_string(got) +
                                 " bytes; expected " + std::to_string(n));
     return Status::OK();
   }
@@ -627,7 +636,6 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
                             : nullptr;
   const std::byte* p = region.data() + info.chunks_offset;
   auto* out = reinterpret_cast<uint8_t*>(dst.data());
-  const std::string what = "codec region (" + std::string(CodecName(id)) + ")";
   for (uint64_t c = 0, row0 = 0; row0 < rows_wanted; ++c, row0 += info.chunk_rows) {
     const std::byte* e = region.data() + kRegionHeaderSize + kChunkEntrySize * c;
     const size_t coded = GetU32(e);
@@ -638,14 +646,17 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
     const size_t n = static_cast<size_t>(rc * g.row_elems);
     const size_t n_need = static_cast<size_t>(need * g.row_elems);
     uint8_t* chunk_out = out + row0 * g.row_elems * w;
-    const std::string where = what + ": " + ChunkName(c);
+    const auto where = [&] {
+      return "codec region (" + std::string(CodecName(id)) + "): " + ChunkName(c);
+    };
     switch (id) {
       case CodecId::kZstd: {
         const std::byte* plane = p;
         if (zstd) {
           std::byte* tmp = (w == 1 && need == rc) ? reinterpret_cast<std::byte*>(chunk_out)
                                                   : state_->Scratch(n * w);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, p, coded, tmp, n * w, where));
+          if (Status st = state_->Unpack(mode, p, coded, tmp, n * w); !st.ok())
+            return st.WithContext(where());
           plane = tmp;
         }
         const auto* pl = reinterpret_cast<const uint8_t*>(plane);
@@ -667,7 +678,8 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
           // interleaves in place; a partial one uses the scratch.
           std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
                                       : state_->Scratch(n);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, where));
+          if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
+            return st.WithContext(where());
           hi = reinterpret_cast<const uint8_t*>(tmp);
         }
         Interleave(lo, hi, base, g.row_elems, n_need, chunk_out);
@@ -682,7 +694,8 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
         if (zstd) {
           std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
                                       : state_->Scratch(n);
-          LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, where));
+          if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
+            return st.WithContext(where());
           q = reinterpret_cast<const uint8_t*>(tmp);
         }
         for (uint64_t r = 0; r < need; ++r)
@@ -731,7 +744,8 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
     uint8_t* q_out = fp8_dst.data() + row0 * g.row_elems;
     if (zstd) {
       std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(q_out) : state_->Scratch(n);
-      LIBSHARD_RETURN_IF_ERROR(state_->Unpack(mode, coded_at, coded, tmp, n, what + ": " + ChunkName(c)));
+      if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
+        return st.WithContext(what + ": " + ChunkName(c));
       if (need != rc) std::memcpy(q_out, tmp, need * g.row_elems);
     } else {
       std::memcpy(q_out, coded_at, need * g.row_elems);
