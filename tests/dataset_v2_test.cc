@@ -203,6 +203,7 @@ TEST(UpgradeTest, RewritesAVersion1IndexAndLeavesShardsAlone) {
   {
     auto ds = Dataset::Open((dir / "ds").string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    EXPECT_EQ((*ds)->index_version(), 1u);
     for (uint64_t i = 0; i < (*ds)->size(); ++i) {
       auto s = (*ds)->Read(i);
       ASSERT_TRUE(s.ok());
@@ -221,6 +222,7 @@ TEST(UpgradeTest, RewritesAVersion1IndexAndLeavesShardsAlone) {
   EXPECT_LT(index.size(), std::filesystem::file_size(golden / "index.lsi"));
   auto ds = Dataset::Open((dir / "ds").string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->index_version(), 2u);
   ASSERT_EQ((*ds)->size(), before.size());
   for (uint64_t i = 0; i < (*ds)->size(); ++i) {
     auto s = (*ds)->Read(i);

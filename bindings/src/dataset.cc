@@ -3,6 +3,7 @@
 // Thin: indices are checked here (IndexError), blocking reads release the GIL, results are plain
 // Python data; the pure-Python layer (libshard/_dataset.py) makes torch tensors.
 #include "libshard/dataset.h"
+#include "libshard/upgrade.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -56,6 +57,16 @@ py::dict SchemaToPython(const Schema& schema) {
 }
 
 void RegisterDataset(py::module_& m) {
+  m.def(
+      "upgrade_index",
+      [](const std::string& path) {
+        Result<bool> upgraded = [&] {
+          py::gil_scoped_release release;
+          return UpgradeIndex(path);
+        }();
+        return ValueOrThrow(std::move(upgraded));
+      },
+      py::arg("path"));
   py::class_<Dataset, std::shared_ptr<Dataset>>(m, "Dataset",
                                                 "A packed dataset opened for random access.")
       .def_static(
@@ -75,6 +86,7 @@ void RegisterDataset(py::module_& m) {
       .def_property_readonly("schema", [](const Dataset& d) { return SchemaToPython(d.schema()); })
       .def_property_readonly("total_stored_bytes", &Dataset::total_stored_bytes)
       .def_property_readonly("total_raw_bytes", &Dataset::total_raw_bytes)
+      .def_property_readonly("index_version", &Dataset::index_version)
       .def_property_readonly("shards",
                              [](const Dataset& d) {
                                py::list out;

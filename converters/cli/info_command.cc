@@ -200,6 +200,7 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
   nlohmann::json j;
   j["path"] = ds.path();
   j["samples"] = ds.size();
+  j["index_version"] = ds.index_version();
   auto shards = nlohmann::json::array();
   for (const ShardInfo& s : ds.shards()) {
     shards.push_back({{"file", s.path}, {"size", s.size}, {"samples", s.samples}});
@@ -271,6 +272,11 @@ void PrintText(const nlohmann::json& j) {
   using convert::FormatBytes;
   std::printf("dataset      %s\n", j["path"].get<std::string>().c_str());
   std::printf("samples      %llu in %zu shards\n", j["samples"].get<unsigned long long>(), j["shards"].size());
+  const unsigned index_version = j["index_version"].get<unsigned>();
+  std::printf("index        version %u%s\n", index_version,
+              index_version < 2 ? " (`libshard upgrade` rewrites it as version 2, which opens "
+                                  "millions of samples at once)"
+                                : "");
   const auto& t = j["totals"];
   std::printf("bytes        %s stored, %s payload, %s of sources\n",
               FormatBytes(t["stored_bytes"].get<uint64_t>()).c_str(),

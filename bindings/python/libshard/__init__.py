@@ -44,7 +44,7 @@ except ImportError as e:
 del _torch
 
 from ._collate import pack_collate, pad_collate
-from ._dataset import Dataset, Field, Schema, open
+from ._dataset import Dataset, Field, Schema, open, upgrade
 from ._loader import Loader
 from ._pack import pack
 from ._tensors import INDEX_KEY
@@ -89,4 +89,5 @@ __all__ = [
     "pack_collate",
     "pad_collate",
     "UnsupportedError",
+    "upgrade",
 ]

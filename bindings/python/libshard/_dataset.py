@@ -155,6 +155,12 @@ class Dataset(torch.utils.data.Dataset):
     def total_stored_bytes(self) -> int:
         return self._core.total_stored_bytes
 
+    @property
+    def index_version(self) -> int:
+        """The index's format version: 1, or 2 (loaded lazily, block by block: a rank of a large
+        world opens millions of samples at once). :func:`upgrade` rewrites 1 as 2."""
+        return self._core.index_version
+
     def source(self, index: int) -> str:
         """Relative path of the file sample ``index`` was packed from."""
         return self._core.source(operator.index(index))["path"]
@@ -207,6 +213,13 @@ class Dataset(torch.utils.data.Dataset):
             return
         for i in range(len(self)):
             self._core.verify(i)
+
+
+def upgrade(path: PathLike) -> bool:
+    """Rewrites the index of the dataset at ``path`` as index version 2, as ``libshard upgrade``
+    does: under the dataset lock, crash-safe (the dataset opens, old or new, at any point), shard
+    files untouched. Returns True when it was rewritten, False when it already was version 2."""
+    return _core.upgrade_index(os.fspath(path))
 
 
 def open(path: PathLike, *, verify: bool = True, metadata: bool = True) -> Dataset:  # noqa: A001

@@ -89,6 +89,9 @@ class Dataset {
   virtual const DatasetProvenance& provenance() const = 0;
   // Per field, its codec id (FORMAT.md §4.3.1; 0 raw); empty when every field is raw.
   virtual std::vector<uint8_t> field_codecs() const { return {}; }
+  // The version of the dataset's index (FORMAT.md §3: 1, or 2 with lazily loaded blocks;
+  // `libshard upgrade` / UpgradeIndex rewrites 1 as 2).
+  virtual uint32_t index_version() const { return 1; }
   // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
   // raw field. For a whole-sample zstd sample, the raw tensor sizes.
   virtual Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const;

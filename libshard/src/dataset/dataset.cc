@@ -41,6 +41,7 @@ class DatasetImpl final : public Dataset {
   uint64_t total_raw_bytes() const override { return index_->total_raw_bytes(); }
   const DatasetProvenance& provenance() const override { return provenance_; }
   std::vector<uint8_t> field_codecs() const override { return codecs_; }
+  uint32_t index_version() const override { return index_->version(); }
   Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const override {
     format::SampleRecord r;
     std::vector<uint64_t> dims;
