@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib import drop_caches
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,14 +42,6 @@ def cpu_seconds() -> float:
     s = resource.getrusage(resource.RUSAGE_SELF)
     return s.ru_utime + s.ru_stime
 
-
-def drop_caches() -> bool:
-    if os.geteuid() != 0:
-        return False
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-    return True
 
 
 def make_dataset(out: Path, n: int, min_len: int, max_len: int, hidden: int, seed: int) -> None:

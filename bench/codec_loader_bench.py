@@ -24,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchlib import drop_caches
+
 REPO = Path(__file__).resolve().parents[1]
 CHOICES = [
     ("none", ["--compress", "none"]),
@@ -35,11 +37,6 @@ CHOICES = [
 ]
 EPOCH = re.compile(r"loader epoch (\d+):.*decoded [0-9.]+ [KMGT]?i?B: ([0-9.]+) GB/s, ([0-9.]+) CPU-s")
 
-
-def drop_caches() -> None:
-    if os.geteuid() == 0:
-        subprocess.run(["sync"], check=True)
-        Path("/proc/sys/vm/drop_caches").write_text("3\n")
 
 
 def dir_bytes(path: Path) -> int:

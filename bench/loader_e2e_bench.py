@@ -30,6 +30,8 @@ import time
 import warnings
 from pathlib import Path
 
+from benchlib import drop_caches
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -42,14 +44,6 @@ def find_cli() -> str:
             return str(c)
     sys.exit("libshard command not found: build first (make build) or set LIBSHARD_CLI")
 
-
-def drop_caches() -> bool:
-    if os.geteuid() != 0:
-        return False
-    subprocess.run(["sync"], check=True)
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-    return True
 
 
 def cpu_seconds() -> float:

@@ -31,6 +31,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from benchlib import drop_caches
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -44,15 +46,6 @@ def find_cli(explicit: str | None) -> str:
         sys.exit("libshard binary not found: build it or pass --cli")
     return max(cands, key=os.path.getmtime)
 
-
-def drop_caches() -> bool:
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def make_dataset(src: Path, files: int, seq: int, hidden: int) -> int:

@@ -31,15 +31,8 @@ from pathlib import Path
 import torch
 
 import libshard
+from benchlib import drop_caches
 
-
-def drop_caches() -> None:
-    subprocess.run(["sync"], check=False)
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError:
-        pass
 
 
 def make_samples(n: int, seq: int, hidden: int):
