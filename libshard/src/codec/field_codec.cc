@@ -649,6 +649,17 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
     const auto where = [&] {
       return "codec region (" + std::string(CodecName(id)) + "): " + ChunkName(c);
     };
+    // The chunk's one-byte plane at `coded_at` (n bytes): as stored, or decoded (Huffman or
+    // zstd). A whole chunk decodes it into the upper half of its own output, which the
+    // interleave or dequantization then fills in place; a partial one uses the scratch.
+    const auto byte_plane = [&](const std::byte* coded_at) -> Result<const uint8_t*> {
+      if (!zstd) return reinterpret_cast<const uint8_t*>(coded_at);
+      std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
+                                  : state_->Scratch(n);
+      if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
+        return st.WithContext(where());
+      return reinterpret_cast<const uint8_t*>(tmp);
+    };
     switch (id) {
       case CodecId::kZstd: {
         const std::byte* plane = p;
@@ -671,17 +682,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
       }
       case CodecId::kPlanes: {
         const auto* lo = reinterpret_cast<const uint8_t*>(p);
-        const std::byte* coded_at = p + n;
-        const uint8_t* hi = reinterpret_cast<const uint8_t*>(coded_at);
-        if (zstd) {
-          // A whole chunk decodes its high plane into the upper half of its own output and
-          // interleaves in place; a partial one uses the scratch.
-          std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
-                                      : state_->Scratch(n);
-          if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
-            return st.WithContext(where());
-          hi = reinterpret_cast<const uint8_t*>(tmp);
-        }
+        LIBSHARD_ASSIGN_OR_RETURN(const uint8_t* hi, byte_plane(p + n));
         Interleave(lo, hi, base, g.row_elems, n_need, chunk_out);
         p += n + coded;
         break;
@@ -689,15 +690,7 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
       case CodecId::kFp8:
       case CodecId::kFp8Entropy: {
         const std::byte* scales = p;
-        const std::byte* coded_at = p + kFp8ScaleBytes * rc;
-        const uint8_t* q = reinterpret_cast<const uint8_t*>(coded_at);
-        if (zstd) {
-          std::byte* tmp = need == rc ? reinterpret_cast<std::byte*>(chunk_out + n)
-                                      : state_->Scratch(n);
-          if (Status st = state_->Unpack(mode, coded_at, coded, tmp, n); !st.ok())
-            return st.WithContext(where());
-          q = reinterpret_cast<const uint8_t*>(tmp);
-        }
+        LIBSHARD_ASSIGN_OR_RETURN(const uint8_t* q, byte_plane(p + kFp8ScaleBytes * rc));
         for (uint64_t r = 0; r < need; ++r)
           DequantizeRow(q + r * g.row_elems, base, g.row_elems,
                         LoadF32(scales + kFp8ScaleBytes * r), g.dtype,
