@@ -233,8 +233,11 @@ def index_corpus():
     for name, idx in golden_indexes():
         c.add(name + ".lsi", b"\x00" + idx)
         c.add(name + ".raw.lsi", b"\x01" + idx)
-    # Version 2 indexes (FORMAT.md §3.8); flag 0 lets the target reseal their checksums.
-    for g in sorted((ROOT / "tests" / "data").glob("golden_v2*")):
+    # Version 2 and 3 indexes (FORMAT.md §3.8, §3.9); flag 0 lets the target reseal their
+    # checksums.
+    data = ROOT / "tests" / "data"
+    for g in sorted([*data.glob("golden_v2*"), *data.glob("golden_v3*"),
+                     data / "golden_by_hand_v3"]):
         for f in sorted(g.glob("index*.lsi")):
             c.add(g.name + ".lsi", b"\x00" + f.read_bytes())
             c.add(g.name + ".raw.lsi", b"\x01" + f.read_bytes())
@@ -307,6 +310,11 @@ def journal_corpus():
         c.add(f"{name}_torn.lsj", b"\x01" + j[:-5])
     j = journal_from_index(golden_indexes()[0][1], 2)
     c.add("header_only.lsj", b"\x01" + j[: j.find(b"LSJE", 4)])
+    # The writers' own journals: before field checksums, and with them (header flags bit 0, §6).
+    for name in ("golden_v1_journal", "golden_v3_journal"):
+        j = (ROOT / "tests" / "data" / name / "_journal.lsj").read_bytes()
+        c.add(f"{name}.lsj", b"\x01" + j)
+        c.add(f"{name}.fix.lsj", b"\x00" + j)
     return c
 
 

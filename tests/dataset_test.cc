@@ -248,16 +248,16 @@ TEST_F(DatasetTest, FifoInPlaceOfADatasetFileIsRefused) {
   }
 }
 
-TEST_F(DatasetTest, IndexVersion3IsUnsupported) {
-  EditIndex([&](std::string& s) { PutU32(At(s, 8), 3); });
-  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 3"});
+TEST_F(DatasetTest, IndexVersion4IsUnsupported) {
+  EditIndex([&](std::string& s) { PutU32(At(s, 8), 4); });
+  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 4"});
 }
 
-TEST_F(DatasetTest, ManifestVersion3IsUnsupported) {
+TEST_F(DatasetTest, ManifestVersion4IsUnsupported) {
   std::string m = ReadFileToString(dir_ / "manifest.json");
-  m.replace(m.find("\"version\": 1"), 12, "\"version\": 3");
+  m.replace(m.find("\"version\": 1"), 12, "\"version\": 4");
   WriteStringToFile(dir_ / "manifest.json", m);
-  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 3"});
+  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 4"});
 }
 
 TEST_F(DatasetTest, ManifestVersionMustMatchTheIndex) {

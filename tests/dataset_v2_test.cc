@@ -34,7 +34,7 @@ class DatasetV2Test : public ::testing::Test {
     std::filesystem::copy(written_->path(), dir_ / "ds");
     const std::string bytes = ReadFileToString(Index());
     std::vector<std::byte> b(format::AsBytes(bytes), format::AsBytes(bytes) + bytes.size());
-    ASSERT_EQ(format::GetU32(b.data() + 8), 2u);
+    ASSERT_EQ(format::GetU32(b.data() + 8), format::kCurrentIndexVersion);
     auto l = format::IndexV2::ParseHeader({b.data(), 128}, b.size(), "idx");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     auto v = format::IndexV2::Parse(
@@ -218,11 +218,12 @@ TEST(UpgradeTest, RewritesAVersion1IndexAndLeavesShardsAlone) {
   EXPECT_TRUE(*upgraded);
   EXPECT_FALSE(std::filesystem::exists(dir / "ds" / "index.lsi"));
   const std::string index = ReadFileToString(dir / "ds" / "index.a.lsi");
-  EXPECT_EQ(format::GetU32(format::AsBytes(index) + 8), 2u);
+  EXPECT_EQ(format::GetU32(format::AsBytes(index) + 8), 3u);
   EXPECT_LT(index.size(), std::filesystem::file_size(golden / "index.lsi"));
   auto ds = Dataset::Open((dir / "ds").string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  EXPECT_EQ((*ds)->index_version(), 2u);
+  EXPECT_EQ((*ds)->index_version(), 3u);
+  EXPECT_TRUE((*ds)->has_field_checksums());
   ASSERT_EQ((*ds)->size(), before.size());
   for (uint64_t i = 0; i < (*ds)->size(); ++i) {
     auto s = (*ds)->Read(i);

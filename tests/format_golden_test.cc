@@ -1,24 +1,27 @@
-// Format stability: datasets checked in under tests/data/golden_v1*/ and golden_v2*/ must keep
-// reading, and the writer must keep producing the same bytes as golden_v2 (index version 2,
-// FORMAT.md §3.8; version 1 is frozen: readers keep reading it forever).
+// Format stability: datasets checked in under tests/data/golden_v1*/, golden_v2*/ and golden_v3*/
+// must keep reading, and the writer must keep producing the same bytes as golden_v3 (index
+// version 3, FORMAT.md §3.9; versions 1 and 2 are frozen: readers keep reading them forever).
 //
 // golden_v1 and golden_v1_zstd were written before the shard-uid revision (FORMAT.md §4.1: shard
 // uid 0, index flags 0); they are frozen and never regenerated: readers must keep accepting them
 // unchanged. golden_v1_uids is what the writer produces now (with a fixed shard_uid_seed).
 //
 // golden_v1_uids and golden_v1_append (golden_v1_uids after an append: index.a.lsi) are what the
-// writer produced before index version 2; they are frozen too. golden_v2 and golden_v2_append
-// are the writer's output now, golden_v1_journal (the journal of an interrupted write; the
-// journal format did not change) too. golden_by_hand is not: it is written
+// writer produced before index version 2; they are frozen too. golden_v2, golden_v2_zstd,
+// golden_v2_codecs, golden_v2_append and golden_v1_journal are what it produced before index
+// version 3 (field checksums); frozen as well. golden_v3, golden_v3_zstd, golden_v3_codecs,
+// golden_v3_append and golden_v3_journal (a journal whose header flags say that its samples
+// carry field checksums, §6) are the writer's output now. golden_by_hand is not: it is written
 // from FORMAT.md alone by tests/data/make_golden_by_hand.py, so the reader is checked against the
 // spec independently of the writer; golden_by_hand_v2 (tests/data/make_golden_v2_by_hand.py) is
-// the same dataset with an index of version 2, written from FORMAT.md §3.8 alone.
+// the same dataset with an index of version 2, written from FORMAT.md §3.8 alone, and
+// golden_by_hand_v3 (the same script) with one of version 3 (§3.9).
 //
 // golden_v2_codecs is golden_v2 written with field codecs chosen by `--compress auto` (FORMAT.md
 // §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16).
 //
-// Regenerate golden_v2, golden_v2_codecs, golden_v2_append and golden_v1_journal (only when the format
-// changes, never to make a failing test pass):
+// Regenerate golden_v3, golden_v3_zstd, golden_v3_codecs, golden_v3_append and golden_v3_journal
+// (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
 
@@ -112,10 +115,34 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v2", false);
   ExpectGoldenContents(kGoldenDir / "golden_v2_zstd", true);
   ExpectGoldenContents(kGoldenDir / "golden_v2_codecs", false);
-  auto ds = Dataset::Open((kGoldenDir / "golden_v2_codecs").string());
-  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  EXPECT_EQ((*ds)->field_codecs(),
-            ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false));
+  ExpectGoldenContents(kGoldenDir / "golden_v3", false);
+  ExpectGoldenContents(kGoldenDir / "golden_v3_zstd", true);
+  ExpectGoldenContents(kGoldenDir / "golden_v3_codecs", false);
+  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs"}) {
+    auto ds = Dataset::Open((kGoldenDir / name).string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    EXPECT_EQ((*ds)->field_codecs(),
+              ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false));
+  }
+  // Field checksums (§3.9): in every version 3 golden, equal to what the bytes give, and in no
+  // older one; Verify checks both levels.
+  for (const char* name : {"golden_v1", "golden_v1_zstd", "golden_v1_uids", "golden_v2",
+                           "golden_v2_zstd", "golden_v2_codecs", "golden_v3", "golden_v3_zstd",
+                           "golden_v3_codecs", "golden_v3_append"}) {
+    SCOPED_TRACE(name);
+    auto ds = Dataset::Open((kGoldenDir / name).string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    const bool v3 = std::string_view(name).starts_with("golden_v3");
+    EXPECT_EQ((*ds)->index_version(), v3 ? 3u : std::string_view(name)[8] - '0');
+    EXPECT_EQ((*ds)->has_field_checksums(), v3);
+    for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+      EXPECT_TRUE((*ds)->Verify(i).ok()) << i;
+      auto computed = (*ds)->ComputeFieldChecksums(i);
+      ASSERT_TRUE(computed.ok()) << computed.status().ToString();
+      EXPECT_EQ(computed->size(), GoldenSchema().fields.size());
+      if (v3) EXPECT_EQ(*computed, *(*ds)->field_checksums(i)) << i;
+    }
+  }
 }
 
 // The files written before shard uids carry none, and are read without the ownership check.
@@ -151,10 +178,13 @@ void ExpectSameFiles(const std::filesystem::path& golden, const std::filesystem:
 TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   TempDir dir;
   WriteGolden(dir.path(), false);
-  ExpectSameFiles(kGoldenDir / "golden_v2", dir.path());
+  ExpectSameFiles(kGoldenDir / "golden_v3", dir.path());
+  TempDir zstd;
+  WriteGolden(zstd.path(), true);
+  ExpectSameFiles(kGoldenDir / "golden_v3_zstd", zstd.path());
   TempDir codecs;
   WriteGolden(codecs.path(), false, /*codecs=*/true);
-  ExpectSameFiles(kGoldenDir / "golden_v2_codecs", codecs.path());
+  ExpectSameFiles(kGoldenDir / "golden_v3_codecs", codecs.path());
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -258,12 +288,25 @@ void ExpectHandWrittenDataset(const std::filesystem::path& dir) {
     EXPECT_EQ(src->mtime_ns, w["source"]["mtime_ns"].get<int64_t>());
     EXPECT_EQ(src->content_hash, HexU64(w["source"]["content_hash"]));
     EXPECT_TRUE((*ds)->Verify(i).ok());
+    // Index version 3 (FORMAT.md §3.9): a checksum per field, as the script computed it.
+    EXPECT_EQ((*ds)->has_field_checksums(), w.contains("field_checksums"));
+    if (w.contains("field_checksums")) {
+      auto sums = (*ds)->field_checksums(i);
+      ASSERT_TRUE(sums.ok()) << sums.status().ToString();
+      ASSERT_EQ(sums->size(), w["field_checksums"].size());
+      for (size_t f = 0; f < sums->size(); ++f)
+        EXPECT_EQ((*sums)[f], HexU64(w["field_checksums"][f])) << f;
+      auto computed = (*ds)->ComputeFieldChecksums(i);
+      ASSERT_TRUE(computed.ok()) << computed.status().ToString();
+      EXPECT_EQ(*computed, *sums);
+    }
   }
 }
 
 TEST(FormatGoldenTest, HandWrittenDatasetReads) {
   ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand");
   ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v2");
+  ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v3");
 }
 
 // ---- golden_v1_journal: `_journal.lsj` of an interrupted write (FORMAT.md §6): the golden
@@ -313,6 +356,7 @@ void ExpectSameEntry(const format::IndexSample& got, const format::IndexSample& 
   EXPECT_EQ(got.tensor_sizes, want.tensor_sizes);
   EXPECT_EQ(got.metadata, want.metadata);
   EXPECT_EQ(got.source_path, want.source_path);
+  EXPECT_EQ(got.field_checksums, want.field_checksums);
 }
 
 TEST(FormatGoldenTest, CheckedInJournalParses) {
@@ -334,11 +378,54 @@ TEST(FormatGoldenTest, CheckedInJournalParses) {
   }
 }
 
+// A journal of this revision (header flags bit 0, FORMAT.md §6): its samples carry the field
+// checksums that golden_v3 records for them.
+TEST(FormatGoldenTest, CheckedInJournalWithFieldChecksumsParses) {
+  const std::string journal = ReadFileToString(kGoldenDir / "golden_v3_journal" / "_journal.lsj");
+  auto j = format::ParseJournal(
+      {reinterpret_cast<const std::byte*>(journal.data()), journal.size()}, "_journal.lsj");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE(j->field_checksums);
+  ASSERT_EQ(j->samples.size(), kJournalSamples);
+  auto ds = Dataset::Open((kGoldenDir / "golden_v3").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  for (uint64_t i = 0; i < kJournalSamples; ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    EXPECT_EQ(j->samples[i].field_checksums, *(*ds)->field_checksums(i));
+  }
+}
+
 TEST(FormatGoldenTest, WriterStillProducesTheSameJournal) {
   TempDir dir;
   WriteInterruptedGolden(dir / "ds");
   EXPECT_EQ(ReadFileToString(dir / "ds" / "_journal.lsj"),
-            ReadFileToString(kGoldenDir / "golden_v1_journal" / "_journal.lsj"));
+            ReadFileToString(kGoldenDir / "golden_v3_journal" / "_journal.lsj"));
+}
+
+// The journal of a write interrupted before field checksums (golden_v1_journal, no header flag)
+// resumes, and the finished index then has none (not every sample has them, §3.9), reading as
+// golden_v1_uids does.
+TEST(FormatGoldenTest, OldJournalResumesWithoutFieldChecksums) {
+  TempDir dir;
+  WriteInterruptedGolden(dir / "ds");
+  std::filesystem::copy_file(kGoldenDir / "golden_v1_journal" / "_journal.lsj",
+                             dir / "ds" / "_journal.lsj",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto w = Writer::Resume((dir / "ds").string(), GoldenOptions(false));
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (uint64_t i = (*w)->samples_written(); i < kGoldenSamples; ++i)
+    ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
+  ASSERT_TRUE((*w)->Finish().ok());
+  auto ds = Dataset::Open((dir / "ds").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->index_version(), 3u);
+  EXPECT_FALSE((*ds)->has_field_checksums());
+  ASSERT_EQ((*ds)->size(), kGoldenSamples);
+  for (uint64_t i = 0; i < kGoldenSamples; ++i) {
+    auto s = (*ds)->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, GoldenSample(i));
+  }
 }
 
 // ---- golden_v1_append: golden_v1_uids, then OpenForAppend and more samples (FORMAT.md §7): the
@@ -397,11 +484,13 @@ TEST(FormatGoldenTest, CheckedInAppendedDatasetReads) {
 TEST(FormatGoldenTest, WriterStillProducesTheSameAppend) {
   TempDir dir;
   WriteAppendedGolden(dir / "ds");
-  ExpectSameFiles(kGoldenDir / "golden_v2_append", dir / "ds");
+  ExpectSameFiles(kGoldenDir / "golden_v3_append", dir / "ds");
 }
 
 TEST(FormatGoldenTest, CheckedInV2AppendedDatasetReads) {
-  auto ds = Dataset::Open((kGoldenDir / "golden_v2_append").string());
+ for (const char* name : {"golden_v2_append", "golden_v3_append"}) {
+  SCOPED_TRACE(name);
+  auto ds = Dataset::Open((kGoldenDir / name).string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   ASSERT_EQ((*ds)->size(), kGoldenSamples + kAppendedSamples);
   for (uint64_t i = 0; i < (*ds)->size(); ++i) {
@@ -412,11 +501,13 @@ TEST(FormatGoldenTest, CheckedInV2AppendedDatasetReads) {
     ExpectSampleEq(*s, want);
     EXPECT_EQ(*(*ds)->source(i), want.input.source);
   }
+ }
 }
 
-// Append onto a version 1 dataset rewrites its index as version 2 in the same commit (FORMAT.md
-// §3.8.8); the old samples read as before and their shards are untouched.
-TEST(FormatGoldenTest, AppendOntoVersion1WritesVersion2) {
+// Append onto a version 1 dataset rewrites its index as the current version in the same commit
+// (FORMAT.md §3.8.8), without field checksums (the old samples have none, §3.9); the old samples
+// read as before and their shards are untouched.
+TEST(FormatGoldenTest, AppendOntoVersion1WritesTheCurrentVersion) {
   TempDir dir;
   std::filesystem::copy(kGoldenDir / "golden_v1_uids", dir / "ds");
   {
@@ -427,11 +518,12 @@ TEST(FormatGoldenTest, AppendOntoVersion1WritesVersion2) {
     ASSERT_TRUE((*w)->Finish().ok());
   }
   const std::string index = ReadFileToString(dir / "ds" / "index.a.lsi");
-  EXPECT_EQ(format::GetU32(reinterpret_cast<const std::byte*>(index.data()) + 8), 2u);
-  EXPECT_NE(ReadFileToString(dir / "ds" / "manifest.json").find("\"version\": 2"),
+  EXPECT_EQ(format::GetU32(reinterpret_cast<const std::byte*>(index.data()) + 8), 3u);
+  EXPECT_NE(ReadFileToString(dir / "ds" / "manifest.json").find("\"version\": 3"),
             std::string::npos);
   auto ds = Dataset::Open((dir / "ds").string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_FALSE((*ds)->has_field_checksums());
   ASSERT_EQ((*ds)->size(), kGoldenSamples + kAppendedSamples);
   for (uint64_t i = 0; i < (*ds)->size(); ++i) {
     SCOPED_TRACE("sample " + std::to_string(i));
@@ -446,20 +538,20 @@ TEST(FormatGoldenTest, AppendOntoVersion1WritesVersion2) {
 
 TEST(FormatGoldenTest, Regenerate) {
   if (!std::getenv("LIBSHARD_REGENERATE_GOLDEN")) GTEST_SKIP() << "set LIBSHARD_REGENERATE_GOLDEN=1";
-  WriteGolden(kGoldenDir / "golden_v2", false);
-  std::filesystem::remove(kGoldenDir / "golden_v2" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v2_zstd", true);
-  std::filesystem::remove(kGoldenDir / "golden_v2_zstd" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v2_codecs", false, /*codecs=*/true);
-  std::filesystem::remove(kGoldenDir / "golden_v2_codecs" / ".libshard.lock");
-  WriteAppendedGolden(kGoldenDir / "golden_v2_append");
-  std::filesystem::remove(kGoldenDir / "golden_v2_append" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v3", false);
+  std::filesystem::remove(kGoldenDir / "golden_v3" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v3_zstd", true);
+  std::filesystem::remove(kGoldenDir / "golden_v3_zstd" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v3_codecs", false, /*codecs=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v3_codecs" / ".libshard.lock");
+  WriteAppendedGolden(kGoldenDir / "golden_v3_append");
+  std::filesystem::remove(kGoldenDir / "golden_v3_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).
   TempDir tmp;
   WriteInterruptedGolden(tmp / "ds");
-  std::filesystem::create_directories(kGoldenDir / "golden_v1_journal");
+  std::filesystem::create_directories(kGoldenDir / "golden_v3_journal");
   std::filesystem::copy_file(tmp / "ds" / "_journal.lsj",
-                             kGoldenDir / "golden_v1_journal" / "_journal.lsj",
+                             kGoldenDir / "golden_v3_journal" / "_journal.lsj",
                              std::filesystem::copy_options::overwrite_existing);
 }
 

@@ -132,7 +132,7 @@ TEST(FormatIndexTest, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
   WriteStandard(dir.path(), 3, FastOptions());
   const std::filesystem::path index = dir / "index.lsi";
   const std::string good = ReadFileToString(index);
-  ASSERT_EQ(format::GetU32(format::AsBytes(good) + 8), format::kIndexVersion2);
+  ASSERT_EQ(format::GetU32(format::AsBytes(good) + 8), format::kCurrentIndexVersion);
   for (auto [at, forged] : std::vector<std::pair<size_t, uint64_t>>{
            {16, uint64_t{1} << 40},            // sample count
            {40, uint64_t{1} << 50},            // strings size

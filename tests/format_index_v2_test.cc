@@ -88,6 +88,7 @@ std::vector<IndexSample> EagleSamples(uint64_t n, std::vector<format::IndexShard
     std::snprintf(path, sizeof path, "ultrachat/shard_%03llu/hidden_states_%07llu.pt",
                   static_cast<unsigned long long>(i / 50000), static_cast<unsigned long long>(i));
     s.source_path = path;
+    for (int f = 0; f < 4; ++f) s.field_checksums.push_back(rng() & 0xffffffffu);  // §3.9
     offset = format::AlignUp(offset + layout.raw_size, 4096);
     samples.push_back(std::move(s));
   }
@@ -120,6 +121,11 @@ void ExpectEntriesEqual(const IndexV2& v, const std::vector<std::byte>& b,
       EXPECT_EQ(got.tensor_sizes, w.tensor_sizes);
       EXPECT_EQ(got.metadata, w.metadata);
       EXPECT_EQ(got.source_path, w.source_path);
+      if (v.has_field_checksums()) {
+        EXPECT_EQ(got.field_checksums, w.field_checksums);
+      } else {
+        EXPECT_TRUE(got.field_checksums.empty());
+      }
       EXPECT_EQ(v.length(i), w.record.length);
     }
   }
@@ -134,8 +140,8 @@ TEST(IndexV2Test, EagleSchemaWithProvenanceIsAtMost64BytesASample) {
   const double per_v1 = static_cast<double>(v1.size()) / samples.size();
   RecordProperty("bytes_per_sample_v2", std::to_string(per_v2));
   RecordProperty("bytes_per_sample_v1", std::to_string(per_v1));
-  std::printf("EAGLE-3 index with provenance: v1 %.1f bytes/sample, v2 %.1f bytes/sample\n",
-              per_v1, per_v2);
+  std::printf("EAGLE-3 index with provenance: v1 %.1f bytes/sample, v3 (field checksums) %.1f "
+              "bytes/sample\n", per_v1, per_v2);
   EXPECT_LE(per_v2, 64.0);
   EXPECT_GT(per_v1, 250.0);
   const auto b = ToBytes(v2);
@@ -300,9 +306,64 @@ TEST_F(IndexV2DamageTest, ReservedAndUnknownValuesAreRefused) {
     bytes_ = saved;
   }
   {
-    format::PutU32(bytes_.data() + 8, 3);
-    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 3"});
+    format::PutU32(bytes_.data() + 8, 4);
+    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 4"});
   }
+}
+
+// Index version 3 (FORMAT.md §3.9): the field checksums are recorded only when every sample has
+// them; version 2 is still written on request, without them; a version 2 header with the field
+// checksum flag is refused (the flag is version 3's).
+TEST(IndexV3Test, FieldChecksumsOnlyWhenEverySampleHasThem) {
+  std::vector<format::IndexShard> shards;
+  auto samples = EagleSamples(50, &shards);
+  const auto all = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  auto v = ParseAll(all);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->version(), 3u);
+  EXPECT_TRUE(v->has_field_checksums());
+  ExpectEntriesEqual(*v, all, samples);
+
+  const auto v2 = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16,
+                                                format::kIndexVersion2));
+  auto p2 = ParseAll(v2);
+  ASSERT_TRUE(p2.ok()) << p2.status().ToString();
+  EXPECT_EQ(p2->version(), 2u);
+  EXPECT_FALSE(p2->has_field_checksums());
+  EXPECT_EQ(p2->record_width() + 16, v->record_width());  // 4 fields x 4 bytes
+  ExpectEntriesEqual(*p2, v2, samples);
+
+  samples[17].field_checksums.clear();  // one sample without: none recorded
+  const auto some = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  auto p3 = ParseAll(some);
+  ASSERT_TRUE(p3.ok()) << p3.status().ToString();
+  EXPECT_EQ(p3->version(), 3u);
+  EXPECT_FALSE(p3->has_field_checksums());
+
+  std::vector<std::byte> forged = v2;
+  format::PutU32(forged.data() + 12, format::GetU32(forged.data() + 12) | 2u);
+  ExpectError(ParseAll(forged).status(), StatusCode::kCorruption,
+              {"idx", "offset 12", "unknown header flags"});
+}
+
+// The field checksum columns are covered by the block checksum and sized into the minimal file
+// bound: a forged count is still refused from the header alone.
+TEST(IndexV3Test, FieldChecksumColumnsAreCheckedLikeTheOthers) {
+  std::vector<format::IndexShard> shards;
+  auto samples = EagleSamples(40, &shards);
+  auto bytes = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  auto v = ParseAll(bytes);
+  ASSERT_TRUE(v.ok());
+  const uint64_t off = v->block_offset(1);
+  // The last field checksum column of record 0 of block 1: the last 4 bytes of the record.
+  bytes[off + v->record_width() - 1] ^= std::byte{1};
+  auto again = ParseAll(bytes);
+  ASSERT_TRUE(again.ok());
+  ExpectError(Block(*again, bytes, 1).status(), StatusCode::kCorruption,
+              {"idx", "block 1", "checksum mismatch"});
+  format::PutU64(bytes.data() + 16, uint64_t{1} << 40);
+  ExpectError(IndexV2::ParseHeader({bytes.data(), 128}, bytes.size(), "idx").status(),
+              StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
 }
 
 TEST_F(IndexV2DamageTest, TruncatedOrExtendedFileIsRefused) {

@@ -87,6 +87,7 @@ void RegisterDataset(py::module_& m) {
       .def_property_readonly("total_stored_bytes", &Dataset::total_stored_bytes)
       .def_property_readonly("total_raw_bytes", &Dataset::total_raw_bytes)
       .def_property_readonly("index_version", &Dataset::index_version)
+      .def_property_readonly("has_field_checksums", &Dataset::has_field_checksums)
       .def_property_readonly("shards",
                              [](const Dataset& d) {
                                py::list out;

@@ -201,6 +201,7 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
   j["path"] = ds.path();
   j["samples"] = ds.size();
   j["index_version"] = ds.index_version();
+  j["field_checksums"] = ds.has_field_checksums();
   auto shards = nlohmann::json::array();
   for (const ShardInfo& s : ds.shards()) {
     shards.push_back({{"file", s.path}, {"size", s.size}, {"samples", s.samples}});
@@ -273,10 +274,13 @@ void PrintText(const nlohmann::json& j) {
   std::printf("dataset      %s\n", j["path"].get<std::string>().c_str());
   std::printf("samples      %llu in %zu shards\n", j["samples"].get<unsigned long long>(), j["shards"].size());
   const unsigned index_version = j["index_version"].get<unsigned>();
+  const bool field_sums = j.value("field_checksums", false);
   std::printf("index        version %u%s\n", index_version,
-              index_version < 2 ? " (`libshard upgrade` rewrites it as version 2, which opens "
-                                  "millions of samples at once)"
-                                : "");
+              index_version < 2 ? " (`libshard upgrade` rewrites it as version 3, which opens "
+                                  "millions of samples at once and checks partial reads)"
+              : !field_sums     ? " without field checksums (a verified read of some fields or "
+                                  "a prefix reads whole samples; `libshard upgrade` adds them)"
+                                : ", field checksums");
   const auto& t = j["totals"];
   std::printf("bytes        %s stored, %s payload, %s of sources\n",
               FormatBytes(t["stored_bytes"].get<uint64_t>()).c_str(),

@@ -1,4 +1,5 @@
-// `libshard upgrade DIR`: rewrites a dataset's index as index version 2 (FORMAT.md §3.8.8).
+// `libshard upgrade DIR`: rewrites a dataset's index as the current version, 3 with field
+// checksums (FORMAT.md §3.9, §3.8.8).
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -18,8 +19,9 @@ int RunUpgrade(const UpgradeArgs& a) {
   Result<bool> upgraded = UpgradeIndex(a.dir);
   if (!upgraded.ok()) return Fail("upgrade", upgraded.status());
   if (!a.quiet)
-    std::printf(*upgraded ? "%s: index rewritten as version 2 (shards untouched)\n"
-                          : "%s: index is already version 2; nothing to do\n",
+    std::printf(*upgraded ? "%s: every sample checked; index rewritten as version 3 with field "
+                            "checksums (shards untouched)\n"
+                          : "%s: index is already version 3 with field checksums; nothing to do\n",
                 a.dir.c_str());
   return kExitOk;
 }
@@ -29,8 +31,9 @@ int RunUpgrade(const UpgradeArgs& a) {
 Command AddUpgradeCommand(CLI::App& app) {
   auto args = std::make_shared<UpgradeArgs>();
   CLI::App* c = app.add_subcommand(
-      "upgrade", "Rewrite a dataset's index in the compact index format (version 2); shards are "
-                 "not touched");
+      "upgrade", "Rewrite a dataset's index in the current format (version 3: compact, with a "
+                 "checksum per field so partial reads are checked); reads and checks every "
+                 "sample, never touches the shards");
   c->add_option("DIR", args->dir, "Dataset directory")->required();
   c->add_flag("-q,--quiet", args->quiet, "No summary");
   return {c, [args] { return RunUpgrade(*args); }};

@@ -67,8 +67,9 @@ int RunVerify(const VerifyArgs& a) {
     return kExitFailure;
   }
   if (!a.quiet) {
-    std::printf("ok: %llu samples, %zu shards verified%s%s\n",
+    std::printf("ok: %llu samples, %zu shards verified (%s)%s%s\n",
                 static_cast<unsigned long long>(ds.size()), ds.shards().size(),
+                ds.has_field_checksums() ? "sample and field checksums" : "sample checksums",
                 a.against.empty() ? ""
                 : lossy.empty()   ? ", every tensor bit-exact against "
                                   : ", every lossless tensor bit-exact and every fp8 one within "

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes tests/data/golden_by_hand_v2/: the samples of golden_by_hand (make_golden_by_hand.py),
-with an index of version 2 built from docs/FORMAT.md §3.8 alone.
+"""Writes tests/data/golden_by_hand_v2/ and golden_by_hand_v3/: the samples of golden_by_hand
+(make_golden_by_hand.py), with an index of version 2 built from docs/FORMAT.md §3.8 alone, and
+one of version 3 (§3.9: the same plus a checksum per field, header flags bit 1).
 
 As for version 1, nothing comes from libshard: every byte is laid out with struct.pack from the
 spec, checksums are XXH3-64 from the `xxhash` package. The shard file and the samples are
@@ -26,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_golden_by_hand as v1  # noqa: E402  (the samples, their encodings and xxh3)
 
 SRC = v1.OUT
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden_by_hand_v2")
+HERE = os.path.dirname(os.path.abspath(__file__))
 B = 2  # block_samples (§3.8.2): a power of two
 
 
@@ -36,7 +37,13 @@ def uint(v, width):
     return v.to_bytes(width, "little")
 
 
-def main():
+def field_checksum(tensor):
+    """§3.9: the low 32 bits of the xxh3-64 of the field's bytes (a raw tensor here)."""
+    return v1.xxh3(bytes.fromhex(tensor["hex"])) & 0xFFFFFFFF
+
+
+def main(version):
+    OUT = os.path.join(HERE, "golden_by_hand_v%d" % version)
     os.makedirs(OUT, exist_ok=True)
     expected = json.load(open(os.path.join(SRC, "expected.json")))
     shard_name = "shard-00000.lss"
@@ -96,6 +103,9 @@ def main():
                 uint(int(s["source"]["content_hash"], 16), widths[7]),
                 uint(len(paths), widths[8]), uint(len(metas), widths[9]),
                 uint(hidden[1], 2)])  # the kind-2 dim column
+            if version == 3:  # §3.9: the field checksums, one per field, of its tensor bytes
+                for t in s["tensors"]:
+                    records += uint(field_checksum(t), 4)
         blocks.append(records + paths + metas)
 
     directory = b""
@@ -107,7 +117,9 @@ def main():
 
     header = bytearray(128)
     header[0:8] = b"LSHDIDX\0"
-    struct.pack_into("<IIQIIIiQQQQ", header, 8, 2, 1, n, f_count, s_count, B, v1.LENGTH_FIELD,
+    flags = 1 | (2 if version == 3 else 0)  # shard uids; field checksums (§3.9)
+    struct.pack_into("<IIQIIIiQQQQ", header, 8, version, flags, n, f_count, s_count, B,
+                     v1.LENGTH_FIELD,
                      strings_size, v1.xxh3(lengths), file_size,
                      sum(s["raw_size"] for s in samples))
     header[72] = length_width
@@ -121,11 +133,14 @@ def main():
     index_xxh3 = struct.unpack_from("<Q", head, 120)[0]
 
     manifest = json.load(open(os.path.join(SRC, "manifest.json")))
-    manifest["version"] = 2
+    manifest["version"] = version
     manifest["index"] = {"file": "index.lsi", "size": file_size, "xxh3": "%016x" % index_xxh3}
     manifest["provenance"]["created_by"] = "tests/data/make_golden_v2_by_hand.py"
     expected["index_xxh3"] = "%016x" % index_xxh3
     expected["index_size"] = file_size
+    if version == 3:
+        for s in samples:
+            s["field_checksums"] = ["%016x" % field_checksum(t) for t in s["tensors"]]
 
     shutil.copyfile(os.path.join(SRC, shard_name), os.path.join(OUT, shard_name))
     with open(os.path.join(OUT, "index.lsi"), "wb") as fh:
@@ -139,4 +154,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(2)
+    main(3)

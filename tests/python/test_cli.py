@@ -663,16 +663,17 @@ def test_resume_counts_sources_the_finished_job_skipped(tmp_path):
 
 
 def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
-    """`libshard upgrade` (FORMAT.md §3.8.8): same samples, shard files untouched, idempotent."""
+    """`libshard upgrade` (FORMAT.md §3.8.8, §3.9): same samples, shard files untouched,
+    idempotent, field checksums added."""
     golden = REPO / "tests" / "data" / "golden_v1_uids"
     ds = tmp_path / "ds"
     shutil.copytree(golden, ds)
     run("unpack", ds, "-o", tmp_path / "before")
     p = run("upgrade", ds)
-    assert "rewritten as version 2" in p.stdout
-    assert json.loads((ds / "manifest.json").read_text())["version"] == 2
+    assert "rewritten as version 3 with field checksums" in p.stdout
+    assert json.loads((ds / "manifest.json").read_text())["version"] == 3
     assert not (ds / "index.lsi").exists() and (ds / "index.a.lsi").exists()
-    run("verify", ds)
+    assert "sample and field checksums" in run("verify", ds).stdout
     run("unpack", ds, "-o", tmp_path / "after")
     before = sorted(p.relative_to(tmp_path / "before") for p in (tmp_path / "before").rglob("*.pt"))
     after = sorted(p.relative_to(tmp_path / "after") for p in (tmp_path / "after").rglob("*.pt"))
@@ -681,7 +682,7 @@ def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
         assert (tmp_path / "before" / rel).read_bytes() == (tmp_path / "after" / rel).read_bytes(), rel
     for shard in golden.glob("*.lss"):
         assert (ds / shard.name).read_bytes() == shard.read_bytes()
-    assert "already version 2" in run("upgrade", ds).stdout
+    assert "already version 3" in run("upgrade", ds).stdout
     p = run("upgrade", tmp_path / "missing", check=False)
     assert p.returncode == 1 and "missing" in p.stderr
 

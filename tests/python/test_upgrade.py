@@ -1,6 +1,7 @@
-"""libshard.upgrade and Dataset.index_version: a version 1 index (the golden files of libshard
-before index version 2) rewritten as version 2 from Python, the data unchanged, twice a no-op;
-`libshard info` reports the version."""
+"""libshard.upgrade and Dataset.index_version: version 1 and 2 indexes (the golden files of
+libshard before index version 3) rewritten as version 3 with field checksums (FORMAT.md §3.9)
+from Python, the data unchanged, twice a no-op; every sample is checked first, so a damaged one
+fails the upgrade and nothing changes; `libshard info` reports the version."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import torch
 import libshard
 from conftest import _cli, tensor_bytes
 
-GOLDEN_V1 = Path(__file__).resolve().parents[1] / "data" / "golden_v1"
+DATA = Path(__file__).resolve().parents[1] / "data"
+GOLDEN_V1 = DATA / "golden_v1"
 
 
 def _samples(path: Path):
@@ -31,7 +33,8 @@ def test_upgrade_rewrites_a_version_1_index(tmp_path):
     shards = {p.name: p.read_bytes() for p in ds_dir.glob("*.lss")}
 
     assert libshard.upgrade(ds_dir) is True
-    assert libshard.open(ds_dir).index_version == 2
+    assert libshard.open(ds_dir).index_version == 3
+    assert libshard.open(ds_dir).has_field_checksums
     after, sources_after = _samples(ds_dir)
     assert sources_after == sources
     for a, b in zip(after, before):
@@ -44,13 +47,56 @@ def test_upgrade_rewrites_a_version_1_index(tmp_path):
             else:
                 assert v == b[k], k
     assert {p.name: p.read_bytes() for p in ds_dir.glob("*.lss")} == shards, "shards untouched"
-    assert libshard.upgrade(ds_dir) is False  # already version 2
+    assert libshard.upgrade(ds_dir) is False  # already version 3
 
     cli = _cli()
     if cli is not None:
         info = json.loads(subprocess.run([cli, "info", str(ds_dir), "--json"], check=True,
                                          capture_output=True, text=True).stdout)
-        assert info["index_version"] == 2
+        assert info["index_version"] == 3 and info["field_checksums"] is True
+
+
+@pytest.mark.parametrize("golden", ["golden_v2", "golden_v2_zstd", "golden_v2_codecs",
+                                    "golden_v1_zstd"])
+def test_upgrade_adds_field_checksums_to_every_earlier_kind(tmp_path, golden):
+    """Raw, whole-sample zstd and field-codec datasets: after the upgrade every sample reads the
+    same, Dataset.verify checks both levels, and a partial read by field is checked (a byte
+    flipped inside a served field is a CorruptionError)."""
+    ds_dir = tmp_path / "ds"
+    shutil.copytree(DATA / golden, ds_dir)
+    before, sources = _samples(ds_dir)
+    assert not libshard.open(ds_dir).has_field_checksums
+    assert libshard.upgrade(ds_dir) is True
+    ds = libshard.open(ds_dir)
+    assert ds.index_version == 3 and ds.has_field_checksums
+    after, sources_after = _samples(ds_dir)
+    assert sources_after == sources
+    for a, b in zip(after, before):
+        assert a.keys() == b.keys()
+        for k, v in a.items():
+            if isinstance(v, torch.Tensor):
+                assert tensor_bytes(v) == tensor_bytes(b[k]), k
+            else:
+                assert v == b[k], k
+    for i in range(len(ds)):
+        ds.verify(i)
+    assert libshard.upgrade(ds_dir) is False
+
+
+def test_upgrade_checks_every_sample_first_and_changes_nothing_when_one_is_damaged(tmp_path):
+    ds_dir = tmp_path / "ds"
+    shutil.copytree(DATA / "golden_v2", ds_dir)
+    ds = libshard.open(ds_dir)
+    loc = ds.location(1)
+    shard = Path(ds.shards[loc["shard"]]["path"])
+    data = bytearray(shard.read_bytes())
+    data[loc["offset"] + loc["stored_size"] // 2] ^= 0x10
+    shard.write_bytes(bytes(data))
+    manifest = (ds_dir / "manifest.json").read_bytes()
+    with pytest.raises(libshard.CorruptionError, match="sample 1"):
+        libshard.upgrade(ds_dir)
+    assert (ds_dir / "manifest.json").read_bytes() == manifest
+    assert libshard.open(ds_dir).index_version == 2
 
 
 def test_upgrade_of_a_missing_dataset_names_it(tmp_path):

@@ -157,9 +157,18 @@ class Dataset(torch.utils.data.Dataset):
 
     @property
     def index_version(self) -> int:
-        """The index's format version: 1, or 2 (loaded lazily, block by block: a rank of a large
-        world opens millions of samples at once). :func:`upgrade` rewrites 1 as 2."""
+        """The index's format version: 1, 2 (loaded lazily, block by block: a rank of a large
+        world opens millions of samples at once) or 3 (version 2 with a checksum per field, so
+        reads of some fields or of a prefix are checked). :func:`upgrade` rewrites 1 and 2 as
+        3."""
         return self._core.index_version
+
+    @property
+    def has_field_checksums(self) -> bool:
+        """Whether every sample has a checksum per field (docs/FORMAT.md §3.9): a verified
+        ``Loader(fields=...)`` / ``max_len=`` read then checks only the fields it serves;
+        without them it reads whole samples to check them. :func:`upgrade` adds them."""
+        return self._core.has_field_checksums
 
     def source(self, index: int) -> str:
         """Relative path of the file sample ``index`` was packed from."""
@@ -216,9 +225,12 @@ class Dataset(torch.utils.data.Dataset):
 
 
 def upgrade(path: PathLike) -> bool:
-    """Rewrites the index of the dataset at ``path`` as index version 2, as ``libshard upgrade``
-    does: under the dataset lock, crash-safe (the dataset opens, old or new, at any point), shard
-    files untouched. Returns True when it was rewritten, False when it already was version 2."""
+    """Rewrites the index of the dataset at ``path`` as index version 3 with field checksums
+    (docs/FORMAT.md §3.9), as ``libshard upgrade`` does: every sample is read and checked first
+    (a damaged one raises CorruptionError naming it, and nothing changes), then the new index is
+    committed under the dataset lock, crash-safe (the dataset opens, old or new, at any point),
+    shard files untouched. Returns True when it was rewritten, False when it already was
+    current."""
     return _core.upgrade_index(os.fspath(path))
 
 

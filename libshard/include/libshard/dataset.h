@@ -113,8 +113,33 @@ class Dataset {
 
   // Reads sample i with pread into an owned 4 KiB-aligned buffer and returns views over it.
   virtual Result<Sample> Read(uint64_t i) const = 0;
-  // Reads only sample i's stored bytes and checks them against the index checksum.
+  // Reads only sample i's stored bytes and checks them against the index: the sample checksum,
+  // then (has_field_checksums()) every field checksum (FORMAT.md §3.9).
   virtual Status Verify(uint64_t i) const = 0;
+  // Whether the index holds a checksum per field of every sample (FORMAT.md §3.9: index version
+  // 3, written since field checksums exist, or upgraded with `libshard upgrade`). Readers of some
+  // fields, or of a prefix of rows, then check only the fields they serve (VerifyFields);
+  // otherwise only the whole sample can be checked.
+  virtual bool has_field_checksums() const { return false; }
+  // Per field, sample i's field checksum (FORMAT.md §3.9); Unsupported without them.
+  virtual Result<std::vector<uint64_t>> field_checksums(uint64_t i) const;
+  // Per field, the field checksum of sample i computed from its bytes (FORMAT.md §3.9), after
+  // reading the sample whole and checking its sample checksum (Corruption when that fails): what
+  // `libshard upgrade` records for a dataset written before field checksums.
+  virtual Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const = 0;
+  // For loaders: checks the field checksum of every field in `fields` (all when empty) of sample
+  // i, a sample without whole-sample zstd (flag kSampleFlagZstd), against stored bytes read:
+  // `base` holds the stored bytes [base_offset, base_offset + base_size), which must include each
+  // of those fields' stored regions whole. Corruption naming the shard, the sample, the field and
+  // its offset on a mismatch; Unsupported without field checksums; InvalidArgument when a
+  // region lies outside the buffer or the sample is zstd-compressed.
+  virtual Status VerifyFields(uint64_t i, const std::byte* base, uint64_t base_offset,
+                              uint64_t base_size, std::span<const size_t> fields) const;
+  // Per field, where sample i's stored region lies within its stored bytes (FORMAT.md §3.8.4:
+  // the tensor's offset and size for a raw field). For a whole-sample zstd sample, the tensors'
+  // places in the decoded payload.
+  virtual Status FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
+                              std::vector<uint64_t>* sizes) const = 0;
 
   // For loaders: decodes `stored` (exactly location(i).stored_size bytes) into `raw` (at least
   // raw_size bytes, 64-byte aligned). A no-op check when the sample is stored uncompressed and

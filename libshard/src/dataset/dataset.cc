@@ -105,6 +105,20 @@ class DatasetImpl final : public Dataset {
 
   Result<Sample> Read(uint64_t i) const override;
   Status Verify(uint64_t i) const override;
+  bool has_field_checksums() const override { return index_->has_field_checksums(); }
+  Result<std::vector<uint64_t>> field_checksums(uint64_t i) const override {
+    LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    if (!has_field_checksums()) return Dataset::field_checksums(i);
+    std::vector<uint64_t> sums;
+    Status st = index_->FieldChecksums(i, &sums);
+    if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+    return sums;
+  }
+  Status VerifyFields(uint64_t i, const std::byte* base, uint64_t base_offset, uint64_t base_size,
+                      std::span<const size_t> fields) const override;
+  Status FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
+                      std::vector<uint64_t>* sizes) const override;
+  Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const override;
   Status Decode(uint64_t i, std::span<const std::byte> stored,
                 std::span<std::byte> raw) const override {
     return DecodeSelected(i, stored, raw, {}, 0);
@@ -154,6 +168,17 @@ class DatasetImpl final : public Dataset {
   // Reads sample i's stored bytes into an owned aligned buffer.
   Result<std::shared_ptr<std::byte[]>> ReadStored(uint64_t i, const format::SampleRecord& r) const;
   Status CheckChecksum(uint64_t i, const format::SampleRecord& r, const std::byte* stored) const;
+  // Regions of sample i (record r, dims) within its stored bytes, or its tensors' places in the
+  // raw payload for a whole-sample zstd sample (FieldRegions).
+  Status Regions(uint64_t i, const format::SampleRecord& r, const std::vector<uint64_t>& dims,
+                 std::vector<uint64_t>* offsets, std::vector<uint64_t>* sizes) const;
+  // Checks the field checksums of `fields` (all when empty) over `bytes`, the sample's stored
+  // bytes (or decoded payload for zstd) starting at byte `base_offset` of them (FORMAT.md §3.9).
+  Status CheckFieldChecksums(uint64_t i, const format::SampleRecord& r,
+                             const std::vector<uint64_t>& offsets,
+                             const std::vector<uint64_t>& sizes, const std::byte* bytes,
+                             uint64_t base_offset, uint64_t base_size,
+                             std::span<const size_t> fields) const;
 
   std::string dir_;
   std::string index_path_;
@@ -326,9 +351,139 @@ Result<Sample> DatasetImpl::Read(uint64_t i) const {
 
 Status DatasetImpl::Verify(uint64_t i) const {
   format::SampleRecord r;
-  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r));
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
-  return CheckChecksum(i, r, stored.get());
+  LIBSHARD_RETURN_IF_ERROR(CheckChecksum(i, r, stored.get()));
+  if (!has_field_checksums()) return Status::OK();
+  // The second level (FORMAT.md §3.9): every field checksum, over the stored regions, or over
+  // the decoded tensors of a whole-sample zstd sample.
+  std::vector<uint64_t> offsets, sizes;
+  LIBSHARD_RETURN_IF_ERROR(Regions(i, r, dims, &offsets, &sizes));
+  if (!(r.flags & format::kFlagZstd))
+    return CheckFieldChecksums(i, r, offsets, sizes, stored.get(), 0, r.stored_size, {});
+  auto raw = internal::AllocateAligned(std::max<uint64_t>(r.raw_size, 1), kSampleAlignment);
+  if (!raw)
+    return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                     std::to_string(r.raw_size) + " bytes");
+  LIBSHARD_RETURN_IF_ERROR(Decode(i, {stored.get(), r.stored_size}, {raw.get(), r.raw_size}));
+  return CheckFieldChecksums(i, r, offsets, sizes, raw.get(), 0, r.raw_size, {});
+}
+
+Result<std::vector<uint64_t>> DatasetImpl::ComputeFieldChecksums(uint64_t i) const {
+  format::SampleRecord r;
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<std::byte[]> stored, ReadStored(i, r));
+  LIBSHARD_RETURN_IF_ERROR(CheckChecksum(i, r, stored.get()));
+  std::vector<uint64_t> offsets, sizes;
+  LIBSHARD_RETURN_IF_ERROR(Regions(i, r, dims, &offsets, &sizes));
+  std::shared_ptr<std::byte[]> bytes = stored;
+  if (r.flags & format::kFlagZstd) {  // §3.9: over the decoded tensors
+    bytes = internal::AllocateAligned(std::max<uint64_t>(r.raw_size, 1), kSampleAlignment);
+    if (!bytes)
+      return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                       std::to_string(r.raw_size) + " bytes");
+    LIBSHARD_RETURN_IF_ERROR(Decode(i, {stored.get(), r.stored_size}, {bytes.get(), r.raw_size}));
+  }
+  std::vector<uint64_t> sums(offsets.size());
+  for (size_t f = 0; f < sums.size(); ++f)
+    sums[f] = format::FieldChecksum(bytes.get() + offsets[f], sizes[f]);
+  return sums;
+}
+
+Status DatasetImpl::Regions(uint64_t i, const format::SampleRecord& r,
+                            const std::vector<uint64_t>& dims, std::vector<uint64_t>* offsets,
+                            std::vector<uint64_t>* sizes) const {
+  format::PayloadLayout layout;
+  LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // checked at load
+  if (codecs_.empty()) {
+    *offsets = layout.offsets;
+    *sizes = layout.sizes;
+    return Status::OK();
+  }
+  std::vector<uint64_t> stored_sizes;
+  Status st = index_->FieldStoredSizes(i, &stored_sizes);
+  if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  std::vector<format::FieldCodec> fc;
+  for (uint8_t c : codecs_) fc.push_back(format::FieldCodec{c, {}});
+  uint64_t total = 0;
+  if (!format::ComputeStoredLayout(fc, layout.sizes, stored_sizes, offsets, &total) ||
+      total != r.stored_size)
+    return Status::Corruption(Where(i, r) + ": the field regions' sizes do not add up to the "
+                              "stored size " + std::to_string(r.stored_size) + kRepack);
+  sizes->resize(codecs_.size());
+  for (size_t f = 0; f < codecs_.size(); ++f)
+    (*sizes)[f] = codecs_[f] == 0 ? layout.sizes[f] : stored_sizes[f];
+  return Status::OK();
+}
+
+Status DatasetImpl::FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
+                                 std::vector<uint64_t>* sizes) const {
+  format::SampleRecord r;
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
+  return Regions(i, r, dims, offsets, sizes);
+}
+
+Status DatasetImpl::CheckFieldChecksums(uint64_t i, const format::SampleRecord& r,
+                                        const std::vector<uint64_t>& offsets,
+                                        const std::vector<uint64_t>& sizes,
+                                        const std::byte* bytes, uint64_t base_offset,
+                                        uint64_t base_size,
+                                        std::span<const size_t> fields) const {
+  std::vector<uint64_t> sums;
+  {
+    Status st = index_->FieldChecksums(i, &sums);
+    if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  }
+  const size_t f_count = schema().fields.size();
+  auto check = [&](size_t f) -> Status {
+    if (f >= f_count)
+      return Status::InvalidArgument("VerifyFields: field " + std::to_string(f) + " out of range");
+    const uint64_t off = offsets[f], size = sizes[f];
+    if (off < base_offset || off - base_offset > base_size || size > base_size - (off - base_offset))
+      return Status::InvalidArgument(Where(i, r) + ": field '" + schema().fields[f].name +
+                                     "' region [" + std::to_string(off) + ", +" +
+                                     std::to_string(size) + ") is not within the bytes read [" +
+                                     std::to_string(base_offset) + ", +" +
+                                     std::to_string(base_size) + ")");
+    const uint64_t actual = format::FieldChecksum(bytes + (off - base_offset), size);
+    if (actual == sums[f]) return Status::OK();
+    auto path = index_->SourcePath(i);
+    const std::string source = path.ok() ? *path : std::string();
+    const bool zstd = (r.flags & format::kFlagZstd) != 0;
+    return Status::Corruption(
+        Where(i, r) + ": field '" + schema().fields[f].name + "' (" + std::to_string(size) +
+        (zstd ? " decoded bytes at payload offset " + std::to_string(off)
+              : " bytes at shard offset " + std::to_string(r.offset + off)) +
+        "): field checksum mismatch: " + format::Hex16(actual).substr(8) + " != " +
+        format::Hex16(sums[f]).substr(8) + " recorded in the index" + (source.empty() ? "" : " (source '" + source + "')") +
+        "; the shard is damaged, re-run libshard pack");
+  };
+  if (fields.empty()) {
+    for (size_t f = 0; f < f_count; ++f) LIBSHARD_RETURN_IF_ERROR(check(f));
+  } else {
+    for (size_t f : fields) LIBSHARD_RETURN_IF_ERROR(check(f));
+  }
+  return Status::OK();
+}
+
+Status DatasetImpl::VerifyFields(uint64_t i, const std::byte* base, uint64_t base_offset,
+                                 uint64_t base_size, std::span<const size_t> fields) const {
+  format::SampleRecord r;
+  std::vector<uint64_t> dims;
+  LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
+  if (!has_field_checksums())
+    return Status::Unsupported(index_path_ + ": the index has no field checksums (index version " +
+                               std::to_string(index_->version()) +
+                               "); check the whole sample, or add them with libshard upgrade");
+  if (r.flags & format::kFlagZstd)
+    return Status::InvalidArgument(Where(i, r) + ": VerifyFields of a zstd-compressed sample "
+                                   "(its field checksums cover the decoded bytes; use Verify)");
+  std::vector<uint64_t> offsets, sizes;
+  LIBSHARD_RETURN_IF_ERROR(Regions(i, r, dims, &offsets, &sizes));
+  return CheckFieldChecksums(i, r, offsets, sizes, base, base_offset, base_size, fields);
 }
 
 Status DatasetImpl::DecodeSelected(uint64_t i, std::span<const std::byte> stored,
@@ -488,6 +643,16 @@ Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64
 
 std::string_view FieldCodecName(uint8_t codec) {
   return codec::CodecName(static_cast<codec::CodecId>(codec));
+}
+
+Result<std::vector<uint64_t>> Dataset::field_checksums(uint64_t) const {
+  return Status::Unsupported(path() + ": the dataset has no field checksums (index version " +
+                             std::to_string(index_version()) + "); libshard upgrade adds them");
+}
+
+Status Dataset::VerifyFields(uint64_t, const std::byte*, uint64_t, uint64_t,
+                             std::span<const size_t>) const {
+  return Status::Unsupported(path() + ": the dataset has no field checksums");
 }
 
 Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {

@@ -84,6 +84,11 @@ class IndexReaderV1 final : public IndexReader {
     sizes->assign(view_.schema().fields.size(), 0);
     return Status::OK();
   }
+  bool has_field_checksums() const override { return false; }
+  Status FieldChecksums(uint64_t, std::vector<uint64_t>* sums) const override {
+    sums->clear();
+    return Status::OK();
+  }
 
  private:
   std::shared_ptr<std::byte[]> bytes_;
@@ -113,7 +118,7 @@ class IndexReaderV2 final : public IndexReader {
     return std::unique_ptr<IndexReader>(std::move(r));
   }
 
-  uint32_t version() const override { return format::kIndexVersion2; }
+  uint32_t version() const override { return index_.version(); }
   uint64_t sample_count() const override { return index_.sample_count(); }
   const Schema& schema() const override { return index_.schema(); }
   const std::vector<format::IndexShard>& shards() const override { return index_.shards(); }
@@ -149,6 +154,12 @@ class IndexReaderV2 final : public IndexReader {
   Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const override {
     LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
     index_.FieldStoredSizes(*block, i, sizes);
+    return Status::OK();
+  }
+  bool has_field_checksums() const override { return index_.has_field_checksums(); }
+  Status FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const override {
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    index_.FieldChecksums(*block, i, sums);
     return Status::OK();
   }
 

@@ -48,6 +48,10 @@ class IndexReader {
   // Per field, the size of sample i's stored region for a field whose codec is not raw, 0 for a
   // raw field (§3.8.4); the regions' offsets follow from format::ComputeStoredLayout.
   virtual Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const = 0;
+  // Whether every sample has field checksums (FORMAT.md §3.9), and sample i's.
+  virtual bool has_field_checksums() const = 0;
+  // Precondition: has_field_checksums().
+  virtual Status FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const = 0;
   // Everything about sample i, as a writer holds it (append, merge, upgrade).
   virtual Result<format::IndexSample> Entry(uint64_t i) const = 0;
 };

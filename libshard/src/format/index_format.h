@@ -114,11 +114,17 @@ struct IndexSample {
   // Index version 2 (§3.8.4): per field, the stored region's size of a field with a non-raw
   // codec (0 for raw fields); empty when every field is raw.
   std::vector<uint64_t> field_stored_sizes;
+  // Index version 3 (§3.9): per field, the field checksum; empty when unknown (a sample of a
+  // dataset written before field checksums). An index records them only when every sample has
+  // them.
+  std::vector<uint64_t> field_checksums;
 };
 
 // Index header flags (§3.1).
 inline constexpr uint32_t kIndexFlagShardUids = 1u << 0;  // shard uids present (§3.4)
 inline constexpr uint32_t kKnownIndexFlags = kIndexFlagShardUids;
+// Index version 3 only (§3.9): every record carries a checksum per field.
+inline constexpr uint32_t kIndexFlagFieldChecksums = 1u << 1;
 
 struct IndexShard {
   std::string name;  // plain file name, "shard-00000.lss"

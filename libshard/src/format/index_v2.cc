@@ -65,9 +65,9 @@ Result<uint32_t> PeekIndexVersion(std::span<const std::byte> bytes, const std::s
     return Status::Corruption(file + ": offset 0: bad magic (not a libshard index)" +
                               std::string(kDamaged));
   const uint32_t version = GetU32(bytes.data() + kHeaderVersion);
-  if (version != kIndexVersion && version != kIndexVersion2)
+  if (version != kIndexVersion && version != kIndexVersion2 && version != kIndexVersion3)
     return Status::Unsupported(file + ": offset 8: index version " + std::to_string(version) +
-                               " is not supported (this libshard reads versions 1 and 2); the "
+                               " is not supported (this libshard reads versions 1 to 3); the "
                                "dataset was written by a newer libshard, upgrade libshard");
   return version;
 }
@@ -76,9 +76,13 @@ Result<uint32_t> PeekIndexVersion(std::span<const std::byte> bytes, const std::s
 
 std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,
-                          std::span<const FieldCodec> codecs, uint32_t block_samples) {
+                          std::span<const FieldCodec> codecs, uint32_t block_samples,
+                          uint32_t version) {
   const uint64_t n = samples.size();
   const size_t f_count = schema.fields.size();
+  bool field_sums = version >= kIndexVersion3;  // §3.9: only when every sample has them
+  for (const IndexSample& s : samples)
+    field_sums = field_sums && s.field_checksums.size() == f_count;
   const uint64_t d = schema.DimsPerSample();
   std::vector<FieldCodec> codec(f_count);
   for (size_t f = 0; f < f_count && f < codecs.size(); ++f) codec[f] = codecs[f];
@@ -257,6 +261,9 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
         if (kind[j] == DimKind::kColumn) PutUN(&out, s.dims[j], dim_width[j]);
       for (size_t f = 0; f < f_count; ++f)
         if (codec[f].codec != 0) PutUN(&out, StoredSize(s, f), stored_width[f]);
+      if (field_sums)
+        for (size_t f = 0; f < f_count; ++f)
+          PutUN(&out, s.field_checksums[f], kFieldChecksumWidth);
     }
     out.append(path_areas[b]);
     out.append(meta_areas[b]);
@@ -267,8 +274,9 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
 
   auto* h = reinterpret_cast<std::byte*>(out.data());
   std::memcpy(h, kIndexMagic, 8);
-  PutU32(h + kHeaderVersion, kIndexVersion2);
-  PutU32(h + kHeaderFlags, uids ? kIndexFlagShardUids : 0);
+  PutU32(h + kHeaderVersion, version >= kIndexVersion3 ? kIndexVersion3 : kIndexVersion2);
+  PutU32(h + kHeaderFlags, (uids ? kIndexFlagShardUids : 0) |
+                               (field_sums ? kIndexFlagFieldChecksums : 0));
   PutU64(h + kHeaderSampleCount, n);
   PutU32(h + kHeaderFieldCount, static_cast<uint32_t>(f_count));
   PutU32(h + kHeaderShardCount, static_cast<uint32_t>(shards.size()));
@@ -290,6 +298,8 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
 namespace {
 
 struct HeadCounts {
+  uint32_t version = 0;
+  bool field_sums = false;
   uint64_t n = 0, d = 0, k = 0, strings_size = 0;
   uint32_t f = 0, s = 0, b = 0;
   uint8_t length_width = 0;
@@ -306,7 +316,8 @@ Status HeaderCorrupt(const std::string& file, uint64_t offset, const std::string
 Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t file_size,
                                     const std::string& file) {
   LIBSHARD_ASSIGN_OR_RETURN(uint32_t version, PeekIndexVersion(bytes, file));
-  if (version != kIndexVersion2) return HeaderCorrupt(file, kHeaderVersion, "not version 2");
+  if (version != kIndexVersion2 && version != kIndexVersion3)
+    return HeaderCorrupt(file, kHeaderVersion, "not version 2 or 3");
   const std::byte* h = bytes.data();
   auto bad = [&](uint64_t at, const std::string& what) { return HeaderCorrupt(file, at, what); };
   if (GetU64(h + kV2FileSize) != file_size)
@@ -314,12 +325,16 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
                                 " != actual size " + std::to_string(file_size) +
                                 " (truncated or extended)");
   const uint32_t flags = GetU32(h + kHeaderFlags);
-  if (flags & ~kKnownIndexFlags)
-    return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(flags & ~kKnownIndexFlags).substr(8));
+  const uint32_t known =
+      kKnownIndexFlags | (version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
+  if (flags & ~known)
+    return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(flags & ~known).substr(8));
   if (h[kV2Reserved83] != std::byte{0}) return bad(kV2Reserved83, "reserved header byte is not zero");
   for (uint64_t k = kV2Reserved; k < kIndexChecksumOffset; ++k)
     if (h[k] != std::byte{0}) return bad(k, "reserved header byte is not zero");
   HeadCounts c;
+  c.version = version;
+  c.field_sums = (flags & kIndexFlagFieldChecksums) != 0;
   c.n = GetU64(h + kHeaderSampleCount);
   c.f = GetU32(h + kHeaderFieldCount);
   c.s = GetU32(h + kHeaderShardCount);
@@ -351,6 +366,7 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
                                             std::to_string(wd) + " is invalid");
     c.base_width += wd;
   }
+  if (c.field_sums) c.base_width += kFieldChecksumWidth * uint64_t{c.f};  // §3.9: every record
   // Counts are bounded above, so these products and sums fit in 64 bits except via strings_size.
   c.k = (c.n + c.b - 1) / c.b;
   c.fields_at = kIndexHeaderSize;
@@ -535,6 +551,8 @@ class IndexV2Parser {
       v_.stored_column_[f] = col;
       col += v_.stored_width_[f];
     }
+    v_.checksum_column_ = col;  // §3.9: F field checksums
+    if (v_.field_checksums_) col += kFieldChecksumWidth * uint64_t{c_.f};
     v_.record_width_ = col;
     return Status::OK();
   }
@@ -621,6 +639,8 @@ Result<IndexV2> IndexV2::Parse(std::vector<std::byte> head, std::vector<std::byt
   v.n_ = c.n;
   v.file_size_ = file_size;
   v.block_samples_ = c.b;
+  v.version_ = c.version;
+  v.field_checksums_ = c.field_sums;
   LIBSHARD_RETURN_IF_ERROR(IndexV2Parser(&v, c).Run());
   return v;
 }
@@ -707,6 +727,13 @@ void IndexV2::FieldStoredSizes(const IndexV2Block& block, uint64_t i,
     if (stored_width_[f]) (*out)[f] = GetUN(p + stored_column_[f], stored_width_[f]);
 }
 
+void IndexV2::FieldChecksums(const IndexV2Block& block, uint64_t i,
+                             std::vector<uint64_t>* out) const {
+  out->resize(schema_.fields.size());
+  const std::byte* p = RecordPtr(block, i) + checksum_column_;
+  for (size_t f = 0; f < out->size(); ++f) (*out)[f] = GetU32(p + kFieldChecksumWidth * f);
+}
+
 std::string IndexV2::SourcePath(const IndexV2Block& block, uint64_t i) const {
   const uint64_t k = i - block.first_;
   std::string path;
@@ -743,6 +770,7 @@ IndexSample IndexV2::Entry(const IndexV2Block& block, uint64_t i) const {
   s.metadata.assign(reinterpret_cast<const char*>(m.data()), m.size());
   s.source_path = SourcePath(block, i);
   if (any_codec_) FieldStoredSizes(block, i, &s.field_stored_sizes);
+  if (field_checksums_) FieldChecksums(block, i, &s.field_checksums);
   return s;
 }
 

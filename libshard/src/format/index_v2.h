@@ -18,6 +18,10 @@
 namespace libshard::format {
 
 inline constexpr uint32_t kIndexVersion2 = 2;
+// Version 3 (§3.9) is version 2 with a checksum per field; this file reads and writes both.
+inline constexpr uint32_t kIndexVersion3 = 3;
+// The version new indexes are written in.
+inline constexpr uint32_t kCurrentIndexVersion = kIndexVersion3;
 inline constexpr uint32_t kDefaultBlockSamples = 4096;
 inline constexpr uint32_t kMaxBlockSamples = 65536;
 inline constexpr uint64_t kPathRestartInterval = 16;  // §3.8.6
@@ -64,15 +68,18 @@ struct FieldCodec {
 // Dim kinds (§3.8.3).
 enum class DimKind : uint8_t { kConstant = 0, kLength = 1, kColumn = 2 };
 
-// Encodes a complete version 2 index. `codecs` is empty (every field raw) or one per field; a
-// sample's `field_stored_sizes` then holds, for each field with a non-raw codec, its stored
-// region's size (entries of raw fields are ignored). Shard sample counts are recomputed from the
-// records. Preconditions (the writer's invariants): the schema is valid; every sample has the
-// schema's dims and a valid layout; `block_samples` is a power of two in 1..kMaxBlockSamples.
+// Encodes a complete index of `version` 2 or 3 (§3.8, §3.9). `codecs` is empty (every field
+// raw) or one per field; a sample's `field_stored_sizes` then holds, for each field with a
+// non-raw codec, its stored region's size (entries of raw fields are ignored). Version 3 records
+// the samples' `field_checksums` (header flags bit 1) when every sample has one per field.
+// Shard sample counts are recomputed from the records. Preconditions (the writer's
+// invariants): the schema is valid; every sample has the schema's dims and a valid layout;
+// `block_samples` is a power of two in 1..kMaxBlockSamples.
 std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,
                           std::span<const FieldCodec> codecs = {},
-                          uint32_t block_samples = kDefaultBlockSamples);
+                          uint32_t block_samples = kDefaultBlockSamples,
+                          uint32_t version = kCurrentIndexVersion);
 
 // The version in an index's first bytes (at least 12), after checking the magic; Corruption
 // naming `file` otherwise.
@@ -102,7 +109,8 @@ class IndexV2Block {
   uint64_t meta_area_ = 0;
 };
 
-// A parsed version 2 head and lengths part (§3.8.7). Thread-safe for concurrent const use.
+// A parsed version 2 or 3 head and lengths part (§3.8.7, §3.9). Thread-safe for concurrent
+// const use.
 class IndexV2 {
  public:
   // Checks the 128-byte header against the file's size (§3.8.7, up to the minimal size bound).
@@ -112,8 +120,11 @@ class IndexV2 {
   static Result<IndexV2> Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
                                uint64_t file_size, const std::string& file);
 
+  uint32_t version() const { return version_; }
   uint64_t sample_count() const { return n_; }
   const Schema& schema() const { return schema_; }
+  // Whether every record carries field checksums (§3.9: version 3, header flags bit 1).
+  bool has_field_checksums() const { return field_checksums_; }
   const std::vector<IndexShard>& shards() const { return shards_; }
   const std::vector<FieldCodec>& codecs() const { return codecs_; }
   uint64_t checksum() const { return checksum_; }
@@ -144,6 +155,8 @@ class IndexV2 {
   void Dims(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* dims) const;
   // Per field: the stored region's size for a non-raw field, 0 for a raw one.
   void FieldStoredSizes(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
+  // Per field, the field checksum (§3.9). Precondition: has_field_checksums().
+  void FieldChecksums(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
   std::string SourcePath(const IndexV2Block& block, uint64_t i) const;
   std::span<const std::byte> Metadata(const IndexV2Block& block, uint64_t i) const;
   // Everything about sample i, as a writer holds it (for append, merge and upgrade).
@@ -171,6 +184,7 @@ class IndexV2 {
   std::vector<FieldCodec> codecs_;
   std::vector<uint8_t> stored_width_;       // per field
   std::vector<uint64_t> stored_column_;     // per field: offset within the record
+  uint64_t checksum_column_ = 0;            // the first field checksum column (§3.9)
   std::vector<IndexShard> shards_;
   std::vector<DimInfo> dims_;
   std::vector<uint64_t> blocks_;  // (offset, checksum) pairs
@@ -185,7 +199,9 @@ class IndexV2 {
   uint64_t blocks_begin_ = 0;
   uint32_t block_samples_ = kDefaultBlockSamples;
   uint8_t length_width_ = 0;
+  uint32_t version_ = kIndexVersion2;
   bool has_shard_uids_ = false;
+  bool field_checksums_ = false;
   bool any_codec_ = false;
 };
 

@@ -16,6 +16,7 @@ constexpr uint32_t kKindSamples = 2;
 constexpr char kJournalMagic[8] = {'L', 'S', 'H', 'D', 'J', 'N', 'L', '\0'};
 constexpr uint32_t kJournalVersion = 1;   // every field raw
 constexpr uint32_t kJournalVersion2 = 2;  // field codecs (§6)
+constexpr uint32_t kJournalFlagFieldChecksums = 1u << 0;  // §6 header flags
 
 bool AnyCodec(std::span<const uint8_t> codecs) {
   for (uint8_t c : codecs)
@@ -37,13 +38,14 @@ std::string Entry(uint32_t kind, const std::string& payload) {
 
 }  // namespace
 
-std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs) {
+std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs,
+                                bool field_checksums) {
   const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
   w.Bytes(std::string_view(kJournalMagic, 8));
   w.U32(v2 ? kJournalVersion2 : kJournalVersion);
-  w.U32(0);
+  w.U32(field_checksums ? kJournalFlagFieldChecksums : 0);
   w.U32(static_cast<uint32_t>(schema.fields.size()));
   w.I32(schema.length_field);
   for (const Field& f : schema.fields) {
@@ -60,7 +62,7 @@ std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> c
 
 std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
                                  std::span<const IndexSample> samples,
-                                 std::span<const uint8_t> codecs) {
+                                 std::span<const uint8_t> codecs, bool field_checksums) {
   const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
@@ -81,6 +83,9 @@ std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
     if (v2)
       for (size_t f = 0; f < schema.fields.size(); ++f)
         if (codecs[f] != 0) w.U64(s.field_stored_sizes[f]);
+    if (field_checksums)
+      for (size_t f = 0; f < schema.fields.size(); ++f)
+        w.U64(f < s.field_checksums.size() ? s.field_checksums[f] : 0);
     w.U32(static_cast<uint32_t>(s.metadata.size()));
     w.Bytes(s.metadata);
     w.U32(static_cast<uint32_t>(s.source_path.size()));
@@ -107,14 +112,18 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
     if (!have_header) {
       if (kind != kKindHeader) break;
       std::string_view jm;
-      uint32_t version = 0, reserved = 0, f_count = 0;
+      uint32_t version = 0, flags = 0, f_count = 0;
       int32_t length_field = 0;
       if (!p.Bytes(8, &jm) || jm != std::string_view(kJournalMagic, 8) || !p.U32(&version) ||
-          !p.U32(&reserved) || !p.U32(&f_count) || !p.I32(&length_field))
+          !p.U32(&flags) || !p.U32(&f_count) || !p.I32(&length_field))
         break;
       if (version != kJournalVersion && version != kJournalVersion2)
         return Status::Unsupported(file + ": journal version " + std::to_string(version) +
                                    " is not supported");
+      if (flags & ~kJournalFlagFieldChecksums)
+        return Status::Unsupported(file + ": journal flags " + std::to_string(flags) +
+                                   " are not known to this libshard (written by a newer one)");
+      out.field_checksums = (flags & kJournalFlagFieldChecksums) != 0;
       if (f_count == 0 || f_count > kMaxFields) break;
       bool ok = true;
       for (uint32_t f = 0; ok && f < f_count; ++f) {
@@ -146,7 +155,8 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
       break;
     const uint64_t f_count = out.schema.fields.size();
     // Each described sample takes at least this many bytes; bounds `count` before reserving.
-    const uint64_t min_size = kRecordPrefix + 16 * f_count + 8 * dims_per_sample + 8;
+    const uint64_t min_size = kRecordPrefix + 16 * f_count + 8 * dims_per_sample + 8 +
+                              (out.field_checksums ? 8 * f_count : 0);
     if (count > p.remaining() / min_size) break;
     std::vector<IndexSample> batch;
     batch.reserve(count);
@@ -170,6 +180,10 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
         s.field_stored_sizes.assign(f_count, 0);
         for (uint64_t f = 0; ok && f < f_count; ++f)
           if (out.codecs[f] != 0) ok = p.U64(&s.field_stored_sizes[f]);
+      }
+      if (out.field_checksums) {
+        s.field_checksums.resize(f_count);
+        for (uint64_t f = 0; ok && f < f_count; ++f) ok = p.U64(&s.field_checksums[f]);
       }
       ok = ok && p.U32(&meta_size) && p.Bytes(meta_size, &meta) && p.U32(&path_size) &&
            p.Bytes(path_size, &path);

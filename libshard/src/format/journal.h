@@ -16,16 +16,22 @@ inline constexpr char kJournalName[] = "_journal.lsj";
 
 // The header entry (kind 1) for `schema`. `codecs` is empty (every field raw: a version 1
 // journal) or one codec id per field (a version 2 journal, §6).
-std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs = {});
+// `field_checksums`: header flags bit 0, every samples entry then carries each sample's field
+// checksums (§6, §3.9).
+std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs = {},
+                                bool field_checksums = false);
 // A samples entry (kind 2) describing `samples`, the first of which is sample `first`; `codecs`
-// as given to the header (each sample's field_stored_sizes is then per field).
+// as given to the header (each sample's field_stored_sizes is then per field), and so is
+// `field_checksums` (each sample's field_checksums then has one per field).
 std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
                                  std::span<const IndexSample> samples,
-                                 std::span<const uint8_t> codecs = {});
+                                 std::span<const uint8_t> codecs = {},
+                                 bool field_checksums = false);
 
 struct JournalContents {
   Schema schema;
   std::vector<uint8_t> codecs;  // empty for a version 1 journal (every field raw)
+  bool field_checksums = false;  // header flags bit 0: the samples carry field checksums
   std::vector<IndexSample> samples;
   uint64_t valid_size = 0;  // bytes up to the end of the last good entry
 };

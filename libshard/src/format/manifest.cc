@@ -145,7 +145,7 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
       return Status::Unsupported(file + ": manifest version " +
                                  version->dump(-1, ' ', false, json::error_handler_t::replace)
                                      .substr(0, 64) +
-                                 " is not supported (this libshard reads versions 1 and 2); "
+                                 " is not supported (this libshard reads versions 1 to 3); "
                                  "upgrade libshard");
     m.version = version ? static_cast<uint32_t>(version->get<uint64_t>()) : 1;
   }

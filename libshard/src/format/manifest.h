@@ -13,7 +13,7 @@
 namespace libshard::format {
 
 // The newest manifest version (FORMAT.md §2.2): the version of the index it names, 1 or 2.
-inline constexpr uint32_t kManifestVersion = 2;
+inline constexpr uint32_t kManifestVersion = 3;  // the newest index version (§2.2)
 inline constexpr char kManifestName[] = "manifest.json";
 
 struct ManifestShard {

@@ -11,11 +11,12 @@ namespace libshard::internal {
 
 Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   const std::vector<format::IndexSample>& samples = *req.samples;
-  // New indexes are version 2 (FORMAT.md §3.8) unless version 1 is asked for (§3.1).
+  // New indexes are version 3 (FORMAT.md §3.9) unless an older one is asked for (§3.1, §3.8).
   const std::string index =
       req.index_version == format::kIndexVersion
           ? format::EncodeIndex(req.schema, req.shards, samples)
-          : format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs);
+          : format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs,
+                                  format::kDefaultBlockSamples, req.index_version);
   LIBSHARD_RETURN_IF_ERROR(WriteFileAtomically(req.dir, req.index_file, index, req.fsync));
 
   format::Manifest m;
@@ -23,8 +24,7 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   m.index_file = req.index_file;
   m.index_size = index.size();
   // The index checksum (FORMAT.md §3.8.2): header bytes 120..127, over the head.
-  m.version = req.index_version == format::kIndexVersion ? format::kIndexVersion
-                                                        : format::kIndexVersion2;
+  m.version = format::GetU32(format::AsBytes(index) + format::kHeaderVersion);
   m.index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
   std::vector<uint64_t> counts(req.shards.size(), 0);
   WriteSummary summary;
@@ -84,6 +84,9 @@ Result<format::IndexSample> SampleEntryFromDataset(const Dataset& ds, uint64_t i
     LIBSHARD_ASSIGN_OR_RETURN(s.field_stored_sizes, ds.field_stored_sizes(i));
     for (size_t f = 0; f < codecs.size(); ++f)
       if (codecs[f] == 0) s.field_stored_sizes[f] = 0;
+  }
+  if (ds.has_field_checksums()) {
+    LIBSHARD_ASSIGN_OR_RETURN(s.field_checksums, ds.field_checksums(i));
   }
   return s;
 }

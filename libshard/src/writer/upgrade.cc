@@ -2,6 +2,7 @@
 #include "libshard/upgrade.h"
 
 #include "format/index_format.h"
+#include "format/index_v2.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
 #include "libshard/dataset.h"
@@ -19,7 +20,8 @@ Result<bool> UpgradeIndex(const std::string& dir) {
   const std::string mp = internal::JoinPath(dir, format::kManifestName);
   LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(mp, 256u << 20));
   LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, mp));
-  if (manifest.version >= 2) return false;
+  // Current: version 3 with field checksums (FORMAT.md §3.9).
+  if (manifest.version >= format::kCurrentIndexVersion && ds->has_field_checksums()) return false;
 
   std::vector<format::IndexShard> shards;
   for (const ShardInfo& s : ds->shards())
@@ -29,6 +31,8 @@ Result<bool> UpgradeIndex(const std::string& dir) {
   samples.reserve(ds->size());
   for (uint64_t i = 0; i < ds->size(); ++i) {
     LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(*ds, i));
+    // Read whole, its sample checksum checked, then each field's computed (FORMAT.md §3.9).
+    LIBSHARD_ASSIGN_OR_RETURN(s.field_checksums, ds->ComputeFieldChecksums(i));
     samples.push_back(std::move(s));
   }
   internal::CommitRequest req;
@@ -41,6 +45,8 @@ Result<bool> UpgradeIndex(const std::string& dir) {
   req.old_index_file = manifest.index_file;
   req.source_root = manifest.source_root;
   req.created_by = manifest.created_by;
+  req.attributes = manifest.attributes;
+  for (uint8_t c : ds->field_codecs()) req.codecs.push_back(format::FieldCodec{c, {}});
   ds.reset();
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;

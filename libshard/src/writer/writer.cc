@@ -55,9 +55,9 @@ Status ValidateOptions(const WriterOptions& o) {
   if (o.zstd_level < -7 || o.zstd_level > 22)
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
                                    " is not in -7..22");
-  if (o.index_version != 1 && o.index_version != 2)
+  if (o.index_version < 1 || o.index_version > format::kCurrentIndexVersion)
     return Status::InvalidArgument("WriterOptions.index_version " +
-                                   std::to_string(o.index_version) + " is not 1 or 2");
+                                   std::to_string(o.index_version) + " is not 1, 2 or 3");
   if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&
       o.field_codecs != FieldCodecPolicy::kPlanes)
     return Status::InvalidArgument("WriterOptions.field_codecs is not a known value");
@@ -66,8 +66,8 @@ Status ValidateOptions(const WriterOptions& o) {
     return Status::InvalidArgument("field codecs (compress auto/planes, store_dtype "
                                    "float8_e4m3fn) and whole-sample zstd compression are "
                                    "exclusive (FORMAT.md §3.8.6); choose one");
-  if (codecs && o.index_version != 2)
-    return Status::InvalidArgument("field codecs need index version 2 (FORMAT.md §3.8)");
+  if (codecs && o.index_version < 2)
+    return Status::InvalidArgument("field codecs need index version 2 or later (FORMAT.md §3.8)");
   return Status::OK();
 }
 
@@ -170,6 +170,8 @@ class WriterImpl final : public Writer {
   bool shuffle_;
   // Per field codec id (FORMAT.md §4.3.1); empty when every field is raw.
   std::vector<uint8_t> codecs_;
+  // The journal's header flag (FORMAT.md §6): its sample entries carry field checksums.
+  bool journal_field_checksums_ = false;
   std::vector<format::IndexShard> shards_;
   std::vector<format::IndexSample> samples_;
   std::vector<Provenance> existing_sources_;
@@ -207,7 +209,9 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   // The journal appears whole or not at all (written aside, fsynced and renamed): a job stopped
   // while writing its header (a full disk, an I/O error, a kill) leaves no journal, so
   // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
-  const std::string header = format::EncodeJournalHeader(schema, w->codecs_);
+  w->journal_field_checksums_ = options.index_version >= format::kIndexVersion3;
+  const std::string header =
+      format::EncodeJournalHeader(schema, w->codecs_, w->journal_field_checksums_);
   LIBSHARD_RETURN_IF_ERROR(
       internal::WriteFileAtomically(dir, format::kJournalName, header, options.fsync));
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
@@ -246,6 +250,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
   // The journal's codecs, whatever the options say: the resumed write continues the same job.
   w->codecs_ = journal.codecs;
+  w->journal_field_checksums_ = journal.field_checksums;
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
@@ -451,6 +456,12 @@ Result<EncodedSample> WriterImpl::Encode(const SampleInput& sample) const {
   out.tensor_offsets = layout.offsets;
   out.tensor_sizes = layout.sizes;
   out.raw_size = raw_size;
+  // Field checksums (FORMAT.md §3.9): over the tensors of the raw payload, which are the stored
+  // regions of a raw sample and what a whole-sample zstd sample decodes to; EncodeFields
+  // replaces them by the stored regions' for field codecs.
+  out.field_checksums.resize(f_count);
+  for (size_t f = 0; f < f_count; ++f)
+    out.field_checksums[f] = format::FieldChecksum(raw.get() + layout.offsets[f], layout.sizes[f]);
   out.stored_buffer = raw;
   out.stored_size = raw_size;
   if (!codecs_.empty()) {
@@ -536,6 +547,7 @@ Status WriterImpl::EncodeFields(const format::PayloadLayout& layout,
     const uint64_t n = codecs_[f] == 0 ? layout.sizes[f] : stored_sizes[f];
     const std::byte* src = codecs_[f] == 0 ? raw + layout.offsets[f] : regions[f].data();
     if (n) std::memcpy(stored.get() + offsets[f], src, n);
+    out->field_checksums[f] = format::FieldChecksum(src, n);  // FORMAT.md §3.9: stored region
     pos = offsets[f] + n;
   }
   std::memset(stored.get() + pos, 0, padded - pos);
@@ -590,7 +602,7 @@ Status WriterImpl::Checkpoint() {
   if (options_.fsync && shard_.file.valid()) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
   const std::string entry = format::EncodeJournalSamples(
       schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_),
-      codecs_);
+      codecs_, journal_field_checksums_);
   LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
   if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(journal_.Sync());
   journal_size_ += entry.size();
@@ -643,6 +655,7 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
   s.tensor_offsets = std::move(sample.tensor_offsets);
   s.tensor_sizes = std::move(sample.tensor_sizes);
   s.field_stored_sizes = std::move(sample.field_stored_sizes);
+  s.field_checksums = std::move(sample.field_checksums);
   LIBSHARD_RETURN_IF_ERROR(format::EncodeMetadata(sample.metadata, &s.metadata));
   s.source_path = std::move(sample.source.path);
   samples_.push_back(std::move(s));
@@ -676,7 +689,8 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.created_by = options_.created_by;
   req.attributes = options_.attributes;
   req.fsync = options_.fsync;
-  req.index_version = codecs_.empty() ? options_.index_version : 2;
+  req.index_version = codecs_.empty() ? options_.index_version
+                                      : std::max<uint32_t>(options_.index_version, 2);
   for (uint8_t c : codecs_) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   if (journal_.valid()) {
