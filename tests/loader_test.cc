@@ -236,6 +236,9 @@ TEST(LoaderTest, FieldsAndMaxLenReadOnlyTheSelectedBytes) {
   o.fields = {"hidden_state", "input_ids"};
   o.max_len = 7;
   o.shuffle = false;
+  // Unchecked, a prefix read reads only the prefix (checked, it reads each served field whole:
+  // PartialReadsCheckTheFieldsTheyServe).
+  o.verify_checksums = false;
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   uint64_t count = 0;
@@ -317,21 +320,27 @@ TEST(LoaderTest, DefaultOptionsVerifyChecksums) {
   EXPECT_NE(failure.ToString().find("sample 2"), std::string::npos) << failure.ToString();
 }
 
-// A partial read (fields, max_len) cannot be checksummed: by default it is served as read, with
-// verify_partial_reads the sample is read whole and checked, so damage outside the selection is
-// found too.
-TEST(LoaderTest, PartialReadsAreVerifiedOnlyWhenAskedToReadWhole) {
+// Every byte served is checked (FORMAT.md §3.9): a partial read (fields, max_len) of a dataset
+// with field checksums checks each served field, reading it whole but not the other fields; damage
+// in a field not served is not read and not reported; damage in a served field is found, also
+// past the max_len prefix of the field. Without verification only the served bytes are read.
+TEST(LoaderTest, PartialReadsCheckTheFieldsTheyServe) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 6);
   ASSERT_NE(ds, nullptr);
+  ASSERT_TRUE(ds->has_field_checksums());
   const SampleLocation loc = ds->location(1);
-  const TensorLocation hs = ds->tensor(1, *ds->schema().Find("hidden_state"));
-  testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + hs.offset + hs.nbytes / 2);
-  auto run = [&](bool partial_verified, uint64_t* bytes_read) {
+  const size_t hs_field = *ds->schema().Find("hidden_state");
+  const TensorLocation hs = ds->tensor(1, hs_field);
+  // The last byte of hidden_state: past any max_len prefix.
+  testing::FlipByte(ds->shards()[loc.shard].path, loc.offset + hs.offset + hs.nbytes - 1);
+  auto run = [&](std::vector<std::string> fields, uint64_t max_len, bool verify,
+                 uint64_t* bytes_read) {
     LoaderOptions o = SmallOptions();
-    o.fields = {"input_ids"};
+    o.fields = std::move(fields);
+    o.max_len = max_len;
     o.shuffle = false;
-    o.verify_partial_reads = partial_verified;
+    o.verify_checksums = verify;
     auto loader = Loader::Create(ds, o);
     EXPECT_TRUE(loader.ok()) << loader.status().ToString();
     Status st;
@@ -346,12 +355,17 @@ TEST(LoaderTest, PartialReadsAreVerifiedOnlyWhenAskedToReadWhole) {
     *bytes_read = (*loader)->stats().bytes_read;
     return st;
   };
-  uint64_t partial_bytes = 0, whole_bytes = 0;
-  EXPECT_TRUE(run(false, &partial_bytes).ok());
-  const Status st = run(true, &whole_bytes);
+  uint64_t ids_bytes = 0, hs_bytes = 0, prefix_bytes = 0, unchecked_bytes = 0;
+  EXPECT_TRUE(run({"input_ids"}, 0, true, &ids_bytes).ok());  // the damage is not served
+  EXPECT_LT(ids_bytes, ds->total_stored_bytes() / 2);
+  Status st = run({"hidden_state"}, 0, true, &hs_bytes);
   EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
   EXPECT_NE(st.ToString().find("sample 1"), std::string::npos) << st.ToString();
-  EXPECT_LT(partial_bytes, ds->total_stored_bytes() / 2);
+  EXPECT_NE(st.ToString().find("field 'hidden_state'"), std::string::npos) << st.ToString();
+  st = run({"hidden_state"}, 2, true, &prefix_bytes);
+  EXPECT_EQ(st.code(), StatusCode::kCorruption) << st.ToString();
+  // Unchecked, a prefix read reads less and serves the (undamaged) prefix.
+  EXPECT_TRUE(run({"hidden_state"}, 2, false, &unchecked_bytes).ok());
 }
 
 TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {

@@ -89,7 +89,7 @@ TEST(ReadLayoutTest, NoSelectionReadsTheWholeSample) {
   ASSERT_NE(ds, nullptr);
   for (uint64_t i = 0; i < ds->size(); ++i) {
     const SampleLocation loc = ds->location(i);
-    ExpectWhole(PlanRead(*ds, i, loc, {}, 0, false), loc);
+    ExpectWhole(PlanRead(*ds, i, loc, {}, 0, PartialCheck::kNone), loc);
   }
 }
 
@@ -102,7 +102,7 @@ TEST(ReadLayoutTest, FieldsSelectExactlyTheirTensors) {
     const TensorLocation hidden = ds->tensor(i, 2);
     ASSERT_GT(hidden.offset, kPage) << "the sample must put hidden_state past the first page";
     const std::vector<size_t> only_hidden = {2};
-    const ReadLayout r = PlanRead(*ds, i, loc, only_hidden, 0, false);
+    const ReadLayout r = PlanRead(*ds, i, loc, only_hidden, 0, PartialCheck::kNone);
     ExpectPartial(r, loc, hidden.offset, hidden.offset + hidden.nbytes);
     EXPECT_LT(r.read_length, (loc.stored_size + kPage - 1) / kPage * kPage + kPage);
 
@@ -110,7 +110,7 @@ TEST(ReadLayoutTest, FieldsSelectExactlyTheirTensors) {
     const TensorLocation ids = ds->tensor(i, 0);
     const TensorLocation mask = ds->tensor(i, 1);
     const std::vector<size_t> ids_and_mask = {1, 0};
-    ExpectPartial(PlanRead(*ds, i, loc, ids_and_mask, 0, false), loc,
+    ExpectPartial(PlanRead(*ds, i, loc, ids_and_mask, 0, PartialCheck::kNone), loc,
                   std::min(ids.offset, mask.offset),
                   std::max(ids.offset + ids.nbytes, mask.offset + mask.nbytes));
   }
@@ -127,7 +127,7 @@ TEST(ReadLayoutTest, MaxLenReadsOnlyTheKeptRows) {
     ASSERT_GT(hidden.shape[1], max_len);
     const uint64_t row = hidden.nbytes / hidden.shape[1];  // hidden_state is [1, L, H]: one block
     const std::vector<size_t> only_hidden = {2};
-    ExpectPartial(PlanRead(*ds, i, loc, only_hidden, max_len, false), loc, hidden.offset,
+    ExpectPartial(PlanRead(*ds, i, loc, only_hidden, max_len, PartialCheck::kNone), loc, hidden.offset,
                   hidden.offset + max_len * row);
     // All fields with max_len: from the first tensor to the kept rows of the last one.
     uint64_t begin = UINT64_MAX, end = 0;
@@ -136,7 +136,7 @@ TEST(ReadLayoutTest, MaxLenReadsOnlyTheKeptRows) {
       begin = std::min(begin, t.offset);
       end = std::max(end, t.offset + t.nbytes / t.shape[f == 2 ? 1 : 0] * max_len);
     }
-    ExpectPartial(PlanRead(*ds, i, loc, {}, max_len, false), loc, begin, end);
+    ExpectPartial(PlanRead(*ds, i, loc, {}, max_len, PartialCheck::kNone), loc, begin, end);
   }
 }
 
@@ -147,7 +147,28 @@ TEST(ReadLayoutTest, WholeFlagForcesAWholeRead) {
   const std::vector<size_t> only_hidden = {2};
   for (uint64_t i = 0; i < ds->size(); ++i) {
     const SampleLocation loc = ds->location(i);
-    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 100, true), loc);
+    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 100, PartialCheck::kWhole), loc);
+  }
+}
+
+// Checked by field (FORMAT.md §3.9): a selection reads each selected field whole, also under
+// max_len, and no other field past them; the layout says to check it field by field.
+TEST(ReadLayoutTest, FieldCheckReadsTheSelectedFieldsWhole) {
+  testing::TempDir tmp;
+  auto ds = WriteDataset(tmp / "ds", 2, false);
+  ASSERT_NE(ds, nullptr);
+  const std::vector<size_t> only_hidden = {2};
+  for (uint64_t i = 0; i < ds->size(); ++i) {
+    const SampleLocation loc = ds->location(i);
+    const TensorLocation hidden = ds->tensor(i, 2);
+    const ReadLayout r = PlanRead(*ds, i, loc, only_hidden, 100, PartialCheck::kFields);
+    EXPECT_TRUE(r.check_fields);
+    ExpectPartial(r, loc, hidden.offset, hidden.offset + hidden.nbytes);
+    EXPECT_FALSE(PlanRead(*ds, i, loc, only_hidden, 100, PartialCheck::kNone).check_fields);
+    // No selection: a whole read, checked by the sample checksum.
+    const ReadLayout whole = PlanRead(*ds, i, loc, {}, 0, PartialCheck::kFields);
+    EXPECT_FALSE(whole.check_fields);
+    ExpectWhole(whole, loc);
   }
 }
 
@@ -159,8 +180,8 @@ TEST(ReadLayoutTest, CompressedSamplesAreAlwaysReadWhole) {
   for (uint64_t i = 0; i < ds->size(); ++i) {
     const SampleLocation loc = ds->location(i);
     ASSERT_NE(loc.flags & kSampleFlagZstd, 0u) << "sample " << i << " was stored uncompressed";
-    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 0, false), loc);
-    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 100, false), loc);
+    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 0, PartialCheck::kNone), loc);
+    ExpectWhole(PlanRead(*ds, i, loc, only_hidden, 100, PartialCheck::kNone), loc);
   }
 }
 
@@ -174,7 +195,7 @@ TEST(ReadLayoutTest, BuildSampleOverAPartialReadMatchesRead) {
   const std::vector<size_t> fields = {0, 2};
   for (uint64_t i = 0; i < ds->size(); ++i) {
     const SampleLocation loc = ds->location(i);
-    const ReadLayout r = PlanRead(*ds, i, loc, fields, max_len, false);
+    const ReadLayout r = PlanRead(*ds, i, loc, fields, max_len, PartialCheck::kNone);
     ASSERT_FALSE(r.whole);
     std::vector<std::byte> buf = ReadPlanned(*ds, loc, r);
     ASSERT_FALSE(buf.empty());

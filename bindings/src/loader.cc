@@ -132,7 +132,6 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
     } else if (key == "pin_memory") o.pin_memory = kOptions.Get<bool>(key, v);
     else if (key == "worker_threads") o.worker_threads = kOptions.U32(key, v);
     else if (key == "verify_checksums") o.verify_checksums = kOptions.Get<bool>(key, v);
-    else if (key == "verify_partial_reads") o.verify_partial_reads = kOptions.Get<bool>(key, v);
     else if (key == "on_error") {
       Result<OnError> parsed = ParseOnError(kOptions.Get<std::string>(key, v));
       if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());

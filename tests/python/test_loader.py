@@ -499,10 +499,13 @@ def test_default_loader_verifies_checksums(eagle_dataset, copy_dataset):
 
 
 def test_verify_none_true_false_with_partial_reads(eagle_dataset, copy_dataset):
-    """verify=None (default) checks every sample read whole but serves a fields= selection as
-    read; verify=True reads such samples whole to check them; verify=False checks nothing."""
+    """verify=None (default) and verify=True check every byte served (FORMAT.md §3.9): a
+    fields= selection checks the fields it serves, so damage in another field is neither read
+    nor reported and damage in a served one is; verify=False checks nothing."""
     dataset = copy_dataset(eagle_dataset)
     ds = libshard.open(dataset)
+    assert ds.has_field_checksums
+    last = ds.schema.fields[-1].name
     loc = ds.location(2)
     shard = ds.shards[loc["shard"]]["path"]
     # Damage the last stored byte of the sample: inside the last field, never input_ids (first).
@@ -511,13 +514,17 @@ def test_verify_none_true_false_with_partial_reads(eagle_dataset, copy_dataset):
         b = f.read(1)
         f.seek(-1, 1)
         f.write(bytes([b[0] ^ 0x5A]))
-    partial = libshard.Loader(dataset, shuffle=False, fields=["input_ids"], return_index=True,
-                              **SMALL)
-    assert sorted(indices(partial)) == list(range(N_EAGLE))
-    with pytest.raises(libshard.CorruptionError, match="sample 2"):
-        for _ in libshard.Loader(dataset, shuffle=False, fields=["input_ids"], verify=True,
-                                 **SMALL):
-            pass
+    for verify in (None, True):
+        partial = libshard.Loader(dataset, shuffle=False, fields=["input_ids"], verify=verify,
+                                  return_index=True, **SMALL)
+        assert sorted(indices(partial)) == list(range(N_EAGLE))
+        with pytest.raises(libshard.CorruptionError, match=f"sample 2.*field '{last}'"):
+            for _ in libshard.Loader(dataset, shuffle=False, fields=[last], verify=verify,
+                                     **SMALL):
+                pass
+        with pytest.raises(libshard.CorruptionError, match="sample 2"):
+            for _ in libshard.Loader(dataset, shuffle=False, max_len=2, verify=verify, **SMALL):
+                pass
     with pytest.raises(libshard.CorruptionError, match="sample 2"):
         for _ in libshard.Loader(dataset, shuffle=False, **SMALL):
             pass

@@ -126,12 +126,13 @@ class Loader:
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
         dataset made for another model raises ``InvalidArgumentError`` at once.
-      verify: check each sample's xxh3-64 checksum on worker threads before handing it out.
-        ``None`` (default): every sample read whole is checked (about 0.06 CPU-s per GB); with
-        ``fields``/``max_len`` a sample read in part cannot be checked and is served as stored.
-        ``True``: every sample is checked, reading whole the ones ``fields``/``max_len`` would
-        read in part. ``False``: nothing is checked. Shards of another dataset are refused when
-        the dataset opens either way.
+      verify: check every byte served (xxh3-64, on worker threads) before handing it out.
+        ``True``/``None`` (default): a sample read whole against its checksum; with
+        ``fields``/``max_len``, each field served against its own checksum, the field then read
+        whole (docs/FORMAT.md §3.9; a dataset written before field checksums reads such samples
+        whole instead: ``libshard upgrade DIR`` adds them). ``False``: nothing is checked and
+        only the bytes served are read. Shards of another dataset are refused when the dataset
+        opens either way.
       on_error: "raise" (default) or "skip" (corrupt samples are skipped and counted in stats).
         A batch that lost every sample (with single samples: each skip) is replaced by a repeat
         of the previous batch's first sample (``stats()["samples_repeated"]``), so every rank
@@ -249,7 +250,6 @@ class Loader:
             "pin_memory": bool(pin_memory),
             "worker_threads": worker_threads,
             "verify_checksums": verify is None or bool(verify),
-            "verify_partial_reads": verify is not None and bool(verify),
             "on_error": on_error,
             "slow_wait_warning_seconds": float(slow_wait_warning_seconds),
             "stats_interval_seconds": float(stats_interval_seconds),

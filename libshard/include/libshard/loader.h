@@ -175,16 +175,17 @@ struct LoaderOptions {
   // is most of the loader's work and runs in parallel across samples, else 1 (a checksum
   // costs about 0.06 CPU-s per GB). AutoWorkerThreads() says what 0 gives.
   uint32_t worker_threads = 0;
-  // Each sample read whole has its xxh3-64 checked on the worker threads before it is handed
-  // out, so damaged or foreign bytes are never served as tensors. It costs about 0.06 CPU-s per
-  // GB and no throughput at this machine's disk speed (README, "Checksums"); turn it off only for
-  // data whose integrity is known (e.g. just checked with `libshard verify`).
+  // Every byte served is checked on the worker threads before it is handed out, so damaged or
+  // foreign bytes are never served as tensors (FORMAT.md §3.9): a sample read whole against its
+  // sample checksum; a partial read (`fields`, `max_len`) of a dataset with field checksums
+  // (index version 3) against the checksum of each field served, which it then reads whole
+  // (a `max_len` prefix costs the rest of each served field, never the other fields); without
+  // field checksums (an older index: `libshard upgrade` adds them) a partial read reads the
+  // whole sample. false checks nothing and reads only the bytes served; turn it off only for
+  // data whose integrity is known (e.g. just checked with `libshard verify`). Samples whose shard
+  // was replaced by another dataset's are refused at Dataset::Open either way (shard uids,
+  // FORMAT.md §4.1).
   bool verify_checksums = true;
-  // The checksum covers a sample's whole stored extent, so a partial read (`fields`, `max_len`)
-  // cannot be checked and is served unverified unless this is set, which reads such samples
-  // whole to check them (more I/O). Samples whose shard was replaced by another dataset's are
-  // refused at Dataset::Open either way (shard uids, FORMAT.md §4.1).
-  bool verify_partial_reads = false;
   OnError on_error = OnError::kRaise;
 
   // Observability.

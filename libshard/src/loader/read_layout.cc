@@ -52,7 +52,7 @@ std::vector<size_t> AllFields(const Dataset& dataset, std::span<const size_t> fi
 }  // namespace
 
 ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation& location,
-                    std::span<const size_t> fields, uint64_t max_len, bool whole) {
+                    std::span<const size_t> fields, uint64_t max_len, PartialCheck check) {
   ReadLayout r;
   r.whole = true;
   r.file_offset = location.offset;
@@ -61,7 +61,10 @@ ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation
   r.payload_begin = 0;
   r.payload_end = location.stored_size;
   const bool compressed = SampleNeedsDecode(location.flags);
-  if (compressed || whole || (fields.empty() && max_len == 0)) return r;
+  if (compressed || check == PartialCheck::kWhole || (fields.empty() && max_len == 0)) return r;
+  // A field checksum covers the field whole (FORMAT.md §3.9): a checked prefix read reads each
+  // served field to its end.
+  const bool whole_fields = check == PartialCheck::kFields;
   const std::vector<Field>& schema_fields = dataset.schema().fields;
   uint64_t begin = UINT64_MAX;
   uint64_t end = 0;
@@ -69,13 +72,14 @@ ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation
     const TensorLocation t = dataset.tensor(index, f);
     const Cut c = CutFor(schema_fields[f], t, max_len);
     begin = std::min(begin, t.offset);
-    end = std::max(end, t.offset + (c.contiguous ? c.kept_bytes : t.nbytes));
+    end = std::max(end, t.offset + (c.contiguous && !whole_fields ? c.kept_bytes : t.nbytes));
   }
   if (begin >= end) {  // nothing to read (zero-size tensors): one page keeps the code uniform
     begin = 0;
     end = 0;
   }
   r.whole = false;
+  r.check_fields = whole_fields;
   r.payload_begin = begin;
   r.payload_end = end;
   r.skew = begin - AlignDown(begin);

@@ -14,8 +14,16 @@
 
 namespace libshard {
 
+// How a verified loader checks a partial read (FORMAT.md §3.9).
+enum class PartialCheck {
+  kNone,    // verification off: read only the bytes served
+  kFields,  // field checksums: read each served field whole and check its checksum
+  kWhole,   // no field checksums: read the whole sample and check the sample checksum
+};
+
 struct ReadLayout {
   bool whole = true;         // read every stored byte (compressed, verified, or all fields)
+  bool check_fields = false; // partial, to be checked field by field (PartialCheck::kFields)
   uint64_t file_offset = 0;  // where the read starts in the shard; multiple of 4096
   uint64_t read_length = 0;  // bytes to request; multiple of 4096 (may run past EOF)
   uint64_t needed = 0;       // bytes that must arrive (the rest is padding or past EOF)
@@ -26,10 +34,11 @@ struct ReadLayout {
 };
 
 // `fields`: selected field indices (empty: all). `max_len` > 0: rows kept on each selected
-// field's seq_dim. A partial read is planned only for uncompressed samples, and not when `whole`
-// (the caller verifies checksums of partial selections, which needs the whole stored extent).
+// field's seq_dim. A partial read is planned only for uncompressed samples, and `check` says
+// what it must cover: only the bytes served (kNone), each served field whole (kFields), or the
+// whole stored extent (kWhole: no partial read).
 ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation& location,
-                    std::span<const size_t> fields, uint64_t max_len, bool whole);
+                    std::span<const size_t> fields, uint64_t max_len, PartialCheck check);
 
 // Views over decoded payload bytes: `base` holds payload bytes [base_offset, base_offset +
 // base_size). With max_len > 0, tensors longer than max_len along seq_dim are cut to max_len rows

@@ -40,6 +40,9 @@ ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const Loade
     : dataset_(std::move(dataset)),
       options_(options),
       field_indices_(std::move(field_indices)),
+      partial_check_(!options.verify_checksums         ? PartialCheck::kNone
+                     : dataset_->has_field_checksums() ? PartialCheck::kFields
+                                                       : PartialCheck::kWhole),
       arena_(arena),
       window_(window),
       diagnostics_(diagnostics) {
@@ -290,8 +293,8 @@ Result<bool> ReadScheduler::StartNextItem() {
   // damaged one is this sample's error (FORMAT.md §3.8.7).
   Result<SampleLocation> located = dataset_->Locate(sample);
   item->location = located.ok() ? *located : SampleLocation{};
-  item->layout = PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len,
-                          /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
+  item->layout =
+      PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len, partial_check_);
   const bool compressed = SampleNeedsDecode(item->location.flags);
   const uint64_t read_bytes = item->layout.read_length;
   const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
@@ -385,12 +388,21 @@ void ReadScheduler::FinishRead(Item* item) {
 }
 
 bool ReadScheduler::Verifies(const Item& item) const {
-  return options_.verify_checksums && item.layout.whole;
+  return options_.verify_checksums && (item.layout.whole || item.layout.check_fields);
 }
 
 Status ReadScheduler::VerifyAndDecode(Item* item) {
   const SampleLocation& loc = item->location;
   std::span<const std::byte> stored(item->read_slot.get(), loc.stored_size);
+  if (Verifies(*item) && item->layout.check_fields) {
+    // A partial read of a raw sample: the field checksum of every field served (FORMAT.md §3.9).
+    const ReadLayout& l = item->layout;
+    Status st = dataset_->VerifyFields(item->sample, item->read_slot.get() + l.skew,
+                                       l.payload_begin, l.payload_end - l.payload_begin,
+                                       field_indices_);
+    if (!st.ok() && st.code() == StatusCode::kCorruption) diagnostics_->OnChecksumFailure();
+    return st;
+  }
   if (Verifies(*item)) {
     const uint64_t sum = format::Xxh3(stored);
     if (sum != loc.checksum) {

@@ -86,8 +86,8 @@ class ReadScheduler {
   // Turns a fully read (and verified/decoded) item into its Sample or error; marks it ready.
   void Complete(Item* item, Status status);
   Status VerifyAndDecode(Item* item);
-  // Whether `item`'s checksum is checked: verification is on and the read covers the whole
-  // stored extent (LoaderOptions::verify_partial_reads).
+  // Whether `item` is checked: verification is on, and it was read whole (the sample checksum)
+  // or field by field (its field checksums, FORMAT.md §3.9).
   bool Verifies(const Item& item) const;
   void WorkerLoop();
   std::string ItemWhere(const Item& item) const;
@@ -95,6 +95,8 @@ class ReadScheduler {
   const std::shared_ptr<const Dataset> dataset_;
   const LoaderOptions& options_;  // the loader's, which outlives this
   const std::vector<size_t> field_indices_;
+  // What a partial read must cover to be checked (the dataset's field checksums decide).
+  const PartialCheck partial_check_;
   memory::Arena* const arena_;
   Window* const window_;
   LoaderDiagnostics* const diagnostics_;
