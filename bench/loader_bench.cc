@@ -19,7 +19,7 @@
 
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
-#include "support/raw_read.h"
+#include "yardstick/raw_read.h"
 #include "libshard/writer.h"
 
 namespace libshard {

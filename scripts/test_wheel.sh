@@ -35,7 +35,7 @@ if [ -z "$WHEEL" ]; then
   [ -n "$WHEEL" ] || fail "no repaired $tag wheel in $ROOT/dist (run: make wheel)"
 fi
 [ -f "$WHEEL" ] || fail "no such wheel: $WHEEL"
-newer=$(cd "$ROOT" && find CMakeLists.txt pyproject.toml cmake libshard converters bench/support bindings \
+newer=$(cd "$ROOT" && find CMakeLists.txt pyproject.toml cmake libshard converters bindings \
         -type f -newer "$WHEEL" 2>/dev/null | head -3 | tr '\n' ' ')
 [ -z "$newer" ] || echo "test_wheel: note: ${newer}changed after $(basename "$WHEEL") was built;" \
   "this checks the wheel as built (make wheel to rebuild it)"

@@ -15,7 +15,7 @@
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
-#include "support/raw_read.h"
+#include "yardstick/raw_read.h"
 #include "pack/option_parsing.h"
 
 namespace libshard::cli {

@@ -1,7 +1,7 @@
 // RawSequentialRead: the device's sequential read limit for a set of files, measured the way fio
 // would (O_DIRECT, io_uring, fixed block size and queue depth), as the yardstick that `libshard
 // bench` and bench/loader_bench.cc compare the Loader against. A benchmark tool, not library API:
-// it lives in the bench support library (bench/support/CMakeLists.txt), which `libshard bench`
+// it lives in the yardstick library (converters/yardstick/CMakeLists.txt), which `libshard bench`
 // and the bench programs link.
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "support/raw_read.h"
+#include "yardstick/raw_read.h"
 
 #include <sys/resource.h>
 
