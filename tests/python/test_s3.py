@@ -250,3 +250,22 @@ def test_cli_info_verify_bench(server, proxy, env, local_ds, tmp_path):
     bad = subprocess.run([cli, "verify", f"s3://{BUCKET}/nothing-here"], env=e,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "no manifest.json" in bad.stderr
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_dataloader_workers(server, proxy, env, local_ds, tmp_path, context):
+    """A remote Dataset used by DataLoader workers: forked ones inherit it (and start their own
+    fetcher, never the parent's), spawned ones reopen it by URL and cache options."""
+    import torch.utils.data
+    url = upload(server, local_ds, "workers")
+    remote = libshard.open(url, cache=tmp_path / "cache")
+    remote[0]  # the parent's fetcher is running when the workers fork
+    local = libshard.open(local_ds)
+    dl = torch.utils.data.DataLoader(remote, batch_size=None, num_workers=2,
+                                     multiprocessing_context=context, timeout=120)
+    got = list(dl)
+    assert len(got) == len(local)
+    for i, g in enumerate(got):
+        assert_sample_equal(g, local[i], f"sample {i}")
+    blocks = {k: v for k, v in proxy.shard_gets().items() if k[1] != "bytes=0-4095"}
+    assert set(blocks.values()) == {1}

@@ -140,6 +140,7 @@ void ReadScheduler::Start() {
   sched_samples_.clear();
   sched_in_batch_ = 0;
   issuing_ = nullptr;
+  awaiting_ = nullptr;
   consumer_batch_started_ = false;
   pf_batch_ = 0;
   pf_samples_.clear();
@@ -221,6 +222,28 @@ Status ReadScheduler::SchedulerStep() {
   // Keep queue_depth sub-reads in flight, starting the next items as soon as the previous one
   // is fully submitted, so the device queue never drains between samples.
   while (engine_->in_flight() < queue_depth_) {
+    if (issuing_ == nullptr && awaiting_ != nullptr) {
+      // s3://: wait for the item's cache blocks; block only when nothing else is in flight.
+      Item* item = awaiting_;
+      ShardFiller* filler = dataset_->shard_filler();
+      Result<bool> ready = true;
+      if (engine_->in_flight() == 0) {
+        Status st = filler->Ensure(item->location.shard, item->layout.file_offset,
+                                   item->layout.read_length);
+        if (!st.ok()) ready = st;
+      } else {
+        ready = filler->Request(item->location.shard, item->layout.file_offset,
+                                item->layout.read_length);
+      }
+      if (ready.ok() && !*ready) break;  // reap meanwhile
+      awaiting_ = nullptr;
+      if (!ready.ok()) {
+        Complete(item, ready.status().WithContext("sample " + std::to_string(item->sample)));
+      } else {
+        issuing_ = item;
+      }
+      continue;
+    }
     if (issuing_ == nullptr) {
       if (consumer_batch_started_) {  // fully submitted: let its reads go first
         consumer_batch_started_ = false;
@@ -345,14 +368,9 @@ Result<bool> ReadScheduler::StartNextItem() {
   if (!too_large.ok()) {
     Complete(raw_item, std::move(too_large));
   } else if (filler != nullptr) {
-    // The cache blocks the read covers must be present before it is issued (docs/CACHE.md).
-    Status st = filler->Ensure(raw_item->location.shard, raw_item->layout.file_offset,
-                               raw_item->layout.read_length);
-    if (st.ok()) {
-      issuing_ = raw_item;
-    } else {
-      Complete(raw_item, st.WithContext("sample " + std::to_string(sample)));
-    }
+    // The cache blocks the read covers must be present before it is issued (docs/CACHE.md):
+    // SchedulerStep issues it then, reaping the reads in flight meanwhile.
+    awaiting_ = raw_item;
   } else {
     issuing_ = raw_item;
   }

@@ -137,6 +137,7 @@ class ReadScheduler {
 
   // Scheduler thread only.
   Item* issuing_ = nullptr;            // item whose sub-reads are not all submitted
+  Item* awaiting_ = nullptr;           // s3://: item waiting for its cache blocks (then issuing_)
   // The last item of the batch the consumer waits for was started: submit and reap before
   // starting more, so the first batch of an epoch does not wait for queue_depth items to be
   // located (each may load an index block, FORMAT.md §3.8.7: a shuffled order touches a

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -219,6 +220,10 @@ struct Fetcher {
   bool stop = false;
   std::vector<std::thread> threads;
   size_t max_queue = 64;
+  // This process's own descriptions of the state files, for the block locks: OFD locks belong to
+  // an open file description, which a forked child shares with its parent, so a child locking
+  // through an inherited descriptor would not exclude the parent.
+  std::vector<io::File> lock_files;
 };
 
 class RemoteDataset final : public Dataset, public ShardFiller {
@@ -289,7 +294,12 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   }
 
   // ---- ShardFiller ----
-  Status Ensure(uint32_t shard, uint64_t offset, uint64_t length) override;
+  Status Ensure(uint32_t shard, uint64_t offset, uint64_t length) override {
+    return Wait(shard, offset, length, /*wait=*/true).status();
+  }
+  Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length) override {
+    return Wait(shard, offset, length, /*wait=*/false);
+  }
   void Prefetch(uint32_t shard, uint64_t offset, uint64_t length) override;
   bool Hungry() const override {
     Fetcher* f = GetFetcher();
@@ -304,11 +314,13 @@ class RemoteDataset final : public Dataset, public ShardFiller {
     Status st = const_cast<RemoteDataset*>(this)->Ensure(loc.shard, loc.offset, loc.stored_size);
     return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
   }
+  // Ensure (wait) or Request (no wait).
+  Result<bool> Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait);
   // The fetcher of this process, started on first use (nullptr only when threads cannot start).
   Fetcher* GetFetcher() const;
   void FetcherLoop(Fetcher* f);
   // Downloads one block unless present (in this or another process); docs/CACHE.md §3.
-  Status FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer);
+  Status FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer, int lock_fd);
   Status CheckRoom(const CachedShard& s, uint64_t bytes);
   // "block 3 (bytes 12582912-16777215) of s3://b/p/shard-00000.lss"
   std::string BlockWhere(BlockId id) const {
@@ -329,6 +341,8 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   mutable std::mutex fetcher_mu_;
   mutable std::atomic<Fetcher*> fetcher_{nullptr};
   mutable std::unique_ptr<Fetcher> owned_fetcher_;
+  // Blocks a Request queued and has not yet seen finish (guarded by the fetcher's mu).
+  std::set<BlockId> requested_;
 };
 
 Fetcher* RemoteDataset::GetFetcher() const {
@@ -345,6 +359,10 @@ Fetcher* RemoteDataset::GetFetcher() const {
   auto fresh = std::make_unique<Fetcher>();
   fresh->pid = pid;
   fresh->max_queue = std::max<size_t>(4 * connections_, 16);
+  for (const auto& s : shards_) {
+    Result<io::File> lf = io::File::Open(s->state_path, O_RDWR | O_CLOEXEC);
+    fresh->lock_files.push_back(lf.ok() ? std::move(lf).value() : io::File());
+  }
   Fetcher* raw = fresh.get();
   auto* self = const_cast<RemoteDataset*>(this);
   for (uint32_t t = 0; t < connections_; ++t) raw->threads.emplace_back([self, raw] {
@@ -374,7 +392,9 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
     Status st = !client.ok() ? client.status()
                 : buffer == nullptr
                     ? Status::ResourceExhausted("cannot allocate a block buffer")
-                    : FetchBlock(client->get(), id, buffer.get());
+                    : FetchBlock(client->get(), id, buffer.get(),
+                                 f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd()
+                                                                 : shards_[id.shard]->state.fd());
     {
       std::lock_guard<std::mutex> lock(f->mu);
       if (st.ok()) {
@@ -412,14 +432,15 @@ Status RemoteDataset::CheckRoom(const CachedShard& s, uint64_t bytes) {
   return Status::OK();
 }
 
-Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer) {
+Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer,
+                                 int lock_fd) {
   CachedShard& s = *shards_[id.shard];
   LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresent(id.block));
   if (here) return Status::OK();
   const uint64_t entry = kStateHeader + id.block * kEntryBytes;
   // One process of the node downloads the block; the others wait here, then find it present.
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
-                            RangeLock::Acquire(s.state.fd(), entry, kEntryBytes, true, s.state_path));
+                            RangeLock::Acquire(lock_fd, entry, kEntryBytes, true, s.state_path));
   LIBSHARD_ASSIGN_OR_RETURN(here, s.IsPresent(id.block));
   if (here) return Status::OK();
   const uint64_t start = id.block * s.block_size;
@@ -437,26 +458,41 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
   return Status::OK();
 }
 
-Status RemoteDataset::Ensure(uint32_t shard, uint64_t offset, uint64_t length) {
+Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait) {
   if (shard >= shards_.size())
     return Status::InvalidArgument(url_ + ": shard " + std::to_string(shard) + " out of range");
   CachedShard& s = *shards_[shard];
-  if (length == 0) return Status::OK();
+  if (length == 0) return true;
   const uint64_t end = std::min(s.size, offset + length);
-  if (offset >= end) return Status::OK();
+  if (offset >= end) return true;
   const uint64_t b0 = offset / s.block_size, b1 = (end - 1) / s.block_size;
   std::vector<BlockId> missing;
   for (uint64_t b = b0; b <= b1; ++b) {
     LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresent(b));
     if (!here) missing.push_back({shard, b});
   }
-  if (missing.empty()) return Status::OK();
+  if (missing.empty()) return true;
   Fetcher* f = GetFetcher();
   std::unique_lock<std::mutex> lock(f->mu);
+  if (!wait) {
+    // A block that failed since the last call is this call's error (the next one tries again).
+    for (const BlockId& id : missing) {
+      auto it = f->blocks.find(id);
+      if (it != f->blocks.end() && it->second.first == Fetcher::State::kFailed &&
+          it->second.second.code() != StatusCode::kOk && requested_.count(id)) {
+        Status st = it->second.second;
+        f->blocks.erase(it);
+        requested_.erase(id);
+        return st.WithContext(BlockWhere(id));
+      }
+    }
+  }
   // Needed now: to the front of the queue (a failed block is tried again once).
   for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
     auto found = f->blocks.find(*it);
     if (found != f->blocks.end() && found->second.first == Fetcher::State::kFetching) continue;
+    if (!wait && found != f->blocks.end() && requested_.count(*it)) continue;  // asked already
+    if (!wait) requested_.insert(*it);
     if (found != f->blocks.end() && found->second.first == Fetcher::State::kQueued) {
       f->queue.erase(std::find_if(f->queue.begin(), f->queue.end(), [&](const BlockId& q) {
         return q.shard == it->shard && q.block == it->block;
@@ -466,6 +502,13 @@ Status RemoteDataset::Ensure(uint32_t shard, uint64_t offset, uint64_t length) {
     f->queue.push_front(*it);
   }
   f->work_cv.notify_all();
+  if (!wait) {
+    for (const BlockId& id : missing) {
+      if (f->blocks.count(id)) return false;
+      requested_.erase(id);
+    }
+    return true;
+  }
   for (const BlockId& id : missing) {
     f->done_cv.wait(lock, [&] {
       auto it = f->blocks.find(id);
@@ -479,7 +522,7 @@ Status RemoteDataset::Ensure(uint32_t shard, uint64_t offset, uint64_t length) {
     }
     if (f->stop) return Status::Aborted(url_ + ": the dataset is closing");
   }
-  return Status::OK();
+  return true;
 }
 
 void RemoteDataset::Prefetch(uint32_t shard, uint64_t offset, uint64_t length) {

@@ -16,6 +16,9 @@ class ShardFiller {
   // (fetched, written in full, synced and recorded; docs/CACHE.md), fetching the missing blocks
   // first. The error names the URL, the block and the HTTP status. Thread-safe.
   [[nodiscard]] virtual Status Ensure(uint32_t shard, uint64_t offset, uint64_t length) = 0;
+  // Ensure without the wait: queues the missing blocks of the range at the front and returns
+  // whether all are present now (false: ask again later), or the error of a failed block.
+  virtual Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length) = 0;
   // Queues the missing blocks of that range behind the ones queued before (read-ahead in the
   // order the reader will read). Never blocks; a no-op while the queue is full (see Hungry).
   virtual void Prefetch(uint32_t shard, uint64_t offset, uint64_t length) = 0;
