@@ -664,29 +664,59 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   LIBSHARD_RETURN_IF_ERROR(
       FetchWhole(client.get(), index_obj, index_info, kMaxIndexObject, index_path));
 
-  // Every shard: HEAD (size, ETag), the cache files.
-  std::string version = manifest_etag + index_info.etag;
+  // Every shard: HEAD (size, ETag), the cache files, and the header bytes the local reader
+  // checks at open (the same bytes under the same ETag, so writing them into a block not yet
+  // present is harmless: the block still counts as missing until fetched whole). Shards are
+  // probed in parallel, each thread with its own client (made in that thread).
   for (const format::ManifestShard& m : manifest.shards) {
     LIBSHARD_RETURN_IF_ERROR(safe_name(m.file));
     auto s = std::make_unique<CachedShard>();
     s->object = object(m.file);
     s->url = ds->url_ + "/" + m.file;
-    Result<io::ObjectInfo> info = client->Head(s->object);
-    if (!info.ok())
-      return info.status().WithContext(s->url + " (a shard named by manifest.json)");
-    if (info->size != m.size)
-      return Status::Corruption(s->url + ": " + std::to_string(info->size) +
-                                " bytes, but manifest.json says " + std::to_string(m.size) +
-                                " (replaced or truncated); re-upload the dataset");
-    s->size = info->size;
-    s->etag = info->etag;
-    const std::string base_name = Sanitize(m.file, 200) + "." + EtagTag(s->etag);
-    s->data_path = internal::JoinPath(objects, base_name);
-    s->state_path = s->data_path + ".blocks";
-    LIBSHARD_RETURN_IF_ERROR(s->Init(block));
-    version += s->etag;
+    s->size = m.size;
     ds->shards_.push_back(std::move(s));
   }
+  auto probe = [&](io::S3Client* c, CachedShard* s) -> Status {
+    Result<io::ObjectInfo> info = c->Head(s->object);
+    if (!info.ok()) return info.status().WithContext(s->url + " (a shard named by manifest.json)");
+    if (info->size != s->size)
+      return Status::Corruption(s->url + ": " + std::to_string(info->size) +
+                                " bytes, but manifest.json says " + std::to_string(s->size) +
+                                " (replaced or truncated); re-upload the dataset");
+    s->etag = info->etag;
+    s->data_path = internal::JoinPath(objects, Sanitize(s->object.key.substr(
+                                                   s->object.key.rfind('/') + 1), 200) +
+                                                   "." + EtagTag(s->etag));
+    s->state_path = s->data_path + ".blocks";
+    LIBSHARD_RETURN_IF_ERROR(s->Init(block));
+    if (s->size < format::kShardHeaderSize) return Status::OK();  // the local reader says why
+    LIBSHARD_ASSIGN_OR_RETURN(bool here, s->IsPresent(0));
+    if (here) return Status::OK();
+    std::vector<std::byte> header(format::kShardHeaderSize);
+    LIBSHARD_RETURN_IF_ERROR(s->data.PReadExact(header.data(), header.size(), 0));
+    if (format::CheckShardHeader(header, s->url).ok()) return Status::OK();  // fetched before
+    Status st = c->GetRange(s->object, 0, header.size(), s->etag, header.data());
+    if (!st.ok()) return st.WithContext("the header of " + s->url);
+    return s->data.PWriteAll(header.data(), header.size(), 0);
+  };
+  {
+    const size_t n = ds->shards_.size();
+    std::vector<Status> results(n);
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+      Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(ds->config_);
+      for (size_t k = next++; k < n; k = next++)
+        results[k] = c.ok() ? probe(c->get(), ds->shards_[k].get()) : c.status();
+    };
+    std::vector<std::thread> threads;
+    const size_t nthreads = std::min<size_t>(n, ds->connections_);
+    for (size_t t = 1; t < nthreads; ++t) threads.emplace_back(worker);
+    if (n > 0) worker();
+    for (std::thread& t : threads) t.join();
+    for (Status& st : results) LIBSHARD_RETURN_IF_ERROR(st);
+  }
+  std::string version = manifest_etag + index_info.etag;
+  for (const auto& s : ds->shards_) version += s->etag;
 
   // The version's view: a directory of hard links with the dataset's own file names, opened by
   // the local reader. Immutable once made (a new ETag anywhere makes another view).
@@ -711,19 +741,6 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
     }
   }
 
-  // The local reader checks each shard's header at open: fetch those bytes (they are the same
-  // bytes under the same ETag, so writing them into a block not yet present is harmless; the
-  // block still counts as missing until fetched whole).
-  std::vector<std::byte> header(format::kShardHeaderSize);
-  for (auto& s : ds->shards_) {
-    LIBSHARD_ASSIGN_OR_RETURN(bool here, s->IsPresent(0));
-    if (here || s->size < header.size()) continue;
-    LIBSHARD_RETURN_IF_ERROR(s->data.PReadExact(header.data(), header.size(), 0));
-    if (format::CheckShardHeader(header, s->url).ok()) continue;  // fetched before
-    Status st = client->GetRange(s->object, 0, header.size(), s->etag, header.data());
-    if (!st.ok()) return st.WithContext("the header of " + s->url);
-    LIBSHARD_RETURN_IF_ERROR(s->data.PWriteAll(header.data(), header.size(), 0));
-  }
   Result<std::shared_ptr<Dataset>> inner = open_local(view, options);
   if (!inner.ok()) return inner.status().WithContext(ds->url_ + " (cached in " + view + ")");
   ds->inner_ = std::move(inner).value();
