@@ -117,6 +117,7 @@ class FaultProxy:
         self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
         self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS"
         self.injected: Counter = Counter()
+        self.statuses: Counter = Counter()  # HTTP status -> responses from the server
         self.stalling = threading.Event()  # set while a stall fault holds a response
         proxy = self
 
@@ -158,6 +159,8 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     conn.close()
+                with proxy.lock:
+                    proxy.statuses[resp.status] += 1
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length",
@@ -207,6 +210,7 @@ class FaultProxy:
             self.gets.clear()
             self.requests.clear()
             self.injected.clear()
+            self.statuses.clear()
             self.faults.clear()
 
     def shard_gets(self) -> Dict[Tuple[str, str], int]:

@@ -269,3 +269,45 @@ def test_dataloader_workers(server, proxy, env, local_ds, tmp_path, context):
         assert_sample_equal(g, local[i], f"sample {i}")
     blocks = {k: v for k, v in proxy.shard_gets().items() if k[1] != "bytes=0-4095"}
     assert set(blocks.values()) == {1}
+
+
+def test_profile_credentials_rotated_mid_run(server, proxy, env, local_ds, tmp_path, monkeypatch):
+    """Credentials from AWS_PROFILE in the shared credentials file; a key rotated in that file
+    while the dataset is open is picked up at the first 403 (issue 24: credentials expiring)."""
+    import boto3
+    import json
+    url = upload(server, local_ds, "equal")
+    iam = boto3.client("iam", endpoint_url=server.endpoint, region_name="us-east-1",
+                       aws_access_key_id=server.access_key,
+                       aws_secret_access_key=server.secret_key)
+    user = f"rotate-{os.getpid()}"
+    iam.create_user(UserName=user)
+    iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17",
+         "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    creds = tmp_path / "credentials"
+
+    def new_key() -> str:
+        k = iam.create_access_key(UserName=user)["AccessKey"]
+        creds.write_text(f"[other]\naws_access_key_id = AKIAWRONG\naws_secret_access_key = x\n"
+                         f"[train]\naws_access_key_id = {k['AccessKeyId']}\n"
+                         f"aws_secret_access_key = {k['SecretAccessKey']}\n")
+        return k["AccessKeyId"]
+
+    first = new_key()
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_PROFILE", "train")
+    local = libshard.open(local_ds)
+    remote = libshard.open(url, cache=tmp_path / "cache")
+    assert_sample_equal(remote[0], local[0])
+    new_key()
+    iam.delete_access_key(UserName=user, AccessKeyId=first)
+    proxy.reset_counts()
+    for i in range(len(local)):
+        assert_sample_equal(remote[i], local[i], f"sample {i}")
+    assert proxy.statuses[403] >= 1, "the old key was never refused"
+    monkeypatch.setenv("AWS_PROFILE", "other")
+    with pytest.raises(PermissionError, match="profile 'other' of"):
+        libshard.open(url, cache=tmp_path / "cache")
