@@ -115,7 +115,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.gets: Counter = Counter()  # (path, range) -> ranged GETs delivered in full
         self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
-        self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS"
+        self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS", "pass"
         self.injected: Counter = Counter()
         self.statuses: Counter = Counter()  # HTTP status -> responses from the server
         self.stalling = threading.Event()  # set while a stall fault holds a response
@@ -134,9 +134,13 @@ class FaultProxy:
                 fault = None
                 with proxy.lock:
                     proxy.requests.append((self.command, self.path, rng))
-                    if self.command == "GET" and rng and proxy.faults:
+                    # Faults go to block GETs, not to the shard headers fetched at open.
+                    if self.command == "GET" and rng and rng != "bytes=0-4095" and proxy.faults:
                         fault = proxy.faults.pop(0)
-                        proxy.injected[fault.split(":")[0]] += 1
+                        if fault == "pass":  # let this one through
+                            fault = None
+                        else:
+                            proxy.injected[fault.split(":")[0]] += 1
                 if fault == "503":
                     msg = (b"<?xml version=\"1.0\"?><Error><Code>SlowDown</Code>"
                            b"<Message>Please reduce your request rate.</Message></Error>")

@@ -179,12 +179,9 @@ def test_kill_mid_download_then_warm_restart(server, proxy, env, local_ds, tmp_p
     # Let a few blocks arrive, then stall one for long: the reader is killed in the middle of it.
     e = dict(env, LIBSHARD_S3_CONNECTIONS="1", LIBSHARD_S3_STALL_SECONDS="60")
     script = _reader_script(url, cache, out)
+    proxy.inject(*["pass"] * 6, "stall:30")  # six blocks arrive, the seventh stalls
     proc = subprocess.Popen([sys.executable, "-c", script], env=e)
-    deadline = time.monotonic() + 120
-    while len(proxy.shard_gets()) < 6 and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.01)
-    proxy.inject("stall:30")
-    assert proxy.stalling.wait(timeout=60), "no block download stalled"
+    assert proxy.stalling.wait(timeout=120), "no block download stalled"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     before = {k for k, v in proxy.shard_gets().items() if k[1] != "bytes=0-4095"}

@@ -349,13 +349,12 @@ Fetcher* RemoteDataset::GetFetcher() const {
   const pid_t pid = getpid();
   Fetcher* f = fetcher_.load(std::memory_order_acquire);
   if (f != nullptr && f->pid == pid) return f;
-  if (f != nullptr) {
-    // A child of fork: leave the parent's fetcher (and the lock word copied with it) alone.
-    (void)owned_fetcher_.release();
-  }
   std::lock_guard<std::mutex> lock(fetcher_mu_);
   f = fetcher_.load(std::memory_order_acquire);
   if (f != nullptr && f->pid == pid) return f;
+  // A child of fork: leave the parent's fetcher (its threads are not here, its mutex's state is
+  // unknown) alone, leaked on purpose, and start this process's own.
+  if (f != nullptr) (void)owned_fetcher_.release();
   auto fresh = std::make_unique<Fetcher>();
   fresh->pid = pid;
   fresh->max_queue = std::max<size_t>(4 * connections_, 16);
@@ -494,9 +493,10 @@ Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t lengt
     if (!wait && found != f->blocks.end() && requested_.count(*it)) continue;  // asked already
     if (!wait) requested_.insert(*it);
     if (found != f->blocks.end() && found->second.first == Fetcher::State::kQueued) {
-      f->queue.erase(std::find_if(f->queue.begin(), f->queue.end(), [&](const BlockId& q) {
-        return q.shard == it->shard && q.block == it->block;
-      }));
+      auto q = std::find_if(f->queue.begin(), f->queue.end(), [&](const BlockId& b) {
+        return b.shard == it->shard && b.block == it->block;
+      });
+      if (q != f->queue.end()) f->queue.erase(q);
     }
     f->blocks[*it] = {Fetcher::State::kQueued, Status::OK()};
     f->queue.push_front(*it);
