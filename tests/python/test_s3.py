@@ -308,3 +308,14 @@ def test_profile_credentials_rotated_mid_run(server, proxy, env, local_ds, tmp_p
     monkeypatch.setenv("AWS_PROFILE", "other")
     with pytest.raises(PermissionError, match="profile 'other' of"):
         libshard.open(url, cache=tmp_path / "cache")
+
+
+def test_writing_to_s3_is_refused_without_a_local_s3_directory(tmp_path, monkeypatch, local_ds):
+    monkeypatch.chdir(tmp_path)
+    import torch
+    with pytest.raises(ValueError, match="not supported yet"):
+        w = libshard.Writer(f"s3://{BUCKET}/out")
+        w.write({"x": torch.zeros(4)}, key="a")
+    with pytest.raises(ValueError, match="s3:// URL"):
+        libshard.merge(f"s3://{BUCKET}/merged", [local_ds])
+    assert not (tmp_path / "s3:").exists()
