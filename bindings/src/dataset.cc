@@ -71,16 +71,20 @@ void RegisterDataset(py::module_& m) {
                                                 "A packed dataset opened for random access.")
       .def_static(
           "open",
-          [](const std::string& path, bool verify_checksums) {
+          [](const std::string& path, bool verify_checksums, const std::string& cache_dir,
+             uint64_t cache_size) {
             DatasetOptions options;
             options.verify_checksums = verify_checksums;
+            options.cache_dir = cache_dir;    // s3:// only (docs/guide/object-storage.md)
+            options.cache_size = cache_size;
             Result<std::shared_ptr<Dataset>> result = [&] {
               py::gil_scoped_release release;
               return Dataset::Open(path, options);
             }();
             return ValueOrThrow(std::move(result));
           },
-          py::arg("path"), py::arg("verify_checksums") = true)
+          py::arg("path"), py::arg("verify_checksums") = true, py::arg("cache_dir") = "",
+          py::arg("cache_size") = 0)
       .def_property_readonly("path", &Dataset::path)
       .def("__len__", &Dataset::size)
       .def_property_readonly("schema", [](const Dataset& d) { return SchemaToPython(d.schema()); })

@@ -84,27 +84,38 @@ class Dataset(torch.utils.data.Dataset):
     ``InvalidArgumentError`` / ``UnsupportedError`` (``ValueError``).
     """
 
-    def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True) -> None:
-        """Opens the dataset in directory ``path``.
+    def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True,
+                 cache: Optional[PathLike] = None,
+                 cache_size: Union[int, str, None] = None) -> None:
+        """Opens the dataset in directory ``path``, or in object storage (``s3://BUCKET/PREFIX``).
 
         Args:
           verify: check each sample's xxh3-64 checksum when it is read.
           metadata: add the sample's non-tensor entries to the dicts ``ds[i]`` returns.
+          cache: s3:// only: the node-local cache directory, shared by every process of the node
+            (default ``$LIBSHARD_CACHE_DIR``, else ``~/.cache/libshard``).
+          cache_size: s3:// only: bytes the dataset's cache may hold (int or "500GiB"); default
+            no bound but the free-space floor.
         """
+        from ._units import parse_bytes
         self._path = os.fspath(path)
         self._verify = bool(verify)
         self._metadata = bool(metadata)
-        self._core = _core.Dataset.open(self._path, self._verify)
+        self._cache = "" if cache is None else os.fspath(cache)
+        self._cache_size = 0 if cache_size is None else parse_bytes(cache_size, "cache_size")
+        self._core = _core.Dataset.open(self._path, self._verify, self._cache, self._cache_size)
         self._schema: Optional[Schema] = None
         self._lengths: Optional[np.ndarray] = None
         self._key_index: Optional[Dict[str, int]] = None
 
     # -- pickling: reopen by path (DataLoader workers with the spawn/forkserver start method) --
     def __getstate__(self) -> Dict[str, Any]:
-        return {"path": self._path, "verify": self._verify, "metadata": self._metadata}
+        return {"path": self._path, "verify": self._verify, "metadata": self._metadata,
+                "cache": self._cache, "cache_size": self._cache_size}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state["path"], verify=state["verify"], metadata=state["metadata"])
+        self.__init__(state["path"], verify=state["verify"], metadata=state["metadata"],
+                      cache=state.get("cache") or None, cache_size=state.get("cache_size") or None)
 
     def __repr__(self) -> str:
         return (f"libshard.Dataset({self._path!r}, samples={len(self)}, "
@@ -234,6 +245,8 @@ def upgrade(path: PathLike) -> bool:
     return _core.upgrade_index(os.fspath(path))
 
 
-def open(path: PathLike, *, verify: bool = True, metadata: bool = True) -> Dataset:  # noqa: A001
-    """Opens the packed dataset in directory ``path``; see :class:`Dataset`."""
-    return Dataset(path, verify=verify, metadata=metadata)
+def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa: A001
+         cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None) -> Dataset:
+    """Opens the packed dataset in directory ``path`` or at an ``s3://`` URL (through the
+    node-local ``cache``); see :class:`Dataset`."""
+    return Dataset(path, verify=verify, metadata=metadata, cache=cache, cache_size=cache_size)

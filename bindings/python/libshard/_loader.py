@@ -126,6 +126,9 @@ class Loader:
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
         dataset made for another model raises ``InvalidArgumentError`` at once.
+      cache, cache_size: for an ``s3://BUCKET/PREFIX`` dataset, the node-local cache directory
+        (shared by the node's ranks and workers) and its bound (e.g. ``"500GiB"``); see
+        :class:`libshard.Dataset`.
       verify: check every byte served (xxh3-64, on worker threads) before handing it out.
         ``True``/``None`` (default): a sample read whole against its checksum; with
         ``fields``/``max_len``, each field served against its own checksum, the field then read
@@ -182,11 +185,14 @@ class Loader:
                  worker_threads: int = 0,
                  slow_wait_warning_seconds: float = 10.0,
                  stats_interval_seconds: float = 0.0,
-                 expect: Optional[Dict[str, Union[str, int]]] = None) -> None:
+                 expect: Optional[Dict[str, Union[str, int]]] = None,
+                 # -- s3:// datasets (docs/guide/object-storage.md); kept apart for the option table
+                 cache: Optional[PathLike] = None,
+                 cache_size: Union[int, str, None] = None) -> None:
         if isinstance(data, Dataset):
             self._dataset = data
         elif isinstance(data, (str, os.PathLike)):
-            self._dataset = Dataset(data, verify=False)
+            self._dataset = Dataset(data, verify=False, cache=cache, cache_size=cache_size)
         else:
             raise InvalidArgumentError(f"Loader needs a dataset directory or a libshard.Dataset, "
                                        f"got {type(data).__name__}")

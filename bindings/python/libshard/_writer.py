@@ -304,7 +304,8 @@ class Writer:
 
     # -- opening ------------------------------------------------------------------------------
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
-        os.makedirs(self.path, exist_ok=True)
+        if not self.path.startswith("s3://"):  # s3://: the core refuses it (not supported yet)
+            os.makedirs(self.path, exist_ok=True)
         if self.world_size > 1:
             try:
                 os.remove(self.path + _EMPTY)  # this rank has samples after all

@@ -23,7 +23,16 @@ namespace libshard {
 
 struct DatasetOptions {
   bool verify_checksums = true;  // Read() checks each sample's xxh3 before returning it
+  // s3:// datasets only (docs/guide/object-storage.md; the cache's format: docs/CACHE.md).
+  // The node-local cache directory: "" is $LIBSHARD_CACHE_DIR, else $XDG_CACHE_HOME/libshard,
+  // else ~/.cache/libshard. Shared by every process of the node that reads the dataset.
+  std::string cache_dir;
+  uint64_t cache_size = 0;         // bytes the dataset's cache may hold; 0: no bound but the floor
+  uint32_t fetch_connections = 0;  // parallel range GETs; 0: $LIBSHARD_S3_CONNECTIONS, else 8
 };
+
+// Fills the shard files of a dataset whose bytes live in object storage (remote/shard_filler.h).
+class ShardFiller;
 
 // How the dataset was made, as its manifest records it (FORMAT.md §2.2 `provenance`; read and
 // checked by Open). Informational only.
@@ -76,6 +85,8 @@ struct TensorLocation {
 
 class Dataset {
  public:
+  // `dir`: a dataset directory, or an s3://BUCKET/PREFIX URL (read through the node-local cache
+  // of DatasetOptions::cache_dir).
   static Result<std::shared_ptr<Dataset>> Open(const std::string& dir,
                                                const DatasetOptions& options = {});
   virtual ~Dataset() = default;
@@ -95,6 +106,9 @@ class Dataset {
   // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
   // raw field. For a whole-sample zstd sample, the raw tensor sizes.
   virtual Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const;
+  // Non-null for an s3:// dataset: the files of shards() are a node-local cache, filled on
+  // demand; whoever reads them directly (the loader) calls its Ensure before each read.
+  virtual ShardFiller* shard_filler() const { return nullptr; }
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;

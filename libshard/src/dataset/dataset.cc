@@ -10,6 +10,8 @@
 #include "dataset/index_reader.h"
 #include "io/file.h"
 #include "io/filesystem.h"
+#include "io/s3_client.h"
+#include "remote/remote_dataset.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_format.h"
@@ -663,6 +665,7 @@ Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {
 
 Result<std::shared_ptr<Dataset>> Dataset::Open(const std::string& dir,
                                                const DatasetOptions& options) {
+  if (io::IsS3Url(dir)) return remote::OpenRemoteDataset(dir, options, &DatasetImpl::Open);
   return DatasetImpl::Open(dir, options);
 }
 

@@ -8,6 +8,7 @@
 #include "format/checksum.h"
 #include "io/direct_io.h"
 #include "loader/read_layout.h"
+#include "remote/shard_filler.h"
 
 namespace libshard {
 namespace {
@@ -142,7 +143,12 @@ void ReadScheduler::Start() {
   sched_samples_.clear();
   sched_in_batch_ = 0;
   issuing_ = nullptr;
+  awaiting_ = nullptr;
   consumer_batch_started_ = false;
+  pf_batch_ = 0;
+  pf_samples_.clear();
+  pf_in_batch_ = 0;
+  pf_seq_ = 0;
   pipeline_stop_ = false;
   plan_done_ = false;
   scheduler_ = std::thread([this] { SchedulerLoop(); });
@@ -219,6 +225,28 @@ Status ReadScheduler::SchedulerStep() {
   // Keep queue_depth sub-reads in flight, starting the next items as soon as the previous one
   // is fully submitted, so the device queue never drains between samples.
   while (engine_->in_flight() < queue_depth_) {
+    if (issuing_ == nullptr && awaiting_ != nullptr) {
+      // s3://: wait for the item's cache blocks; block only when nothing else is in flight.
+      Item* item = awaiting_;
+      ShardFiller* filler = dataset_->shard_filler();
+      Result<bool> ready = true;
+      if (engine_->in_flight() == 0) {
+        Status st = filler->Ensure(item->location.shard, item->layout.file_offset,
+                                   item->layout.read_length);
+        if (!st.ok()) ready = st;
+      } else {
+        ready = filler->Request(item->location.shard, item->layout.file_offset,
+                                item->layout.read_length);
+      }
+      if (ready.ok() && !*ready) break;  // reap meanwhile
+      awaiting_ = nullptr;
+      if (!ready.ok()) {
+        Complete(item, ready.status().WithContext("sample " + std::to_string(item->sample)));
+      } else {
+        issuing_ = item;
+      }
+      continue;
+    }
     if (issuing_ == nullptr) {
       if (consumer_batch_started_) {  // fully submitted: let its reads go first
         consumer_batch_started_ = false;
@@ -337,13 +365,39 @@ Result<bool> ReadScheduler::StartNextItem() {
   Item* raw_item = item.get();
   window_->pipeline_bytes += item->slot_bytes;
   window_->items.push_back(std::move(item));
+  ShardFiller* const filler = dataset_->shard_filler();  // s3:// datasets only (remote/)
+  if (filler != nullptr) PrefetchAhead(plan, filler);
   lock.unlock();
   if (!too_large.ok()) {
     Complete(raw_item, std::move(too_large));
+  } else if (filler != nullptr) {
+    // The cache blocks the read covers must be present before it is issued (docs/CACHE.md):
+    // SchedulerStep issues it then, reaping the reads in flight meanwhile.
+    awaiting_ = raw_item;
   } else {
     issuing_ = raw_item;
   }
   return true;
+}
+
+void ReadScheduler::PrefetchAhead(const EpochPlan& plan, ShardFiller* filler) {
+  // Bounded work per call; the filler's queue bounds how far ahead the fetch runs.
+  for (int n = 0; n < 256 && filler->Hungry(); ++n) {
+    while (pf_in_batch_ >= pf_samples_.size()) {
+      if (pf_batch_ >= plan.batches_for_rank()) return;
+      pf_samples_.clear();
+      plan.AppendBatchSamples(pf_batch_++, &pf_samples_);
+      pf_in_batch_ = 0;
+    }
+    const uint64_t sample = pf_samples_[pf_in_batch_++];
+    if (pf_seq_++ < window_->next_seq) continue;  // started already: Ensure fetches it
+    Result<SampleLocation> loc = dataset_->Locate(sample);
+    if (!loc.ok()) continue;  // its item reports the error
+    const ReadLayout layout =
+        PlanRead(*dataset_, sample, *loc, field_indices_, options_.max_len,
+                 /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
+    filler->Prefetch(loc->shard, layout.file_offset, layout.read_length);
+  }
 }
 
 void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset,

@@ -80,6 +80,9 @@ class ReadScheduler {
   Status SchedulerStep();
   // Creates the next item of the plan when memory allows; false when blocked or done.
   Result<bool> StartNextItem();
+  // s3:// datasets: announces the reads of the samples after the last item started to the cache
+  // filler, in plan order, while it has room (read-ahead). Requires window_->mu.
+  void PrefetchAhead(const EpochPlan& plan, ShardFiller* filler);
   // `offset`, `length`: the sub-read's place within the item's read.
   void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);
   void FinishRead(Item* item);
@@ -128,9 +131,15 @@ class ReadScheduler {
   uint64_t sched_batch_ = 0;
   std::vector<uint64_t> sched_samples_;
   size_t sched_in_batch_ = 0;
+  // Read-ahead cursor of PrefetchAhead (s3:// only), in the same plan order.
+  uint64_t pf_batch_ = 0;
+  std::vector<uint64_t> pf_samples_;
+  size_t pf_in_batch_ = 0;
+  uint64_t pf_seq_ = 0;
 
   // Scheduler thread only.
   Item* issuing_ = nullptr;            // item whose sub-reads are not all submitted
+  Item* awaiting_ = nullptr;           // s3://: item waiting for its cache blocks (then issuing_)
   // The last item of the batch the consumer waits for was started: submit and reap before
   // starting more, so the first batch of an epoch does not wait for queue_depth items to be
   // located (each may load an index block, FORMAT.md §3.8.7: a shuffled order touches a

@@ -6,6 +6,7 @@
 #include "format/manifest.h"
 #include "io/file_lock.h"
 #include "io/filesystem.h"
+#include "io/s3_client.h"
 
 namespace libshard {
 namespace {
@@ -48,6 +49,10 @@ bool DatasetLock::Covers(const std::string& dir) const {
 Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::string& dir,
                                                                  bool create_directory) {
   if (dir.empty()) return Status::InvalidArgument("DatasetLock: empty directory name");
+  // Every writer (pack, merge, upgrade, Writer) locks its output first: no local "s3:" directory.
+  if (io::IsS3Url(dir))
+    return Status::Unsupported(dir +
+                               " is an s3:// URL: writing to object storage is not supported yet; write a local directory, then upload it with manifest.json last (docs/guide/object-storage.md)");
   if (create_directory) {
     LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(dir));
   } else if (!internal::PathExists(dir)) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "io/filesystem.h"
+#include "io/s3_client.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/shard_format.h"
@@ -59,6 +60,10 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   std::vector<std::shared_ptr<Dataset>> datasets;
   uint64_t total_shards = 0, total_samples = 0;
   for (const std::string& part : parts) {
+    // A part's shards are linked or copied as files: a cached s3:// copy has holes.
+    if (io::IsS3Url(part))
+      return Status::Unsupported("merge: part " + part + " is an s3:// URL; merge reads local "
+                                 "parts only (download it first)");
     auto ds = Dataset::Open(part);
     if (!ds.ok()) return ds.status().WithContext("merge: part " + part);
     if (!datasets.empty() && !((*ds)->schema() == datasets.front()->schema()))

@@ -5,6 +5,7 @@
 #include "format/index_v2.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
+#include "io/s3_client.h"
 #include "libshard/dataset.h"
 #include "libshard/dataset_lock.h"
 #include "writer/commit.h"
@@ -12,6 +13,9 @@
 namespace libshard {
 
 Result<bool> UpgradeIndex(const std::string& dir) {
+  if (io::IsS3Url(dir))
+    return Status::Unsupported(dir + ": upgrade rewrites a local directory; an s3:// dataset is "
+                                     "upgraded locally, then uploaded again");
   if (!internal::PathExists(dir)) return Dataset::Open(dir).status();  // its message
   // Held until the new manifest is committed: one writer at a time per directory.
   auto lock = DatasetLock::Acquire(dir, /*create_directory=*/false);

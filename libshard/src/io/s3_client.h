@@ -1,0 +1,113 @@
+// S3Client: the object-storage client (system calls and network only; no libshard format
+// knowledge), on libcurl's easy interface with CURLOPT_AWS_SIGV4.
+//
+// One client owns one connection (kept alive between requests) and is used by one thread at a
+// time; the remote cache (remote/) creates one per fetcher thread, in that thread, so a client
+// never crosses a fork. Every request is bounded: `max_attempts` tries with exponential backoff
+// on 5xx / 429 / SlowDown, reset connections, short bodies and stalls (no byte for
+// `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error names the URL,
+// the byte range and the HTTP status (or the transport error).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "libshard/status.h"
+
+namespace libshard::io {
+
+// s3://bucket/key... split into its parts; `key` has no leading '/'.
+struct S3Url {
+  std::string bucket;
+  std::string key;
+};
+// True for "s3://..." (the prefix only).
+bool IsS3Url(std::string_view path);
+// InvalidArgument for anything but s3://BUCKET[/KEY] with a valid bucket name.
+Result<S3Url> ParseS3Url(std::string_view url);
+
+// Where and as whom requests go. LoadS3Config reads, in the AWS SDKs' order:
+//   credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else the profile
+//     AWS_PROFILE (default "default") of AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), else
+//     of AWS_CONFIG_FILE (~/.aws/config); none at all: unsigned (anonymous) requests.
+//   region: AWS_REGION, AWS_DEFAULT_REGION, the profile's `region`; else us-east-1.
+//   endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's `endpoint_url`; else
+//     https://s3.REGION.amazonaws.com.
+//   addressing: LIBSHARD_S3_ADDRESSING=path|virtual, else the profile's
+//     `s3 = addressing_style = ...` (or `s3_addressing_style`), else path-style for a custom
+//     endpoint and virtual-host for AWS (path-style for a bucket name with dots).
+//   bounds: LIBSHARD_S3_MAX_ATTEMPTS (8), LIBSHARD_S3_STALL_SECONDS (30),
+//     LIBSHARD_S3_TIMEOUT_SECONDS (300 per request), LIBSHARD_S3_BACKOFF_MS (100, the first wait).
+struct S3Config {
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;
+  std::string region = "us-east-1";
+  std::string endpoint;  // scheme://host[:port], no trailing '/'
+  bool path_style = true;
+  uint32_t max_attempts = 8;
+  uint32_t stall_seconds = 30;
+  uint32_t request_timeout_seconds = 300;
+  uint32_t backoff_ms = 100;
+  std::string source;  // where the credentials came from ("environment", "profile x of FILE")
+};
+Result<S3Config> LoadS3Config();
+
+struct ObjectInfo {
+  uint64_t size = 0;
+  std::string etag;  // as the server sent it, quotes included
+};
+
+// Counters of one client (for tests and benchmarks).
+struct S3ClientStats {
+  uint64_t requests = 0;  // every try, retries included
+  uint64_t retries = 0;
+  uint64_t bytes = 0;     // body bytes received
+};
+
+class S3Client {
+ public:
+  // Initialises libcurl once per process (curl_global_init is not thread-safe before 7.84; it is
+  // called under a std::call_once) and creates the handle.
+  static Result<std::unique_ptr<S3Client>> Create(S3Config config);
+  ~S3Client();
+  S3Client(const S3Client&) = delete;
+  S3Client& operator=(const S3Client&) = delete;
+
+  // HEAD: the object's size and ETag. NotFound (ENOENT) for 404.
+  Result<ObjectInfo> Head(const S3Url& object);
+  // GET of bytes [offset, offset + length) into dst (length bytes; any alignment). With
+  // `if_match` (an ETag) the server refuses a replaced object: IoError with ESTALE ("the object
+  // was replaced"). Succeeds only when exactly `length` bytes of that range arrived.
+  [[nodiscard]] Status GetRange(const S3Url& object, uint64_t offset, uint64_t length,
+                                const std::string& if_match, void* dst);
+  // GET of a whole object of at most `max_bytes` (Corruption when larger), with its ETag.
+  struct Body {
+    std::string data;
+    std::string etag;
+  };
+  Result<Body> GetObject(const S3Url& object, uint64_t max_bytes, const std::string& if_match = {});
+  // PUT of a whole object (single request; UNSIGNED-PAYLOAD).
+  [[nodiscard]] Status Put(const S3Url& object, std::string_view data);
+
+  // "http://host:port/bucket/key" (path-style) or "http://bucket.host:port/key".
+  std::string UrlOf(const S3Url& object) const;
+  const S3Config& config() const { return config_; }
+  const S3ClientStats& stats() const { return stats_; }
+
+ private:
+  struct Handle;
+  struct Response;
+  explicit S3Client(S3Config config);
+  // One request with retries. `method` is GET, HEAD or PUT; `range_len` 0 for no Range header.
+  Status Perform(const char* method, const S3Url& object, uint64_t offset, uint64_t range_len,
+                 const std::string& if_match, std::string_view body, Response* response);
+
+  S3Config config_;
+  std::unique_ptr<Handle> handle_;
+  S3ClientStats stats_;
+};
+
+}  // namespace libshard::io

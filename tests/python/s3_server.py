@@ -1,0 +1,242 @@
+"""A real S3 server for the s3:// tests: moto's standalone server on 127.0.0.1 with signature
+checking on, and a fault proxy on loopback in front of it that counts requests and injects 503s,
+reset connections, truncated bodies and stalls.
+
+Nothing here talks to anything but 127.0.0.1; every wait is bounded in time.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on {LOOPBACK}:{port} after {timeout} s")
+
+
+class MotoServer:
+    """`moto_server` on 127.0.0.1 with signature checking on: moto checks every request after
+    INITIAL_NO_AUTH_ACTION_COUNT unauthenticated ones, which create the IAM user whose access
+    key the tests sign with (moto accepts only keys of its IAM users)."""
+
+    def __init__(self) -> None:
+        exe = shutil.which("moto_server")
+        if exe is None:
+            raise RuntimeError("moto_server not found: pip install 'moto[server]' (scripts/deps.sh)")
+        self.port = free_port()
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+        self.proc = subprocess.Popen([exe, "-H", LOOPBACK, "-p", str(self.port)], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
+        try:
+            wait_for_port(self.port, 60)
+            self.access_key, self.secret_key = self._make_user()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _make_user(self) -> Tuple[str, str]:
+        import boto3
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name="us-east-1",
+                           aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam.create_user(UserName="libshard-test")
+        key = iam.create_access_key(UserName="libshard-test")["AccessKey"]
+        policy = {"Version": "2012-10-17",
+                  "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="libshard-test", PolicyName="all",
+                            PolicyDocument=json.dumps(policy))
+        return key["AccessKeyId"], key["SecretAccessKey"]
+
+    def s3(self):
+        import boto3
+        from botocore.config import Config
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                            aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key,
+                            config=Config(retries={"max_attempts": 2}, connect_timeout=5,
+                                          read_timeout=30))
+
+    def upload_dir(self, bucket: str, prefix: str, directory: Path) -> None:
+        s3 = self.s3()
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        for p in sorted(Path(directory).iterdir()):
+            if p.is_file():
+                s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.name}", Body=p.read_bytes())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of `upstream_port`: forwards every request unchanged
+    (Host included, so SigV4 signatures stay valid), counts them, and injects the faults queued
+    with `inject` into the next GETs of shard bytes (ranged GETs)."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.lock = threading.Lock()
+        self.gets: Counter = Counter()  # (path, range) -> ranged GETs delivered in full
+        self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
+        self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS", "pass"
+        self.injected: Counter = Counter()
+        self.statuses: Counter = Counter()  # HTTP status -> responses from the server
+        self.stalling = threading.Event()  # set while a stall fault holds a response
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                rng = self.headers.get("Range", "")
+                fault = None
+                with proxy.lock:
+                    proxy.requests.append((self.command, self.path, rng))
+                    # Faults go to block GETs, not to the shard headers fetched at open.
+                    if self.command == "GET" and rng and rng != "bytes=0-4095" and proxy.faults:
+                        fault = proxy.faults.pop(0)
+                        if fault == "pass":  # let this one through
+                            fault = None
+                        else:
+                            proxy.injected[fault.split(":")[0]] += 1
+                if fault == "503":
+                    msg = (b"<?xml version=\"1.0\"?><Error><Code>SlowDown</Code>"
+                           b"<Message>Please reduce your request rate.</Message></Error>")
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                if fault == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                               struct.pack("ii", 1, 0))
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                conn = http.client.HTTPConnection(LOOPBACK, proxy.upstream_port, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items()}
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                with proxy.lock:
+                    proxy.statuses[resp.status] += 1
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length",
+                                         "server", "date"):
+                        self.send_header(k, v)
+                # HEAD: the object's length, as the server said it.
+                self.send_header("Content-Length", resp.getheader("Content-Length", "0")
+                                 if self.command == "HEAD" else str(len(data)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                if fault == "truncate":
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault is not None and fault.startswith("stall:"):
+                    self.wfile.write(data[:1])
+                    self.wfile.flush()
+                    proxy.stalling.set()
+                    time.sleep(float(fault.split(":")[1]))
+                    proxy.stalling.clear()
+                    self.close_connection = True
+                    return
+                self.wfile.write(data)
+                self.wfile.flush()
+                if self.command == "GET" and rng and 200 <= resp.status < 300:
+                    with proxy.lock:  # delivered in full
+                        proxy.gets[(self.path, rng)] += 1
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self.server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.endpoint = f"http://{LOOPBACK}:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def inject(self, *faults: str) -> None:
+        with self.lock:
+            self.faults.extend(faults)
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.gets.clear()
+            self.requests.clear()
+            self.injected.clear()
+            self.statuses.clear()
+            self.faults.clear()
+
+    def shard_gets(self) -> Dict[Tuple[str, str], int]:
+        """Ranged GETs of shard bytes (the shard header fetched at open is 0-4095; blocks are
+        the other ranges)."""
+        with self.lock:
+            return {k: v for k, v in self.gets.items() if ".lss" in k[0]}
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+
+def s3_env(endpoint: str, access_key: str, secret_key: str, **extra: str) -> Dict[str, str]:
+    """The environment of a process reading through `endpoint` (loopback only)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key,
+               AWS_REGION="us-east-1", AWS_ENDPOINT_URL_S3=endpoint,
+               AWS_SHARED_CREDENTIALS_FILE="/nonexistent", AWS_CONFIG_FILE="/nonexistent",
+               LIBSHARD_S3_MAX_ATTEMPTS="6", LIBSHARD_S3_BACKOFF_MS="20",
+               LIBSHARD_S3_STALL_SECONDS="2", LIBSHARD_S3_TIMEOUT_SECONDS="30",
+               LIBSHARD_CACHE_MIN_FREE="0")
+    env.update(extra)
+    return env
