@@ -394,8 +394,7 @@ void ReadScheduler::PrefetchAhead(const EpochPlan& plan, ShardFiller* filler) {
     Result<SampleLocation> loc = dataset_->Locate(sample);
     if (!loc.ok()) continue;  // its item reports the error
     const ReadLayout layout =
-        PlanRead(*dataset_, sample, *loc, field_indices_, options_.max_len,
-                 /*whole=*/options_.verify_checksums && options_.verify_partial_reads);
+        PlanRead(*dataset_, sample, *loc, field_indices_, options_.max_len, partial_check_);
     filler->Prefetch(loc->shard, layout.file_offset, layout.read_length);
   }
 }

@@ -279,6 +279,24 @@ class RemoteDataset final : public Dataset, public ShardFiller {
     LIBSHARD_RETURN_IF_ERROR(EnsureSample(i));
     return inner_->Verify(i);
   }
+  // Field checksums (FORMAT.md §3.9): from the cached index; the bytes they cover are read
+  // through the cache (EnsureSample) where this reads shards itself.
+  bool has_field_checksums() const override { return inner_->has_field_checksums(); }
+  Result<std::vector<uint64_t>> field_checksums(uint64_t i) const override {
+    return inner_->field_checksums(i);
+  }
+  Status VerifyFields(uint64_t i, const std::byte* base, uint64_t base_offset, uint64_t base_size,
+                      std::span<const size_t> fields) const override {
+    return inner_->VerifyFields(i, base, base_offset, base_size, fields);
+  }
+  Status FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
+                      std::vector<uint64_t>* sizes) const override {
+    return inner_->FieldRegions(i, offsets, sizes);
+  }
+  Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const override {
+    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i));
+    return inner_->ComputeFieldChecksums(i);
+  }
   Status Decode(uint64_t i, std::span<const std::byte> stored,
                 std::span<std::byte> raw) const override {
     return inner_->Decode(i, stored, raw);
