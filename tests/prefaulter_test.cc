@@ -88,6 +88,26 @@ TEST(PrefaulterTest, UnmappedRangeIsSkippedAndLaterRequestsStillRun) {
 #endif
 }
 
+// Each range's `done` says whether it was populated (the arena marks a chunk ready for io_uring
+// registration with it), once, by the time Drain returns.
+TEST(PrefaulterTest, DoneReportsEachRange) {
+  Mapping good(kSize), gone(kSize);
+  ASSERT_TRUE(good.ok() && gone.ok());
+  ASSERT_EQ(::munmap(gone.get(), kSize), 0);
+  std::vector<int> good_calls, gone_calls;  // written on the prefaulter thread, read after Drain
+  Prefaulter prefaulter;
+  prefaulter.Request(good.get(), kSize, [&](bool ok) { good_calls.push_back(ok); });
+  prefaulter.Request(gone.get(), kSize, [&](bool ok) { gone_calls.push_back(ok); });
+  prefaulter.Drain();
+  ASSERT_EQ(good_calls.size(), 1u);
+  ASSERT_EQ(gone_calls.size(), 1u);
+  EXPECT_FALSE(gone_calls[0]);
+#ifdef MADV_POPULATE_WRITE
+  if (prefaulter.populated() == 0) GTEST_SKIP() << "the kernel lacks MADV_POPULATE_WRITE";
+  EXPECT_TRUE(good_calls[0]);
+#endif
+}
+
 TEST(PrefaulterTest, DestructionWithWorkQueuedReturns) {
   std::vector<std::unique_ptr<Mapping>> maps;
   for (int i = 0; i < 16; ++i) maps.push_back(std::make_unique<Mapping>(kSize));

@@ -61,7 +61,19 @@ Result<std::byte*> MapHugeAligned(uint64_t budget, bool populate) {
 
 }  // namespace
 
-Arena::Arena(std::byte* base, uint64_t budget) : base_(base), budget_(budget) {
+Arena::Arena(std::byte* base, uint64_t budget, const ArenaOptions& options)
+    : base_(base),
+      budget_(budget),
+      chunks_((budget + kChunkBytes - 1) / kChunkBytes),
+      options_(options),
+      chunk_state_(new std::atomic<uint8_t>[chunks_]),
+      chunk_ready_(new std::atomic<uint8_t>[chunks_]) {
+  // A populated mapping is all faulted in already: nothing to prefault.
+  const ChunkState initial = options.populate ? kPrefaulting : kUntouched;
+  for (uint64_t c = 0; c < chunks_; ++c) {
+    chunk_state_[c].store(initial, std::memory_order_relaxed);
+    chunk_ready_[c].store(options.populate ? 1 : 0, std::memory_order_relaxed);
+  }
   free_.emplace(0, budget);
 }
 
@@ -73,14 +85,120 @@ Result<std::shared_ptr<Arena>> Arena::Create(uint64_t budget, const ArenaOptions
   }
   budget = (budget + kAlignment - 1) / kAlignment * kAlignment;
   LIBSHARD_ASSIGN_OR_RETURN(std::byte* base, MapHugeAligned(budget, options.populate));
-  std::shared_ptr<Arena> arena(new Arena(base, budget));
-  if (options.pin) arena->pin_ = CudaHostRegistration::Register(base, budget);
-  return arena;
+  return std::shared_ptr<Arena>(new Arena(base, budget, options));
 }
 
 Arena::~Arena() {
-  pin_ = CudaHostRegistration();  // unregister before unmapping
+  // No slot is alive (each holds the arena), so nothing uses the memory: stop the prefaulter,
+  // unregister the pinned chunks, then unmap.
+  prefaulter_.reset();
+  pin_.Reset();
   ::munmap(base_, budget_);
+}
+
+void Arena::Touch(uint64_t offset, uint64_t size) {
+  const uint64_t first = offset / kChunkBytes;
+  const uint64_t last = (offset + size - 1) / kChunkBytes;
+  bool used = true;
+  for (uint64_t c = first; c <= last && used; ++c)
+    used = chunk_state_[c].load(std::memory_order_acquire) == kUsed;
+  // The chunks that a use growing past this slot (either way: slots are placed from both ends)
+  // reaches within about one more slot and half a chunk.
+  const uint64_t ahead = kChunkBytes / 2 + size;
+  const uint64_t next_first = (offset + size) / kChunkBytes;
+  const uint64_t next_last = std::min(offset + size + ahead, budget_ - 1) / kChunkBytes;
+  const uint64_t prev_first = offset > ahead ? (offset - ahead) / kChunkBytes : 0;
+  auto untouched = [&](uint64_t c) {
+    return c < chunks_ && chunk_state_[c].load(std::memory_order_acquire) == kUntouched;
+  };
+  bool ahead_needed = false;
+  if (options_.prefault_ahead) {
+    for (uint64_t c = next_first; c <= next_last && !ahead_needed; ++c) ahead_needed = untouched(c);
+    for (uint64_t c = prev_first; c < first && !ahead_needed; ++c) ahead_needed = untouched(c);
+  }
+  if (used && !ahead_needed) return;
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (uint64_t c = first; c <= last; ++c) UseChunkLocked(c);
+  if (ahead_needed) {
+    for (uint64_t c = next_first; c <= next_last; ++c) PrefaultChunkLocked(c);
+    for (uint64_t c = first; c-- > prev_first;) PrefaultChunkLocked(c);
+  }
+}
+
+void Arena::UseChunkLocked(uint64_t chunk) {
+  const uint8_t state = chunk_state_[chunk].load(std::memory_order_relaxed);
+  if (state == kUsed) return;
+  // Pinning faults in (and zeroes) the pages a prefault has not reached yet, here, before the
+  // slot is handed out: every delivered tensor of a pinned arena is pinned.
+  if (options_.pin && !pin_.given_up()) {
+    const uint64_t begin = chunk * kChunkBytes;
+    if (pin_.Pin(base_ + begin, std::min(kChunkBytes, budget_ - begin)))
+      chunk_ready_[chunk].store(1, std::memory_order_release);
+  }
+  // Otherwise the chunk is faulted in on the prefaulter's thread; the reads meanwhile fault in
+  // only the pages they write.
+  if (state == kUntouched && chunk_ready_[chunk].load(std::memory_order_relaxed) == 0)
+    RequestPrefaultLocked(chunk);
+  ++used_chunks_;
+  chunk_state_[chunk].store(kUsed, std::memory_order_release);
+}
+
+void Arena::PrefaultChunkLocked(uint64_t chunk) {
+  if (chunk >= chunks_ || chunk_state_[chunk].load(std::memory_order_relaxed) != kUntouched) return;
+  RequestPrefaultLocked(chunk);
+  chunk_state_[chunk].store(kPrefaulting, std::memory_order_release);
+}
+
+void Arena::RequestPrefaultLocked(uint64_t chunk) {
+  if (prefaulter_ == nullptr) prefaulter_ = std::make_unique<Prefaulter>();
+  const uint64_t begin = chunk * kChunkBytes;
+  // The callback runs on the prefaulter's thread (or here, at once, where the kernel cannot
+  // populate); the prefaulter is destroyed first in ~Arena, so `this` outlives every call.
+  prefaulter_->Request(base_ + begin, std::min(kChunkBytes, budget_ - begin), [this, chunk](bool) {
+    chunk_ready_[chunk].store(1, std::memory_order_release);
+  });
+  ++prefault_requests_;
+}
+
+bool Arena::ChunkReady(const void* p) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  if (b < base_ || b >= base_ + budget_) return true;
+  return chunk_ready_[static_cast<uint64_t>(b - base_) / kChunkBytes].load(
+             std::memory_order_acquire) != 0;
+}
+
+bool Arena::pinned() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return pin_.pinned();
+}
+
+std::string Arena::pin_status() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  if (!options_.pin) return "not requested";
+  if (pin_.ranges() > 0 && pin_.pinned()) {
+    return pin_.status() + ", " + std::to_string(pin_.ranges()) + " of " +
+           std::to_string(chunks_) + " chunks (each when first used)";
+  }
+  return pin_.status();
+}
+
+uint64_t Arena::used_chunks() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return used_chunks_;
+}
+
+uint64_t Arena::prefault_requests() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return prefault_requests_;
+}
+
+void Arena::DrainPrefaults() {
+  Prefaulter* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    p = prefaulter_.get();
+  }
+  if (p != nullptr) p->Drain();  // the prefaulter lives until the destructor
 }
 
 Status Arena::TooLarge(uint64_t bytes, uint64_t budget) {
@@ -125,6 +243,7 @@ Result<std::shared_ptr<std::byte>> Arena::TryAcquire(uint64_t bytes, Placement p
     if (stopped_) return Status::Aborted("arena: stopped");
     if (!AllocateLocked(size, placement, &offset)) return std::shared_ptr<std::byte>();
   }
+  Touch(offset, size);
   std::shared_ptr<Arena> self = shared_from_this();
   return std::shared_ptr<std::byte>(base_ + offset, [self = std::move(self), offset, size](std::byte*) {
     self->Release(offset, size);
