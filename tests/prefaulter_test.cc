@@ -75,8 +75,8 @@ TEST(PrefaulterTest, UnmappedRangeIsSkippedAndLaterRequestsStillRun) {
   Mapping gone(kSize), later(kSize);
   ASSERT_TRUE(gone.ok() && later.ok());
   void* hole = gone.get();
+  Prefaulter prefaulter;  // first: its thread's stack must not be mapped into the hole
   ASSERT_EQ(::munmap(hole, kSize), 0);  // the destructor's munmap then fails harmlessly
-  Prefaulter prefaulter;
   prefaulter.Request(hole, kSize);
   prefaulter.Request(later.get(), kSize);
   prefaulter.Drain();
@@ -93,9 +93,9 @@ TEST(PrefaulterTest, UnmappedRangeIsSkippedAndLaterRequestsStillRun) {
 TEST(PrefaulterTest, DoneReportsEachRange) {
   Mapping good(kSize), gone(kSize);
   ASSERT_TRUE(good.ok() && gone.ok());
-  ASSERT_EQ(::munmap(gone.get(), kSize), 0);
   std::vector<int> good_calls, gone_calls;  // written on the prefaulter thread, read after Drain
-  Prefaulter prefaulter;
+  Prefaulter prefaulter;  // first: its thread's stack must not be mapped into the hole below
+  ASSERT_EQ(::munmap(gone.get(), kSize), 0);
   prefaulter.Request(good.get(), kSize, [&](bool ok) { good_calls.push_back(ok); });
   prefaulter.Request(gone.get(), kSize, [&](bool ok) { gone_calls.push_back(ok); });
   prefaulter.Drain();
