@@ -97,11 +97,12 @@ class Arena : public std::enable_shared_from_this<Arena> {
 
  private:
   Arena(std::byte* base, uint64_t budget, const ArenaOptions& options);
-  // Makes the chunks of [offset, offset + size) ready for use (pins them), and asks for their
-  // neighbours ahead. Called with a fresh slot, before it is handed out.
-  void Touch(uint64_t offset, uint64_t size);
-  // Requires commit_mu_.
-  void UseChunkLocked(uint64_t chunk);
+  // Makes the chunks of [offset, offset + size) ready for use (pins them; faults in, in the
+  // background, those the use reaches deep into), and asks for their neighbours ahead. Called
+  // with a fresh slot, before it is handed out.
+  void Touch(uint64_t offset, uint64_t size, Placement placement);
+  // Requires commit_mu_. `whole`: fault the whole chunk in (background) unless done or asked.
+  void UseChunkLocked(uint64_t chunk, bool whole);
   void PrefaultChunkLocked(uint64_t chunk);  // ahead of use: only an untouched chunk
   void RequestPrefaultLocked(uint64_t chunk);
   void Release(uint64_t offset, uint64_t size);
@@ -114,10 +115,12 @@ class Arena : public std::enable_shared_from_this<Arena> {
   const uint64_t chunks_;
   const ArenaOptions options_;
 
-  // Per chunk: kUntouched, kPrefaulting (requested from the prefaulter), kUsed. Read without a
-  // lock on the acquire path (a slot in used chunks only costs these loads); written under
-  // commit_mu_.
-  enum ChunkState : uint8_t { kUntouched = 0, kPrefaulting = 1, kUsed = 2 };
+  // Per chunk: kUsedBit (a slot landed in it), kRequestedBit (handed to the prefaulter); 0 is
+  // untouched. Read without a lock on the acquire path (a slot in used chunks only costs these
+  // loads); written under commit_mu_.
+  enum ChunkBits : uint8_t { kUsedBit = 1, kRequestedBit = 2 };
+  // How deep a use must reach into a chunk before the whole chunk is faulted in (Touch).
+  static constexpr uint64_t kWholeChunkReach = kChunkBytes / 16;
   std::unique_ptr<std::atomic<uint8_t>[]> chunk_state_;
   std::unique_ptr<std::atomic<uint8_t>[]> chunk_ready_;  // ChunkReady, per chunk (0 or 1)
   mutable std::mutex commit_mu_;  // pinning and prefault requests, in chunk order per thread
