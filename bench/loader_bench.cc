@@ -121,7 +121,7 @@ void BM_LoaderEpoch(benchmark::State& state) {
   LoaderOptions o;
   o.shuffle = state.range(0) != 0;
   o.verify_checksums = state.range(1) != 0;
-  o.pin_memory = false;
+  o.pin_memory = PinMemory::kOff;
   o.memory_budget = uint64_t{1} << 30;
   auto loader = Loader::Create(*ds, o);
   if (!loader.ok()) {

@@ -1,5 +1,7 @@
-// make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K]: writes a dataset of N
-// tiny samples fast with the C++ Writer, for the index benchmark (bench/index_bench.cc, issue 14).
+// make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K] [--payload B]
+//                   [--payload-every E]: writes a dataset of N tiny samples fast with the C++
+// Writer, for the index benchmark (bench/index_bench.cc, issue 14) and the start benchmark
+// (bench/start_bench.py, issue 21).
 // With --parts K it writes K parts of N/K samples and joins them with MergeDatasets (as
 // `pack --part` and `libshard merge` do): the Writer holds every sample's index entry until
 // Finish (about 1.4 KB a sample at its peak), merge about half of that, so 10^7 samples fit in
@@ -11,6 +13,9 @@
 // what it holds for real samples: a length per sample (1..4096, random), dims, and full
 // provenance (a path under a shared prefix, the source size, mtime and a content hash). Only the
 // place columns differ from real data (every empty sample lies at offset 4096 of shard 0).
+// With --payload B, every E-th sample (index % E == 0; E = 1 by default) instead carries B bytes
+// in loss_mask (int64 [B/8], pseudo-random): one 4 KiB block of shard per such sample (B <=
+// 4096), so the loader has a real read to do, and 10^7 samples with E = 64 need 0.6 GB of disk.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,7 +34,8 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K]\n");
+               "usage: make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K] "
+               "[--payload B] [--payload-every E]\n");
   return 2;
 }
 
@@ -46,6 +52,7 @@ libshard::Schema TinySchema() {
 
 // Samples [first, first + n) into a new dataset at `out`.
 libshard::Status WriteSamples(const std::string& out, uint64_t first, uint64_t n, uint64_t seed,
+                              uint64_t payload, uint64_t payload_every,
                               const libshard::WriterOptions& options) {
   using namespace libshard;
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Writer> w, Writer::Create(out, TinySchema(), options));
@@ -55,8 +62,15 @@ libshard::Status WriteSamples(const std::string& out, uint64_t first, uint64_t n
                {"loss_mask", DType::kInt64, {0}, nullptr, {}},
                {"hidden_state", DType::kBFloat16, {1, 0, 0}, nullptr, {}},
                {"aux_hidden_state", DType::kBFloat16, {1, 0, 0}, nullptr, {}}};
+  std::vector<uint64_t> bytes(payload / 8);
   char path[128];
   for (uint64_t i = first; i < first + n; ++i) {
+    const bool carries = !bytes.empty() && i % payload_every == 0;
+    s.tensors[1].shape[0] = carries ? bytes.size() : 0;
+    s.tensors[1].data = carries ? bytes.data() : nullptr;
+    if (carries) {
+      for (uint64_t& b : bytes) b = rng();
+    }
     const uint64_t length = 1 + rng() % 4096;
     s.tensors[2].shape[1] = length;
     s.tensors[3].shape[1] = length;
@@ -83,12 +97,16 @@ int main(int argc, char** argv) {
   options.fsync = false;
   options.created_by = "make_tiny_dataset";
   options.source_root = "/data/eagle3";
-  uint64_t seed = 1, parts = 1;
+  uint64_t seed = 1, parts = 1, payload = 0, payload_every = 1;
   for (int k = 3; k + 1 < argc; k += 2) {
     if (std::strcmp(argv[k], "--index-version") == 0) {
       options.index_version = static_cast<uint32_t>(std::strtoul(argv[k + 1], nullptr, 10));
     } else if (std::strcmp(argv[k], "--seed") == 0) {
       seed = std::strtoull(argv[k + 1], nullptr, 10);
+    } else if (std::strcmp(argv[k], "--payload") == 0) {
+      payload = std::strtoull(argv[k + 1], nullptr, 10);
+    } else if (std::strcmp(argv[k], "--payload-every") == 0) {
+      payload_every = std::max<uint64_t>(1, std::strtoull(argv[k + 1], nullptr, 10));
     } else if (std::strcmp(argv[k], "--parts") == 0) {
       parts = std::max<uint64_t>(1, std::strtoull(argv[k + 1], nullptr, 10));
     } else {
@@ -98,14 +116,14 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   Status st;
   if (parts == 1) {
-    st = WriteSamples(out, 0, n, seed, options);
+    st = WriteSamples(out, 0, n, seed, payload, payload_every, options);
   } else {
     std::vector<std::string> dirs;
     for (uint64_t p = 0; p < parts && st.ok(); ++p) {
       dirs.push_back(out + ".part" + std::to_string(p));
       std::filesystem::remove_all(dirs.back());
       const uint64_t first = n * p / parts, last = n * (p + 1) / parts;
-      st = WriteSamples(dirs.back(), first, last - first, seed, options);
+      st = WriteSamples(dirs.back(), first, last - first, seed, payload, payload_every, options);
     }
     if (st.ok()) st = MergeDatasets(out, dirs);
     for (const std::string& d : dirs) std::filesystem::remove_all(d);

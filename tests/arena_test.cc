@@ -1,18 +1,29 @@
 // Tests for memory::Arena: alignment, budget accounting, coalescing, blocking Acquire and Stop,
-// the too-large error, lifetime of slots beyond the arena's owner, and the CUDA pin report.
+// the too-large error, lifetime of slots beyond the arena's owner, the CUDA pin report, and that
+// memory is touched and pinned chunk by chunk as it is first used.
 #include "memory/arena.h"
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 namespace libshard::memory {
 namespace {
+
+// Resident set size of this process in bytes.
+int64_t Rss() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
 
 TEST(ArenaTest, SlotsAreAlignedDisjointAndAccounted) {
   Result<std::shared_ptr<Arena>> a = Arena::Create(1 << 20);
@@ -165,10 +176,69 @@ TEST(ArenaTest, PinningReportsItsOutcome) {
   ArenaOptions options;
   options.pin = true;
   std::shared_ptr<Arena> arena = *Arena::Create(1 << 20, options);
+  // Nothing is pinned, nor the CUDA runtime loaded, before a slot lands in the arena.
+  EXPECT_FALSE(arena->pinned());
+  EXPECT_EQ(arena->pin_status(), "not pinned yet: pinned as first used");
+  auto slot = arena->TryAcquire(4096);
+  ASSERT_TRUE(slot.ok() && *slot != nullptr);
+  EXPECT_EQ(arena->used_chunks(), 1u);
   EXPECT_FALSE(arena->pin_status().empty());
-  if (!arena->pinned()) {
-    EXPECT_NE(arena->pin_status().find("not pinned"), std::string::npos);
+  if (arena->pinned()) {
+    EXPECT_EQ(arena->pin_status().rfind("pinned (cudaHostRegister)", 0), 0u) << arena->pin_status();
+  } else {
+    EXPECT_EQ(arena->pin_status().rfind("not pinned: ", 0), 0u) << arena->pin_status();
   }
+}
+
+// An arena of 8 GiB costs nothing until used: no chunk touched and no resident memory at
+// creation; a slot makes only the chunks it lies in used, a chunk is faulted in as a whole (on
+// the prefault thread) once the use reaches 4 MiB deep into it, and the next chunk ahead only
+// once a use growing from the slot comes near it. A few small slots cost their pages alone.
+TEST(ArenaTest, LargeArenaIsTouchedOnlyWhereUsed) {
+  constexpr int64_t kMiB = 1 << 20;
+  const int64_t rss0 = Rss();
+  std::shared_ptr<Arena> arena = *Arena::Create(uint64_t{8} << 30);
+  EXPECT_EQ(arena->chunks(), 128u);
+  EXPECT_EQ(arena->used_chunks(), 0u);
+  EXPECT_EQ(arena->prefault_requests(), 0u);
+  EXPECT_FALSE(arena->ChunkReady(arena->base()));
+  EXPECT_LT(Rss() - rss0, 16 * kMiB);
+
+  auto small = arena->TryAcquire(4096);
+  ASSERT_TRUE(small.ok() && *small != nullptr);
+  std::memset(small->get(), 1, 4096);
+  EXPECT_EQ(arena->used_chunks(), 1u);
+  EXPECT_EQ(arena->prefault_requests(), 0u) << "a shallow use is left to the kernel's faults";
+  arena->DrainPrefaults();
+  EXPECT_FALSE(arena->ChunkReady(arena->base()));
+  EXPECT_LT(Rss() - rss0, 16 * kMiB);  // one page (or one 2 MiB huge page)
+
+  // 40 MiB deep into chunk 0 and past its middle: chunk 0 is faulted in, and chunk 1 ahead.
+  auto big = arena->TryAcquire(40 * kMiB);
+  ASSERT_TRUE(big.ok() && *big != nullptr);
+  EXPECT_EQ(arena->used_chunks(), 1u);
+  EXPECT_EQ(arena->prefault_requests(), 2u);
+  arena->DrainPrefaults();
+  EXPECT_TRUE(arena->ChunkReady(arena->base()));
+  EXPECT_TRUE(arena->ChunkReady(arena->base() + Arena::kChunkBytes));
+  EXPECT_FALSE(arena->ChunkReady(arena->base() + 2 * Arena::kChunkBytes));
+  EXPECT_LT(Rss() - rss0, (16 + 128) * kMiB);
+
+  // The top end (Placement::kHighest, which the collate stage alternates with): the last chunk
+  // is used, shallowly.
+  auto top = arena->TryAcquire(4096, Arena::Placement::kHighest);
+  ASSERT_TRUE(top.ok() && *top != nullptr);
+  std::memset(top->get(), 2, 4096);
+  EXPECT_EQ(arena->used_chunks(), 2u);
+  EXPECT_EQ(arena->prefault_requests(), 2u);
+  arena->DrainPrefaults();
+  EXPECT_LT(Rss() - rss0, (16 + 128 + 4) * kMiB);
+  // Slots in used chunks cost nothing more.
+  small->reset();
+  auto again = arena->TryAcquire(8192);
+  ASSERT_TRUE(again.ok() && *again != nullptr);
+  EXPECT_EQ(arena->used_chunks(), 2u);
+  EXPECT_EQ(arena->prefault_requests(), 2u);
 }
 
 }  // namespace

@@ -173,7 +173,7 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
     o.memory_budget = 8 << 20;
     o.queue_depth = 8;
     o.read_size = 16 << 10;
-    o.pin_memory = false;
+    o.pin_memory = PinMemory::kOff;
     o.worker_threads = workers;
     o.slow_wait_warning_seconds = 30;
     ExpectLoaderMatchesRead(ds, o, 0, {});
@@ -292,7 +292,7 @@ TEST(CodecDatasetTest, CorruptRegionIsCorruptionNamingSampleShardAndOffset) {
   // The loader reports it for that sample and goes on with the rest (on_error skip).
   LoaderOptions o;
   o.memory_budget = 8 << 20;
-  o.pin_memory = false;
+  o.pin_memory = PinMemory::kOff;
   o.shuffle = false;
   o.verify_checksums = false;
   auto loader = Loader::Create(d, o);

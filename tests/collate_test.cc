@@ -315,7 +315,7 @@ LoaderOptions SmallOptions() {
   o.memory_budget = 4 << 20;
   o.queue_depth = 8;
   o.read_size = 16 << 10;
-  o.pin_memory = false;
+  o.pin_memory = PinMemory::kOff;
   o.slow_wait_warning_seconds = 30;
   return o;
 }

@@ -62,7 +62,7 @@ LoaderOptions SmallOptions() {
   o.memory_budget = 2 << 20;
   o.queue_depth = 8;
   o.read_size = 16 << 10;
-  o.pin_memory = false;
+  o.pin_memory = PinMemory::kOff;
   o.slow_wait_warning_seconds = 30;
   return o;
 }
@@ -875,7 +875,7 @@ TEST(LoaderTest, StatsReportEngineWaitAndInflight) {
   testing::TempDir dir;
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 10);
   LoaderOptions o = SmallOptions();
-  o.pin_memory = true;
+  o.pin_memory = PinMemory::kOn;
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok());
   std::vector<uint64_t> seen = Drain(**loader);

@@ -129,7 +129,17 @@ LoaderOptions OptionsFromPython(const py::dict& d) {
       Result<IoMode> parsed = ParseIoMode(kOptions.Get<std::string>(key, v));
       if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
       o.io_mode = *parsed;
-    } else if (key == "pin_memory") o.pin_memory = kOptions.Get<bool>(key, v);
+    } else if (key == "pin_memory") {
+      // True / False, or "auto" / "on" / "off" (libshard.Loader passes "on" or "off": it
+      // knows from torch whether CUDA is usable, so the C++ side makes no probe of its own).
+      if (py::isinstance<py::bool_>(v)) {
+        o.pin_memory = v.cast<bool>() ? PinMemory::kOn : PinMemory::kOff;
+      } else {
+        Result<PinMemory> parsed = ParsePinMemory(kOptions.Get<std::string>(key, v));
+        if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
+        o.pin_memory = *parsed;
+      }
+    }
     else if (key == "worker_threads") o.worker_threads = kOptions.U32(key, v);
     else if (key == "verify_checksums") o.verify_checksums = kOptions.Get<bool>(key, v);
     else if (key == "on_error") {

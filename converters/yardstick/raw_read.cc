@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -44,9 +45,11 @@ Result<RawReadResult> RawSequentialRead(const std::vector<std::string>& files,
   io::EngineOptions eo;
   eo.queue_depth = depth;
   eo.threads = std::min<uint32_t>(depth, 8);
-  // Faults the buffer in off the submitting thread, as the loader does for its arena.
+  // The buffer is faulted in off the submitting thread and registered with io_uring once it
+  // is, as the loader does with its arena's chunks (memory/arena.h).
+  std::atomic<bool> faulted_in{false};  // before the prefaulter, whose thread may still set it
   memory::Prefaulter prefaulter;
-  eo.prefault = [&prefaulter](void* begin, size_t size) { prefaulter.Request(begin, size); };
+  eo.register_ready = [&faulted_in](const void*) { return faulted_in.load(); };
   LIBSHARD_ASSIGN_OR_RETURN(io::CreatedEngine engine, io::CreateIoEngine(IoEngineKind::kAuto, eo));
   io::IoEngine& e = *engine.engine;
   result.engine = std::string(e.name());
@@ -57,6 +60,7 @@ Result<RawReadResult> RawSequentialRead(const std::vector<std::string>& files,
   std::unique_ptr<std::byte, Free> buffer(
       static_cast<std::byte*>(std::aligned_alloc(4096, block * depth)));
   if (buffer == nullptr) return Status::ResourceExhausted("raw read: cannot allocate buffers");
+  prefaulter.Request(buffer.get(), block * depth, [&faulted_in](bool) { faulted_in.store(true); });
   e.RegisterBuffer(buffer.get(), block * depth);
   std::vector<uint32_t> free_slots;
   for (uint32_t i = 0; i < depth; ++i) free_slots.push_back(i);

@@ -69,6 +69,25 @@ def test_no_hook_without_a_pinned_arena(megabyte_samples):
     loader.close()
 
 
+@pytest.mark.skipif(torch.version.cuda is not None and torch.cuda.is_available(),
+                    reason="a torch with CUDA and a GPU pins the arena")
+def test_no_cuda_call_where_torch_has_no_cuda(megabyte_samples):
+    """Where torch cannot use pinned memory, pin_memory=True (the default) asks the C++ side for
+    no pinning at all: no CUDA runtime is loaded to find out there is no driver, and no release
+    hook is installed. (The arena is pinned chunk by chunk as first used where CUDA works.)"""
+    ds, _, _ = megabyte_samples
+    loader = libshard.Loader(ds, metadata=False)
+    next(iter(loader))
+    stats = loader.stats()
+    assert loader._options["pin_memory"] == "off"
+    assert stats["pin_status"] == "not requested (pin_memory=off)", stats["pin_status"]
+    assert not stats["pinned"]
+    assert loader._release is None
+    with open("/proc/self/maps") as f:
+        assert "libcudart" not in f.read(), "the CUDA runtime was loaded"
+    loader.close()
+
+
 def test_held_memory_is_not_reused_until_its_event_completed(megabyte_samples):
     ds, samples, biggest = megabyte_samples
     FakeEvent.created.clear()

@@ -122,7 +122,12 @@ class Loader:
       padding_value, padding_values: with ``collate="pad"``, the value of padded positions, and
         per field name overrides (e.g. ``{"loss_mask": 0, "input_ids": pad_id}``), cast to each
         field's dtype as ``Tensor.fill_`` does (a value the dtype cannot hold is an error).
-      memory_budget: bytes of the pinned arena (int or a string such as "2GiB").
+      memory_budget: bytes of the arena (int or a string such as "2GiB"): reserved at once but
+        touched, pinned and registered 64 MiB at a time as the loader first uses it, so any
+        budget starts as fast and only what is used becomes resident.
+      pin_memory: True (default): page-lock the arena for CUDA, chunk by chunk as it is first
+        used, when torch can use it (a CUDA build of torch, a GPU visible); False, or a torch
+        without CUDA: never, and no CUDA call is made at all.
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
         dataset made for another model raises ``InvalidArgumentError`` at once.
@@ -145,7 +150,7 @@ class Loader:
         stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
       metadata: add the sample's non-tensor source entries to the dicts.
       queue_depth, read_size, engine ("auto"/"uring"/"pread"), io_mode ("auto"/"direct"/
-        "buffered"), pin_memory, worker_threads, slow_wait_warning_seconds,
+        "buffered"), worker_threads, slow_wait_warning_seconds,
         stats_interval_seconds: tuning, see ``libshard/loader.h``.
 
     Raises a ``libshard.Error``: ``NotFoundError`` (a ``FileNotFoundError``) for a missing dataset,
@@ -253,7 +258,7 @@ class Loader:
             "read_size": parse_bytes(read_size, "read_size"),
             "engine": engine,
             "io_mode": io_mode,
-            "pin_memory": bool(pin_memory),
+            "pin_memory": self._pin_mode(pin_memory),
             "worker_threads": worker_threads,
             "verify_checksums": verify is None or bool(verify),
             "on_error": on_error,
@@ -360,10 +365,20 @@ class Loader:
                                        f"{torch.cuda.device_count()} CUDA device(s) visible")
         return dev
 
+    @staticmethod
+    def _pin_mode(pin_memory: bool) -> str:
+        """"on" where torch can use pinned memory (a CUDA build of torch, a GPU visible), else
+        "off": the arena is then never pinned and the C++ side makes no CUDA call at all (not
+        even loading the CUDA runtime to learn that it has no driver)."""
+        if not pin_memory or torch.version.cuda is None:
+            return "off"
+        return "on" if torch.cuda.is_available() else "off"
+
     def _guard_async_copies(self, core: "_core.Loader") -> None:
         """With a pinned arena, memory a tensor leaves behind is reused only once the GPU work
-        queued at that moment completed (libshard/_cuda_release.py)."""
-        if core.stats()["pinned"]:
+        queued at that moment completed (libshard/_cuda_release.py). The arena is pinned chunk
+        by chunk as it is first used, so the guard goes wherever pinning was asked for."""
+        if self._options["pin_memory"] == "on":
             self._release = DeferredRelease()
             core.set_release_hook(self._release)
 

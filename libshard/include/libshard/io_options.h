@@ -17,5 +17,13 @@ enum class IoMode : uint32_t {
   kDirect = 1,
   kBuffered = 2,
 };
+// Whether the loader pins its arena for CUDA (cudaHostRegister, found at run time; libshard never
+// links CUDA), each 64 MiB chunk when a read first lands in it, so start costs nothing.
+enum class PinMemory : uint32_t {
+  kAuto = 0,  // when a CUDA driver is installed (/proc/driver/nvidia, /dev/nvidiactl, /dev/dxg);
+              // otherwise no CUDA call at all
+  kOn = 1,    // try: load the CUDA runtime at the first chunk; stats().pin_status says why not
+  kOff = 2,   // never: no CUDA call at all
+};
 
 }  // namespace libshard

@@ -39,6 +39,8 @@ enum class OnError : uint32_t {
 // "raise" | "skip". Anything else is InvalidArgument listing the accepted names.
 Result<IoEngineKind> ParseIoEngineKind(std::string_view name);
 Result<IoMode> ParseIoMode(std::string_view name);
+// "auto", "on" (or "true"), "off" (or "false").
+Result<PinMemory> ParsePinMemory(std::string_view name);
 Result<OnError> ParseOnError(std::string_view name);
 
 // How max_tokens bounds a batch (LoaderOptions::token_budget; loader/order.h section 2).
@@ -162,14 +164,17 @@ struct LoaderOptions {
   std::vector<std::pair<std::string, double>> padding_values;  // kPad: per field, overrides
 
   // Memory and I/O.
-  // The arena; every queue is bounded by it. Capped at what the whole dataset could occupy,
-  // so a small dataset does not fault in and pin a large arena it can never fill.
+  // The arena; every queue is bounded by it. Reserved at once (one mapping) but touched, pinned
+  // and registered with io_uring 64 MiB at a time as reads first land there, so any budget
+  // starts in the same time and only what the loader uses becomes resident. Capped at what the
+  // whole dataset could occupy.
   uint64_t memory_budget = uint64_t{2} << 30;
   uint32_t queue_depth = 64;           // reads in flight
   uint64_t read_size = uint64_t{4} << 20;  // large samples are split into reads of this size
   IoEngineKind engine = IoEngineKind::kAuto;   // env LIBSHARD_ENGINE=uring|pread overrides kAuto
   IoMode io_mode = IoMode::kAuto;              // env LIBSHARD_IO_MODE=direct|buffered overrides
-  bool pin_memory = true;              // cudaHostRegister the arena when a CUDA runtime loads
+  // cudaHostRegister the arena, each 64 MiB chunk when first used (PinMemory).
+  PinMemory pin_memory = PinMemory::kAuto;
   // Threads that verify checksums and decode compressed samples; 1..256, or 0 (the default):
   // one per core (at most kAutoDecodeWorkers) for a dataset stored compressed, whose decoding
   // is most of the loader's work and runs in parallel across samples, else 1 (a checksum

@@ -47,10 +47,14 @@ struct ReadCompletion {
 struct EngineOptions {
   uint32_t queue_depth = 64;  // reads the engine keeps in flight
   uint32_t threads = 4;       // kPread: worker threads (capped by queue_depth)
-  // io_uring, buffer registered lazily: called on the owner thread with the chunks of the
-  // registered buffer about to be registered, so that the caller faults them in on another
-  // thread (memory::Prefaulter) before registration pins them. Optional.
-  std::function<void(void* begin, size_t size)> prefault;
+  // io_uring, buffer registered lazily: whether the chunk starting at `begin` may be
+  // registered now, asked on the owner thread at each read into a chunk not registered yet.
+  // Registering pins the chunk's pages, faulting in (and zeroing) those not there yet on the
+  // submitting thread, which then cannot submit or reap for tens of milliseconds; so the loader
+  // answers yes once its arena has faulted the chunk in (memory::Arena::ChunkReady), and until
+  // then reads into the chunk are plain reads, which fault in only the pages they write.
+  // Optional: without it a chunk is registered on its first read.
+  std::function<bool(const void* begin)> register_ready;
 };
 
 // What RegisterBuffer() did.

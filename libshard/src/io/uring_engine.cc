@@ -17,10 +17,8 @@ constexpr uint64_t kWakeTag = ~uint64_t{0};
 constexpr uint64_t kCancelTag = ~uint64_t{0} - 1;
 // Registered buffers are limited to 1 GiB each by the kernel; larger arenas get several.
 constexpr size_t kMaxRegisteredBuffer = size_t{1} << 30;
+// The loader's arena touches its memory in the same 64 MiB chunks (memory::Arena::kChunkBytes).
 constexpr size_t kLazyChunk = size_t{64} << 20;
-// How many chunks past the one being registered are faulted in ahead: at 1-2 GB/s a 64 MiB chunk
-// fills in 30-60 ms, about what faulting one in costs on a VM.
-constexpr size_t kPrefaultAhead = 2;
 
 std::string ErrnoText(int e) {
   char buf[128];
@@ -29,15 +27,15 @@ std::string ErrnoText(int e) {
 
 }  // namespace
 
-UringEngine::UringEngine(uint32_t depth, std::function<void(void*, size_t)> prefault)
-    : slots_(depth), prefault_(std::move(prefault)) {
+UringEngine::UringEngine(uint32_t depth, std::function<bool(const void*)> register_ready)
+    : slots_(depth), register_ready_(std::move(register_ready)) {
   free_slots_.reserve(depth);
   for (uint32_t i = depth; i > 0; --i) free_slots_.push_back(i - 1);
 }
 
 Result<std::unique_ptr<UringEngine>> UringEngine::Create(const EngineOptions& options) {
   const uint32_t depth = std::clamp<uint32_t>(options.queue_depth, 1, 4096);
-  std::unique_ptr<UringEngine> engine(new UringEngine(depth, options.prefault));
+  std::unique_ptr<UringEngine> engine(new UringEngine(depth, options.register_ready));
   // SQ entries: every read slot plus the wake poll and cancellations.
   const int rc = io_uring_queue_init(depth + 2, &engine->ring_, 0);
   if (rc < 0) {
@@ -94,7 +92,8 @@ BufferRegistration UringEngine::RegisterBuffer(void* base, size_t size) {
   if (!regions_.empty()) return {State::kAlreadyRegistered};
   // Registering pins (and first faults in) every page: about 1 CPU-s per GiB when done up front,
   // mostly wasted on arena pages a run never touches. So the buffer is registered sparsely, in
-  // kLazyChunk pieces, each on the first read that lands in it (kernel >= 5.19).
+  // kLazyChunk pieces, each at a read that lands in it once register_ready_ allows (kernel >=
+  // 5.19); nothing is touched here.
   const size_t chunks = (size + kLazyChunk - 1) / kLazyChunk;
   if (chunks <= UINT16_MAX &&
       io_uring_register_buffers_sparse(&ring_, static_cast<unsigned>(chunks)) == 0) {
@@ -104,8 +103,6 @@ BufferRegistration UringEngine::RegisterBuffer(void* base, size_t size) {
       regions_.push_back(Region{begin, begin + std::min(kLazyChunk, size - k * kLazyChunk),
                                 RegionState::kUnregistered});
     }
-    lazy_ = true;
-    PrefaultChunksBefore(kPrefaultAhead);
     return {State::kOnFirstUse};
   }
   std::vector<iovec> iovs;
@@ -126,7 +123,8 @@ int UringEngine::FixedBufferIndex(uintptr_t b, size_t len) {
     Region& r = regions_[i];
     if (b < r.begin || b + len > r.end) continue;
     if (r.state == RegionState::kUnregistered) {
-      PrefaultChunksBefore(i + 1 + kPrefaultAhead);
+      // Not faulted in yet: a plain read now (faulting only its own pages), registered later.
+      if (register_ready_ && !register_ready_(reinterpret_cast<const void*>(r.begin))) return -1;
       iovec iov{reinterpret_cast<void*>(r.begin), r.end - r.begin};
       __u64 tag = 0;
       r.state = io_uring_register_buffers_update_tag(&ring_, static_cast<unsigned>(i), &iov, &tag,
@@ -137,16 +135,6 @@ int UringEngine::FixedBufferIndex(uintptr_t b, size_t len) {
     return r.state == RegionState::kRegistered ? static_cast<int>(i) : -1;
   }
   return -1;  // not in the buffer, or across two chunks: a plain read
-}
-
-void UringEngine::PrefaultChunksBefore(size_t end) {
-  if (!lazy_ || !prefault_) return;
-  for (end = std::min(end, regions_.size()); prefault_next_ < end; ++prefault_next_) {
-    const Region& r = regions_[prefault_next_];
-    if (r.state == RegionState::kUnregistered) {
-      prefault_(reinterpret_cast<void*>(r.begin), r.end - r.begin);
-    }
-  }
 }
 
 io_uring_sqe* UringEngine::GetSqe() {

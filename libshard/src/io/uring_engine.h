@@ -51,13 +51,11 @@ class UringEngine final : public IoEngine {
     uintptr_t end = 0;
     RegionState state = RegionState::kRegistered;
   };
-  // The registered buffer index for a read of [b, b + len), registering its chunk on first use;
-  // -1 for a plain read.
+  // The registered buffer index for a read of [b, b + len), registering its chunk on first use
+  // (once register_ready_ allows it); -1 for a plain read.
   int FixedBufferIndex(uintptr_t b, size_t len);
-  // Passes the unregistered chunks before index `end` not passed yet to the prefault hook.
-  void PrefaultChunksBefore(size_t end);
 
-  UringEngine(uint32_t depth, std::function<void(void*, size_t)> prefault);
+  UringEngine(uint32_t depth, std::function<bool(const void*)> register_ready);
   // Queues the remainder of slot `index` (an SQE; submitted by the next io_uring_submit).
   Status Queue(uint32_t index);
   Status ArmWakePoll();
@@ -78,11 +76,9 @@ class UringEngine final : public IoEngine {
   std::vector<uint64_t> sizes_;
   bool files_registered_ = false;
   std::vector<Region> regions_;  // registered buffers, in registration order
-  // Lazy registration only: faults in the next chunks ahead of their registration
-  // (EngineOptions::prefault; may be empty).
-  std::function<void(void*, size_t)> prefault_;
-  bool lazy_ = false;             // registered chunk by chunk
-  size_t prefault_next_ = 0;      // chunks [0, prefault_next_) were asked for
+  // Lazy registration only: whether a chunk may be registered yet (EngineOptions::register_ready;
+  // may be empty).
+  std::function<bool(const void*)> register_ready_;
 };
 
 }  // namespace libshard::io

@@ -28,6 +28,13 @@ Result<IoMode> ParseIoMode(std::string_view name) {
   return NotOneOf(name, "auto, direct, buffered");
 }
 
+Result<PinMemory> ParsePinMemory(std::string_view name) {
+  if (name == "auto") return PinMemory::kAuto;
+  if (name == "on" || name == "true") return PinMemory::kOn;
+  if (name == "off" || name == "false") return PinMemory::kOff;
+  return NotOneOf(name, "auto, on, off");
+}
+
 Result<OnError> ParseOnError(std::string_view name) {
   if (name == "raise") return OnError::kRaise;
   if (name == "skip") return OnError::kSkip;

@@ -112,10 +112,10 @@ Status ReadScheduler::CreateEngine() {
   io::EngineOptions engine_options;
   engine_options.queue_depth = queue_depth_;
   engine_options.threads = std::min<uint32_t>(queue_depth_, 8);
-  // Called on this thread (RegisterBuffer) and then on the scheduler thread only.
-  engine_options.prefault = [this](void* begin, size_t size) {
-    if (prefaulter_ == nullptr) prefaulter_ = std::make_unique<memory::Prefaulter>();
-    prefaulter_->Request(begin, size);
+  // A chunk of the arena is registered once the arena has faulted it in (on its prefault
+  // thread), so registering never faults on the scheduler thread; reads before that are plain.
+  engine_options.register_ready = [arena = arena_](const void* begin) {
+    return arena->ChunkReady(begin);
   };
   LIBSHARD_ASSIGN_OR_RETURN(io::CreatedEngine created, io::CreateIoEngine(kind, engine_options));
   engine_ = std::move(created.engine);

@@ -6,8 +6,7 @@
 // thread. Finished items are marked ready in the window, where the consumer takes them. Every
 // byte in flight or waiting lives in the arena, so the arena budget bounds all queues.
 //
-// It owns the shard files, the engine (and the prefaulter its lazy buffer registration uses),
-// the scheduler thread and the worker threads. Its shared state is guarded by Window::mu; the
+// It owns the shard files, the engine, the scheduler thread and the worker threads. Its shared state is guarded by Window::mu; the
 // engine is used by the scheduler thread only (plus Wake() from anywhere).
 #pragma once
 
@@ -28,7 +27,6 @@
 #include "loader/diagnostics.h"
 #include "loader/window.h"
 #include "memory/arena.h"
-#include "memory/prefaulter.h"
 
 namespace libshard {
 
@@ -110,9 +108,6 @@ class ReadScheduler {
   bool direct_io_ = false;
   std::string io_note_;          // why the first buffered shard is not read with O_DIRECT
   uint64_t buffered_shards_ = 0;
-  // Faults arena chunks in ahead of their lazy registration with io_uring (created on the
-  // engine's first request). Declared before the engine, which calls it, so destroyed after.
-  std::unique_ptr<memory::Prefaulter> prefaulter_;
   std::unique_ptr<io::IoEngine> engine_;
   std::string engine_note_;      // why not io_uring, or what buffer registration did
 

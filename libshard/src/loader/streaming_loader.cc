@@ -71,7 +71,20 @@ Status StreamingLoader::Init() {
   }
 
   memory::ArenaOptions arena_options;
-  arena_options.pin = options_.pin_memory;
+  // kAuto without a CUDA driver: no CUDA call at all (not even loading the runtime to learn that
+  // it has no driver). Whatever it resolves to, nothing is pinned before a chunk is used.
+  switch (options_.pin_memory) {
+    case PinMemory::kOn:
+      arena_options.pin = true;
+      break;
+    case PinMemory::kOff:
+      pin_note_ = "not requested (pin_memory=off)";
+      break;
+    case PinMemory::kAuto:
+      arena_options.pin = memory::CudaDriverPresent();
+      if (!arena_options.pin) pin_note_ = "not pinned: no CUDA driver here (pin_memory=auto)";
+      break;
+  }
   // With a collate, batches are copied into regions of a second arena carved out of
   // memory_budget (loader/collate_stage.h), pinned like the read arena; reads get the rest.
   uint64_t read_budget = options_.memory_budget;
@@ -309,7 +322,7 @@ LoaderStats StreamingLoader::stats() const {
   diagnostics_.Fill(&s);
   scheduler_->FillStats(&s);
   s.pinned = arena_->pinned();
-  s.pin_status = options_.pin_memory ? arena_->pin_status() : "not requested (pin_memory=false)";
+  s.pin_status = pin_note_.empty() ? arena_->pin_status() : pin_note_;
   s.arena_budget = arena_->budget();
   s.arena_in_use = arena_->in_use();
   s.arena_peak = arena_->peak();

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "libshard/loader.h"
@@ -63,6 +64,7 @@ class StreamingLoader final : public Loader {
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the window they use.
   LogSink log_;  // the diagnostics' sink, for the one line Init may print
+  std::string pin_note_;  // why the arena is not pinned when that was decided at Init, else empty
   LoaderDiagnostics diagnostics_;
   std::shared_ptr<memory::Arena> arena_;
   Window window_;

@@ -61,7 +61,19 @@ Result<std::byte*> MapHugeAligned(uint64_t budget, bool populate) {
 
 }  // namespace
 
-Arena::Arena(std::byte* base, uint64_t budget) : base_(base), budget_(budget) {
+Arena::Arena(std::byte* base, uint64_t budget, const ArenaOptions& options)
+    : base_(base),
+      budget_(budget),
+      chunks_((budget + kChunkBytes - 1) / kChunkBytes),
+      options_(options),
+      chunk_state_(new std::atomic<uint8_t>[chunks_]),
+      chunk_ready_(new std::atomic<uint8_t>[chunks_]) {
+  // A populated mapping is all faulted in already: nothing to prefault.
+  const uint8_t initial = options.populate ? kRequestedBit : 0;
+  for (uint64_t c = 0; c < chunks_; ++c) {
+    chunk_state_[c].store(initial, std::memory_order_relaxed);
+    chunk_ready_[c].store(options.populate ? 1 : 0, std::memory_order_relaxed);
+  }
   free_.emplace(0, budget);
 }
 
@@ -73,14 +85,137 @@ Result<std::shared_ptr<Arena>> Arena::Create(uint64_t budget, const ArenaOptions
   }
   budget = (budget + kAlignment - 1) / kAlignment * kAlignment;
   LIBSHARD_ASSIGN_OR_RETURN(std::byte* base, MapHugeAligned(budget, options.populate));
-  std::shared_ptr<Arena> arena(new Arena(base, budget));
-  if (options.pin) arena->pin_ = CudaHostRegistration::Register(base, budget);
-  return arena;
+  return std::shared_ptr<Arena>(new Arena(base, budget, options));
 }
 
 Arena::~Arena() {
-  pin_ = CudaHostRegistration();  // unregister before unmapping
+  // No slot is alive (each holds the arena), so nothing uses the memory: stop the prefaulter,
+  // unregister the pinned chunks, then unmap.
+  prefaulter_.reset();
+  pin_.Reset();
   ::munmap(base_, budget_);
+}
+
+void Arena::Touch(uint64_t offset, uint64_t size, Placement placement) {
+  const uint64_t end = offset + size;
+  const uint64_t first = offset / kChunkBytes;
+  const uint64_t last = (end - 1) / kChunkBytes;
+  // How deep the arena's use reaches into chunk c with this slot, from the end slots of this
+  // placement grow from. A chunk is faulted in as a whole (on the prefault thread, and then
+  // registered with io_uring) once that passes kWholeChunkReach; a use that stays shallower -
+  // a loader of tiny samples reuses a few pages of chunk 0 - is left to the kernel's faults and
+  // plain reads, which cost nothing per byte it does not use.
+  auto reach = [&](uint64_t c) {
+    const uint64_t b = c * kChunkBytes;
+    return placement == Placement::kLowest ? std::min(end, b + kChunkBytes) - b
+                                           : b + kChunkBytes - std::max(offset, b);
+  };
+  auto state = [&](uint64_t c) { return chunk_state_[c].load(std::memory_order_acquire); };
+  bool work = false;
+  for (uint64_t c = first; c <= last && !work; ++c) {
+    const uint8_t st = state(c);
+    work = (st & kUsedBit) == 0 || ((st & kRequestedBit) == 0 && reach(c) >= kWholeChunkReach);
+  }
+  // The chunks that a use growing past this slot (either way: slots are placed from both ends)
+  // reaches within about one more slot and half a chunk, faulted in ahead.
+  const uint64_t ahead = kChunkBytes / 2 + size;
+  const uint64_t next_first = end / kChunkBytes;
+  const uint64_t next_last = std::min(end + ahead, budget_ - 1) / kChunkBytes;
+  const uint64_t prev_first = offset > ahead ? (offset - ahead) / kChunkBytes : 0;
+  auto untouched = [&](uint64_t c) { return c < chunks_ && state(c) == 0; };
+  bool ahead_needed = false;
+  if (options_.prefault_ahead) {
+    for (uint64_t c = next_first; c <= next_last && !ahead_needed; ++c) ahead_needed = untouched(c);
+    for (uint64_t c = prev_first; c < first && !ahead_needed; ++c) ahead_needed = untouched(c);
+  }
+  if (!work && !ahead_needed) return;
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  for (uint64_t c = first; c <= last; ++c) UseChunkLocked(c, reach(c) >= kWholeChunkReach);
+  if (ahead_needed) {
+    for (uint64_t c = next_first; c <= next_last; ++c) PrefaultChunkLocked(c);
+    for (uint64_t c = first; c-- > prev_first;) PrefaultChunkLocked(c);
+  }
+}
+
+void Arena::UseChunkLocked(uint64_t chunk, bool whole) {
+  uint8_t st = chunk_state_[chunk].load(std::memory_order_relaxed);
+  if ((st & kUsedBit) == 0) {
+    // Pinning faults in (and zeroes) the pages a prefault has not reached yet, here, before the
+    // slot is handed out: every delivered tensor of a pinned arena is pinned.
+    if (options_.pin && !pin_.given_up()) {
+      const uint64_t begin = chunk * kChunkBytes;
+      if (pin_.Pin(base_ + begin, std::min(kChunkBytes, budget_ - begin)))
+        chunk_ready_[chunk].store(1, std::memory_order_release);
+    }
+    ++used_chunks_;
+    st |= kUsedBit;
+  }
+  // Otherwise the chunk is faulted in on the prefaulter's thread once the use reaches deep into
+  // it; the reads meanwhile fault in only the pages they write.
+  if (whole && (st & kRequestedBit) == 0 &&
+      chunk_ready_[chunk].load(std::memory_order_relaxed) == 0) {
+    RequestPrefaultLocked(chunk);
+    st |= kRequestedBit;
+  }
+  chunk_state_[chunk].store(st, std::memory_order_release);
+}
+
+void Arena::PrefaultChunkLocked(uint64_t chunk) {
+  if (chunk >= chunks_ || chunk_state_[chunk].load(std::memory_order_relaxed) != 0) return;
+  RequestPrefaultLocked(chunk);
+  chunk_state_[chunk].store(kRequestedBit, std::memory_order_release);
+}
+
+void Arena::RequestPrefaultLocked(uint64_t chunk) {
+  if (prefaulter_ == nullptr) prefaulter_ = std::make_unique<Prefaulter>();
+  const uint64_t begin = chunk * kChunkBytes;
+  // The callback runs on the prefaulter's thread (or here, at once, where the kernel cannot
+  // populate); the prefaulter is destroyed first in ~Arena, so `this` outlives every call.
+  prefaulter_->Request(base_ + begin, std::min(kChunkBytes, budget_ - begin), [this, chunk](bool) {
+    chunk_ready_[chunk].store(1, std::memory_order_release);
+  });
+  ++prefault_requests_;
+}
+
+bool Arena::ChunkReady(const void* p) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  if (b < base_ || b >= base_ + budget_) return true;
+  return chunk_ready_[static_cast<uint64_t>(b - base_) / kChunkBytes].load(
+             std::memory_order_acquire) != 0;
+}
+
+bool Arena::pinned() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return pin_.pinned();
+}
+
+std::string Arena::pin_status() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  if (!options_.pin) return "not requested";
+  if (pin_.ranges() > 0 && pin_.pinned()) {
+    return pin_.status() + ", " + std::to_string(pin_.ranges()) + " of " +
+           std::to_string(chunks_) + " chunks (each when first used)";
+  }
+  return pin_.status();
+}
+
+uint64_t Arena::used_chunks() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return used_chunks_;
+}
+
+uint64_t Arena::prefault_requests() const {
+  std::lock_guard<std::mutex> lock(commit_mu_);
+  return prefault_requests_;
+}
+
+void Arena::DrainPrefaults() {
+  Prefaulter* p = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(commit_mu_);
+    p = prefaulter_.get();
+  }
+  if (p != nullptr) p->Drain();  // the prefaulter lives until the destructor
 }
 
 Status Arena::TooLarge(uint64_t bytes, uint64_t budget) {
@@ -125,6 +260,7 @@ Result<std::shared_ptr<std::byte>> Arena::TryAcquire(uint64_t bytes, Placement p
     if (stopped_) return Status::Aborted("arena: stopped");
     if (!AllocateLocked(size, placement, &offset)) return std::shared_ptr<std::byte>();
   }
+  Touch(offset, size, placement);
   std::shared_ptr<Arena> self = shared_from_this();
   return std::shared_ptr<std::byte>(base_ + offset, [self = std::move(self), offset, size](std::byte*) {
     self->Release(offset, size);

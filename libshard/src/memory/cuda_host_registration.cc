@@ -1,8 +1,7 @@
 #include "memory/cuda_host_registration.h"
 
 #include <dlfcn.h>
-
-#include <utility>
+#include <unistd.h>
 
 namespace libshard::memory {
 namespace {
@@ -15,62 +14,68 @@ constexpr unsigned int kCudaHostRegisterDefault = 0;
 
 }  // namespace
 
-CudaHostRegistration CudaHostRegistration::Register(void* base, size_t size) {
-  CudaHostRegistration reg;
-  void* lib = nullptr;
+bool CudaDriverPresent() {
+  for (const char* path : {"/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/dxg"}) {
+    if (::access(path, F_OK) == 0) return true;
+  }
+  return false;
+}
+
+bool CudaHostPinning::Load() {
+  if (loaded_) return library_ != nullptr;
+  loaded_ = true;
   for (const char* name : {"libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"}) {
-    lib = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) break;
+    library_ = ::dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (library_ != nullptr) break;
   }
-  if (lib == nullptr) {
-    reg.status_ = "not pinned: no CUDA runtime found (libcudart.so, .so.12, .so.13)";
-    return reg;
+  if (library_ == nullptr) {
+    status_ = "not pinned: no CUDA runtime found (libcudart.so, .so.12, .so.13)";
+    return false;
   }
-  auto reg_fn = reinterpret_cast<HostRegisterFn>(::dlsym(lib, "cudaHostRegister"));
-  auto unreg_fn = reinterpret_cast<HostUnregisterFn>(::dlsym(lib, "cudaHostUnregister"));
-  auto err_fn = reinterpret_cast<GetErrorStringFn>(::dlsym(lib, "cudaGetErrorString"));
-  if (reg_fn == nullptr || unreg_fn == nullptr) {
-    reg.status_ = "not pinned: libcudart lacks cudaHostRegister";
-    ::dlclose(lib);
-    return reg;
+  register_ = ::dlsym(library_, "cudaHostRegister");
+  unregister_ = ::dlsym(library_, "cudaHostUnregister");
+  error_string_ = ::dlsym(library_, "cudaGetErrorString");
+  if (register_ == nullptr || unregister_ == nullptr) {
+    status_ = "not pinned: libcudart lacks cudaHostRegister";
+    ::dlclose(library_);
+    library_ = nullptr;
+    return false;
   }
-  const CudaError err = reg_fn(base, size, kCudaHostRegisterDefault);
+  return true;
+}
+
+bool CudaHostPinning::Pin(void* base, size_t size) {
+  if (failed_) return false;
+  if (!Load()) {
+    failed_ = true;
+    return false;
+  }
+  const CudaError err = reinterpret_cast<HostRegisterFn>(register_)(base, size,
+                                                                    kCudaHostRegisterDefault);
   if (err != 0) {
-    reg.status_ = std::string("not pinned: cudaHostRegister failed (") +
-                  (err_fn != nullptr ? err_fn(err) : "error " + std::to_string(err)) + ")";
-    ::dlclose(lib);
-    return reg;
+    // The errors of cudaHostRegister are the runtime's state (no driver, no device, out of
+    // pinnable memory): the next range would fail the same way, so stop trying.
+    const auto err_fn = reinterpret_cast<GetErrorStringFn>(error_string_);
+    status_ = std::string("not pinned: cudaHostRegister failed (") +
+              (err_fn != nullptr ? err_fn(err) : "error " + std::to_string(err)) + ")";
+    if (!ranges_.empty()) status_ += " after " + std::to_string(ranges_.size()) + " range(s)";
+    failed_ = true;
+    return false;
   }
-  reg.library_ = lib;
-  reg.unregister_ = reinterpret_cast<void*>(unreg_fn);
-  reg.base_ = base;
-  reg.status_ = "pinned (cudaHostRegister)";
-  return reg;
+  ranges_.push_back(base);
+  status_ = "pinned (cudaHostRegister)";
+  return true;
 }
 
-CudaHostRegistration::CudaHostRegistration(CudaHostRegistration&& other) noexcept
-    : library_(std::exchange(other.library_, nullptr)),
-      unregister_(std::exchange(other.unregister_, nullptr)),
-      base_(std::exchange(other.base_, nullptr)),
-      status_(std::move(other.status_)) {}
+CudaHostPinning::~CudaHostPinning() { Reset(); }
 
-CudaHostRegistration& CudaHostRegistration::operator=(CudaHostRegistration&& other) noexcept {
-  if (this != &other) {
-    Reset();
-    library_ = std::exchange(other.library_, nullptr);
-    unregister_ = std::exchange(other.unregister_, nullptr);
-    base_ = std::exchange(other.base_, nullptr);
-    status_ = std::move(other.status_);
-  }
-  return *this;
-}
-
-CudaHostRegistration::~CudaHostRegistration() { Reset(); }
-
-void CudaHostRegistration::Reset() {
-  if (base_ != nullptr) reinterpret_cast<HostUnregisterFn>(unregister_)(base_);
+void CudaHostPinning::Reset() {
+  for (void* base : ranges_) reinterpret_cast<HostUnregisterFn>(unregister_)(base);
+  ranges_.clear();
   if (library_ != nullptr) ::dlclose(library_);
-  library_ = unregister_ = base_ = nullptr;
+  library_ = register_ = unregister_ = error_string_ = nullptr;
+  loaded_ = failed_ = false;
+  status_ = "not pinned yet: pinned as first used";
 }
 
 }  // namespace libshard::memory

@@ -17,13 +17,19 @@ Prefaulter::~Prefaulter() {
   thread_.join();
 }
 
-void Prefaulter::Request(void* begin, size_t size) {
+void Prefaulter::Request(void* begin, size_t size, std::function<void(bool)> done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (unsupported_ || stop_) return;
-    queue_.emplace_back(begin, size);
+    if (!unsupported_ && !stop_) {
+      queue_.push_back(Range{begin, size, std::move(done)});
+      done = nullptr;
+    }
   }
-  cv_.notify_all();
+  if (done) {
+    done(false);
+  } else {
+    cv_.notify_all();
+  }
 }
 
 void Prefaulter::Drain() {
@@ -41,8 +47,10 @@ void Prefaulter::Run() {
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (stop_) return;
-    const auto [begin, size] = queue_.front();
+    Range range = std::move(queue_.front());
     queue_.pop_front();
+    void* const begin = range.begin;
+    const size_t size = range.size;
     busy_ = true;
     lock.unlock();
     bool ok = false;
@@ -57,14 +65,22 @@ void Prefaulter::Run() {
 #else
     supported = false;
 #endif
+    if (range.done) range.done(ok);
+    std::deque<Range> dropped;
     lock.lock();
     busy_ = false;
     if (ok) ++populated_;
     if (!supported) {
       unsupported_ = true;
-      queue_.clear();
+      dropped.swap(queue_);
     }
     cv_.notify_all();
+    if (!dropped.empty()) {
+      lock.unlock();
+      for (Range& r : dropped)
+        if (r.done) r.done(false);
+      lock.lock();
+    }
   }
 }
 
