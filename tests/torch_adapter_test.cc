@@ -376,6 +376,15 @@ TEST(TorchAdapter, ToTensorInputRoundTripsThroughTheWriter) {
   EXPECT_EQ(strided.status().code(), StatusCode::kInvalidArgument);
   auto complex = ToTensorInput("z", at::zeros({2}, at::kComplexFloat));
   EXPECT_EQ(complex.status().code(), StatusCode::kUnsupported);
+  // No plain bytes: refused with what to do, not with LibTorch's exception.
+  auto sparse = ToTensorInput("s", at::eye(3).to_sparse());
+  EXPECT_EQ(sparse.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sparse.status().message().find("to_dense"), std::string::npos)
+      << sparse.status().message();
+  auto meta = ToTensorInput("m", at::empty({2}, at::TensorOptions().device(at::kMeta)));
+  EXPECT_EQ(meta.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(meta.status().message().find("meta device"), std::string::npos)
+      << meta.status().message();
 }
 
 // --- Deferred release behind device events, with stand-in events --------------------------------

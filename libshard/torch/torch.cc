@@ -7,8 +7,10 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/from_blob.h>
 #include <c10/core/Event.h>
+#include <c10/core/Layout.h>
 #include <c10/core/Stream.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/StringUtil.h>
 
 #include <algorithm>
 #include <atomic>
@@ -391,8 +393,13 @@ void DeferredRelease::Release(std::shared_ptr<const void> memory, uint64_t bytes
          std::string("recording a device event failed; the memory is released at once: ") +
              e.what());
     return;  // `memory` goes here
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    ++s.stats.event_errors;
+    return;
   }
   if (event == nullptr) return;
+  State::Entry entry{std::move(event), std::move(memory), bytes};
   try {
     std::unique_lock<std::mutex> lock(s.mu);
     ++s.stats.deferred;
@@ -409,19 +416,28 @@ void DeferredRelease::Release(std::shared_ptr<const void> memory, uint64_t bytes
                  "before its copy completed)");
       }
     }
-    s.pending.push_back(State::Entry{std::move(event), std::move(memory), bytes});
-    s.pending_bytes += bytes;
-    s.stats.peak_pending = std::max<uint64_t>(s.stats.peak_pending, s.pending.size());
-    if (!s.poller.joinable() && !s.stop) {
+    if (!s.poller.joinable()) {
       s.poller = std::thread([&s] { s.Run(); });
       s.poller_id = s.poller.get_id();
     }
+    // Strong guarantee: if the allocation throws, `entry` is intact and handled below.
+    s.pending.push_back(std::move(entry));
+    s.pending_bytes += bytes;
+    s.stats.peak_pending = std::max<uint64_t>(s.stats.peak_pending, s.pending.size());
   } catch (const std::exception& e) {
-    // No thread (or no memory for the queue): wait here for the event instead; never reuse early.
+    // No thread or no memory for the queue: wait here, at most max_wait, then keep the memory;
+    // never hand it back before its event completed.
     std::fprintf(stderr, "libshard::torch: deferred release failed (%s); waiting for the device\n",
                  e.what());
+    const auto deadline = std::chrono::steady_clock::now() + s.options.max_wait;
     try {
-      while (event && !event->Query()) std::this_thread::sleep_for(kMaxPoll);
+      while (!entry.event->Query()) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          KeptForever::Keep(std::move(entry.memory));
+          return;
+        }
+        std::this_thread::sleep_for(kMaxPoll);
+      }
     } catch (...) {
     }
     return;
@@ -547,6 +563,20 @@ Result<TensorInput> ToTensorInput(std::string name, const at::Tensor& tensor) {
       return Status::Unsupported("tensor '" + name + "': LibTorch type " +
                                  std::string(c10::toString(tensor.scalar_type())) +
                                  " has no libshard dtype");
+    }
+    // Tensors without plain bytes first: .contiguous().cpu() would not help them.
+    if (tensor.is_nested()) {
+      return Status::InvalidArgument("tensor '" + name + "': a nested tensor has no single " +
+                                     "shape; write each component, or pad it first");
+    }
+    if (tensor.layout() != c10::kStrided) {
+      return Status::InvalidArgument("tensor '" + name + "': layout " +
+                                     c10::str(tensor.layout()) +
+                                     " is not strided (no plain bytes); call .to_dense() first");
+    }
+    if (tensor.is_meta()) {
+      return Status::InvalidArgument("tensor '" + name + "': on the meta device it has no data; " +
+                                     "materialise it on a real device first");
     }
     if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
       return Status::InvalidArgument("tensor '" + name + "': must be a contiguous CPU tensor; " +
