@@ -92,24 +92,29 @@ set +e
     for f in .gpu-deps/*.deb; do dpkg -x "$f" "$CXX_DEPS"; done
     multiarch=$(ls -d "$CXX_DEPS"/usr/lib/*-linux-gnu | head -n1)
     export PKG_CONFIG_PATH="$multiarch/pkgconfig:$CXX_DEPS/usr/share/pkgconfig"
-    export PKG_CONFIG_SYSROOT_DIR="$CXX_DEPS" CPATH="$CXX_DEPS/usr/include" LIBRARY_PATH="$multiarch"
+    export PKG_CONFIG_SYSROOT_DIR="$CXX_DEPS" CPATH="$CXX_DEPS/usr/include"
+    export LIBRARY_PATH="$multiarch"
     export LD_LIBRARY_PATH="$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if ! command -v pkg-config >/dev/null && [[ -x "$CXX_DEPS/usr/bin/pkgconf" ]]; then
       mkdir -p "$CXX_DEPS/bin"; ln -sf "$CXX_DEPS/usr/bin/pkgconf" "$CXX_DEPS/bin/pkg-config"
       export PATH="$CXX_DEPS/bin:$PATH"
     fi
   fi
+  command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"  # TorchConfig wants it
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"  # no kernels are built; skips probing
   torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
   generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S "$REPO" -B "$WORK/cxx" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$torch_prefix" -DLIBSHARD_BUILD_TESTS=OFF -DLIBSHARD_BUILD_TOOLS=OFF \
     -DLIBSHARD_BUILD_BENCH=OFF -DLIBSHARD_BUILD_PYTHON=OFF >"$OUT_DIR/cxx_build.log" 2>&1
-  cmake --build "$WORK/cxx" -j"$(nproc)" --target torch_nonblocking_check >>"$OUT_DIR/cxx_build.log" 2>&1
+  cmake --build "$WORK/cxx" -j"$(nproc)" --target torch_nonblocking_check \
+    >>"$OUT_DIR/cxx_build.log" 2>&1
   timeout 300 "$WORK/cxx/tests/gpu/torch_nonblocking_check"
 ) 2>&1 | tee "$OUT_DIR/cxx_nonblocking.log"
 cxx_rc=${PIPESTATUS[0]}
 [[ $cxx_rc -ne 0 ]] && tail -n 30 "$OUT_DIR/cxx_build.log" 2>/dev/null
-echo "torch_nonblocking_check exit status: $cxx_rc (0 passed, 77 skipped)" | tee -a "$OUT_DIR/cxx_nonblocking.log"
+echo "torch_nonblocking_check exit status: $cxx_rc (0 passed, 77 skipped)" \
+  | tee -a "$OUT_DIR/cxx_nonblocking.log"
 set -e
 
 step "data for the benchmark"

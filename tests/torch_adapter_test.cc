@@ -621,8 +621,8 @@ std::weak_ptr<std::vector<std::byte>> DropViews(uint64_t index, size_t n,
 TEST(TorchDeferredRelease, TheBoundMakesTheReleaseWaitForTheOldestEvent) {
   auto events = std::make_shared<FakeEvents>();
   TorchOptions options;
-  options.release = DeferredRelease::Create(
-      DeferredReleaseOptions{events, /*max_pending=*/2, uint64_t{1} << 30, std::chrono::seconds(20)});
+  options.release = DeferredRelease::Create(DeferredReleaseOptions{
+      events, /*max_pending=*/2, uint64_t{1} << 30, std::chrono::seconds(20)});
   auto a = DropViews(0, 64, options);
   auto b = DropViews(1, 64, options);
   EXPECT_EQ(options.release->stats().pending, 2u);

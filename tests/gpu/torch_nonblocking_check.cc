@@ -153,7 +153,8 @@ int main() {
     std::fprintf(stderr, "open: %s\n", dataset.status().ToString().c_str());
     return 1;
   }
-  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
+  const at::Tensor a =
+      at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA).dtype(at::kFloat));
   at::Tensor b = at::empty_like(a);
 
   TorchOptions guarded;  // the default: DeferredRelease::Default() with CUDA events
