@@ -165,7 +165,9 @@ def _no_plain_bytes(t: torch.Tensor) -> Optional[str]:
         wrapped = torch._C._functorch.is_functorch_wrapped_tensor(t)
     except (AttributeError, RuntimeError):  # pragma: no cover - an older or newer torch
         wrapped = False
-    if wrapped or torch._is_functional_tensor(t):
+    # Functionalization wrappers on other devices (torch_xla wraps every tensor) are copied to
+    # the CPU by _queue like any tensor of those devices.
+    if wrapped or (t.device.type in ("cpu", "cuda") and torch._is_functional_tensor(t)):
         return ("is wrapped by a torch.func transform (vmap, grad, functionalize) or by "
                 "torch.compile's functionalization, and has no plain bytes; write it outside the "
                 "transform (return it from the transformed function, then write the result)")
