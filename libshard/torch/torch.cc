@@ -62,6 +62,7 @@ class CudaEvent final : public DeviceEvent {
 
 // CUDA events through c10's registry of device guards: LibTorch's CUDA library registers the
 // CUDA guard when it is loaded; a CPU-only LibTorch has none, and then nothing is asynchronous.
+// Device copies (TorchOptions::device) record on their own device's type, as before.
 class CudaEvents final : public DeviceEventSource {
  public:
   bool MayBeReadAsynchronously(const void* data) override {
@@ -74,8 +75,10 @@ class CudaEvents final : public DeviceEventSource {
       return false;
     }
   }
+  // `device` may be another accelerator (TorchOptions::device): any type with a device guard.
   std::unique_ptr<DeviceEvent> Record(std::optional<c10::Device> device) override {
-    c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
+    c10::impl::VirtualGuardImpl guard(device.has_value() ? device->type()
+                                                         : c10::DeviceType::CUDA);
     const c10::Device where = device.has_value() ? *device : guard.getDevice();
     c10::Event event(where.type());
     event.record(guard.getStream(where));
