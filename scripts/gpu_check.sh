@@ -9,7 +9,9 @@
 #       packages of those libraries into .gpu-deps/ for a build from source when no wheel fits.
 #   there (the GPU machine):               bash scripts/gpu_check.sh [OUT_DIR]
 #       installs the wheel from dist/ (or builds from source with .gpu-deps/), then runs
-#       `pytest -m cuda`, the loader suites, and bench/gpu_bench.py; the report lands in
+#       `pytest -m cuda`, the loader suites, the C++ adapter's non_blocking check
+#       (tests/gpu/torch_nonblocking_check.cc, built with CMake against the GPU's LibTorch and
+#       the libraries of .gpu-deps/), and bench/gpu_bench.py; the report lands in
 #       OUT_DIR/gpu_figures.md, the logs beside it.
 set -euo pipefail
 
@@ -21,7 +23,8 @@ PYVER="${PYVER:-3.12}"
 if [[ "${1:-}" == "--prepare" ]]; then
   bash scripts/build_wheels.sh "$PYVER"
   mkdir -p .gpu-deps
-  (cd .gpu-deps && apt-get download liburing-dev liburing2 libzstd-dev libzstd1 libxxhash-dev libxxhash0)
+  (cd .gpu-deps && apt-get download liburing-dev liburing2 libzstd-dev libzstd1 libxxhash-dev libxxhash0 \
+     pkgconf-bin libpkgconf3)
   grep -qx '/.gpu-deps/' .git/info/exclude 2>/dev/null || echo '/.gpu-deps/' >> .git/info/exclude
   ls -la dist/ .gpu-deps/
   echo "prepared: carry 'dist' and '.gpu-deps' to the GPU machine"
@@ -78,6 +81,42 @@ cuda_rc=${PIPESTATUS[0]}
   | tee "$OUT_DIR/pytest_loader.log"
 set -e
 
+step "C++ adapter: non_blocking copy from a dropped tensor while the arena is reused"
+# Builds libshard, libshard::torch and tests/gpu/torch_nonblocking_check against this machine's
+# CUDA LibTorch (the libraries of .gpu-deps/ where the system lacks them); exit 77 = skipped.
+set +e
+(
+  set -e
+  CXX_DEPS="$WORK/cxx-deps"
+  if compgen -G ".gpu-deps/*.deb" >/dev/null; then
+    for f in .gpu-deps/*.deb; do dpkg -x "$f" "$CXX_DEPS"; done
+    multiarch=$(ls -d "$CXX_DEPS"/usr/lib/*-linux-gnu | head -n1)
+    export PKG_CONFIG_PATH="$multiarch/pkgconfig:$CXX_DEPS/usr/share/pkgconfig"
+    export PKG_CONFIG_SYSROOT_DIR="$CXX_DEPS" CPATH="$CXX_DEPS/usr/include"
+    export LIBRARY_PATH="$multiarch"
+    export LD_LIBRARY_PATH="$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if ! command -v pkg-config >/dev/null && [[ -x "$CXX_DEPS/usr/bin/pkgconf" ]]; then
+      mkdir -p "$CXX_DEPS/bin"; ln -sf "$CXX_DEPS/usr/bin/pkgconf" "$CXX_DEPS/bin/pkg-config"
+      export PATH="$CXX_DEPS/bin:$PATH"
+    fi
+  fi
+  command -v nvcc >/dev/null || export PATH="/usr/local/cuda/bin:$PATH"  # TorchConfig wants it
+  export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"  # no kernels are built; skips probing
+  torch_prefix=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$REPO" -B "$WORK/cxx" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$torch_prefix" -DLIBSHARD_BUILD_TESTS=OFF -DLIBSHARD_BUILD_TOOLS=OFF \
+    -DLIBSHARD_BUILD_BENCH=OFF -DLIBSHARD_BUILD_PYTHON=OFF >"$OUT_DIR/cxx_build.log" 2>&1
+  cmake --build "$WORK/cxx" -j"$(nproc)" --target torch_nonblocking_check \
+    >>"$OUT_DIR/cxx_build.log" 2>&1
+  timeout 300 "$WORK/cxx/tests/gpu/torch_nonblocking_check"
+) 2>&1 | tee "$OUT_DIR/cxx_nonblocking.log"
+cxx_rc=${PIPESTATUS[0]}
+[[ $cxx_rc -ne 0 ]] && tail -n 30 "$OUT_DIR/cxx_build.log" 2>/dev/null
+echo "torch_nonblocking_check exit status: $cxx_rc (0 passed, 77 skipped)" \
+  | tee -a "$OUT_DIR/cxx_nonblocking.log"
+set -e
+
 step "data for the benchmark"
 SRC="$WORK/src"; PACKED="$WORK/packed"
 "$PYTHON" examples/make_eagle3_data.py "$SRC" --samples "${GPU_CHECK_SAMPLES:-48}" --hidden 4096 \
@@ -94,8 +133,10 @@ step "GPU benchmark"
   echo '```'
   tail -n 5 "$OUT_DIR/pytest_cuda.log"
   tail -n 3 "$OUT_DIR/pytest_loader.log"
+  tail -n 2 "$OUT_DIR/cxx_nonblocking.log"
   echo '```'
 } >> "$OUT_DIR/gpu_figures.md"
 step "done: $OUT_DIR/gpu_figures.md"
 rm -rf "$WORK"
+[[ $cuda_rc -eq 0 && $cxx_rc -ne 0 && $cxx_rc -ne 77 ]] && exit "$cxx_rc"
 exit "$cuda_rc"

@@ -5,9 +5,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "libshard/dataset.h"
@@ -371,6 +376,340 @@ TEST(TorchAdapter, ToTensorInputRoundTripsThroughTheWriter) {
   EXPECT_EQ(strided.status().code(), StatusCode::kInvalidArgument);
   auto complex = ToTensorInput("z", at::zeros({2}, at::kComplexFloat));
   EXPECT_EQ(complex.status().code(), StatusCode::kUnsupported);
+  // No plain bytes: refused with what to do, not with LibTorch's exception.
+  auto sparse = ToTensorInput("s", at::eye(3).to_sparse());
+  EXPECT_EQ(sparse.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(sparse.status().message().find("to_dense"), std::string::npos)
+      << sparse.status().message();
+  auto meta = ToTensorInput("m", at::empty({2}, at::TensorOptions().device(at::kMeta)));
+  EXPECT_EQ(meta.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(meta.status().message().find("meta device"), std::string::npos)
+      << meta.status().message();
+}
+
+// --- Deferred release behind device events, with stand-in events --------------------------------
+//
+// The real case (a pinned arena, t.to(kCUDA, non_blocking) then the tensor dropped) runs in the
+// GPU check (tests/gpu/torch_nonblocking_check.cc); here stand-in events say when "the device"
+// has finished, so the ordering is checked without a GPU.
+
+class FakeEvents final : public DeviceEventSource {
+ public:
+  bool MayBeReadAsynchronously(const void*) override { return async.load(); }
+  std::unique_ptr<DeviceEvent> Record(std::optional<c10::Device>) override {
+    auto done = std::make_shared<std::atomic<bool>>(born_done.load());
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(done);
+    return std::make_unique<Event>(std::move(done));
+  }
+  size_t recorded() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_.size();
+  }
+  void Complete(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.at(i)->store(true);
+  }
+  void CompleteAll() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : events_) e->store(true);
+  }
+
+  std::atomic<bool> async{true};
+  std::atomic<bool> born_done{false};  // events recorded from now on have completed at once
+
+ private:
+  struct Event final : DeviceEvent {
+    explicit Event(std::shared_ptr<std::atomic<bool>> d) : done(std::move(d)) {}
+    bool Query() override { return done->load(); }
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mu_;
+  std::vector<std::shared_ptr<std::atomic<bool>>> events_;
+};
+
+// Polls `done` for up to 10 s (the poller thread releases within about a millisecond).
+bool Eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+constexpr uint64_t kReleaseSamples = 24;
+constexpr uint64_t kReleaseLength = 256;
+constexpr uint64_t kReleaseHidden = 32;
+
+std::vector<std::byte> ReleaseBytes(uint64_t sample) {
+  std::vector<std::byte> bytes(kReleaseLength * kReleaseHidden * 2);
+  std::mt19937_64 rng(sample + 1000);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng() & 0xff);
+  return bytes;
+}
+
+// Samples of one size, {input_ids int64 [L], hidden_state bf16 [L, H]}, hidden_state's bytes
+// from ReleaseBytes(i).
+void WriteReleaseDataset(const std::string& dir) {
+  Schema schema;
+  schema.fields = {Field{"input_ids", DType::kInt64, 1, 0},
+                   Field{"hidden_state", DType::kBFloat16, 2, 0}};
+  schema.length_field = 0;
+  WriterOptions options;
+  options.fsync = false;
+  auto writer = Writer::Create(dir, schema, options);
+  ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+  for (uint64_t i = 0; i < kReleaseSamples; ++i) {
+    std::vector<int64_t> ids(kReleaseLength, static_cast<int64_t>(i));
+    const std::vector<std::byte> hs = ReleaseBytes(i);
+    SampleInput input;
+    input.source.path = "s" + std::to_string(i);
+    input.tensors = {TensorInput{"input_ids", DType::kInt64, {kReleaseLength}, ids.data()},
+                     TensorInput{"hidden_state", DType::kBFloat16,
+                                 {kReleaseLength, kReleaseHidden}, hs.data()}};
+    const Status appended = (*writer)->Append(input);
+    ASSERT_TRUE(appended.ok()) << appended.ToString();
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+class TorchDeferredReleaseTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteReleaseDataset(dir_.path().string());
+    auto dataset = Dataset::Open(dir_.path().string());
+    ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
+    dataset_ = *dataset;
+  }
+  std::unique_ptr<Loader> MakeLoader() {
+    LoaderOptions options;
+    options.shuffle = false;
+    options.memory_budget = 10 * 24 << 10;  // about ten samples
+    options.verify_checksums = true;
+    auto loader = Loader::Create(dataset_, options);
+    EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+    return loader.ok() ? std::move(*loader) : nullptr;
+  }
+  TorchOptions Options() {
+    TorchOptions options;
+    options.release = release_;
+    return options;
+  }
+
+  // A sample taken from the loader whose views were dropped while its event is pending.
+  struct Held {
+    uint64_t index;
+    const std::byte* data;
+    std::weak_ptr<const void> memory;
+  };
+  // Takes the next sample, checks its hidden_state, drops every view; returns what it held.
+  Held TakeAndDrop(Loader& loader) {
+    auto batch = loader.Next();
+    EXPECT_TRUE(batch.ok() && batch->has_value()) << batch.status().ToString();
+    if (!batch.ok() || !batch->has_value()) return Held{};
+    const Sample& sample = (*batch)->samples.at(0);
+    Held held{sample.index(), nullptr, sample.memory_owner()};
+    const size_t before = events_->recorded();
+    {
+      auto tensors = ToTensors(sample, Options());
+      EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
+      const at::Tensor& hs = (*tensors)["hidden_state"];
+      const std::vector<std::byte> want = ReleaseBytes(held.index);
+      EXPECT_EQ(std::memcmp(hs.const_data_ptr(), want.data(), want.size()), 0)
+          << "sample " << held.index;
+      held.data = static_cast<const std::byte*>(hs.const_data_ptr());
+      EXPECT_EQ(events_->recorded(), before) << "an event is recorded at the release, not before";
+      // What a trainer does here: hs.to(kCUDA, /*non_blocking=*/true), then drops the views.
+    }
+    *batch = std::nullopt;
+    EXPECT_EQ(events_->recorded(), before + 1) << "one event per sample, at its last view's death";
+    return held;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<Dataset> dataset_;
+  std::shared_ptr<FakeEvents> events_ = std::make_shared<FakeEvents>();
+  std::shared_ptr<DeferredRelease> release_ = DeferredRelease::Create(
+      DeferredReleaseOptions{events_, 1024, uint64_t{1} << 30, std::chrono::seconds(10)});
+};
+
+TEST_F(TorchDeferredReleaseTest, MemoryIsNotReusedWhileItsEventIsPendingAndIsOnceItCompleted) {
+  std::unique_ptr<Loader> loader = MakeLoader();
+  ASSERT_NE(loader, nullptr);
+  std::vector<Held> held;
+  for (int i = 0; i < 3; ++i) held.push_back(TakeAndDrop(*loader));
+  EXPECT_EQ(release_->stats().pending, 3u);
+  // Every later sample's event completes at once: the loader cycles through the rest of its
+  // arena (the whole epoch, many times the free memory) while the three stay held.
+  events_->born_done = true;
+  for (uint64_t n = 3; n < kReleaseSamples; ++n) {
+    const Held next = TakeAndDrop(*loader);
+    EXPECT_EQ(next.index, n);
+    for (const Held& h : held) {
+      ASSERT_FALSE(h.memory.expired()) << "sample " << h.index << " released early";
+      const std::vector<std::byte> want = ReleaseBytes(h.index);
+      ASSERT_EQ(std::memcmp(h.data, want.data(), want.size()), 0)
+          << "sample " << h.index << "'s bytes were reused while its copy could be reading them";
+    }
+  }
+  auto end = loader->Next();
+  ASSERT_TRUE(end.ok() && !end->has_value());
+  // The device finishes: the held memory goes back.
+  events_->CompleteAll();
+  EXPECT_TRUE(release_->Drain(std::chrono::seconds(10)));
+  for (const Held& h : held) {
+    EXPECT_TRUE(Eventually([&] { return h.memory.expired(); })) << "sample " << h.index;
+  }
+  const DeferredReleaseStats stats = release_->stats();
+  EXPECT_EQ(stats.deferred, kReleaseSamples);
+  EXPECT_EQ(stats.released, kReleaseSamples);
+  EXPECT_EQ(stats.waited, 0u);
+  EXPECT_EQ(stats.pending, 0u);
+  // And the arena serves another epoch from the memory it got back.
+  ASSERT_TRUE(loader->SetEpoch(1).ok());
+  for (uint64_t n = 0; n < kReleaseSamples; ++n) EXPECT_EQ(TakeAndDrop(*loader).index, n);
+}
+
+TEST_F(TorchDeferredReleaseTest, NothingIsDeferredWhenNoDeviceCanReadTheMemory) {
+  events_->async = false;
+  std::unique_ptr<Loader> loader = MakeLoader();
+  ASSERT_NE(loader, nullptr);
+  auto batch = loader->Next();
+  ASSERT_TRUE(batch.ok() && batch->has_value());
+  std::weak_ptr<const void> memory = (*batch)->samples.at(0).memory_owner();
+  {
+    auto tensors = ToTensors((*batch)->samples.at(0), Options());
+    ASSERT_TRUE(tensors.ok());
+  }
+  *batch = std::nullopt;
+  EXPECT_TRUE(memory.expired());
+  EXPECT_EQ(events_->recorded(), 0u);
+  EXPECT_EQ(release_->stats().deferred, 0u);
+}
+
+TEST_F(TorchDeferredReleaseTest, DestroyingTheLoaderWithPendingEventsIsSafe) {
+  std::vector<Held> held;
+  {
+    std::unique_ptr<Loader> loader = MakeLoader();
+    ASSERT_NE(loader, nullptr);
+    for (int i = 0; i < 2; ++i) held.push_back(TakeAndDrop(*loader));
+    dataset_.reset();
+  }  // the loader and the dataset are gone; the pending releases hold their arena
+  for (const Held& h : held) {
+    ASSERT_FALSE(h.memory.expired());
+    const std::vector<std::byte> want = ReleaseBytes(h.index);
+    EXPECT_EQ(std::memcmp(h.data, want.data(), want.size()), 0) << "sample " << h.index;
+  }
+  events_->CompleteAll();
+  EXPECT_TRUE(release_->Drain(std::chrono::seconds(10)));
+  for (const Held& h : held) EXPECT_TRUE(Eventually([&] { return h.memory.expired(); }));
+}
+
+// A hand-made sample of `n` bytes whose views are made and dropped at once.
+std::weak_ptr<std::vector<std::byte>> DropViews(uint64_t index, size_t n,
+                                                const TorchOptions& options) {
+  auto bytes = std::make_shared<std::vector<std::byte>>(n, std::byte{7});
+  std::weak_ptr<std::vector<std::byte>> watch = bytes;
+  auto tensors = ToTensors(HandMade(index, std::move(bytes), DType::kUInt8,
+                                    {static_cast<uint64_t>(n)}),
+                           options);
+  EXPECT_TRUE(tensors.ok()) << tensors.status().ToString();
+  return watch;
+}
+
+TEST(TorchDeferredRelease, TheBoundMakesTheReleaseWaitForTheOldestEvent) {
+  auto events = std::make_shared<FakeEvents>();
+  TorchOptions options;
+  options.release = DeferredRelease::Create(DeferredReleaseOptions{
+      events, /*max_pending=*/2, uint64_t{1} << 30, std::chrono::seconds(20)});
+  auto a = DropViews(0, 64, options);
+  auto b = DropViews(1, 64, options);
+  EXPECT_EQ(options.release->stats().pending, 2u);
+  std::atomic<bool> returned{false};
+  std::weak_ptr<std::vector<std::byte>> c;
+  std::thread third([&] {
+    c = DropViews(2, 64, options);
+    returned = true;
+  });
+  // The third release waits for room; nothing is released to make it.
+  ASSERT_TRUE(Eventually([&] { return options.release->stats().waited == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());
+  EXPECT_FALSE(a.expired());
+  EXPECT_FALSE(b.expired());
+  events->Complete(0);  // the oldest copy completes: its memory goes, the third gets its place
+  third.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_TRUE(Eventually([&] { return a.expired(); }));
+  EXPECT_FALSE(b.expired());
+  EXPECT_FALSE(c.expired());
+  DeferredReleaseStats stats = options.release->stats();
+  EXPECT_EQ(stats.pending, 2u);
+  EXPECT_EQ(stats.peak_pending, 2u);
+  EXPECT_EQ(stats.over_bound, 0u);
+  events->CompleteAll();
+  EXPECT_TRUE(options.release->Drain(std::chrono::seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return b.expired() && c.expired(); }));
+}
+
+TEST(TorchDeferredRelease, PastMaxWaitTheMemoryIsHeldBeyondTheBoundNeverReleasedEarly) {
+  auto events = std::make_shared<FakeEvents>();
+  TorchOptions options;
+  options.release = DeferredRelease::Create(DeferredReleaseOptions{
+      events, 100, /*max_pending_bytes=*/100, std::chrono::milliseconds(30)});
+  auto a = DropViews(0, 64, options);  // admitted: the first is always
+  auto b = DropViews(1, 64, options);  // 128 bytes > 100: waits 30 ms, then is held anyway
+  DeferredReleaseStats stats = options.release->stats();
+  EXPECT_EQ(stats.waited, 1u);
+  EXPECT_EQ(stats.over_bound, 1u);
+  EXPECT_EQ(stats.pending, 2u);
+  EXPECT_EQ(stats.pending_bytes, 128u);
+  EXPECT_FALSE(a.expired());
+  EXPECT_FALSE(b.expired());
+  EXPECT_FALSE(options.release->Drain(std::chrono::milliseconds(5)));
+  events->CompleteAll();
+  EXPECT_TRUE(options.release->Drain(std::chrono::seconds(10)));
+  EXPECT_TRUE(Eventually([&] { return a.expired() && b.expired(); }));
+}
+
+TEST(TorchDeferredRelease, DestroyedWithAPendingEventItKeepsTheMemory) {
+  auto events = std::make_shared<FakeEvents>();
+  TorchOptions options;
+  options.release = DeferredRelease::Create(
+      DeferredReleaseOptions{events, 100, uint64_t{1} << 30, std::chrono::milliseconds(20)});
+  auto done = DropViews(0, 64, options);
+  auto stuck = DropViews(1, 64, options);
+  events->Complete(0);
+  const auto start = std::chrono::steady_clock::now();
+  options.release.reset();  // waits up to max_wait for the pending events, then keeps the rest
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(done.expired());
+  EXPECT_FALSE(stuck.expired()) << "memory a copy may still read must never be handed back";
+}
+
+TEST(TorchDeferredRelease, ToTensorOfOneViewDefersToo) {
+  auto events = std::make_shared<FakeEvents>();
+  TorchOptions options;
+  options.release = DeferredRelease::Create(DeferredReleaseOptions{events});
+  auto bytes = std::make_shared<std::vector<std::byte>>(16, std::byte{1});
+  std::weak_ptr<std::vector<std::byte>> watch = bytes;
+  {
+    Sample sample = HandMade(0, std::move(bytes), DType::kUInt8, {16});
+    auto tensor = ToTensor(sample.tensors()[0], sample.memory_owner(), options);
+    ASSERT_TRUE(tensor.ok());
+  }
+  EXPECT_EQ(events->recorded(), 1u);
+  EXPECT_FALSE(watch.expired());
+  events->CompleteAll();
+  EXPECT_TRUE(Eventually([&] { return watch.expired(); }));
+}
+
+TEST(TorchDeferredRelease, TheCudaSourceDefersNothingWithoutCuda) {
+  if (at::hasCUDA()) GTEST_SKIP() << "CUDA is available";
+  std::vector<std::byte> bytes(64);
+  EXPECT_FALSE(CudaEventSource()->MayBeReadAsynchronously(bytes.data()));
+  EXPECT_FALSE(DeferredRelease::Default()->MayBeReadAsynchronously(bytes.data()));
 }
 
 }  // namespace

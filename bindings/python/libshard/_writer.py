@@ -127,6 +127,55 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _no_plain_bytes(t: torch.Tensor) -> Optional[str]:
+    """Why ``t`` has no plain bytes the Writer could store, and what to do; None when it has.
+
+    The Writer stores a tensor's values as the dense, row-major bytes of its dtype. Tensors whose
+    values are not such bytes in memory are refused before anything of the sample is queued,
+    rather than failing deep inside torch (``NotImplementedError`` for a meta tensor) or storing
+    the bytes of an internal buffer. Views that only need materialising (non-contiguous, conj/neg
+    bits) and tensors on devices other than the CPU and CUDA (copied with ``.to("cpu")``) are
+    not refused: ``_queue`` materialises them.
+    """
+    cls = type(t)
+    if t.is_nested:
+        return ("is a nested tensor, which has no single shape; write each component as its own "
+                "sample, or pad it first (torch.nested.to_padded_tensor(t, 0))")
+    if t.layout != torch.strided:
+        layout = str(t.layout).replace("torch.", "")
+        return (f"has layout {layout}, not strided (its values are not plain bytes); "
+                "call .to_dense() first")
+    if t.is_quantized:
+        return ("is a quantized tensor (its bytes mean nothing without its scale and zero "
+                "point); call .dequantize() first, or .int_repr() to store the integers")
+    if t.is_meta:
+        return ("is on the meta device: it has a shape but no data; materialise it on a real "
+                "device first (compute it outside torch.device('meta'), or fill "
+                "torch.empty_like(t, device='cpu'))")
+    if getattr(cls, "__torch_dispatch__", None) is not torch._C._disabled_torch_dispatch_impl:
+        # FakeTensor, FunctionalTensor, DTensor, wrapper subclasses: values defined by Python code.
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if "fake_tensor" in cls.__module__:
+            return (f"is a {name} (shape and dtype only, no data: made under FakeTensorMode or "
+                    "while torch.compile traces); write tensors computed outside it")
+        return (f"is a tensor subclass {name} whose values come from its __torch_dispatch__, "
+                "not from plain bytes; convert it to a plain torch.Tensor first (e.g. "
+                "DTensor.full_tensor(), or the subclass's own way to materialise it)")
+    try:
+        wrapped = torch._C._functorch.is_functorch_wrapped_tensor(t)
+    except (AttributeError, RuntimeError):  # pragma: no cover - an older or newer torch
+        wrapped = False
+    # Functionalization wrappers on other devices (torch_xla wraps every tensor) are copied to
+    # the CPU by _queue like any tensor of those devices.
+    if wrapped or (t.device.type in ("cpu", "cuda") and torch._is_functional_tensor(t)):
+        return ("is wrapped by a torch.func transform (vmap, grad, functionalize) or by "
+                "torch.compile's functionalization, and has no plain bytes; write it outside the "
+                "transform (return it from the transformed function, then write the result)")
+    if t.device.type in ("cpu", "cuda") and t.numel() > 0 and not torch._C._has_storage(t):
+        return "has no storage (no plain bytes); materialise it as a dense CPU or CUDA tensor first"
+    return None
+
+
 def _choose_seq_dim(shape: Sequence[int], length: Optional[int]) -> int:
     """The rule of ``libshard pack`` (ChooseSeqDim in converters/pack/schema_inference.cc)."""
     rank = len(shape)
@@ -343,8 +392,13 @@ class Writer:
         metadata) under ``key``. Returns before the bytes are on disk.
 
         Raises ``InvalidArgumentError`` (a ``ValueError``) naming the key and the field when the
-        sample does not fit the schema, for a key already written, or for a non-str key; and
-        any error of earlier background work (``libshard.Error``).
+        sample does not fit the schema, for a tensor without plain bytes (meta, sparse or other
+        non-strided layouts, nested, quantized, FakeTensor and other ``__torch_dispatch__``
+        subclasses, tensors of a ``torch.func`` transform: the message says what to call first),
+        for a key already written, or for a non-str key; a refused sample is not written and the
+        Writer stays usable. Also raises any error of earlier background work
+        (``libshard.Error``). Non-contiguous tensors, conj/neg views and tensors that require
+        grad are accepted: their values are materialised.
         """
         if self._closed:
             raise InvalidArgumentError(f"Writer({self.out!r}) is closed")
@@ -370,13 +424,21 @@ class Writer:
                 raise InvalidArgumentError(
                     f"sample {key!r}: field {name!r} is a {type(value).__name__}; a sample holds "
                     "torch tensors and str/int/float/bool metadata")
+        for name, t in tensors.items():
+            why = _no_plain_bytes(t)
+            if why is not None:
+                raise InvalidArgumentError(f"sample {key!r}: field {name!r} {why}")
         if self._schema is None:
             self._open(resume=False, schema=self._given_schema or infer_schema(tensors))
-        self._check(key, tensors)
+        shapes = self._check(key, tensors)
         self._queue(key, tensors, metadata)
+        if self._ref_shapes is None:
+            self._ref_shapes = shapes  # from the first sample accepted, not the first refused
         self._keys.add(key)
 
-    def _check(self, key: str, tensors: Dict[str, torch.Tensor]) -> None:
+    def _check(self, key: str, tensors: Dict[str, torch.Tensor]) -> Dict[str, Tuple[int, ...]]:
+        """Raises InvalidArgumentError where ``tensors`` do not fit the schema or the first
+        sample's shapes; returns their shapes."""
         assert self._schema is not None
         for f in self._schema.fields:
             t = tensors.get(f.name)
@@ -395,8 +457,7 @@ class Writer:
                                        f"{self._schema.names}")
         shapes = {n: tuple(t.shape) for n, t in tensors.items()}
         if self._ref_shapes is None:
-            self._ref_shapes = shapes
-            return
+            return shapes
         for f in self._schema.fields:
             ref, got = self._ref_shapes[f.name], shapes[f.name]
             for d, (a, b) in enumerate(zip(ref, got)):
@@ -405,6 +466,7 @@ class Writer:
                         f"sample {key!r}: field {f.name!r}: shape {list(got)} differs from "
                         f"{list(ref)} (the first sample's) in dim {d}, which is not the "
                         f"sequence dim ({f.seq_dim})")
+        return shapes
 
     def _queue(self, key: str, tensors: Dict[str, torch.Tensor],
                metadata: Dict[str, Any]) -> None:
@@ -427,7 +489,12 @@ class Writer:
                 event = torch.cuda.Event()
                 event.record(stream)
             elif t.device.type != "cpu":
-                t = t.to("cpu")
+                try:
+                    t = t.to("cpu")
+                except (RuntimeError, NotImplementedError) as e:
+                    raise InvalidArgumentError(
+                        f"sample {key!r}: field {f.name!r}: cannot copy it from {t.device} to "
+                        f"the CPU ({e}); write a CPU or CUDA tensor") from e
             if t.is_conj() or t.is_neg():
                 t = t.resolve_conj().resolve_neg()
             if not t.is_contiguous():
