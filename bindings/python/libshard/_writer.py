@@ -30,6 +30,7 @@ from . import _core
 from ._core import InvalidArgumentError
 from ._dataset import Field, Schema
 from ._units import parse_bytes
+from ._world import resolve_world
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,61 +42,11 @@ _EMPTY = ".empty"
 _MAX_PENDING_COPIES = 4
 
 
-def _env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"environment variable {name}={value!r} must be an integer") from None
-
-
 def resolve_writer_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int, str]:
-    """(rank, world_size, where from) for a writer.
-
-    In order: the explicit arguments; torch.distributed when initialised; ``RANK``/``WORLD_SIZE``
-    (torchrun); a Slurm job array (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN`` of
-    ``SLURM_ARRAY_TASK_COUNT``, times ``SLURM_NTASKS`` tasks each, ``SLURM_PROCID`` within one);
-    ``SLURM_PROCID``/``SLURM_NTASKS``; else (0, 1).
-    """
-    source = "arguments"
-    if rank is None and world_size is None:
-        source = ""
-        try:
-            import torch.distributed as dist
-            if dist.is_available() and dist.is_initialized():
-                rank, world_size, source = dist.get_rank(), dist.get_world_size(), \
-                    "torch.distributed"
-        except Exception:  # noqa: BLE001 - a broken distributed setup falls back to the env
-            pass
-        if not source and _env_int("WORLD_SIZE") is not None:
-            rank, world_size, source = _env_int("RANK") or 0, _env_int("WORLD_SIZE"), \
-                "RANK/WORLD_SIZE"
-        if not source and _env_int("SLURM_ARRAY_TASK_COUNT") is not None:
-            task = (_env_int("SLURM_ARRAY_TASK_ID") or 0) - (_env_int("SLURM_ARRAY_TASK_MIN") or 0)
-            tasks = _env_int("SLURM_NTASKS") or 1
-            rank = task * tasks + (_env_int("SLURM_PROCID") or 0)
-            world_size = _env_int("SLURM_ARRAY_TASK_COUNT") * tasks  # type: ignore[operator]
-            source = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"
-        if not source and _env_int("SLURM_NTASKS") is not None:
-            rank, world_size, source = _env_int("SLURM_PROCID") or 0, _env_int("SLURM_NTASKS"), \
-                "SLURM_PROCID/SLURM_NTASKS"
-        if not source:
-            rank, world_size, source = 0, 1, "default"
-    if rank is None or world_size is None:
-        raise InvalidArgumentError(
-            f"give both rank and world_size, or neither (got rank={rank!r}, "
-            f"world_size={world_size!r})")
-    if isinstance(rank, bool) or isinstance(world_size, bool) or \
-            not isinstance(rank, int) or not isinstance(world_size, int):
-        raise InvalidArgumentError(f"rank and world_size must be integers, got rank={rank!r}, "
-                                   f"world_size={world_size!r}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise InvalidArgumentError(f"need 0 <= rank < world_size, got rank={rank}, "
-                                   f"world_size={world_size} (from {source})")
-    return rank, world_size, source
+    """(rank, world_size, where from) for a writer: the one rule of :mod:`libshard._world`
+    (explicit values, torch.distributed, RANK/WORLD_SIZE, a Slurm array, SLURM_PROCID/
+    SLURM_NTASKS, else 0 of 1)."""
+    return resolve_world(rank, world_size)
 
 
 def part_dir(out: str, rank: int, world_size: int) -> str:
