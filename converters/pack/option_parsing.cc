@@ -64,33 +64,6 @@ std::string FormatDuration(double seconds) {
   return buf;
 }
 
-Result<CompressionSpec> ParseCompression(std::string_view text) {
-  const std::string t = AsciiLower(TrimBlanks(text));
-  CompressionSpec spec;
-  if (t == "none") return spec;
-  if (t == "auto" || t == "planes") {
-    spec.field_codecs = t == "auto" ? FieldCodecPolicy::kAuto : FieldCodecPolicy::kPlanes;
-    return spec;
-  }
-  if (t == "zstd") {
-    spec.compression = Compression::kZstd;
-    return spec;
-  }
-  if (t.rfind("zstd:", 0) == 0) {
-    const std::string lvl = t.substr(5);
-    int level = 0;
-    auto [ptr, ec] = std::from_chars(lvl.data(), lvl.data() + lvl.size(), level);
-    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() && level >= -7 &&
-        level <= 22) {
-      spec.compression = Compression::kZstd;
-      spec.level = level;
-      return spec;
-    }
-  }
-  return Status::InvalidArgument("invalid compression '" + std::string(text) +
-                                 "': use none, auto, planes, zstd or zstd:LEVEL with LEVEL in -7..22");
-}
-
 Result<bool> ParseStoreDType(std::string_view text) {
   const std::string t = AsciiLower(TrimBlanks(text));
   if (t.empty() || t == "none") return false;

@@ -231,3 +231,23 @@ def test_torch_distributed_wins_over_the_environment(clean_env, tmp_path):
         assert resolve_world(2, 4) == (2, 4, "arguments")
     finally:
         dist.destroy_process_group()
+
+
+# -- one compression spec parser -----------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["zstd:99", "zstd:x", "lz5", "zstd:-8"])
+def test_writer_compress_is_parsed_by_the_library(tmp_path, spec):
+    with pytest.raises(libshard.InvalidArgumentError,
+                       match=r"Writer option 'compress': invalid compression .*-7\.\.22"):
+        with libshard.Writer(tmp_path / "out", compress=spec, fsync=False) as w:
+            w.write({"input_ids": torch.arange(4)}, key="a")
+
+
+def test_writer_compress_levels_and_codecs_round_trip(tmp_path):
+    for spec in (None, "none", "zstd", "zstd:5", "ZSTD:-3", "auto", "planes"):
+        out = tmp_path / f"ds-{spec}".replace(":", "_")
+        with libshard.Writer(out, compress=spec, fsync=False) as w:
+            w.write({"input_ids": torch.arange(16), "hidden_state": torch.ones(1, 16, 8,
+                                                                               dtype=torch.bfloat16)},
+                    key="a")
+        assert libshard.Dataset(out)[0]["input_ids"].tolist() == list(range(16))

@@ -54,26 +54,6 @@ def part_dir(out: str, rank: int, world_size: int) -> str:
     return os.path.join(out, "parts", f"rank-{rank:05d}-of-{world_size:05d}")
 
 
-def _parse_compress(compress: Optional[str]) -> Tuple[str, int]:
-    if compress is None or compress == "none":
-        return "none", 3
-    if not isinstance(compress, str):
-        raise InvalidArgumentError(
-            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
-    if compress in ("auto", "planes"):  # field codecs (docs/FORMAT.md §4.3)
-        return compress, 3
-    name, _, level = compress.partition(":")
-    if name != "zstd":
-        raise InvalidArgumentError(
-            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
-    if not level:
-        return "zstd", 3
-    try:
-        return "zstd", int(level)
-    except ValueError:
-        raise InvalidArgumentError(f"compress: zstd level {level!r} is not an integer") from None
-
-
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -221,13 +201,12 @@ class Writer:
             raise InvalidArgumentError(
                 f"{self.out} was written by several ranks ({parts_root}); reopen it with the "
                 "same rank and world size as the run that made it, or write to another directory")
-        compression, level = _parse_compress(compress)
         if threads is None:
             threads = max(1, min(4, (os.cpu_count() or 2)))
         self._options: Dict[str, Any] = {
             "shard_size": parse_bytes(shard_size, "Writer shard_size"),
-            "compression": compression,
-            "zstd_level": level,
+            # Parsed (and its zstd level checked) by the library: ParseCompression.
+            "compress": compress,
             "fsync": bool(fsync),
             "threads": threads,
             "queue_bytes": parse_bytes(queue_size, "Writer queue_size"),
