@@ -62,6 +62,9 @@ TEST(LoaderOptionTableTest, SetsMembersFromValues) {
   ASSERT_TRUE(Table().SetFromText(o, "max_tokens", "8192").ok());
   EXPECT_FALSE(o.shuffle);
   EXPECT_EQ(o.max_tokens, 8192u);
+  ASSERT_TRUE(Table().Set(o, "shuffle", OptionValue::Integer(1)).ok());
+  EXPECT_TRUE(o.shuffle);
+  ExpectInvalid(Table().Set(o, "shuffle", OptionValue::Integer(2)), "True or False");
 }
 
 TEST(LoaderOptionTableTest, ErrorsNameTheOptionAsSpelled) {

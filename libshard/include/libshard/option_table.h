@@ -46,7 +46,7 @@ struct OptionValue {
 
 // How a row's value is given. The Python type of each is OptionSpec::py_type.
 enum class OptionType : uint8_t {
-  kBool,       // True/False (CLI: 1/0/true/false)
+  kBool,       // True/False, or 1/0 (CLI: 1/0/true/false)
   kCount,      // an unsigned integer within [min, max]; None (when `unset` says what it means)
   kBytes,      // a byte count: an integer or a size string ("2GiB", units.h)
   kNumber,     // a finite number >= 0 (durations) or any finite number (padding values)

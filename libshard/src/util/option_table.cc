@@ -123,6 +123,11 @@ Status ToBytes(std::string_view what, std::string_view spelled, const OptionValu
 
 Status ToBool(std::string_view what, std::string_view spelled, const OptionValue& value,
               bool* out) {
+  // 0 and 1 too: what the CLI's shuffle=0 and Python's shuffle=args.flag (an int) mean.
+  if (value.kind == OptionValue::Kind::kInteger && !value.negative && value.integer <= 1) {
+    *out = value.integer == 1;
+    return Status::OK();
+  }
   if (value.kind != OptionValue::Kind::kBool)
     return Bad(what, spelled, "must be True or False, got " + value.Describe());
   *out = value.boolean;
