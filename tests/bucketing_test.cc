@@ -427,19 +427,23 @@ TEST(BucketingTest, EffectiveWindowAndValidation) {
 }
 
 TEST(BucketingTest, PlanOptionsForResolvesTheBudget) {
+  // The budget and the window are decided by ResolveLoaderOptions; the plan takes them.
+  const auto plan = [](const LoaderOptions& o) { return PlanOptionsFor(*ResolveLoaderOptions(o)); };
   LoaderOptions lo;
   lo.max_tokens = 100;
-  EXPECT_EQ(PlanOptionsFor(lo).budget, TokenBudget::kSum);
+  EXPECT_EQ(plan(lo).budget, TokenBudget::kSum);
+  EXPECT_EQ(plan(lo).bucket_window, 0u);
   lo.collate = Collate::kPad;
-  EXPECT_EQ(PlanOptionsFor(lo).budget, TokenBudget::kPadded);
+  EXPECT_EQ(plan(lo).budget, TokenBudget::kPadded);
+  EXPECT_EQ(plan(lo).bucket_window, kAutoBucketWindowSize);  // as Python's "auto"
   lo.collate = Collate::kPack;
-  EXPECT_EQ(PlanOptionsFor(lo).budget, TokenBudget::kSum);
+  EXPECT_EQ(plan(lo).budget, TokenBudget::kSum);
   lo.token_budget = TokenBudget::kPadded;
-  EXPECT_EQ(PlanOptionsFor(lo).budget, TokenBudget::kPadded);
+  EXPECT_EQ(plan(lo).budget, TokenBudget::kPadded);
   lo.bucket_window = 64;
   lo.oversized = OversizedSample::kError;
-  EXPECT_EQ(PlanOptionsFor(lo).bucket_window, 64u);
-  EXPECT_EQ(PlanOptionsFor(lo).oversized, OversizedSample::kError);
+  EXPECT_EQ(plan(lo).bucket_window, 64u);
+  EXPECT_EQ(plan(lo).oversized, OversizedSample::kError);
 }
 
 TEST(BatchLayoutTest, PaddedTokensAndFrom) {

@@ -320,13 +320,14 @@ LoaderOptions SmallOptions() {
   return o;
 }
 
-// Every batch of two epochs of `o`, without collate (the same batches: the budget that the
-// collate implies is kept); samples are copied out of the arena.
+// Every batch of two epochs of `o`, without collate (the same batches: consumer_pads keeps the
+// budget and bucket window that kPad implies); samples are copied out of the arena.
 std::vector<std::vector<Sample>> Reference(const std::shared_ptr<Dataset>& ds, LoaderOptions o,
                                            int epochs) {
-  if (o.token_budget == TokenBudget::kAuto)
-    o.token_budget = o.collate == Collate::kPad ? TokenBudget::kPadded : TokenBudget::kSum;
+  o.consumer_pads = o.collate == Collate::kPad;
   o.collate = Collate::kNone;
+  o.padding_value = 0;  // padding values apply to kPad only
+  o.padding_values.clear();
   std::vector<std::vector<Sample>> out;
   auto loader = Loader::Create(ds, o);
   EXPECT_TRUE(loader.ok()) << loader.status().ToString();
@@ -566,6 +567,7 @@ TEST(CollateLoaderTest, SkippedSampleMakesItsBatchSmallerAndStateRecordsIt) {
     o.collate = mode;
     o.batch_size = 4;
     o.shuffle = false;
+    o.bucket_window = 0;  // consecutive batches, as `want` lists them (kPad's auto would bucket)
     o.verify_checksums = true;
     o.on_error = OnError::kSkip;
     auto loader = StreamingLoader::Make(ds, o, {nullptr, [](const std::string&) {}});

@@ -81,6 +81,7 @@ void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
+void RegisterWorld(py::module_& m);  // world.cc: resolve_world
 void RegisterCli(py::module_& m);  // cli.cc: cli_main, the `libshard` command line
 
 }  // namespace libshard::python

@@ -1,7 +1,8 @@
 // libshard._core.Loader: the streaming loader (libshard/loader.h) for the Python layer.
 //
-// Options arrive as a dict whose keys are LoaderOptions' member names (plus "resume", a state
-// dict); unknown keys and wrong types raise ValueError naming the key. next() blocks with the GIL
+// Options arrive as a dict keyed by the loader option table's names (LoaderOptionTable; plus
+// "resume", a state dict); unknown keys and wrong values raise ValueError naming the key as
+// given, in the library's words. next() blocks with the GIL
 // released. Consumer calls (next, set_epoch, state) are serialised by a mutex so that misuse from
 // several Python threads cannot race inside the library; stats() and stop() may run concurrently.
 #include "libshard/loader.h"
@@ -79,76 +80,18 @@ py::dict StateToPython(const LoaderState& state) {
   return out;
 }
 
+// Every key but "resume" (a state dict) is read through the library's option table
+// (LoaderOptionTable): its names, spellings, types, bounds and errors.
 LoaderOptions OptionsFromPython(const py::dict& d) {
+  const OptionTable<LoaderOptions>& table = LoaderOptionTable();
   LoaderOptions o;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "shuffle") o.shuffle = kOptions.Get<bool>(key, v);
-    else if (key == "seed") o.seed = kOptions.Unsigned(key, v);
-    else if (key == "epoch") o.epoch = kOptions.Unsigned(key, v);
-    else if (key == "rank") o.rank = kOptions.U32(key, v);
-    else if (key == "world_size") o.world_size = kOptions.U32(key, v);
-    else if (key == "drop_last") o.drop_last = kOptions.Get<bool>(key, v);
-    else if (key == "order") o.order = kOptions.U32(key, v);
-    else if (key == "resume") {
+    if (key == "resume") {
       if (!v.is_none()) o.resume = StateFromPython(v);
-    } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);
-    else if (key == "max_len") o.max_len = kOptions.Unsigned(key, v);
-    else if (key == "batch_size") o.batch_size = kOptions.U32(key, v);
-    else if (key == "max_tokens") o.max_tokens = kOptions.Unsigned(key, v);
-    else if (key == "token_budget") {
-      Result<TokenBudget> parsed = ParseTokenBudget(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.token_budget = *parsed;
-    } else if (key == "oversized") {
-      Result<OversizedSample> parsed = ParseOversizedSample(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.oversized = *parsed;
-    } else if (key == "bucket_window") o.bucket_window = kOptions.Unsigned(key, v);
-    else if (key == "collate") {
-      Result<Collate> parsed = ParseCollate(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.collate = *parsed;
-    } else if (key == "padding_value") o.padding_value = kOptions.Double(key, v);
-    else if (key == "padding_values") {
-      if (!py::isinstance<py::dict>(v)) kOptions.Bad(key, "must be a dict {field name: number}");
-      for (const auto& [name, value] : py::reinterpret_borrow<py::dict>(v)) {
-        if (!py::isinstance<py::str>(name)) kOptions.Bad(key, "keys must be field names (str)");
-        const std::string field = py::str(name);
-        o.padding_values.emplace_back(field, kOptions.Double(key + "['" + field + "']", value));
-      }
+      continue;
     }
-    else if (key == "memory_budget") o.memory_budget = kOptions.Unsigned(key, v);
-    else if (key == "queue_depth") o.queue_depth = kOptions.U32(key, v);
-    else if (key == "read_size") o.read_size = kOptions.Unsigned(key, v);
-    else if (key == "engine") {
-      Result<IoEngineKind> parsed = ParseIoEngineKind(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.engine = *parsed;
-    } else if (key == "io_mode") {
-      Result<IoMode> parsed = ParseIoMode(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.io_mode = *parsed;
-    } else if (key == "pin_memory") {
-      // True / False, or "auto" / "on" / "off" (libshard.Loader passes "on" or "off": it
-      // knows from torch whether CUDA is usable, so the C++ side makes no probe of its own).
-      if (py::isinstance<py::bool_>(v)) {
-        o.pin_memory = v.cast<bool>() ? PinMemory::kOn : PinMemory::kOff;
-      } else {
-        Result<PinMemory> parsed = ParsePinMemory(kOptions.Get<std::string>(key, v));
-        if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-        o.pin_memory = *parsed;
-      }
-    }
-    else if (key == "worker_threads") o.worker_threads = kOptions.U32(key, v);
-    else if (key == "verify_checksums") o.verify_checksums = kOptions.Get<bool>(key, v);
-    else if (key == "on_error") {
-      Result<OnError> parsed = ParseOnError(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) kOptions.Bad(key, parsed.status().message());
-      o.on_error = *parsed;
-    } else if (key == "slow_wait_warning_seconds") o.slow_wait_warning_seconds = kOptions.Double(key, v);
-    else if (key == "stats_interval_seconds") o.stats_interval_seconds = kOptions.Double(key, v);
-    else kOptions.Bad(key, "is not a known option");
+    ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
   }
   return o;
 }
@@ -312,6 +255,22 @@ class PyLoader {
 }  // namespace
 
 void RegisterLoader(py::module_& m) {
+  m.def("loader_option_table", [] { return OptionTableToPython(LoaderOptionTable()); },
+        "The loader's option table (libshard/loader.h LoaderOptionTable): one dict per option "
+        "with name, member, type, py_type, default, min, max, unset, choices, aliases, doc.");
+  m.def(
+      "resolve_loader_options",
+      [](const py::dict& options) {
+        Result<LoaderOptions> r = ResolveLoaderOptions(OptionsFromPython(options));
+        const LoaderOptions o = ValueOrThrow(std::move(r));
+        py::dict out;
+        out["token_budget"] = o.token_budget == TokenBudget::kPadded ? "padded" : "sum";
+        out["bucket_window"] = o.bucket_window;
+        return out;
+      },
+      py::arg("options"),
+      "What the library decides for the options' \"auto\" settings (token_budget, "
+      "bucket_window), without a dataset.");
   py::class_<PyLoader>(m, "Loader", "The streaming loader; see libshard.Loader for the Python API.")
       .def(py::init<std::shared_ptr<Dataset>, const py::dict&>(), py::arg("dataset"),
            py::arg("options"))

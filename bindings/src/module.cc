@@ -17,6 +17,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterLoader(m);
   lp::RegisterPack(m);
   lp::RegisterWriter(m);
+  lp::RegisterWorld(m);
   lp::RegisterCli(m);
   // The one byte-size parser (libshard/units.h), for libshard._units.
   m.def(

@@ -38,9 +38,9 @@ convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
       if (!size.ok()) ThrowStatus(size.status().WithContext("pack option 'shard_size'"));
       o.shard_size = *size;
     } else if (key == "compress") {
-      Result<convert::CompressionSpec> parsed = convert::ParseCompression(kOptions.Get<std::string>(key, v));
+      Result<CompressionSpec> parsed = ParseCompression(kOptions.Get<std::string>(key, v));
       if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'compress'"));
-      const convert::CompressionSpec& spec = *parsed;
+      const CompressionSpec& spec = *parsed;
       o.compression = spec.compression;
       o.zstd_level = spec.level;
       o.field_codecs = spec.field_codecs;

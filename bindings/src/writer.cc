@@ -230,7 +230,15 @@ PipelineOptions OptionsFromPython(const py::dict& d) {
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
     if (key == "shard_size") o.writer.shard_size = kOptions.Unsigned(key, v);
-    else if (key == "compression") {
+    else if (key == "compress") {
+      // The user's spec, parsed by the library's one parser (ParseCompression).
+      if (v.is_none()) continue;
+      Result<CompressionSpec> spec = ParseCompression(kOptions.Get<std::string>(key, v));
+      if (!spec.ok()) kOptions.Bad(key, spec.status().message());
+      o.writer.compression = spec->compression;
+      o.writer.zstd_level = spec->level;
+      o.writer.field_codecs = spec->field_codecs;
+    } else if (key == "compression") {
       const std::string c = kOptions.Get<std::string>(key, v);
       if (c == "none") o.writer.compression = Compression::kNone;
       else if (c == "zstd") o.writer.compression = Compression::kZstd;

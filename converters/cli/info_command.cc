@@ -31,22 +31,19 @@ struct BatchingRow {
   LoaderOptions options;
 };
 
-Result<uint64_t> ParseCount(std::string_view key, std::string_view value) {
-  uint64_t v = 0;
-  if (value.empty()) return Status::InvalidArgument(std::string(key) + "= needs a number");
-  for (const char c : value) {
-    if (c < '0' || c > '9' || v > (UINT64_MAX - 9) / 10)
-      return Status::InvalidArgument(std::string(key) + "=" + std::string(value) +
-                                     " is not a number of samples or tokens");
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return v;
-}
+// The keys --batches takes: the loader options that shape an epoch's batches, read through the
+// loader's option table (LoaderOptionTable) with its spellings ("budget" for token_budget).
+constexpr std::string_view kBatchesKeys[] = {
+    "max_tokens", "batch_size", "token_budget", "bucket_window", "collate", "oversized",
+    "world_size", "max_len",    "seed",         "epoch",         "shuffle", "order",
+    "drop_last"};
 
-// SPEC: comma-separated key=value with max_tokens or batch_size, and optionally budget
-// (sum|padded), bucket_window, world_size, max_len, seed, epoch, shuffle (0|1), order.
-// Without budget and bucket_window, the three settings users choose between are compared.
+// SPEC: comma-separated key=value with max_tokens or batch_size, and optionally token_budget
+// (budget=sum|padded), bucket_window, collate, world_size, max_len, seed, epoch, shuffle (0|1),
+// order, oversized, drop_last. Without a budget and a bucket_window the three settings users
+// choose between are compared.
 Result<std::vector<BatchingRow>> ParseBatchesSpec(std::string_view spec) {
+  const OptionTable<LoaderOptions>& table = LoaderOptionTable();
   LoaderOptions base;
   bool budget_given = false;
   bool window_given = false;
@@ -61,26 +58,19 @@ Result<std::vector<BatchingRow>> ParseBatchesSpec(std::string_view spec) {
                                      "' is not key=value (e.g. max_tokens=8192)");
     const std::string_view key = TrimBlanks(item.substr(0, eq));
     const std::string_view value = TrimBlanks(item.substr(eq + 1));
-    if (key == "budget") {
-      LIBSHARD_ASSIGN_OR_RETURN(base.token_budget, ParseTokenBudget(value));
-      budget_given = true;
-      continue;
+    const OptionSpec<LoaderOptions>* row = table.Find(key);
+    const bool planning =
+        row != nullptr && std::find(std::begin(kBatchesKeys), std::end(kBatchesKeys),
+                                    row->name) != std::end(kBatchesKeys);
+    if (!planning) {
+      std::string keys;
+      for (std::string_view k : kBatchesKeys) keys += (keys.empty() ? "" : ", ") + std::string(k);
+      return Status::InvalidArgument("--batches: unknown key '" + std::string(key) + "'; use " +
+                                     keys + " (budget for token_budget)");
     }
-    LIBSHARD_ASSIGN_OR_RETURN(const uint64_t v, ParseCount(key, value));
-    if (key == "max_tokens") base.max_tokens = v;
-    else if (key == "batch_size") base.batch_size = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
-    else if (key == "bucket_window") base.bucket_window = v, window_given = true;
-    else if (key == "world_size") base.world_size = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
-    else if (key == "max_len") base.max_len = v;
-    else if (key == "seed") base.seed = v;
-    else if (key == "epoch") base.epoch = v;
-    else if (key == "shuffle") base.shuffle = v != 0;
-    else if (key == "order") base.order = static_cast<uint32_t>(std::min<uint64_t>(v, UINT32_MAX));
-    else
-      return Status::InvalidArgument(
-          "--batches: unknown key '" + std::string(key) +
-          "'; use max_tokens, batch_size, budget, bucket_window, world_size, max_len, seed, "
-          "epoch, shuffle, order");
+    LIBSHARD_RETURN_IF_ERROR(table.SetFromText(base, key, value).WithContext("--batches"));
+    budget_given |= row->name == "token_budget";
+    window_given |= row->name == "bucket_window";
   }
   if (base.max_tokens == 0 && base.batch_size <= 1)
     return Status::InvalidArgument("--batches needs max_tokens=N or batch_size=N (> 1)");
@@ -89,14 +79,16 @@ Result<std::vector<BatchingRow>> ParseBatchesSpec(std::string_view spec) {
   if (base.max_tokens > 0) {
     BatchingRow sum{"collate=\"pack\" (summed budget)", base};
     sum.options.token_budget = TokenBudget::kSum;
+    sum.options.bucket_window = 0;
     rows.push_back(sum);
   }
   BatchingRow padded{"collate=\"pad\", bucket_window=None", base};
   padded.options.token_budget = TokenBudget::kPadded;
+  padded.options.bucket_window = 0;
   rows.push_back(padded);
   BatchingRow bucketed{"collate=\"pad\" (bucket_window 4096)", base};
   bucketed.options.token_budget = TokenBudget::kPadded;
-  bucketed.options.bucket_window = 4096;
+  bucketed.options.bucket_window = kAutoBucketWindowSize;
   rows.push_back(bucketed);
   return rows;
 }
@@ -107,7 +99,8 @@ Result<nlohmann::json> DescribeBatches(const Dataset& ds, std::string_view spec)
   for (const BatchingRow& row : rows) {
     Result<BatchingSummary> s = SummarizeBatching(ds, row.options);
     if (!s.ok()) return s.status().WithContext("--batches");
-    const LoaderOptions& o = row.options;
+    // What the loader decides for the row's "auto" settings, as it reports them.
+    LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions o, ResolveLoaderOptions(row.options));
     out.push_back({{"label", row.label},
                    {"max_tokens", o.max_tokens},
                    {"batch_size", o.batch_size},

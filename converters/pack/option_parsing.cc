@@ -10,6 +10,7 @@
 
 #include "libshard/loader.h"
 #include "libshard/text.h"
+#include "libshard/world.h"
 
 namespace libshard::convert {
 namespace {
@@ -63,33 +64,6 @@ std::string FormatDuration(double seconds) {
   return buf;
 }
 
-Result<CompressionSpec> ParseCompression(std::string_view text) {
-  const std::string t = AsciiLower(TrimBlanks(text));
-  CompressionSpec spec;
-  if (t == "none") return spec;
-  if (t == "auto" || t == "planes") {
-    spec.field_codecs = t == "auto" ? FieldCodecPolicy::kAuto : FieldCodecPolicy::kPlanes;
-    return spec;
-  }
-  if (t == "zstd") {
-    spec.compression = Compression::kZstd;
-    return spec;
-  }
-  if (t.rfind("zstd:", 0) == 0) {
-    const std::string lvl = t.substr(5);
-    int level = 0;
-    auto [ptr, ec] = std::from_chars(lvl.data(), lvl.data() + lvl.size(), level);
-    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() && level >= -7 &&
-        level <= 22) {
-      spec.compression = Compression::kZstd;
-      spec.level = level;
-      return spec;
-    }
-  }
-  return Status::InvalidArgument("invalid compression '" + std::string(text) +
-                                 "': use none, auto, planes, zstd or zstd:LEVEL with LEVEL in -7..22");
-}
-
 Result<bool> ParseStoreDType(std::string_view text) {
   const std::string t = AsciiLower(TrimBlanks(text));
   if (t.empty() || t == "none") return false;
@@ -97,21 +71,6 @@ Result<bool> ParseStoreDType(std::string_view text) {
   return Status::InvalidArgument("invalid store dtype '" + std::string(text) +
                                  "': use float8_e4m3fn (lossy fp8 hidden states) or none");
 }
-
-namespace {
-
-// The integer value of environment variable `name`; nullopt when unset or empty.
-Result<std::optional<uint64_t>> EnvU64(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return std::optional<uint64_t>();
-  auto n = ParseU64(v, name);
-  if (!n.ok())
-    return Status::InvalidArgument("--part auto: environment variable " + std::string(name) +
-                                   "='" + v + "' is not a non-negative integer");
-  return std::optional<uint64_t>(*n);
-}
-
-}  // namespace
 
 Status ParseAttribute(std::string_view text, Attributes* attributes) {
   const size_t eq = text.find('=');
@@ -131,36 +90,17 @@ Status ParseAttribute(std::string_view text, Attributes* attributes) {
   return ValidateAttributes(*attributes).WithContext("--attr");
 }
 
+// --part auto: the library's rank resolver (libshard/world.h) over the process's environment;
+// "auto" with no launcher variables set is a mistake to name, not part 0 of 1.
 Result<PartSpec> PartFromEnvironment() {
-  LIBSHARD_ASSIGN_OR_RETURN(auto rank, EnvU64("RANK"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto world, EnvU64("WORLD_SIZE"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto task, EnvU64("SLURM_ARRAY_TASK_ID"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto task_min, EnvU64("SLURM_ARRAY_TASK_MIN"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto task_count, EnvU64("SLURM_ARRAY_TASK_COUNT"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto procid, EnvU64("SLURM_PROCID"));
-  LIBSHARD_ASSIGN_OR_RETURN(auto ntasks, EnvU64("SLURM_NTASKS"));
-  uint64_t i = 0, n = 0;
-  std::string from;
-  if (world) {
-    i = rank.value_or(0), n = *world, from = "RANK/WORLD_SIZE";
-  } else if (task_count) {
-    const uint64_t t = task.value_or(0), t0 = task_min.value_or(0), per = ntasks.value_or(1);
-    if (t < t0 || per == 0 || *task_count > UINT32_MAX || per > UINT32_MAX)
-      return Status::InvalidArgument("--part auto: inconsistent SLURM_ARRAY_TASK_* variables");
-    i = (t - t0) * per + procid.value_or(0), n = *task_count * per;
-    from = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT";
-  } else if (ntasks) {
-    i = procid.value_or(0), n = *ntasks, from = "SLURM_PROCID/SLURM_NTASKS";
-  } else {
+  Result<World> world = ResolveWorld(WorldRequest{std::nullopt, std::nullopt, ""},
+                                     ProcessEnvironment());
+  if (!world.ok()) return world.status().WithContext("--part auto");
+  if (world->source == "default")
     return Status::InvalidArgument(
         "--part auto: none of RANK/WORLD_SIZE (torchrun), SLURM_ARRAY_TASK_ID/"
         "SLURM_ARRAY_TASK_COUNT or SLURM_PROCID/SLURM_NTASKS is set; give --part I/N");
-  }
-  if (n == 0 || n > UINT32_MAX || i >= n)
-    return Status::InvalidArgument("--part auto: part " + std::to_string(i) + " of " +
-                                   std::to_string(n) + " (from " + from +
-                                   ") is not a part: need 0 <= I < N");
-  return PartSpec{static_cast<uint32_t>(i), static_cast<uint32_t>(n)};
+  return PartSpec{world->rank, world->world_size};
 }
 
 Result<PartSpec> ParsePart(std::string_view text) {

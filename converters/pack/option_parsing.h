@@ -24,14 +24,9 @@ std::string FormatBytes(uint64_t bytes);
 // "1h02m03s", "4m05s", "12.3s".
 std::string FormatDuration(double seconds);
 
-struct CompressionSpec {
-  Compression compression = Compression::kNone;
-  int level = 3;
-  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;  // "auto", "planes" (FORMAT.md §4.3)
-};
-// "none", "zstd", "zstd:LEVEL" (LEVEL in -7..22): whole-sample zstd; "auto", "planes": field
-// codecs chosen per field (libshard::ChooseFieldCodecs).
-Result<CompressionSpec> ParseCompression(std::string_view text);
+// --compress: the library's parser (libshard/writer.h), shared with the Python Writer.
+using ::libshard::CompressionSpec;
+using ::libshard::ParseCompression;
 // "" or "float8_e4m3fn" (--store-dtype): whether hidden states are stored as fp8 (lossy).
 Result<bool> ParseStoreDType(std::string_view text);
 

@@ -46,7 +46,7 @@ def test_bad_strings_quote_the_value():
 
 
 def test_loader_options_use_the_parser(eagle_dataset):
-    with pytest.raises(libshard.InvalidArgumentError, match="memory_budget: invalid size '2Gigs'"):
+    with pytest.raises(libshard.InvalidArgumentError, match="memory_budget'?: invalid size '2Gigs'"):
         libshard.Loader(eagle_dataset, memory_budget="2Gigs")
     with pytest.raises(libshard.InvalidArgumentError, match="read_size"):
         libshard.Loader(eagle_dataset, read_size="0")

@@ -13,39 +13,16 @@ from ._collate import pack_collate, pad_collate
 from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
 from ._tensors import INDEX_KEY, make_tensor, sample_to_dict
-from ._units import parse_bytes
+from ._world import resolve_world
 
 Collate = Union[str, Callable[[List[Dict[str, Any]]], Any], None]
 
 
 def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int]:
-    """(rank, world_size): explicit values, else torch.distributed when initialised, else the
-    RANK / WORLD_SIZE environment variables (as torchrun sets them), else (0, 1)."""
-    if rank is None or world_size is None:
-        dist_rank: Optional[int] = None
-        dist_world: Optional[int] = None
-        try:
-            import torch.distributed as dist
-            if dist.is_available() and dist.is_initialized():
-                dist_rank, dist_world = dist.get_rank(), dist.get_world_size()
-        except Exception:  # noqa: BLE001 - a broken distributed setup falls back to the env
-            pass
-        if dist_rank is None:
-            try:
-                dist_rank = int(os.environ.get("RANK", "0"))
-                dist_world = int(os.environ.get("WORLD_SIZE", "1"))
-            except ValueError as e:
-                raise InvalidArgumentError(
-                    f"RANK / WORLD_SIZE environment variables must be integers: {e}") from None
-        rank = dist_rank if rank is None else rank
-        world_size = dist_world if world_size is None else world_size
-    if isinstance(rank, bool) or isinstance(world_size, bool) or \
-            not isinstance(rank, int) or not isinstance(world_size, int):
-        raise InvalidArgumentError(f"rank and world_size must be integers, got rank={rank!r}, "
-                                   f"world_size={world_size!r}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise InvalidArgumentError(f"need 0 <= rank < world_size, got rank={rank}, "
-                                   f"world_size={world_size}")
+    """(rank, world_size) by the one rule of :mod:`libshard._world`: explicit values, else
+    torch.distributed when initialised, else RANK/WORLD_SIZE (torchrun), a Slurm array,
+    SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
+    rank, world_size, _ = resolve_world(rank, world_size)
     return rank, world_size
 
 
@@ -99,10 +76,12 @@ class Loader:
         libshard before versions (O(n) per epoch), to reproduce an earlier run. A state dict
         carries its version, and one without ``"order"`` (saved by an earlier libshard) resumes
         onto order 1 exactly.
-      rank, world_size: default to torch.distributed when initialised, else RANK/WORLD_SIZE, else
-        0/1.
+      rank, world_size: default to torch.distributed when initialised, else torchrun's
+        RANK/WORLD_SIZE, else a Slurm array or SLURM_PROCID/SLURM_NTASKS, else 0/1 (the one rule
+        of ``libshard/world.h``, shared with the Writer and ``pack --part auto``).
       drop_last: drop the tail instead of padding by wrap-around (and drop a last partial batch).
-      fields: read only these tensors (less I/O).
+      fields: read only these tensors (less I/O); None reads every field, and an empty list is
+        an error (it would select nothing).
       max_len: read only the first ``max_len`` positions along each field's sequence dimension.
       max_tokens: token-budget batches (from the index lengths; no I/O to plan them). The
         budget bounds what a batch occupies: with ``collate="pad"`` the batch's sample count x
@@ -152,6 +131,10 @@ class Loader:
       queue_depth, read_size, engine ("auto"/"uring"/"pread"), io_mode ("auto"/"direct"/
         "buffered"), worker_threads, slow_wait_warning_seconds,
         stats_interval_seconds: tuning, see ``libshard/loader.h``.
+
+    Every option is checked, and every ``"auto"`` decided, by the C++ library
+    (``LoaderOptionTable`` and ``ResolveLoaderOptions`` in ``libshard/loader.h``), so a C++
+    caller with the same options gets the same batches.
 
     Raises a ``libshard.Error``: ``NotFoundError`` (a ``FileNotFoundError``) for a missing dataset,
     ``InvalidArgumentError`` (a ``ValueError``) for bad options (the message names the option),
@@ -203,72 +186,33 @@ class Loader:
                                        f"got {type(data).__name__}")
         self._dataset.check(expect)
         self._rank, self._world_size = resolve_rank(rank, world_size)
-        if batch_size is not None and max_tokens is not None:
-            raise InvalidArgumentError("batch_size and max_tokens are exclusive: give one of them")
-        for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
-                            ("max_len", max_len)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value < 1):
-                raise InvalidArgumentError(
-                    f"{name} must be a positive integer or None, got {value!r}")
-        if isinstance(order, bool) or order not in (1, 2):
-            raise InvalidArgumentError(
-                f"order must be 1 or 2 (the shuffle's version), got {order!r}")
-        if token_budget not in ("auto", "sum", "padded"):
-            raise InvalidArgumentError(
-                f"token_budget must be 'auto', 'sum' or 'padded', got {token_budget!r}")
-        if oversized not in ("batch", "error"):
-            raise InvalidArgumentError(f"oversized must be 'batch' or 'error', got {oversized!r}")
-        bucket = self._bucket_window(bucket_window, collate, batch_size, max_tokens)
-        if on_error not in ("raise", "skip"):
-            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        if isinstance(fields, str):
-            fields = [fields]
-        if fields is not None:
-            unknown = [f for f in fields if f not in self._dataset.schema]
-            if unknown:
-                raise InvalidArgumentError(f"fields {unknown} are not in the dataset "
-                                           f"{self._dataset.path} (it has "
-                                           f"{self._dataset.schema.names})")
-        self._batched = batch_size is not None or max_tokens is not None
         # "pad" / "pack": collated in C++; a callable: in Python on the list of samples.
-        self._native = collate if collate in ("pad", "pack") else None
-        self._collate = None if self._native else self._make_collate(collate)
-        padding = self._check_padding(padding_value, padding_values, collate)
+        native = not callable(collate)
+        self._native = collate if native and collate in ("pad", "pack") else None
+        self._collate = None if native else self._make_collate(collate)
+        self._batched = batch_size is not None or max_tokens is not None
         self._return_index = bool(return_index)
         self._metadata = bool(metadata)
         self._device = self._check_device(device)
+        # The user's values, untouched: the library checks them and decides every "auto"
+        # (LoaderOptionTable, ResolveLoaderOptions), in the same words for every front end.
         self._options: Dict[str, Any] = {
-            "shuffle": bool(shuffle),
-            "seed": seed,
-            "order": order,
-            "rank": self._rank,
-            "world_size": self._world_size,
-            "drop_last": bool(drop_last),
-            "fields": list(fields or []),
-            "max_len": max_len or 0,
-            "batch_size": batch_size or 0,
-            "max_tokens": max_tokens or 0,
-            "token_budget": "padded" if token_budget == "auto" and self._pads(collate)
-                            else ("sum" if token_budget == "auto" else token_budget),
-            "oversized": oversized,
-            "bucket_window": bucket,
-            "memory_budget": parse_bytes(memory_budget, "memory_budget"),
-            "queue_depth": queue_depth,
-            "read_size": parse_bytes(read_size, "read_size"),
-            "engine": engine,
-            "io_mode": io_mode,
-            "pin_memory": self._pin_mode(pin_memory),
-            "worker_threads": worker_threads,
-            "verify_checksums": verify is None or bool(verify),
-            "on_error": on_error,
-            "slow_wait_warning_seconds": float(slow_wait_warning_seconds),
-            "stats_interval_seconds": float(stats_interval_seconds),
+            "shuffle": shuffle, "seed": seed, "order": order,
+            "rank": self._rank, "world_size": self._world_size, "drop_last": drop_last,
+            "fields": fields, "max_len": max_len,
+            "batch_size": batch_size, "max_tokens": max_tokens,
+            "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,
+            "collate": collate if native else None,
+            "padding_value": padding_value, "padding_values": padding_values,
+            "memory_budget": memory_budget, "queue_depth": queue_depth, "read_size": read_size,
+            "engine": engine, "io_mode": io_mode, "pin_memory": self._pin_mode(pin_memory),
+            "worker_threads": worker_threads, "verify": verify, "on_error": on_error,
+            "slow_wait_warning_seconds": slow_wait_warning_seconds,
+            "stats_interval_seconds": stats_interval_seconds,
         }
-        if self._native:
-            self._options["collate"] = self._native
-            self._options["padding_value"] = padding[0]
-            self._options["padding_values"] = padding[1]
+        if collate is pad_collate:
+            # Python pads these batches: the "auto" budget and bucket window follow collate="pad".
+            self._options["consumer_pads"] = True
         self._core: Optional[_core.Loader] = None
         self._release: Optional[DeferredRelease] = None
         self._core = self._new_core(self._options)
@@ -277,68 +221,27 @@ class Loader:
         self._exhausted = False
 
     # -- configuration ---------------------------------------------------------------------
-    #: Samples per window of length-aware batching when ``bucket_window="auto"`` turns it on.
+    #: Samples per window of length-aware batching when ``bucket_window="auto"`` turns it on
+    #: (decided in C++: libshard/loader.h kAutoBucketWindowSize).
     AUTO_BUCKET_WINDOW = 4096
 
-    @staticmethod
-    def _pads(collate: Collate) -> bool:
-        return collate == "pad" or collate is pad_collate
-
-    @classmethod
-    def _bucket_window(cls, bucket_window: Union[int, str, None], collate: Collate,
-                       batch_size: Optional[int], max_tokens: Optional[int]) -> int:
-        batched = (batch_size is not None and batch_size > 1) or max_tokens is not None
-        if bucket_window == "auto":
-            return cls.AUTO_BUCKET_WINDOW if batched and cls._pads(collate) else 0
-        if bucket_window is None or bucket_window == 0:
-            return 0
-        if isinstance(bucket_window, bool) or not isinstance(bucket_window, int) or \
-                bucket_window < 0:
-            raise InvalidArgumentError(f"bucket_window must be 'auto', a number of samples or "
-                                       f"None, got {bucket_window!r}")
-        if not batched:
-            raise InvalidArgumentError(
-                f"bucket_window={bucket_window} groups samples into batches of similar length: "
-                "give batch_size > 1 or max_tokens as well, or leave bucket_window unset")
-        return bucket_window
     def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
         core = _core.Loader(self._dataset._core, options)
         core.set_metadata(self._metadata)
         return core
 
-    @staticmethod
-    def _check_padding(padding_value: Any, padding_values: Optional[Mapping[str, float]],
-                       collate: Collate) -> Tuple[float, Dict[str, float]]:
-        def number(name: str, v: Any) -> float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise InvalidArgumentError(f"{name} must be a number, got {v!r}")
-            return float(v)
-
-        value = number("padding_value", padding_value)
-        if padding_values is not None and not isinstance(padding_values, Mapping):
-            raise InvalidArgumentError(
-                f"padding_values must be a dict {{field: number}}, got {padding_values!r}")
-        values = {str(k): number(f"padding_values[{k!r}]", v)
-                  for k, v in (padding_values or {}).items()}
-        if (value != 0 or values) and collate != "pad":
-            raise InvalidArgumentError("padding_value / padding_values apply to collate='pad' "
-                                       f"only (collate={collate!r})")
-        return value, values
-
-    def _make_collate(self, collate: Collate) -> Optional[Callable[[List[Dict[str, Any]]], Any]]:
+    def _make_collate(self, collate: Callable[[List[Dict[str, Any]]], Any]
+                      ) -> Callable[[List[Dict[str, Any]]], Any]:
+        """A Python collate: the library's pad/pack functions get the schema's sequence
+        dimensions; any other callable is used as given."""
         schema = self._dataset.schema
-        if collate is None:
-            return None
-        if collate == "pad" or collate is pad_collate:
+        if collate is pad_collate:
             return lambda s: pad_collate(s, seq_dims=schema.seq_dims,
                                          length_field=schema.length_field)
-        if collate == "pack" or collate is pack_collate:
+        if collate is pack_collate:
             return lambda s: pack_collate(s, seq_dims=schema.seq_dims,
                                           length_field=schema.length_field)
-        if callable(collate):
-            return collate
-        raise InvalidArgumentError(
-            f"collate must be None, 'pad', 'pack' or a callable, got {collate!r}")
+        return collate
 
     @staticmethod
     def _check_device(device: Union[str, torch.device, None]) -> Optional[torch.device]:

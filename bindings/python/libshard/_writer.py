@@ -30,6 +30,7 @@ from . import _core
 from ._core import InvalidArgumentError
 from ._dataset import Field, Schema
 from ._units import parse_bytes
+from ._world import resolve_world
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -41,86 +42,16 @@ _EMPTY = ".empty"
 _MAX_PENDING_COPIES = 4
 
 
-def _env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"environment variable {name}={value!r} must be an integer") from None
-
-
 def resolve_writer_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, int, str]:
-    """(rank, world_size, where from) for a writer.
-
-    In order: the explicit arguments; torch.distributed when initialised; ``RANK``/``WORLD_SIZE``
-    (torchrun); a Slurm job array (``SLURM_ARRAY_TASK_ID`` minus ``SLURM_ARRAY_TASK_MIN`` of
-    ``SLURM_ARRAY_TASK_COUNT``, times ``SLURM_NTASKS`` tasks each, ``SLURM_PROCID`` within one);
-    ``SLURM_PROCID``/``SLURM_NTASKS``; else (0, 1).
-    """
-    source = "arguments"
-    if rank is None and world_size is None:
-        source = ""
-        try:
-            import torch.distributed as dist
-            if dist.is_available() and dist.is_initialized():
-                rank, world_size, source = dist.get_rank(), dist.get_world_size(), \
-                    "torch.distributed"
-        except Exception:  # noqa: BLE001 - a broken distributed setup falls back to the env
-            pass
-        if not source and _env_int("WORLD_SIZE") is not None:
-            rank, world_size, source = _env_int("RANK") or 0, _env_int("WORLD_SIZE"), \
-                "RANK/WORLD_SIZE"
-        if not source and _env_int("SLURM_ARRAY_TASK_COUNT") is not None:
-            task = (_env_int("SLURM_ARRAY_TASK_ID") or 0) - (_env_int("SLURM_ARRAY_TASK_MIN") or 0)
-            tasks = _env_int("SLURM_NTASKS") or 1
-            rank = task * tasks + (_env_int("SLURM_PROCID") or 0)
-            world_size = _env_int("SLURM_ARRAY_TASK_COUNT") * tasks  # type: ignore[operator]
-            source = "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT"
-        if not source and _env_int("SLURM_NTASKS") is not None:
-            rank, world_size, source = _env_int("SLURM_PROCID") or 0, _env_int("SLURM_NTASKS"), \
-                "SLURM_PROCID/SLURM_NTASKS"
-        if not source:
-            rank, world_size, source = 0, 1, "default"
-    if rank is None or world_size is None:
-        raise InvalidArgumentError(
-            f"give both rank and world_size, or neither (got rank={rank!r}, "
-            f"world_size={world_size!r})")
-    if isinstance(rank, bool) or isinstance(world_size, bool) or \
-            not isinstance(rank, int) or not isinstance(world_size, int):
-        raise InvalidArgumentError(f"rank and world_size must be integers, got rank={rank!r}, "
-                                   f"world_size={world_size!r}")
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise InvalidArgumentError(f"need 0 <= rank < world_size, got rank={rank}, "
-                                   f"world_size={world_size} (from {source})")
-    return rank, world_size, source
+    """(rank, world_size, where from) for a writer: the one rule of :mod:`libshard._world`
+    (explicit values, torch.distributed, RANK/WORLD_SIZE, a Slurm array, SLURM_PROCID/
+    SLURM_NTASKS, else 0 of 1)."""
+    return resolve_world(rank, world_size)
 
 
 def part_dir(out: str, rank: int, world_size: int) -> str:
     """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out``."""
     return os.path.join(out, "parts", f"rank-{rank:05d}-of-{world_size:05d}")
-
-
-def _parse_compress(compress: Optional[str]) -> Tuple[str, int]:
-    if compress is None or compress == "none":
-        return "none", 3
-    if not isinstance(compress, str):
-        raise InvalidArgumentError(
-            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
-    if compress in ("auto", "planes"):  # field codecs (docs/FORMAT.md §4.3)
-        return compress, 3
-    name, _, level = compress.partition(":")
-    if name != "zstd":
-        raise InvalidArgumentError(
-            f"compress must be None, 'auto', 'planes', 'zstd' or 'zstd:LEVEL', got {compress!r}")
-    if not level:
-        return "zstd", 3
-    try:
-        return "zstd", int(level)
-    except ValueError:
-        raise InvalidArgumentError(f"compress: zstd level {level!r} is not an integer") from None
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -319,13 +250,12 @@ class Writer:
             raise InvalidArgumentError(
                 f"{self.out} was written by several ranks ({parts_root}); reopen it with the "
                 "same rank and world size as the run that made it, or write to another directory")
-        compression, level = _parse_compress(compress)
         if threads is None:
             threads = max(1, min(4, (os.cpu_count() or 2)))
         self._options: Dict[str, Any] = {
             "shard_size": parse_bytes(shard_size, "Writer shard_size"),
-            "compression": compression,
-            "zstd_level": level,
+            # Parsed (and its zstd level checked) by the library: ParseCompression.
+            "compress": compress,
             "fsync": bool(fsync),
             "threads": threads,
             "queue_bytes": parse_bytes(queue_size, "Writer queue_size"),

@@ -17,6 +17,7 @@
 
 #include "libshard/dataset.h"
 #include "libshard/io_options.h"  // IoEngineKind, IoMode
+#include "libshard/option_table.h"
 #include "libshard/sample.h"
 #include "libshard/status.h"
 
@@ -123,6 +124,11 @@ inline constexpr uint64_t kMaxLoaderMemoryBudget = uint64_t{1} << 44;
 inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size: 0..1 GiB
 inline constexpr uint32_t kMaxLoaderBatchSize = uint32_t{1} << 24;  // batch_size: 0..2^24
 inline constexpr uint64_t kMaxLoaderBucketWindow = uint64_t{1} << 24;  // bucket_window: 0..2^24
+// LoaderOptions::bucket_window's default, "auto": kAutoBucketWindowSize samples with padded
+// batches (collate kPad, or consumer_pads) of more than one sample, where padding costs GPU
+// work; 0 (off) otherwise. Resolved once, by ResolveLoaderOptions.
+inline constexpr uint64_t kAutoBucketWindow = UINT64_MAX;
+inline constexpr uint64_t kAutoBucketWindowSize = 4096;
 
 struct LoaderOptions {
   // Order.
@@ -140,7 +146,9 @@ struct LoaderOptions {
   uint32_t order = 2;
 
   // What to read.
-  std::vector<std::string> fields;     // empty: all fields; else only these tensors' bytes
+  // Empty: all fields; else only these tensors' bytes. (Front ends spell "all" None; an empty
+  // list given through the option table is an error, not "all".)
+  std::vector<std::string> fields;
   uint64_t max_len = 0;                // >0: read only the first max_len rows of seq_dim
 
   // Batching: single samples (batch_size 0 or 1), fixed-size batches, or token-budget batches.
@@ -152,8 +160,10 @@ struct LoaderOptions {
   // inside consecutive windows of this many samples of the shuffled order, cuts each window
   // into batches (max_tokens or batch_size) and shuffles the window's batches. Exact-once,
   // equal steps per rank and elastic resume hold as without it. 0: batches are consecutive
-  // samples of the shuffled order. Needs max_tokens or batch_size > 1.
-  uint64_t bucket_window = 0;
+  // samples of the shuffled order. Needs max_tokens or batch_size > 1. kAutoBucketWindow (the
+  // default): on, kAutoBucketWindowSize samples, with padded batches, else off, as the Python
+  // Loader's bucket_window="auto" (one rule, ResolveLoaderOptions).
+  uint64_t bucket_window = kAutoBucketWindow;
 
   // Collation (Collate above). Sequence dimensions come from the schema (Field::seq_dim).
   Collate collate = Collate::kNone;
@@ -162,6 +172,10 @@ struct LoaderOptions {
   // dtype cannot hold, or a name that is not a field, is InvalidArgument at Create.
   double padding_value = 0;
   std::vector<std::pair<std::string, double>> padding_values;  // kPad: per field, overrides
+  // The caller pads the batches itself (collate kNone with a padding collate of its own, such
+  // as Python's pad_collate): the "auto" settings (token_budget, bucket_window) resolve as with
+  // kPad. Changes nothing else.
+  bool consumer_pads = false;
 
   // Memory and I/O.
   // The arena; every queue is bounded by it. Reserved at once (one mapping) but touched, pinned
@@ -247,10 +261,25 @@ inline constexpr uint32_t kAutoDecodeWorkers = 8;
 // The worker threads a Loader starts for `dataset` with `options` (resolving worker_threads 0).
 uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options);
 
+// The loader's option table (libshard/option_table.h): every LoaderOptions setting with its
+// name, type, default, bounds, other spellings and doc. The Python bindings read their dict and
+// `libshard info --batches` its key=value text through it; _core.pyi's option types are
+// generated from it (scripts/gen_core_pyi.py). Rows beyond the members: "verify" (None: check
+// what is read whole; True: also read partial reads whole to check them; False: nothing).
+const OptionTable<LoaderOptions>& LoaderOptionTable();
+
 // InvalidArgument naming the option and its accepted range when a numeric setting of `options`
-// is out of bounds (the k*Loader* constants above), or a duration is negative or not a number.
-// Loader::Create calls it first; bindings may call it to fail early.
+// is out of bounds (the k*Loader* constants above, LoaderOptionTable's bounds), or a duration
+// is negative or not a number. Loader::Create calls it first; bindings may call it to fail early.
 [[nodiscard]] Status ValidateLoaderOptions(const LoaderOptions& options);
+
+// `options` validated, with every "auto" decided, in the one place it is decided:
+//   token_budget kAuto  -> kPadded with padded batches (collate kPad or consumer_pads), else kSum;
+//   bucket_window auto  -> kAutoBucketWindowSize with padded batches of more than one sample
+//                          (max_tokens, or batch_size > 1), else 0.
+// (worker_threads 0 depends on the dataset: AutoWorkerThreads.) Loader::Create and
+// SummarizeBatching use it, and Loader::options() returns the resolved options.
+Result<LoaderOptions> ResolveLoaderOptions(const LoaderOptions& options);
 
 // A batch the loader assembled (LoaderOptions::collate), in one arena region that `memory`
 // keeps alive (like Sample::memory_owner()).

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/attributes.h"
@@ -38,6 +39,21 @@ enum class FieldCodecPolicy : uint32_t {
 // (codec 3, lossy) or, with a policy other than kNone, fp8-entropy (codec 4). All zeros: raw.
 std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
                                        bool store_fp8);
+
+// zstd levels the writer accepts (WriterOptions::zstd_level, "zstd:LEVEL").
+inline constexpr int kMinZstdLevel = -7;
+inline constexpr int kMaxZstdLevel = 22;
+
+// A compression as users write it (Python Writer(compress=...), `libshard pack --compress`):
+//   "none"; "zstd" or "zstd:LEVEL" (LEVEL in kMinZstdLevel..kMaxZstdLevel): whole-sample zstd;
+//   "auto", "planes": field codecs chosen per field (FieldCodecPolicy, ChooseFieldCodecs).
+// Case and surrounding blanks are ignored; anything else is InvalidArgument listing the forms.
+struct CompressionSpec {
+  Compression compression = Compression::kNone;
+  int level = 3;                                             // WriterOptions::zstd_level
+  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;  // WriterOptions::field_codecs
+};
+Result<CompressionSpec> ParseCompression(std::string_view text);
 
 struct WriterOptions {
   uint64_t shard_size = uint64_t{4} << 30;  // roll to a new shard past this; a sample never splits

@@ -9,8 +9,9 @@
 
 namespace libshard {
 
-Result<BatchingSummary> SummarizeBatching(const Dataset& dataset, const LoaderOptions& options) {
-  LIBSHARD_RETURN_IF_ERROR(ValidateLoaderOptions(options));
+Result<BatchingSummary> SummarizeBatching(const Dataset& dataset,
+                                          const LoaderOptions& given) {
+  LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions options, ResolveLoaderOptions(given));
   std::vector<uint64_t> lengths = dataset.lengths();
   for (uint64_t& l : lengths) l = ClippedLength(l, options.max_len);
   const auto shared = std::make_shared<const std::vector<uint64_t>>(std::move(lengths));

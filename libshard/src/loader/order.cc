@@ -140,10 +140,10 @@ PlanOptions PlanOptionsFor(const LoaderOptions& options) {
   plan.batch_size = options.batch_size;
   plan.max_tokens = options.max_tokens;
   plan.oversized = options.oversized;
-  plan.budget = options.token_budget == TokenBudget::kAuto
-                    ? (options.collate == Collate::kPad ? TokenBudget::kPadded : TokenBudget::kSum)
-                    : options.token_budget;
-  plan.bucket_window = options.bucket_window;
+  // Resolved by ResolveLoaderOptions; kAuto here is a caller that skipped it (a test).
+  plan.budget = options.token_budget == TokenBudget::kPadded ? TokenBudget::kPadded
+                                                             : TokenBudget::kSum;
+  plan.bucket_window = options.bucket_window == kAutoBucketWindow ? 0 : options.bucket_window;
   // A resume inside an epoch whose sequence had no bucketing continues without it (section
   // 2a; LoaderState::bucketing). One with bucketing has the same rule (Loader::Create checks).
   if (options.resume && options.resume->position > 0 && options.resume->bucketing.window == 0)

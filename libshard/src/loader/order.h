@@ -152,9 +152,9 @@ struct PlanOptions {
   uint32_t order = kOrderLatest;  // order version (1 or 2) of a shuffled epoch; see section 1.
 };
 
-// The PlanOptions a Loader built with `options` uses for its first epoch: order, batching
-// (the budget kAuto resolved: kPadded with Collate::kPad, else kSum), bucketing and drop_last
-// from `options`; seed, epoch, order version and start_position from options.resume
+// The PlanOptions a Loader built with `options` (resolved by ResolveLoaderOptions, which
+// decides the "auto" budget and bucket window) uses for its first epoch: order, batching,
+// bucketing and drop_last from `options`; seed, epoch, order version and start_position from options.resume
 // when set, else options.seed, options.epoch, options.order and 0. (SetEpoch(e): set .epoch = e
 // and .start_position = 0.)
 // With a resume inside an epoch, bucketing follows the state (LoaderState::bucketing).

@@ -48,7 +48,7 @@ ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const Loade
       window_(window),
       diagnostics_(diagnostics) {
   read_size_ = std::max<uint64_t>(kSlotAlign, SlotBytes(options_.read_size));
-  queue_depth_ = std::min<uint32_t>(options_.queue_depth, 4096);
+  queue_depth_ = options_.queue_depth;  // 1..kMaxLoaderQueueDepth: ValidateLoaderOptions
 }
 
 ReadScheduler::~ReadScheduler() {

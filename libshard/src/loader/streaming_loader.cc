@@ -15,8 +15,10 @@ Result<std::unique_ptr<Loader>> StreamingLoader::Make(std::shared_ptr<const Data
                                                       const LoaderOptions& options,
                                                       DiagnosticsHooks hooks) {
   if (dataset == nullptr) return Status::InvalidArgument("Loader::Create: dataset is null");
+  // Checked before any thread or memory; every "auto" decided here, once (options() shows it).
+  LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions resolved, ResolveLoaderOptions(options));
   std::unique_ptr<StreamingLoader> loader(
-      new StreamingLoader(std::move(dataset), options, std::move(hooks)));
+      new StreamingLoader(std::move(dataset), resolved, std::move(hooks)));
   LIBSHARD_RETURN_IF_ERROR(loader->Init());
   return std::unique_ptr<Loader>(std::move(loader));
 }
@@ -52,7 +54,6 @@ StreamingLoader::~StreamingLoader() {
 
 Status StreamingLoader::Init() {
   const Schema& schema = dataset_->schema();
-  LIBSHARD_RETURN_IF_ERROR(ValidateLoaderOptions(options_));  // before any thread or memory
   std::vector<size_t> field_indices;
   for (const std::string& name : options_.fields) {
     std::optional<size_t> f = schema.Find(name);

@@ -52,9 +52,10 @@ Status ValidateOptions(const WriterOptions& o) {
   if (o.compression != Compression::kNone && o.compression != Compression::kZstd)
     return Status::InvalidArgument("WriterOptions.compression is not a known value");
   LIBSHARD_RETURN_IF_ERROR(ValidateAttributes(o.attributes).WithContext("WriterOptions.attributes"));
-  if (o.zstd_level < -7 || o.zstd_level > 22)
+  if (o.zstd_level < kMinZstdLevel || o.zstd_level > kMaxZstdLevel)
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
-                                   " is not in -7..22");
+                                   " is not in " + std::to_string(kMinZstdLevel) + ".." +
+                                   std::to_string(kMaxZstdLevel));
   if (o.index_version < 1 || o.index_version > format::kCurrentIndexVersion)
     return Status::InvalidArgument("WriterOptions.index_version " +
                                    std::to_string(o.index_version) + " is not 1, 2 or 3");

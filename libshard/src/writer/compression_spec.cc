@@ -1,0 +1,41 @@
+// ParseCompression (libshard/writer.h): the one parser of compression specs, for the CLI's
+// --compress and the Python Writer's compress=.
+#include <charconv>
+#include <string>
+#include <string_view>
+
+#include "libshard/text.h"
+#include "libshard/writer.h"
+
+namespace libshard {
+
+Result<CompressionSpec> ParseCompression(std::string_view text) {
+  const std::string t = AsciiLower(TrimBlanks(text));
+  CompressionSpec spec;
+  if (t == "none") return spec;
+  if (t == "auto" || t == "planes") {
+    spec.field_codecs = t == "auto" ? FieldCodecPolicy::kAuto : FieldCodecPolicy::kPlanes;
+    return spec;
+  }
+  if (t == "zstd") {
+    spec.compression = Compression::kZstd;
+    return spec;
+  }
+  if (t.rfind("zstd:", 0) == 0) {
+    const std::string lvl = t.substr(5);
+    int level = 0;
+    auto [ptr, ec] = std::from_chars(lvl.data(), lvl.data() + lvl.size(), level);
+    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() && level >= kMinZstdLevel &&
+        level <= kMaxZstdLevel) {
+      spec.compression = Compression::kZstd;
+      spec.level = level;
+      return spec;
+    }
+  }
+  return Status::InvalidArgument("invalid compression '" + std::string(text) +
+                                 "': use none, auto, planes, zstd or zstd:LEVEL with LEVEL in " +
+                                 std::to_string(kMinZstdLevel) + ".." +
+                                 std::to_string(kMaxZstdLevel));
+}
+
+}  // namespace libshard
