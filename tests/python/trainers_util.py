@@ -95,3 +95,12 @@ def under(paths: Sequence[str], root: Path) -> List[str]:
     root_s = str(Path(root).resolve())
     return [p for p in paths if os.path.abspath(p).startswith(root_s + os.sep)
             or os.path.abspath(p) == root_s]
+
+
+def assert_opens_dataset_files_only(opened: Sequence[str], dataset: Path) -> None:
+    """Every path opened inside `dataset` is its manifest, index or a shard: none per sample."""
+    allowed = {str(Path(dataset).resolve() / n) for n in ("manifest.json", "index.lsi")}
+    allowed |= {str(p.resolve()) for p in Path(dataset).glob("*.lss")}
+    stray = sorted(set(os.path.abspath(p) for p in under(opened, dataset)) - allowed)
+    assert not stray, f"opened beyond the manifest, index and shards: {stray[:5]}"
+    assert under(opened, dataset), "the child opened nothing in the dataset (strace saw no opens?)"
