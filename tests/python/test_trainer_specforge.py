@@ -3,7 +3,12 @@ collate and loader (run with the trainers' environment: tests/python/trainers_ut
 
 from __future__ import annotations
 
+import ast
+import json
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,10 +128,13 @@ def test_batches_equal_specforge_two_epochs_two_ranks(data):
 def test_vocab_count_from_small_fields(data):
     src, packed = data
     for max_length in (None, 10):
-        assert ls.count_effective_feature_tokens(packed, max_length=max_length,
-                                                 target_vocab_size=500) == \
-            vocab_mapping.count_effective_feature_tokens(str(src), max_length=max_length,
-                                                         target_vocab_size=500)
+        got = ls.count_effective_feature_tokens(packed, max_length=max_length,
+                                                target_vocab_size=500)
+        want = vocab_mapping.count_effective_feature_tokens(str(src), max_length=max_length,
+                                                            target_vocab_size=500)
+        # Equal counts in the same insertion order: SpecForge's vocabulary map breaks ties by it.
+        assert list(got.items()) == list(want.items())
+        assert got.most_common() == want.most_common()
     with pytest.raises(ValueError, match="outside target vocab"):
         ls.count_effective_feature_tokens(packed, target_vocab_size=10)
 
@@ -148,3 +156,92 @@ def test_startup_opens_no_sample_file(data):
                         f"ls.count_effective_feature_tokens({str(packed)!r})\n")
     assert under(mine, src) == []
     assert_opens_dataset_files_only(mine, packed)
+
+
+# -- SpecForge's own training entry: the same losses from libshard as from its reader ----------
+TH = 64       # target/draft hidden size
+VOCAB = 512
+STEPS = 4
+
+
+def _tiny_target(root: Path) -> Path:
+    """A target directory as SpecForge reads it: config.json, and the lm_head / embedding weights
+    behind a safetensors index."""
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": TH,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": VOCAB, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False}))
+    g = torch.Generator().manual_seed(1)
+    weights = {"lm_head.weight": torch.randn(VOCAB, TH, generator=g).bfloat16(),
+               "model.embed_tokens.weight": torch.randn(VOCAB, TH, generator=g).bfloat16()}
+    save_file(weights, str(root / "model.safetensors"))
+    (root / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: "model.safetensors" for k in weights}}))
+    return root
+
+
+def _run(which: str, config: Path, tmp: Path) -> list:
+    env = dict(os.environ, SPECFORGE_DEVICE="cpu", TORCHDYNAMO_DISABLE="1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 2000),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent)] +
+                                          os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "specforge_runner.py"),
+                           which, "train", "--config", str(config)], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, f"{which}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    # SpecForge's console logger: "step N: {metrics}" each log_interval steps.
+    rows = []
+    for line in proc.stdout.splitlines() + proc.stderr.splitlines():
+        m = re.match(r"^step (\d+): (\{.*\})$", line.strip())
+        if m:
+            rows.append({"step": int(m.group(1)), **ast.literal_eval(m.group(2))})
+    return rows
+
+
+def test_training_entry_same_losses(tmp_path):
+    src = tmp_path / "features"
+    write_specforge_dir(src, n=16, hidden=TH, vocab=VOCAB, lengths=[12 + (i * 5) % 20
+                                                                     for i in range(16)])
+    packed = cli_pack(src, tmp_path / "features.libshard")
+    target = _tiny_target(tmp_path / "target")
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": TH,
+        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
+        "num_hidden_layers": 1, "vocab_size": VOCAB, "draft_vocab_size": 128,
+        "max_position_embeddings": 256, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+        "pad_token_id": 0, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}))
+    losses = {}
+    for which, path in (("native", src), ("libshard", packed)):
+        config = tmp_path / f"{which}.yaml"
+        config.write_text(json.dumps({
+            "run_id": f"t-{which}", "output_dir": str(tmp_path / f"out-{which}"),
+            "model": {"target_model_path": str(target), "draft_model_config": str(draft)},
+            "data": {"hidden_states_path": str(path), "max_length": 32,
+                     "dataloader_num_workers": 0},
+            "training": {"batch_size": 2, "max_steps": STEPS, "num_epochs": 1,
+                         "learning_rate": 1e-3, "fsdp_sharding": "NO_SHARD",
+                         "attention_backend": "sdpa", "ttt_length": 2, "log_interval": 1,
+                         "save_interval": 0, "seed": 0},
+        }))
+        losses[which] = _run(which, config, tmp_path)
+    native, mine = losses["native"], losses["libshard"]
+    assert len(native) == STEPS, native
+    keys = sorted(k for k in native[0] if "loss" in k or k.startswith("acc") or k == "grad_norm")
+    assert keys, native[0]
+    for n, m in zip(native, mine):
+        assert n["step"] == m["step"]
+        for k in keys:
+            assert m[k] == n[k], f"step {n['step']} {k}: {m[k]} != {n[k]}"
+    # SpecForge's own step-time figures are there for both readers.
+    assert all("perf/data_wait_time_s" in r for r in native + mine)
+    # The vocabulary map SpecForge derived from the features is the same.
+    maps = [torch.load(p, weights_only=False) for p in
+            sorted(tmp_path.glob("out-*/**/vocab_mapping*.pt"), key=str)]
+    if len(maps) == 2:
+        assert_same(maps[0], maps[1], "vocab mapping")

@@ -243,7 +243,10 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
                                    target_vocab_size: Optional[int] = None) -> Counter:
     """SpecForge's ``count_effective_feature_tokens`` (the vocabulary count behind its draft vocab
     mapping) over a libshard dataset, reading only ``input_ids`` and ``loss_mask`` (a few bytes
-    per token instead of the whole sample). Same counts and the same errors."""
+    per token instead of the whole sample). Same counts, the same errors, and the same insertion
+    order of the ``Counter`` (SpecForge's draft vocabulary breaks ties between equal counts by
+    it): tokens by the first sample, in SpecForge's order (:func:`order`), that holds them, then
+    by token id, as SpecForge's file-by-file pass inserts them."""
     from ._loader import Loader
 
     path = os.fspath(hidden_states_path)
@@ -253,14 +256,20 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
     missing = [n for n in ("input_ids", "loss_mask") if n not in ds.schema]
     if missing:
         raise KeyError(f"{path} cannot derive an EAGLE vocab mapping; missing {missing}")
-    counts: Counter = Counter()
+    position = {sample: pos for pos, sample in enumerate(order(ds))}
+    totals: Dict[int, int] = {}
+    first: Dict[int, int] = {}
     loader = Loader(ds, batch_size=256, shuffle=False, fields=["input_ids", "loss_mask"],
                     metadata=False, return_index=True, pin_memory=False,
                     memory_budget="256MiB")
     try:
         for batch in loader:
             for sample in batch:
-                where = f"{path} sample {int(sample['__index__'])}"
+                index = int(sample["__index__"])
+                if index not in position:
+                    continue  # not a sample SpecForge's reader would list
+                pos = position[index]
+                where = f"{path} sample {index} ({ds.source(index)})"
                 input_ids = sample["input_ids"].reshape(-1)
                 loss_mask = sample["loss_mask"].reshape(-1)
                 if input_ids.numel() != loss_mask.numel():
@@ -280,9 +289,14 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
                     if target_vocab_size is not None and token_id >= target_vocab_size:
                         raise ValueError(f"{where} contains token id {token_id}, outside target "
                                          f"vocab size {target_vocab_size}")
-                    counts[token_id] += int(frequency)
+                    totals[token_id] = totals.get(token_id, 0) + int(frequency)
+                    if pos < first.get(token_id, len(position)):
+                        first[token_id] = pos
     finally:
         loader.close()
+    counts: Counter = Counter()
+    for token_id in sorted(totals, key=lambda t: (first[t], t)):
+        counts[token_id] = totals[token_id]
     return counts
 
 
