@@ -375,4 +375,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from libshard.specforge import main as _main  # one copy of the module, not this __main__
+
+    sys.exit(_main())
