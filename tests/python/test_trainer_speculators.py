@@ -5,7 +5,11 @@ tests/python/trainers_util.py)."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -151,3 +155,64 @@ def test_startup_opens_no_sample_file(data):
     opened = opened_files(code)
     assert under(opened, data_dir / "hidden_states") == []
     assert_opens_dataset_files_only(opened, packed)
+
+
+# -- speculators' own training entry: the same losses with the libshard backend ---------------
+def _verifier(root: Path) -> Path:
+    """A local verifier as speculators reads it: config.json and the embedding, lm_head and norm
+    weights behind a safetensors index."""
+    from safetensors.torch import save_file
+
+    root.mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H,
+        "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 2,
+        "num_hidden_layers": 4, "vocab_size": 300, "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-6, "hidden_act": "silu", "torch_dtype": "bfloat16",
+        "tie_word_embeddings": False}))
+    g = torch.Generator().manual_seed(2)
+    w = {"lm_head.weight": torch.randn(300, H, generator=g).bfloat16(),
+         "model.embed_tokens.weight": torch.randn(300, H, generator=g).bfloat16(),
+         "model.norm.weight": torch.ones(H).bfloat16()}
+    save_file(w, str(root / "model.safetensors"))
+    (root / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: "model.safetensors" for k in w}}))
+    return root
+
+
+def test_training_entry_same_losses(tmp_path):
+    data_dir = write_speculators_dir(tmp_path / "data", n=24)
+    cli_pack(data_dir / "hidden_states", data_dir / "hidden_states.libshard")
+    verifier = _verifier(tmp_path / "verifier")
+    args = ["--verifier-name-or-path", str(verifier), "--data-path", str(data_dir),
+            "--speculator-type", "eagle3", "--num-layers", "1", "--draft-arch", "llama",
+            "--target-layer-ids", "0", "1", "2", "--mask-token-id", "0",
+            "--draft-attn-impl", "sdpa", "--loss-implementation", "eager",
+            "--total-seq-len", str(SEQ), "--num-workers", "0", "--epochs", "1",
+            "--max-steps", "4", "--log-freq", "1", "--lr", "1e-3", "--seed", "0",
+            "--train-data-ratio", "0.75", "--scheduler-type", "none",
+            "--no-resume-from-checkpoint"]
+    runs = {}
+    for which in ("native", "libshard"):
+        metrics = tmp_path / f"metrics.{which}.jsonl"
+        extra = ["--hidden-states-backend", "libshard"] if which == "libshard" else []
+        env = dict(os.environ, OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1",
+                   SPECULATORS_METRICS=str(metrics),
+                   PYTHONPATH=os.pathsep.join([str(Path(__file__).parent)] +
+                                              os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+        proc = subprocess.run([sys.executable, str(Path(__file__).parent / "speculators_runner.py"),
+                               which, "train", *args, "--save-path", str(tmp_path / f"out-{which}"),
+                               *extra], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"{which}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+        runs[which] = [r for r in rows if isinstance(r.get("train"), dict) or "val" in r]
+    native, mine = runs["native"], runs["libshard"]
+    train_steps = [r for r in native if isinstance(r.get("train"), dict)]
+    assert len(train_steps) == 4, native
+    assert len(mine) == len(native)
+    for n, m in zip(native, mine):
+        for group in ("train", "val"):
+            if group in n:
+                want = {k: v for k, v in n[group].items() if "loss" in k or "acc" in k}
+                assert want, n[group]
+                assert {k: m[group][k] for k in want} == want, (n.get("global_step"), group)
