@@ -216,3 +216,15 @@ def test_training_entry_same_losses(tmp_path):
                 want = {k: v for k, v in n[group].items() if "loss" in k or "acc" in k}
                 assert want, n[group]
                 assert {k: m[group][k] for k in want} == want, (n.get("global_step"), group)
+
+
+def test_pack_of_the_whole_data_directory(tmp_path):
+    # `libshard pack DATA`: only the hidden-state files are packed (the Arrow files are not
+    # tensors files), as hidden_states/hs_{i}.safetensors; rows still map by name.
+    data_dir = write_speculators_dir(tmp_path / "data", n=12)
+    packed = cli_pack(data_dir, tmp_path / "packed")
+    mine, native = lsp.LibshardTransfer(packed), hs.FileTransfer(data_dir / "hidden_states")
+    assert [mine.sample_index(i) for i in range(12)] == list(range(12))
+    for i in range(12):
+        assert_same(mine.get_cached(i)["hidden_states"], native.get_cached(i)["hidden_states"],
+                    f"hs_{i}")
