@@ -28,6 +28,7 @@ def test_import_libshard_imports_no_trainer():
 
 
 @pytest.mark.parametrize("module,trainer", [("libshard.specforge", "specforge"),
+                                            ("libshard.speculators", "hs_connectors"),
                                             ("libshard.modelopt", "modelopt")])
 def test_integration_without_its_trainer_says_what_to_install(module, trainer):
     # A meta-path finder that refuses the trainer, as if it were not installed.
