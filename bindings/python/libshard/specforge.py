@@ -262,36 +262,51 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
     loader = Loader(ds, batch_size=256, shuffle=False, fields=["input_ids", "loss_mask"],
                     metadata=False, return_index=True, pin_memory=False,
                     memory_budget="256MiB")
+    big = len(position)
     try:
         for batch in loader:
+            ids_parts, pos_parts = [], []
             for sample in batch:
                 index = int(sample["__index__"])
                 if index not in position:
                     continue  # not a sample SpecForge's reader would list
                 pos = position[index]
-                where = f"{path} sample {index} ({ds.source(index)})"
                 input_ids = sample["input_ids"].reshape(-1)
                 loss_mask = sample["loss_mask"].reshape(-1)
                 if input_ids.numel() != loss_mask.numel():
-                    raise ValueError(f"{where} has {input_ids.numel()} input ids but "
-                                     f"{loss_mask.numel()} loss-mask entries")
+                    raise ValueError(f"{path} sample {index} ({ds.source(index)}) has "
+                                     f"{input_ids.numel()} input ids but {loss_mask.numel()} "
+                                     "loss-mask entries")
                 if max_length is not None:
                     input_ids = input_ids[:max_length]
                     loss_mask = loss_mask[:max_length]
                 selected = input_ids[loss_mask.to(dtype=bool)]
                 if selected.numel() == 0:
                     continue
-                token_ids, frequencies = selected.unique(return_counts=True)
-                for token_id, frequency in zip(token_ids.tolist(), frequencies.tolist()):
-                    token_id = int(token_id)
-                    if token_id < 0:
-                        raise ValueError(f"{where} contains negative token id {token_id}")
-                    if target_vocab_size is not None and token_id >= target_vocab_size:
-                        raise ValueError(f"{where} contains token id {token_id}, outside target "
-                                         f"vocab size {target_vocab_size}")
-                    totals[token_id] = totals.get(token_id, 0) + int(frequency)
-                    if pos < first.get(token_id, len(position)):
-                        first[token_id] = pos
+                # SpecForge checks the sample's sorted unique ids in order: a negative id first.
+                lowest = int(selected.min())
+                if lowest < 0:
+                    raise ValueError(f"{path} sample {index} ({ds.source(index)}) contains "
+                                     f"negative token id {lowest}")
+                if target_vocab_size is not None and int(selected.max()) >= target_vocab_size:
+                    bad = int(selected[selected >= target_vocab_size].min())
+                    raise ValueError(f"{path} sample {index} ({ds.source(index)}) contains token "
+                                     f"id {bad}, outside target vocab size {target_vocab_size}")
+                ids_parts.append(selected)
+                pos_parts.append(torch.full((selected.numel(),), pos, dtype=torch.long))
+            if not ids_parts:
+                continue
+            # One unique per batch: the count of each id and the first sample (in SpecForge's
+            # order) that holds it.
+            ids = torch.cat(ids_parts)
+            pos = torch.cat(pos_parts)
+            uniq, inverse, freq = torch.unique(ids, return_inverse=True, return_counts=True)
+            first_pos = torch.full((uniq.numel(),), big, dtype=torch.long).scatter_reduce(
+                0, inverse, pos, reduce="amin")
+            for token_id, frequency, p in zip(uniq.tolist(), freq.tolist(), first_pos.tolist()):
+                totals[token_id] = totals.get(token_id, 0) + frequency
+                if p < first.get(token_id, big):
+                    first[token_id] = p
     finally:
         loader.close()
     counts: Counter = Counter()
