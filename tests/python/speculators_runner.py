@@ -2,9 +2,9 @@
 (test_trainer_speculators.py): `python speculators_runner.py native|libshard train ARGS...`.
 
 CPU stand-ins for the three places its trainer assumes an accelerator, in this test helper only
-(the shipped libshard.speculators runs unchanged on GPUs): `speculators.train.trainer.get_local_rank`
-gives the device "cpu", `Trainer.device_type` is "cpu" (autocast), `torch.accelerator.synchronize`
-does nothing. The metrics the trainer logs ("speculators.metrics" records, dicts) also go, at full
+(the shipped libshard.speculators runs unchanged on GPUs):
+`speculators.train.trainer.get_local_rank` gives the device "cpu", `Trainer.device_type` is
+"cpu" (autocast), `torch.accelerator.synchronize` does nothing. The metrics the trainer logs ("speculators.metrics" records, dicts) also go, at full
 precision, to $SPECULATORS_METRICS as JSON lines.
 """
 

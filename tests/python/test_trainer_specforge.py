@@ -186,8 +186,10 @@ def _tiny_target(root: Path) -> Path:
 
 
 def _run(which: str, config: Path, tmp: Path) -> list:
-    env = dict(os.environ, SPECFORGE_DEVICE="cpu", TORCHDYNAMO_DISABLE="1", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-               LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 2000),
+    # One torchrun worker's environment: SpecForge's CLI then trains in this process.
+    env = dict(os.environ, SPECFORGE_DEVICE="cpu", TORCHDYNAMO_DISABLE="1", RANK="0",
+               WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(29500 + os.getpid() % 2000),
                PYTHONPATH=os.pathsep.join([str(Path(__file__).parent)] +
                                           os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "specforge_runner.py"),
@@ -223,7 +225,7 @@ def test_training_entry_same_losses(tmp_path):
             "run_id": f"t-{which}", "output_dir": str(tmp_path / f"out-{which}"),
             "model": {"target_model_path": str(target), "draft_model_config": str(draft)},
             "data": {"hidden_states_path": str(path), "max_length": 32,
-                     "dataloader_num_workers": 0},
+                     "dataloader_num_workers": 0, "cache_dir": str(tmp_path / f"cache-{which}")},
             "training": {"batch_size": 2, "max_steps": STEPS, "num_epochs": 1,
                          "learning_rate": 1e-3, "fsdp_sharding": "NO_SHARD",
                          "attention_backend": "sdpa", "ttt_length": 2, "log_interval": 1,
@@ -242,6 +244,6 @@ def test_training_entry_same_losses(tmp_path):
     assert all("perf/data_wait_time_s" in r for r in native + mine)
     # The vocabulary map SpecForge derived from the features is the same.
     maps = [torch.load(p, weights_only=False) for p in
-            sorted(tmp_path.glob("out-*/**/vocab_mapping*.pt"), key=str)]
-    if len(maps) == 2:
-        assert_same(maps[0], maps[1], "vocab mapping")
+            sorted(tmp_path.glob("cache-*/vocab_mapping/*.pt"), key=str)]
+    assert len(maps) == 2, list(tmp_path.glob("cache-*/**"))
+    assert_same(maps[1], maps[0], "vocab mapping")
