@@ -12,9 +12,8 @@ S=512..2048 tokens; `--hidden`, `--min-len`, `--max-len`) packed with `libshard 
 - SpecForge: its own FeatureDataLoader (thread pool, `--workers`), sharding, normalizer and
   collate over LocalFeatureStore + OfflineManifestReader refs, and over libshard.specforge;
 - ModelOpt: a torch DataLoader (`--workers` processes) with EagleOfflineDataCollator over
-  OfflineSupervisedDataset, and over libshard.modelopt.OfflineDataset;
-- speculators: its ArrowDataset, multipack sampler and collate with the file backend, and with
-  the libshard backend.
+  OfflineSupervisedDataset, and over libshard.modelopt.OfflineDataset.
+(speculators is not measured here yet.)
 
 Each "step" takes the next batch (the wait is timed) and then holds the CPU free for `--step-ms`
 (a GPU step: the draft's compute is the accelerator's, not the host's). Reported: data wait as a
