@@ -6,7 +6,8 @@ set -euo pipefail
 APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libgtest-dev
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
           clang libclang-rt-14-dev  # clang + libFuzzer runtime: fuzz/ targets
-          libcurl4-openssl-dev)    # libcurl: s3:// datasets (io/s3_client.cc)
+          libcurl4-openssl-dev     # libcurl: s3:// datasets (io/s3_client.cc)
+          strace)  # the trainer integration tests count the files a startup opens
 PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 
 missing=()
@@ -52,4 +53,7 @@ if ! "$PY" -c 'import importlib.metadata as m, sys, flask, boto3; sys.exit(m.ver
   echo "deps: installing Python packages: moto[server]==5.2.1"
   "$PY" -m pip install -q "moto[server]==5.2.1"
 fi
+# The trainers' virtual environment (SpecForge, speculators, ModelOpt at pinned versions, --no-deps,
+# the system torch) for tests/python/test_trainer_*.py; it only warns when something is missing.
+bash "$(dirname "$0")/trainers_env.sh"
 echo "deps: ok"

@@ -58,6 +58,17 @@ if [ -d tests/python ]; then
   step "Python suites (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider
 fi
 
+# The trainer integrations (libshard.specforge / .speculators / .modelopt) against the trainers'
+# own code, with the python of their environment (scripts/trainers_env.sh; `make deps` builds it).
+# The plain pytest step above skips those files, saying so.
+TRAINERS_PY=${LIBSHARD_TRAINERS_VENV:-$PWD/.venv-trainers}/bin/python
+if [ -x "$TRAINERS_PY" ]; then
+  step "trainer integrations (pytest, trainers' venv)" env TORCHDYNAMO_DISABLE=1 \
+    "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py -p no:cacheprovider
+else
+  echo "=== trainer integrations: skipped (no $TRAINERS_PY; bash scripts/trainers_env.sh builds it)"
+fi
+
 sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
   local kind=$1 dir=$2 regex=$3; shift 3
   local targets=(); for t in "$@"; do targets+=(--target "$t"); done
