@@ -192,7 +192,7 @@ struct LoaderOptions {
   // Threads that verify checksums and decode compressed samples; 1..256, or 0 (the default):
   // one per core (at most kAutoDecodeWorkers) for a dataset stored compressed, whose decoding
   // is most of the loader's work and runs in parallel across samples, else 1 (a checksum
-  // costs about 0.06 CPU-s per GB). AutoWorkerThreads() says what 0 gives.
+  // costs about 0.045 CPU-s per GB, docs/performance.md). AutoWorkerThreads() says what 0 gives.
   uint32_t worker_threads = 0;
   // Every byte served is checked on the worker threads before it is handed out, so damaged or
   // foreign bytes are never served as tensors (FORMAT.md §3.9): a sample read whole against its
