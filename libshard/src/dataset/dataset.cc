@@ -1,8 +1,13 @@
 // Dataset::Open and random access (FORMAT.md §2.2, §3.7, §4).
 #include "libshard/dataset.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "codec/field_codec.h"
 #include "format/index_v2.h"
@@ -29,6 +34,84 @@ using internal::IndexReader;
 
 constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
 constexpr const char* kRepack = "; the dataset is damaged, re-run libshard pack";
+
+// One shard file opened and checked at Open (§4.1, §3.7).
+struct OpenedShard {
+  Status status;
+  ShardInfo info;
+  std::optional<io::File> file;
+};
+
+void OpenShard(const std::string& dir, const format::IndexShard& s, bool check_uid,
+               OpenedShard* out) {
+  const std::string path = internal::JoinPath(dir, s.name);
+  Result<io::OpenedFile> file = io::OpenForReading(path, IoMode::kBuffered);
+  if (!file.ok()) {
+    out->status = Status(file.status().code(), file.status().message() +
+                                                   " (a shard named by the index is missing)" +
+                                                   kRepack);
+    return;
+  }
+  Result<uint64_t> size = file->file.Size();
+  if (!size.ok()) {
+    out->status = size.status();
+    return;
+  }
+  if (*size != s.file_size) {
+    out->status = Status::Corruption(
+        path + ": size " + std::to_string(*size) + " != " + std::to_string(s.file_size) +
+        " recorded in the index (" + (*size < s.file_size ? "truncated" : "extended or replaced") +
+        ")" + kRepack);
+    return;
+  }
+  std::vector<std::byte> header(format::kShardHeaderSize);
+  out->status = file->file.PReadExact(header.data(), header.size(), 0);
+  if (!out->status.ok()) return;
+  uint64_t uid = 0;
+  out->status = format::CheckShardHeader(header, path, &uid);
+  if (!out->status.ok()) return;
+  // Shard ownership (§3.7): a shard file is served only as part of the dataset it was written
+  // for. Indexes without uids (written before the uid revision) are not checked.
+  if (check_uid && uid != s.uid) {
+    out->status = Status::Corruption(
+        path + ": shard was written for another dataset (uid " + format::Hex16(uid) +
+        ", index expects " + format::Hex16(s.uid) + "); the directory mixes two writers' " +
+        "output — re-run libshard pack into an empty directory");
+    return;
+  }
+  out->info = ShardInfo{path, s.file_size, s.sample_count, uid};
+  out->file.emplace(std::move(file->file));
+}
+
+// Opens every shard, up to kOpenThreads at once. No exception leaves a thread: a failure (also
+// an allocation failure) becomes that shard's status; where no thread can be started, the
+// remaining shards are opened on the calling thread.
+void OpenShardsInParallel(const std::string& dir, const std::vector<format::IndexShard>& shards,
+                          bool check_uid, std::vector<OpenedShard>* out) {
+  constexpr size_t kOpenThreads = 8;
+  std::atomic<size_t> next{0};
+  auto work = [&]() noexcept {
+    for (size_t k = next.fetch_add(1); k < shards.size(); k = next.fetch_add(1)) {
+      try {
+        OpenShard(dir, shards[k], check_uid, &(*out)[k]);
+      } catch (const std::exception& e) {
+        (*out)[k].status = Status::ResourceExhausted(dir + ": opening " + shards[k].name + ": " +
+                                                     e.what());
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t extra = std::min(kOpenThreads, shards.size()) - (shards.empty() ? 0 : 1);
+  for (size_t t = 0; t < extra; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::exception&) {
+      break;  // the calling thread does the rest
+    }
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+}
 
 class DatasetImpl final : public Dataset {
  public:
@@ -275,35 +358,19 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   if (manifest.total_raw_bytes != index.total_raw_bytes())
     return disagree("totals.raw_bytes " + std::to_string(manifest.total_raw_bytes));
 
-  // Shard files: size on disk and header (§4.1).
-  ds->shards_.reserve(index.shards().size());
-  ds->shard_files_.reserve(index.shards().size());
-  std::vector<std::byte> header(format::kShardHeaderSize);
-  for (const format::IndexShard& s : index.shards()) {
-    const std::string path = internal::JoinPath(dir, s.name);
-    Result<io::OpenedFile> file = io::OpenForReading(path, IoMode::kBuffered);
-    if (!file.ok())
-      return Status(file.status().code(), file.status().message() +
-                                              " (a shard named by the index is missing)" + kRepack);
-    LIBSHARD_ASSIGN_OR_RETURN(uint64_t size, file->file.Size());
-    if (size != s.file_size)
-      return Status::Corruption(path + ": size " + std::to_string(size) + " != " +
-                                std::to_string(s.file_size) + " recorded in the index (" +
-                                (size < s.file_size ? "truncated" : "extended or replaced") + ")" +
-                                kRepack);
-    LIBSHARD_RETURN_IF_ERROR(file->file.PReadExact(header.data(), header.size(), 0));
-    uint64_t uid = 0;
-    LIBSHARD_RETURN_IF_ERROR(format::CheckShardHeader(header, path, &uid));
-    // Shard ownership (§3.7): a shard file is served only as part of the dataset it was written
-    // for. Indexes without uids (written before the uid revision) are not checked.
-    if (index.has_shard_uids() && uid != s.uid)
-      return Status::Corruption(
-          path + ": shard was written for another dataset (uid " + format::Hex16(uid) +
-          ", index expects " + format::Hex16(s.uid) + "); the directory mixes two writers' " +
-          "output — re-run libshard pack into an empty directory");
-    ds->stored_bytes_ += s.file_size;
-    ds->shards_.push_back(ShardInfo{path, s.file_size, s.sample_count, uid});
-    ds->shard_files_.push_back(std::move(file->file));
+  // Shard files: size on disk and header (§4.1). Each costs a few cold reads (directory entry,
+  // inode, header), so several shards are opened at once; the first failing shard in index order
+  // is the error reported, as if they were opened one after another.
+  const std::vector<format::IndexShard>& index_shards = index.shards();
+  std::vector<OpenedShard> opened(index_shards.size());
+  OpenShardsInParallel(dir, index_shards, index.has_shard_uids(), &opened);
+  ds->shards_.reserve(opened.size());
+  ds->shard_files_.reserve(opened.size());
+  for (OpenedShard& o : opened) {
+    LIBSHARD_RETURN_IF_ERROR(o.status);
+    ds->stored_bytes_ += o.info.size;
+    ds->shards_.push_back(std::move(o.info));
+    ds->shard_files_.push_back(std::move(*o.file));
   }
   if (manifest.total_stored_bytes != ds->stored_bytes_)
     return disagree("totals.stored_bytes " + std::to_string(manifest.total_stored_bytes));
