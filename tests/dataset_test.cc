@@ -137,6 +137,26 @@ TEST_F(DatasetTest, DamagedShardHeaderFailsOpen) {
   ExpectError(Open().status(), StatusCode::kCorruption, {Shard(0).string(), "checksum"});
 }
 
+// Shards are opened several at a time (Dataset::Open): with many shards, several of them damaged
+// in different ways, the error is the first damaged shard's in index order, every time.
+TEST(DatasetManyShardsTest, TheFirstDamagedShardInIndexOrderIsReported) {
+  TempDir dir;
+  WriterOptions o = FastOptions();
+  o.shard_size = 1;  // a shard per sample
+  WriteStandard(dir.path(), 24, o);
+  auto ds = Dataset::Open(dir.path().string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  ASSERT_EQ((*ds)->shards().size(), 24u);
+  for (size_t k = 0; k < 24; ++k)
+    EXPECT_EQ((*ds)->shards()[k].path, (dir / format::ShardFileName(k)).string());
+  FlipByte(dir / format::ShardFileName(17), 100);
+  std::filesystem::remove(dir / format::ShardFileName(21));
+  FlipByte(dir / format::ShardFileName(5), 200);
+  for (int run = 0; run < 5; ++run)
+    ExpectError(Dataset::Open(dir.path().string()).status(), StatusCode::kCorruption,
+                {format::ShardFileName(5), "checksum"});
+}
+
 TEST_F(DatasetTest, EditedIndexFailsTheChecksum) {
   EditIndex([&](std::string& s) { *At(s, RecordOffset(s, 2) + 8) ^= std::byte{1}; },
             /*fix_checksum=*/false);
