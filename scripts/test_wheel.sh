@@ -112,9 +112,11 @@ pkg = os.path.dirname(libshard.__file__)
 if not pkg.startswith(venv):
     fail(f"libshard imported from {pkg}, not from the venv {venv}")
 maps = open("/proc/self/maps").read()
+# libxxhash is a header-only dependency since xxh3 is built per instruction set inside libshard
+# (libshard/src/format/xxh3/): if it is mapped at all, it must be the wheel's copy.
 for stem in ("liburing", "libzstd", "libxxhash", "libdeflate"):
     paths = {l.split()[-1] for l in maps.splitlines() if f"/{stem}" in l}
-    if not paths:
+    if not paths and stem != "libxxhash":
         fail(f"no {stem} mapped after import libshard")
     outside = [p for p in paths if "/libshard.libs/" not in p]
     if outside:
@@ -194,7 +196,7 @@ if not core.__file__.startswith(venv):
     sys.exit(f"test_wheel: FAILED: libshard._core loaded from {core.__file__}, not from {venv}")
 for stem in ("liburing", "libzstd", "libxxhash", "libdeflate"):
     paths = {l.split()[-1] for l in open("/proc/self/maps") if f"/{stem}" in l}
-    if not paths or any("/libshard.libs/" not in p for p in paths):
+    if (not paths and stem != "libxxhash") or any("/libshard.libs/" not in p for p in paths):
         sys.exit(f"test_wheel: FAILED: {stem} mapped from {sorted(paths)}, not the wheel's copy")
 cli = os.path.join(venv, "bin", "libshard")
 for args, want in ((["pack", src, "-o", out, "--shard-size", "64KiB", "-q"], 0),
