@@ -608,19 +608,9 @@ Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
                                    "overlap");
   format::PayloadLayout layout;
   LIBSHARD_RETURN_IF_ERROR(format::ComputeLayout(schema(), dims, &layout));  // validated at load
-  std::vector<uint64_t> stored_sizes;
-  {
-    Status st = index_->FieldStoredSizes(i, &stored_sizes);
-    if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
-  }
-  std::vector<format::FieldCodec> fc;
-  for (uint8_t c : codecs_) fc.push_back(format::FieldCodec{c, {}});
-  std::vector<uint64_t> offsets;
-  uint64_t total = 0;
-  if (!format::ComputeStoredLayout(fc, layout.sizes, stored_sizes, &offsets, &total) ||
-      total != r.stored_size)
-    return Status::Corruption(Where(i, r) + ": the field regions' sizes do not add up to the "
-                              "stored size " + std::to_string(r.stored_size) + kRepack);
+  // Each field's stored region (FORMAT.md §3.8.4), checked against the stored size.
+  std::vector<uint64_t> offsets, stored_sizes;
+  LIBSHARD_RETURN_IF_ERROR(Regions(i, r, dims, &offsets, &stored_sizes));
   // One decoder per thread (the loader decodes on its worker threads).
   thread_local codec::Decoder decoder;
   const bool everything = fields.empty() && max_len == 0;
