@@ -1,0 +1,126 @@
+// The node-local cache's files (docs/CACHE.md): one shard's sparse data file and its state file,
+// the OFD byte-range locks on them, and the small helpers the remote dataset shares (environment
+// sizes, cache file names, whole-object fetches). Private to remote/.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "io/file.h"
+#include "io/s3_client.h"
+#include "libshard/status.h"
+
+namespace libshard::remote {
+
+// docs/CACHE.md §2: the state file of a shard's cache file.
+constexpr char kStateMagic[8] = {'L', 'S', 'C', 'A', 'C', 'H', 'E', '1'};
+constexpr uint64_t kStateHeader = 64;
+constexpr uint64_t kEntryBytes = 16;
+constexpr uint64_t kPresent = 0x31544E4553455250ull;  // "PRESENT1"
+constexpr uint64_t kDefaultBlock = uint64_t{4} << 20;
+constexpr uint64_t kMaxSmallObject = uint64_t{256} << 20;  // manifest
+constexpr uint64_t kMaxIndexObject = uint64_t{16} << 30;
+
+// $name, or "" when unset.
+std::string Env(const char* name);
+// $name as a byte count, or `fallback` when unset or not a number.
+uint64_t EnvBytes(const char* name, uint64_t fallback);
+// A name made of [A-Za-z0-9._-] from `s` (others become '_'), at most `max` characters.
+std::string Sanitize(std::string_view s, size_t max);
+// The 16 hex digits naming a cached object's version (the xxh3 of its ETag).
+std::string EtagTag(const std::string& etag);
+Status Errno(const std::string& what, int e = errno);
+// Creates `dir` and its parents; the error says to point the cache at a writable disk.
+Status MakeDirs(const std::string& dir);
+// Fetches `object` whole into `path` unless there (tmp file + rename, so a reader never sees part).
+Status FetchWhole(io::S3Client* client, const io::S3Url& object, const io::ObjectInfo& info,
+                  uint64_t max_size, const std::string& path);
+// A hard link `link` to `target` (an existing one is kept).
+Status LinkInto(const std::string& target, const std::string& link);
+
+// An OFD byte-range lock (fcntl F_OFD_SETLKW): held by this open file description until
+// released or closed; released by the kernel when the process dies (even by SIGKILL).
+class RangeLock {
+ public:
+  RangeLock() = default;
+  static Result<RangeLock> Acquire(int fd, uint64_t start, uint64_t len, bool exclusive,
+                                   const std::string& path) {
+    struct flock fl {};
+    fl.l_type = exclusive ? F_WRLCK : F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(start);
+    fl.l_len = static_cast<off_t>(len);
+    while (fcntl(fd, F_OFD_SETLKW, &fl) != 0) {
+      if (errno == EINTR) continue;
+      return Errno(path + ": fcntl(F_OFD_SETLKW) at " + std::to_string(start) +
+                   " (the cache directory must be on a file system with local locks)");
+    }
+    RangeLock l;
+    l.fd_ = fd;
+    l.start_ = start;
+    l.len_ = len;
+    return l;
+  }
+  RangeLock(RangeLock&& o) noexcept { *this = std::move(o); }
+  RangeLock& operator=(RangeLock&& o) noexcept {
+    Release();
+    fd_ = std::exchange(o.fd_, -1);
+    start_ = o.start_;
+    len_ = o.len_;
+    return *this;
+  }
+  ~RangeLock() { Release(); }
+  void Release() {
+    if (fd_ < 0) return;
+    struct flock fl {};
+    fl.l_type = F_UNLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(start_);
+    fl.l_len = static_cast<off_t>(len_);
+    (void)fcntl(fd_, F_OFD_SETLK, &fl);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+  uint64_t start_ = 0, len_ = 0;
+};
+
+// One shard's cache: the sparse data file and its state file (docs/CACHE.md §2).
+struct CachedShard {
+  io::S3Url object;
+  std::string url;  // s3://bucket/key, for messages
+  std::string etag;
+  uint64_t size = 0;
+  uint64_t block_size = kDefaultBlock;
+  uint64_t blocks = 0;
+  std::string data_path, state_path;
+  io::File data, state;
+  // In-process knowledge that a block is present (it never becomes absent while open).
+  std::unique_ptr<std::atomic<uint8_t>[]> present;
+
+  uint64_t BlockLength(uint64_t b) const {
+    return std::min(block_size, size - b * block_size);
+  }
+  Result<bool> IsPresent(uint64_t b) {
+    if (present[b].load(std::memory_order_acquire)) return true;
+    uint64_t word = 0;
+    LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, kStateHeader + b * kEntryBytes));
+    if (word != kPresent) return false;
+    present[b].store(1, std::memory_order_release);
+    return true;
+  }
+
+  // Creates or checks both files under the header lock.
+  Status Init(uint64_t wanted_block);
+};
+
+}  // namespace libshard::remote
