@@ -14,8 +14,8 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
-#include "format/index_v2.h"
+#include "format/legacy/index_v1.h"
+#include "format/index.h"
 #include "format/metadata_codec.h"
 
 namespace {

@@ -12,7 +12,7 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
+#include "format/index_common.h"
 #include "format/manifest.h"
 #include "format/shard_format.h"
 #include "format_test_helpers.h"

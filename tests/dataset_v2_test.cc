@@ -11,7 +11,7 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_v2.h"
+#include "format/index.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"

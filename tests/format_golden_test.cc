@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/bytes.h"
-#include "format/index_format.h"
+#include "format/legacy/index_v1.h"
 #include "format/journal.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"

@@ -9,8 +9,8 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
-#include "format/index_v2.h"
+#include "format/legacy/index_v1.h"
+#include "format/index.h"
 #include "format/metadata_codec.h"
 #include "format/payload.h"
 #include "format/shard_format.h"

@@ -7,7 +7,7 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
+#include "format/legacy/index_v1.h"
 #include "format/shard_format.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"

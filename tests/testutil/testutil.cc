@@ -16,7 +16,7 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
+#include "format/legacy/index_v1.h"
 #include "format/manifest.h"
 #include "libshard/dataset.h"
 #include "writer/commit.h"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "codec/field_codec.h"
-#include "format/index_v2.h"
+#include "format/index.h"
 #include "io/direct_io.h"
 #include "dataset/index_reader.h"
 #include "io/file.h"
@@ -19,7 +19,6 @@
 #include "remote/remote_dataset.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"

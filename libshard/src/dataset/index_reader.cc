@@ -7,7 +7,8 @@
 #include <optional>
 
 #include "format/bytes.h"
-#include "format/index_v2.h"
+#include "format/index.h"
+#include "format/legacy/index_v1.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "format/index_format.h"
+#include "format/index_common.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
 

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/bytes.h"
-#include "format/index_format.h"
+#include "format/index_common.h"
 #include "libshard/text.h"
 
 namespace libshard::format {

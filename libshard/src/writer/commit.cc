@@ -3,7 +3,8 @@
 #include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_v2.h"
+#include "format/index.h"
+#include "format/legacy/index_v1.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"
 

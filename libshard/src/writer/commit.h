@@ -5,8 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "format/index_format.h"
-#include "format/index_v2.h"
+#include "format/index.h"
 #include "libshard/dataset.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"

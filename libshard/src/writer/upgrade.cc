@@ -1,8 +1,7 @@
 // UpgradeIndex (FORMAT.md §3.8.8).
 #include "libshard/upgrade.h"
 
-#include "format/index_format.h"
-#include "format/index_v2.h"
+#include "format/index.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
 #include "io/s3_client.h"

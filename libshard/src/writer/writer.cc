@@ -7,13 +7,13 @@
 #include <unordered_map>
 
 #include "codec/field_codec.h"
-#include "format/index_v2.h"
+#include "format/index.h"
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/index_format.h"
+#include "format/index_common.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"

@@ -1,0 +1,206 @@
+// The index, versions 2 and 3 (FORMAT.md §3.8, §3.9): encoder for writers (index_encode.cc), and
+// a parser in three steps for readers that never read more than they use: the 128-byte header
+// (ParseHeader), then the head and the lengths (Parse; index_parse.cc), then each sample block
+// when first used (ParseBlock; index_block.cc). Bytes only; the caller does the reading
+// (dataset/). Version 1 is read by legacy/index_v1.h.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "format/index_common.h"
+#include "libshard/schema.h"
+#include "libshard/status.h"
+
+namespace libshard::format {
+
+inline constexpr uint32_t kDefaultBlockSamples = 4096;
+inline constexpr uint32_t kMaxBlockSamples = 65536;
+inline constexpr uint64_t kPathRestartInterval = 16;  // §3.8.6
+inline constexpr uint64_t kFieldRecordSizeV2 = 32;
+inline constexpr uint64_t kDimRecordSize = 16;
+inline constexpr uint64_t kShardRecordSizeV2 = 40;
+inline constexpr uint64_t kBlockEntrySize = 16;
+inline constexpr size_t kBaseColumns = 10;
+
+// Header offsets (§3.8.2) that differ from version 1.
+inline constexpr uint64_t kV2BlockSamples = 32;
+inline constexpr uint64_t kV2LengthField = 36;
+inline constexpr uint64_t kV2StringsSize = 40;
+inline constexpr uint64_t kV2LengthsChecksum = 48;
+inline constexpr uint64_t kV2FileSize = 56;
+inline constexpr uint64_t kV2TotalRawBytes = 64;
+inline constexpr uint64_t kV2LengthWidth = 72;
+inline constexpr uint64_t kV2ColumnWidths = 73;  // u8[10]
+inline constexpr uint64_t kV2Reserved83 = 83;
+inline constexpr uint64_t kV2DimsPerSample = 84;
+inline constexpr uint64_t kV2Reserved = 88;  // ..119
+
+// The base columns of a record, in order (§3.8.6).
+enum BaseColumn : size_t {
+  kColShard = 0,
+  kColOffsetPages,
+  kColStoredSize,
+  kColChecksum,
+  kColFlags,
+  kColSourceBytes,
+  kColSourceMtime,
+  kColSourceHash,
+  kColPathEnd,
+  kColMetaEnd,
+};
+
+// A field's codec (§3.8.3, §4.3); {0, zeros} is raw.
+struct FieldCodec {
+  uint16_t codec = 0;
+  std::array<uint8_t, 8> params{};
+  bool operator==(const FieldCodec&) const = default;
+};
+
+// Dim kinds (§3.8.3).
+enum class DimKind : uint8_t { kConstant = 0, kLength = 1, kColumn = 2 };
+
+// Encodes a complete index of `version` 2 or 3 (§3.8, §3.9). `codecs` is empty (every field
+// raw) or one per field; a sample's `field_stored_sizes` then holds, for each field with a
+// non-raw codec, its stored region's size (entries of raw fields are ignored). Version 3 records
+// the samples' `field_checksums` (header flags bit 1) when every sample has one per field.
+// Shard sample counts are recomputed from the records. Preconditions (the writer's
+// invariants): the schema is valid; every sample has the schema's dims and a valid layout;
+// `block_samples` is a power of two in 1..kMaxBlockSamples.
+std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& shards,
+                          const std::vector<IndexSample>& samples,
+                          std::span<const FieldCodec> codecs = {},
+                          uint32_t block_samples = kDefaultBlockSamples,
+                          uint32_t version = kCurrentIndexVersion);
+
+// Where the parts of a version 2 index lie, from its header alone (§3.8.1).
+struct IndexV2Layout {
+  uint64_t head_size = 0;
+  uint64_t lengths_offset = 0;
+  uint64_t lengths_size = 0;  // padding included
+};
+
+class IndexV2;
+
+// One sample block, read and fully checked (§3.8.7). Immutable; shared by readers.
+class IndexV2Block {
+ public:
+  uint64_t first() const { return first_; }
+  uint64_t count() const { return count_; }
+
+ private:
+  friend class IndexV2;
+  std::vector<std::byte> bytes_;
+  uint64_t first_ = 0;  // sample index of record 0
+  uint64_t count_ = 0;
+  uint64_t path_area_ = 0;  // offset of the path area within bytes_
+  uint64_t meta_area_ = 0;
+};
+
+// A parsed version 2 or 3 head and lengths part (§3.8.7, §3.9). Thread-safe for concurrent
+// const use.
+class IndexV2 {
+ public:
+  // Checks the 128-byte header against the file's size (§3.8.7, up to the minimal size bound).
+  static Result<IndexV2Layout> ParseHeader(std::span<const std::byte> header, uint64_t file_size,
+                                           const std::string& file);
+  // Checks the head (`layout.head_size` bytes from offset 0) and the lengths part.
+  static Result<IndexV2> Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
+                               uint64_t file_size, const std::string& file);
+
+  uint32_t version() const { return version_; }
+  uint64_t sample_count() const { return n_; }
+  const Schema& schema() const { return schema_; }
+  // Whether every record carries field checksums (§3.9: version 3, header flags bit 1).
+  bool has_field_checksums() const { return field_checksums_; }
+  const std::vector<IndexShard>& shards() const { return shards_; }
+  const std::vector<FieldCodec>& codecs() const { return codecs_; }
+  uint64_t checksum() const { return checksum_; }
+  uint64_t total_raw_bytes() const { return total_raw_bytes_; }
+  bool has_shard_uids() const { return has_shard_uids_; }
+  uint64_t dims_per_sample() const { return d_; }
+  uint32_t block_samples() const { return block_samples_; }
+  uint64_t block_count() const { return blocks_.size() / 2; }
+  uint64_t record_width() const { return record_width_; }
+  // Bytes of the head and the lengths part (what Open reads).
+  uint64_t resident_bytes() const { return head_.size() + lengths_.size(); }
+
+  // Block b's extent in the file and its checksum. Precondition: b < block_count().
+  uint64_t block_offset(uint64_t b) const { return blocks_[2 * b]; }
+  uint64_t block_size(uint64_t b) const;
+  uint64_t block_of(uint64_t i) const { return i / block_samples_; }
+
+  // Precondition: i < sample_count().
+  uint64_t length(uint64_t i) const;
+  void Lengths(std::vector<uint64_t>* out) const;
+
+  // Checks block b (`bytes` read from block_offset(b), block_size(b) of them): checksum, then
+  // every record (§3.8.7). Corruption naming the file, the block and the sample.
+  Result<IndexV2Block> ParseBlock(uint64_t b, std::vector<std::byte> bytes) const;
+
+  // Sample i of `block` (i in [block.first(), +count())). The record's meta/source ranges are 0.
+  SampleRecord Record(const IndexV2Block& block, uint64_t i) const;
+  void Dims(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* dims) const;
+  // Per field: the stored region's size for a non-raw field, 0 for a raw one.
+  void FieldStoredSizes(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
+  // Per field, the field checksum (§3.9). Precondition: has_field_checksums().
+  void FieldChecksums(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
+  std::string SourcePath(const IndexV2Block& block, uint64_t i) const;
+  std::span<const std::byte> Metadata(const IndexV2Block& block, uint64_t i) const;
+  // Everything about sample i, as a writer holds it (for append, merge and upgrade).
+  IndexSample Entry(const IndexV2Block& block, uint64_t i) const;
+
+ private:
+  friend class IndexV2Parser;
+  struct DimInfo {
+    DimKind kind = DimKind::kConstant;
+    uint8_t width = 0;
+    uint64_t value = 0;
+    uint64_t column = 0;  // offset within the record (kColumn)
+  };
+  uint64_t Column(const std::byte* record, size_t c) const;
+  const std::byte* RecordPtr(const IndexV2Block& block, uint64_t i) const;
+  // Path-area and metadata-area [begin, end) of record k of `block`.
+  void AreaRange(const IndexV2Block& block, uint64_t k, size_t end_column, uint64_t* begin,
+                 uint64_t* end) const;
+  Status CheckRecord(const IndexV2Block& block, uint64_t k, std::string* prev_path) const;
+
+  std::string file_;
+  std::vector<std::byte> head_;
+  std::vector<std::byte> lengths_;
+  Schema schema_;
+  std::vector<FieldCodec> codecs_;
+  std::vector<uint8_t> stored_width_;       // per field
+  std::vector<uint64_t> stored_column_;     // per field: offset within the record
+  uint64_t checksum_column_ = 0;            // the first field checksum column (§3.9)
+  std::vector<IndexShard> shards_;
+  std::vector<DimInfo> dims_;
+  std::vector<uint64_t> blocks_;  // (offset, checksum) pairs
+  std::array<uint8_t, kBaseColumns> width_{};
+  std::array<uint64_t, kBaseColumns> column_{};  // offset within the record
+  uint64_t n_ = 0;
+  uint64_t d_ = 0;
+  uint64_t file_size_ = 0;
+  uint64_t checksum_ = 0;
+  uint64_t total_raw_bytes_ = 0;
+  uint64_t record_width_ = 0;
+  uint64_t blocks_begin_ = 0;
+  uint32_t block_samples_ = kDefaultBlockSamples;
+  uint8_t length_width_ = 0;
+  uint32_t version_ = kIndexVersion2;
+  bool has_shard_uids_ = false;
+  bool field_checksums_ = false;
+  bool any_codec_ = false;
+};
+
+// The stored layout (§3.8.4): region offsets per field and the total size. `sizes` are the raw
+// tensor sizes; `stored_sizes` (per field) replace them for non-raw fields. False on overflow.
+bool ComputeStoredLayout(std::span<const FieldCodec> codecs, std::span<const uint64_t> sizes,
+                         std::span<const uint64_t> stored_sizes, std::vector<uint64_t>* offsets,
+                         uint64_t* total);
+
+}  // namespace libshard::format

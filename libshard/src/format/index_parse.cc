@@ -1,0 +1,371 @@
+// The index (index.h): ParseHeader and Parse, the checks of the header, the head and the
+// lengths part (FORMAT.md §3.8.7).
+#include "format/index.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <unordered_set>
+
+#include "format/bytes.h"
+#include "format/checksum.h"
+#include "format/index_internal.h"
+#include "format/metadata_codec.h"
+#include "format/payload.h"
+#include "format/shard_format.h"
+
+namespace libshard::format {
+
+using namespace index_internal;  // NOLINT: this file's own helpers
+
+namespace {
+
+struct HeadCounts {
+  uint32_t version = 0;
+  bool field_sums = false;
+  uint64_t n = 0, d = 0, k = 0, strings_size = 0;
+  uint32_t f = 0, s = 0, b = 0;
+  uint8_t length_width = 0;
+  uint64_t base_width = 0;
+  uint64_t fields_at = 0, dims_at = 0, shards_at = 0, directory_at = 0, strings_at = 0;
+  uint64_t head_size = 0, lengths_size = 0;
+};
+
+Status HeaderCorrupt(const std::string& file, uint64_t offset, const std::string& what) {
+  return Status::Corruption(file + ": offset " + std::to_string(offset) + ": " + what + kDamaged);
+}
+
+// §3.8.7 up to the minimal size bound: everything the 128-byte header alone decides.
+Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t file_size,
+                                    const std::string& file) {
+  LIBSHARD_ASSIGN_OR_RETURN(uint32_t version, PeekIndexVersion(bytes, file));
+  if (version != kIndexVersion2 && version != kIndexVersion3)
+    return HeaderCorrupt(file, kHeaderVersion, "not version 2 or 3");
+  const std::byte* h = bytes.data();
+  auto bad = [&](uint64_t at, const std::string& what) { return HeaderCorrupt(file, at, what); };
+  if (GetU64(h + kV2FileSize) != file_size)
+    return bad(kV2FileSize, "recorded index size " + std::to_string(GetU64(h + kV2FileSize)) +
+                                " != actual size " + std::to_string(file_size) +
+                                " (truncated or extended)");
+  const uint32_t flags = GetU32(h + kHeaderFlags);
+  const uint32_t known =
+      kKnownIndexFlags | (version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
+  if (flags & ~known)
+    return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(flags & ~known).substr(8));
+  if (h[kV2Reserved83] != std::byte{0}) return bad(kV2Reserved83, "reserved header byte is not zero");
+  for (uint64_t k = kV2Reserved; k < kIndexChecksumOffset; ++k)
+    if (h[k] != std::byte{0}) return bad(k, "reserved header byte is not zero");
+  HeadCounts c;
+  c.version = version;
+  c.field_sums = (flags & kIndexFlagFieldChecksums) != 0;
+  c.n = GetU64(h + kHeaderSampleCount);
+  c.f = GetU32(h + kHeaderFieldCount);
+  c.s = GetU32(h + kHeaderShardCount);
+  c.b = GetU32(h + kV2BlockSamples);
+  c.d = GetU32(h + kV2DimsPerSample);
+  c.strings_size = GetU64(h + kV2StringsSize);
+  c.length_width = std::to_integer<uint8_t>(h[kV2LengthWidth]);
+  if (c.n > kMaxSamples)
+    return bad(kHeaderSampleCount, "sample count " + std::to_string(c.n) + " exceeds the limit " +
+                                       std::to_string(kMaxSamples));
+  if (c.f == 0 || c.f > kMaxFields)
+    return bad(kHeaderFieldCount, "field count " + std::to_string(c.f) + " is not in 1.." +
+                                      std::to_string(kMaxFields));
+  if (c.s > kMaxShards)
+    return bad(kHeaderShardCount, "shard count " + std::to_string(c.s) + " exceeds the limit " +
+                                      std::to_string(kMaxShards));
+  if (c.s == 0 && c.n != 0) return bad(kHeaderShardCount, "samples but no shards");
+  if (c.b == 0 || c.b > kMaxBlockSamples || !std::has_single_bit(c.b))
+    return bad(kV2BlockSamples, "block_samples " + std::to_string(c.b) +
+                                    " is not a power of two in 1.." +
+                                    std::to_string(kMaxBlockSamples));
+  if (c.d > uint64_t{kMaxFields} * kMaxRank)
+    return bad(kV2DimsPerSample, "dims_per_sample " + std::to_string(c.d) + " exceeds the limit");
+  if (c.length_width > 8) return bad(kV2LengthWidth, "length width exceeds 8");
+  for (size_t col = 0; col < kBaseColumns; ++col) {
+    const uint8_t wd = std::to_integer<uint8_t>(h[kV2ColumnWidths + col]);
+    if (wd > 8 || (col == kColChecksum && wd != 8))
+      return bad(kV2ColumnWidths + col, "column " + std::to_string(col) + " width " +
+                                            std::to_string(wd) + " is invalid");
+    c.base_width += wd;
+  }
+  if (c.field_sums) c.base_width += kFieldChecksumWidth * uint64_t{c.f};  // §3.9: every record
+  // Counts are bounded above, so these products and sums fit in 64 bits except via strings_size.
+  c.k = (c.n + c.b - 1) / c.b;
+  c.fields_at = kIndexHeaderSize;
+  c.dims_at = c.fields_at + kFieldRecordSizeV2 * c.f;
+  c.shards_at = c.dims_at + kDimRecordSize * c.d;
+  c.directory_at = c.shards_at + kShardRecordSizeV2 * c.s;
+  c.strings_at = c.directory_at + kBlockEntrySize * c.k;
+  uint64_t total = 0;
+  if (!CheckedAdd(c.strings_at, c.strings_size, &c.head_size) ||
+      !CheckedAlignUp(c.head_size, 8, &c.head_size) ||
+      !CheckedAdd(c.head_size, AlignUp(c.n * c.length_width, 8), &total) ||
+      !CheckedAdd(total, c.n * c.base_width, &total) || total > file_size)
+    return bad(kHeaderSampleCount, "the head and the records of " + std::to_string(c.n) +
+                                       " samples cannot fit in the file's " +
+                                       std::to_string(file_size) + " bytes (strings " +
+                                       std::to_string(c.strings_size) + " bytes)");
+  c.lengths_size = AlignUp(c.n * c.length_width, 8);
+  return c;
+}
+
+}  // namespace
+
+Result<IndexV2Layout> IndexV2::ParseHeader(std::span<const std::byte> header, uint64_t file_size,
+                                           const std::string& file) {
+  LIBSHARD_ASSIGN_OR_RETURN(HeadCounts c, CheckHeaderBytes(header, file_size, file));
+  return IndexV2Layout{c.head_size, c.head_size, c.lengths_size};
+}
+
+class IndexV2Parser {
+ public:
+  IndexV2Parser(IndexV2* v, const HeadCounts& c) : v_(*v), c_(c), h_(v->head_.data()) {}
+
+  Status Run() {
+    for (Status (IndexV2Parser::*step)() :
+         {&IndexV2Parser::CheckChecksum, &IndexV2Parser::CheckFields,
+          &IndexV2Parser::CheckLengthField, &IndexV2Parser::CheckDims,
+          &IndexV2Parser::CheckShards, &IndexV2Parser::CheckDirectory,
+          &IndexV2Parser::CheckLengths}) {
+      Status st = (this->*step)();
+      if (!st.ok()) return st;
+    }
+    return Status::OK();
+  }
+
+ private:
+  Status Corrupt(uint64_t offset, const std::string& what) const {
+    return HeaderCorrupt(v_.file_, offset, what);
+  }
+  bool StringOk(uint64_t off, uint64_t len) const {
+    uint64_t end = 0;
+    return CheckedAdd(off, len, &end) && end <= c_.strings_size;
+  }
+  std::string_view String(uint64_t off, uint64_t len) const {
+    return {reinterpret_cast<const char*>(h_ + c_.strings_at + off), static_cast<size_t>(len)};
+  }
+
+  Status CheckChecksum() {
+    v_.checksum_ = GetU64(h_ + kIndexChecksumOffset);
+    const uint64_t actual = Xxh3WithHole(v_.head_, kIndexChecksumOffset);
+    if (actual != v_.checksum_)
+      return Corrupt(kIndexChecksumOffset, "index checksum mismatch: stored " +
+                                               Hex16(v_.checksum_) + ", computed " + Hex16(actual));
+    v_.has_shard_uids_ = (GetU32(h_ + kHeaderFlags) & kIndexFlagShardUids) != 0;
+    v_.total_raw_bytes_ = GetU64(h_ + kV2TotalRawBytes);
+    return Status::OK();
+  }
+
+  Status CheckFields() {
+    std::unordered_set<std::string_view> names;
+    uint64_t d = 0;
+    v_.codecs_.resize(c_.f);
+    v_.stored_width_.resize(c_.f);
+    for (uint32_t f = 0; f < c_.f; ++f) {
+      const uint64_t at = c_.fields_at + kFieldRecordSizeV2 * f;
+      const std::byte* p = h_ + at;
+      const std::string which = "field " + std::to_string(f) + ": ";
+      Field field;
+      const uint32_t dtype = GetU32(p);
+      field.rank = GetU16(p + 4);
+      const uint16_t codec = GetU16(p + 6);
+      field.seq_dim = GetI32(p + 8);
+      const uint16_t name_size = GetU16(p + 12);
+      const uint8_t stored_width = std::to_integer<uint8_t>(p[14]);
+      const uint64_t name_offset = GetU64(p + 16);
+      if (!IsValidDType(dtype))
+        return Corrupt(at, which + "invalid dtype code " + std::to_string(dtype));
+      field.dtype = static_cast<DType>(dtype);
+      if (field.rank > kMaxRank)
+        return Corrupt(at + 4, which + "rank " + std::to_string(field.rank) + " exceeds the limit");
+      if (codec > kMaxKnownCodec)
+        return Status::Unsupported(v_.file_ + ": offset " + std::to_string(at + 6) + ": " + which +
+                                   "codec " + std::to_string(codec) +
+                                   " is not known to this libshard (written by a newer one); "
+                                   "upgrade libshard");
+      if (field.seq_dim < -1 ||
+          (field.seq_dim >= 0 && static_cast<uint32_t>(field.seq_dim) >= field.rank))
+        return Corrupt(at + 8, which + "seq_dim " + std::to_string(field.seq_dim) +
+                                   " is not -1 or a dimension");
+      if ((codec == 0) != (stored_width == 0) || stored_width > 8)
+        return Corrupt(at + 14, which + "stored size width " + std::to_string(stored_width) +
+                                    " does not fit codec " + std::to_string(codec));
+      if (p[15] != std::byte{0}) return Corrupt(at + 15, which + "reserved byte is not zero");
+      FieldCodec fc;
+      fc.codec = codec;
+      for (int k = 0; k < 8; ++k) fc.params[k] = std::to_integer<uint8_t>(p[24 + k]);
+      if (codec == 0 && fc != FieldCodec{})
+        return Corrupt(at + 24, which + "codec parameters of a raw field are not zero");
+      if (name_size == 0 || name_size > kMaxNameBytes || !StringOk(name_offset, name_size))
+        return Corrupt(at + 12, which + "name range (" + std::to_string(name_offset) + ", " +
+                                    std::to_string(name_size) +
+                                    ") is empty, too long or outside the strings");
+      const std::string_view name = String(name_offset, name_size);
+      if (name.find('\0') != std::string_view::npos)
+        return Corrupt(at + 16, which + "name contains a NUL byte");
+      if (!names.insert(name).second)
+        return Corrupt(at + 16, which + "duplicate name '" + std::string(name) + "'");
+      field.name = std::string(name);
+      d += field.rank;
+      v_.codecs_[f] = fc;
+      v_.stored_width_[f] = stored_width;
+      v_.any_codec_ = v_.any_codec_ || codec != 0;
+      v_.schema_.fields.push_back(std::move(field));
+    }
+    if (d != c_.d)
+      return Corrupt(kV2DimsPerSample, "dims_per_sample " + std::to_string(c_.d) +
+                                           " != the sum of the field ranks " + std::to_string(d));
+    v_.d_ = d;
+    return Status::OK();
+  }
+
+  Status CheckLengthField() {
+    const int32_t lf = GetI32(h_ + kV2LengthField);
+    if (lf < -1 || lf >= static_cast<int64_t>(c_.f) ||
+        (lf >= 0 && v_.schema_.fields[lf].seq_dim < 0))
+      return Corrupt(kV2LengthField,
+                     "length_field " + std::to_string(lf) + " is not -1 or a field with a seq_dim");
+    if (lf < 0 && c_.length_width != 0)
+      return Corrupt(kV2LengthWidth, "lengths are stored but there is no length field");
+    v_.schema_.length_field = lf;
+    v_.length_width_ = c_.length_width;
+    return Status::OK();
+  }
+
+  Status CheckDims() {
+    const int32_t lf = v_.schema_.length_field;
+    int64_t length_dim = -1;
+    for (int32_t f = 0, j = 0; f < static_cast<int32_t>(c_.f); j += v_.schema_.fields[f].rank, ++f)
+      if (f == lf) length_dim = j + v_.schema_.fields[f].seq_dim;
+    // Record columns: the base columns, then kind-2 dims, then stored sizes (§3.8.6).
+    uint64_t col = 0;
+    for (size_t c = 0; c < kBaseColumns; ++c) {
+      v_.width_[c] = std::to_integer<uint8_t>(h_[kV2ColumnWidths + c]);
+      v_.column_[c] = col;
+      col += v_.width_[c];
+    }
+    v_.dims_.resize(c_.d);
+    for (uint64_t j = 0; j < c_.d; ++j) {
+      const uint64_t at = c_.dims_at + kDimRecordSize * j;
+      const std::byte* p = h_ + at;
+      const uint8_t kind = std::to_integer<uint8_t>(p[0]);
+      const uint8_t width = std::to_integer<uint8_t>(p[1]);
+      const uint64_t value = GetU64(p + 8);
+      const std::string which = "dim " + std::to_string(j) + ": ";
+      for (int k = 2; k < 8; ++k)
+        if (p[k] != std::byte{0}) return Corrupt(at + k, which + "reserved byte is not zero");
+      if (kind > 2) return Corrupt(at, which + "unknown kind " + std::to_string(kind));
+      if ((kind != 2 && width != 0) || width > 8)
+        return Corrupt(at + 1, which + "width " + std::to_string(width) + " is invalid");
+      if (kind != 0 && value != 0) return Corrupt(at + 8, which + "value of a non-constant dim");
+      if (kind == 1 && lf < 0) return Corrupt(at, which + "a length dim without a length field");
+      if (static_cast<int64_t>(j) == length_dim && kind != 1)
+        return Corrupt(at, which + "the length field's sequence dim must be the length");
+      IndexV2::DimInfo& di = v_.dims_[j];
+      di.kind = static_cast<DimKind>(kind);
+      di.width = width;
+      di.value = value;
+      di.column = col;
+      col += width;
+    }
+    v_.stored_column_.resize(c_.f);
+    for (uint32_t f = 0; f < c_.f; ++f) {
+      v_.stored_column_[f] = col;
+      col += v_.stored_width_[f];
+    }
+    v_.checksum_column_ = col;  // §3.9: F field checksums
+    if (v_.field_checksums_) col += kFieldChecksumWidth * uint64_t{c_.f};
+    v_.record_width_ = col;
+    return Status::OK();
+  }
+
+  Status CheckShards() {
+    const bool uids = v_.has_shard_uids_;
+    v_.shards_.reserve(c_.s);
+    for (uint32_t k = 0; k < c_.s; ++k) {
+      const uint64_t at = c_.shards_at + kShardRecordSizeV2 * k;
+      const std::byte* p = h_ + at;
+      const std::string which = "shard " + std::to_string(k) + ": ";
+      const uint64_t name_offset = GetU64(p), name_size = GetU64(p + 8);
+      IndexShard shard;
+      shard.file_size = GetU64(p + 16);
+      shard.sample_count = GetU64(p + 24);
+      shard.uid = GetU64(p + 32);
+      if (name_size == 0 || name_size > kMaxShardNameBytes || !StringOk(name_offset, name_size))
+        return Corrupt(at, which + "name range outside the strings");
+      shard.name = std::string(String(name_offset, name_size));
+      if (!IsPlainFileName(shard.name))
+        return Corrupt(at, which + "'" + shard.name + "' is not a plain file name");
+      if (shard.file_size < kShardHeaderSize)
+        return Corrupt(at + 16, which + "file size " + std::to_string(shard.file_size) +
+                                    " is smaller than its header");
+      if (shard.sample_count > c_.n)
+        return Corrupt(at + 24, which + "sample count exceeds the dataset's");
+      if (!uids && shard.uid != 0)
+        return Corrupt(at + 32, which + "uid is set but the shard-uid flag is not");
+      v_.shards_.push_back(std::move(shard));
+    }
+    return Status::OK();
+  }
+
+  Status CheckDirectory() {
+    v_.blocks_begin_ = c_.head_size + c_.lengths_size;
+    v_.blocks_.resize(2 * c_.k);
+    uint64_t expect = v_.blocks_begin_;
+    for (uint64_t b = 0; b < c_.k; ++b) {
+      const uint64_t at = c_.directory_at + kBlockEntrySize * b;
+      const uint64_t offset = GetU64(h_ + at);
+      const uint64_t count = std::min<uint64_t>(c_.b, c_.n - b * c_.b);
+      if ((b == 0 && offset != v_.blocks_begin_) || offset < expect || offset > v_.file_size_)
+        return Corrupt(at, "block " + std::to_string(b) + " offset " + std::to_string(offset) +
+                               " is out of order or outside the file");
+      expect = offset + count * v_.record_width_;  // bounded: count * R <= 2^16 * 2^16ish
+      if (expect > v_.file_size_ || expect < offset)
+        return Corrupt(at, "block " + std::to_string(b) + " at offset " + std::to_string(offset) +
+                               " has no room for its " + std::to_string(count) + " records");
+      v_.blocks_[2 * b] = offset;
+      v_.blocks_[2 * b + 1] = GetU64(h_ + at + 8);
+    }
+    if (c_.k == 0 && v_.blocks_begin_ != v_.file_size_)
+      return Corrupt(kV2FileSize, "bytes after the lengths of an empty index");
+    return Status::OK();
+  }
+
+  Status CheckLengths() {
+    const uint64_t sum = Xxh3(v_.lengths_);
+    if (sum != GetU64(h_ + kV2LengthsChecksum))
+      return Corrupt(c_.head_size, "lengths checksum mismatch: stored " +
+                                       Hex16(GetU64(h_ + kV2LengthsChecksum)) + ", computed " +
+                                       Hex16(sum));
+    return Status::OK();
+  }
+
+  IndexV2& v_;
+  const HeadCounts& c_;
+  const std::byte* h_;
+};
+
+Result<IndexV2> IndexV2::Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
+                               uint64_t file_size, const std::string& file) {
+  if (head.size() < kIndexHeaderSize)
+    return Status::Corruption(file + ": head shorter than the header" + std::string(kDamaged));
+  LIBSHARD_ASSIGN_OR_RETURN(HeadCounts c, CheckHeaderBytes({head.data(), kIndexHeaderSize},
+                                                           file_size, file));
+  if (head.size() != c.head_size || lengths.size() != c.lengths_size)
+    return Status::InvalidArgument(file + ": IndexV2::Parse needs the head and lengths that "
+                                          "ParseHeader located");
+  IndexV2 v;
+  v.file_ = file;
+  v.head_ = std::move(head);
+  v.lengths_ = std::move(lengths);
+  v.n_ = c.n;
+  v.file_size_ = file_size;
+  v.block_samples_ = c.b;
+  v.version_ = c.version;
+  v.field_checksums_ = c.field_sums;
+  LIBSHARD_RETURN_IF_ERROR(IndexV2Parser(&v, c).Run());
+  return v;
+}
+
+}  // namespace libshard::format
