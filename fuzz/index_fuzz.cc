@@ -1,7 +1,7 @@
-// libFuzzer target for the binary index (FORMAT.md §3), both versions. Version 1: IndexView::Parse,
-// every accessor on what it accepts, and a round trip through EncodeIndex. Version 2 (§3.8):
-// IndexV2::ParseHeader, Parse and ParseBlock of every block, every accessor on what they accept,
-// and a round trip through EncodeIndexV2 (merge, append and upgrade re-encode parsed indexes, so
+// libFuzzer target for the binary index (FORMAT.md §3), both versions. Version 1: IndexV1View::Parse,
+// every accessor on what it accepts, and a round trip through EncodeIndexV1. Version 2 (§3.8):
+// Index::ParseHeader, Parse and ParseBlock of every block, every accessor on what they accept,
+// and a round trip through EncodeIndex (merge, append and upgrade re-encode parsed indexes, so
 // whatever the parser accepts must encode to an index it accepts again).
 //
 // Input: one flag byte, then the index. Flag bit 0 clear: the checksums (§3.6; for version 2 the
@@ -24,17 +24,17 @@ using namespace libshard;
 
 // Fixes the block, lengths and head checksums of a version 2 index whose parts ParseHeader
 // located, so that mutations reach the checks behind them.
-void ResealV2(std::vector<std::byte>& bytes, const format::IndexV2Layout& layout) {
+void ResealV2(std::vector<std::byte>& bytes, const format::IndexLayout& layout) {
   const uint64_t size = bytes.size();
   if (layout.lengths_offset + layout.lengths_size > size) return;
-  format::PutU64(bytes.data() + format::kV2LengthsChecksum,
+  format::PutU64(bytes.data() + format::kHeaderLengthsChecksum,
                  format::Xxh3(bytes.data() + layout.lengths_offset, layout.lengths_size));
   const uint64_t n = format::GetU64(bytes.data() + format::kHeaderSampleCount);
-  const uint64_t b = format::GetU32(bytes.data() + format::kV2BlockSamples);
+  const uint64_t b = format::GetU32(bytes.data() + format::kHeaderBlockSamples);
   const uint64_t k = (n + b - 1) / b;
   const uint64_t f = format::GetU32(bytes.data() + format::kHeaderFieldCount);
   const uint64_t s = format::GetU32(bytes.data() + format::kHeaderShardCount);
-  const uint64_t d = format::GetU32(bytes.data() + format::kV2DimsPerSample);
+  const uint64_t d = format::GetU32(bytes.data() + format::kHeaderDimsPerSample);
   const uint64_t dir = format::kIndexHeaderSize + 32 * f + 16 * d + 40 * s;
   for (uint64_t j = 0; j < k; ++j) {
     std::byte* e = bytes.data() + dir + 16 * j;
@@ -49,14 +49,14 @@ void ResealV2(std::vector<std::byte>& bytes, const format::IndexV2Layout& layout
 }
 
 int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
-  auto layout = format::IndexV2::ParseHeader({bytes.data(), format::kIndexHeaderSize},
+  auto layout = format::Index::ParseHeader({bytes.data(), format::kIndexHeaderSize},
                                              bytes.size(), "fuzz.lsi");
   if (!layout.ok()) return 0;
   if (reseal) ResealV2(bytes, *layout);
   std::vector<std::byte> head(bytes.begin(), bytes.begin() + layout->head_size);
   std::vector<std::byte> lengths(bytes.begin() + layout->lengths_offset,
                                  bytes.begin() + layout->lengths_offset + layout->lengths_size);
-  auto v = format::IndexV2::Parse(std::move(head), std::move(lengths), bytes.size(), "fuzz.lsi");
+  auto v = format::Index::Parse(std::move(head), std::move(lengths), bytes.size(), "fuzz.lsi");
   if (!v.ok()) return 0;
   std::vector<format::IndexSample> samples;
   bool all_blocks = true;
@@ -79,12 +79,12 @@ int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
   if (!all_blocks) return 0;
   std::vector<format::IndexShard> shards = v->shards();
   const std::string again =
-      format::EncodeIndexV2(v->schema(), shards, samples, v->codecs(), v->block_samples());
+      format::EncodeIndex(v->schema(), shards, samples, v->codecs(), v->block_samples());
   std::vector<std::byte> a(reinterpret_cast<const std::byte*>(again.data()),
                            reinterpret_cast<const std::byte*>(again.data()) + again.size());
-  auto l2 = format::IndexV2::ParseHeader({a.data(), format::kIndexHeaderSize}, a.size(), "again");
+  auto l2 = format::Index::ParseHeader({a.data(), format::kIndexHeaderSize}, a.size(), "again");
   if (!l2.ok()) __builtin_trap();
-  auto v2 = format::IndexV2::Parse(
+  auto v2 = format::Index::Parse(
       std::vector<std::byte>(a.begin(), a.begin() + l2->head_size),
       std::vector<std::byte>(a.begin() + l2->lengths_offset,
                              a.begin() + l2->lengths_offset + l2->lengths_size),
@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((flags & 1) == 0 && bytes.size() >= format::kIndexHeaderSize)
     format::PutU64(bytes.data() + format::kIndexChecksumOffset,
                    format::Xxh3WithHole(bytes, format::kIndexChecksumOffset));
-  auto v = format::IndexView::Parse(bytes, "fuzz.lsi");
+  auto v = format::legacy::IndexV1View::Parse(bytes, "fuzz.lsi");
   if (!v.ok()) return 0;
 
   std::vector<format::IndexSample> samples;
@@ -128,8 +128,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)v->source_path(i);
   }
-  const std::string again = format::EncodeIndex(v->schema(), v->shards(), samples);
-  auto reparsed = format::IndexView::Parse(
+  const std::string again = format::legacy::EncodeIndexV1(v->schema(), v->shards(), samples);
+  auto reparsed = format::legacy::IndexV1View::Parse(
       {reinterpret_cast<const std::byte*>(again.data()), again.size()}, "fuzz-again.lsi");
   if (!reparsed.ok() || reparsed->sample_count() != v->sample_count()) __builtin_trap();
   return 0;

@@ -34,10 +34,10 @@ class DatasetV2Test : public ::testing::Test {
     std::filesystem::copy(written_->path(), dir_ / "ds");
     const std::string bytes = ReadFileToString(Index());
     std::vector<std::byte> b(format::AsBytes(bytes), format::AsBytes(bytes) + bytes.size());
-    ASSERT_EQ(format::GetU32(b.data() + 8), format::kCurrentIndexVersion);
-    auto l = format::IndexV2::ParseHeader({b.data(), 128}, b.size(), "idx");
+    ASSERT_EQ(format::GetU32(b.data() + 8), format::kIndexVersion);
+    auto l = format::Index::ParseHeader({b.data(), 128}, b.size(), "idx");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
-    auto v = format::IndexV2::Parse(
+    auto v = format::Index::Parse(
         std::vector<std::byte>(b.begin(), b.begin() + l->head_size),
         std::vector<std::byte>(b.begin() + l->lengths_offset,
                                b.begin() + l->lengths_offset + l->lengths_size),

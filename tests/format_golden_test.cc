@@ -326,12 +326,12 @@ void WriteInterruptedGolden(const std::filesystem::path& dir) {
 }  // destroyed without Finish: the journal and the shard temporaries stay
 
 // The parsed index of a checked-in golden dataset; `bytes` keeps its bytes.
-format::IndexView ParseGoldenIndex(const std::filesystem::path& file, std::string* bytes) {
+format::legacy::IndexV1View ParseGoldenIndex(const std::filesystem::path& file, std::string* bytes) {
   *bytes = ReadFileToString(file);
-  auto v = format::IndexView::Parse(
+  auto v = format::legacy::IndexV1View::Parse(
       {reinterpret_cast<const std::byte*>(bytes->data()), bytes->size()}, file.string());
   EXPECT_TRUE(v.ok()) << v.status().ToString();
-  return v.ok() ? std::move(*v) : format::IndexView{};
+  return v.ok() ? std::move(*v) : format::legacy::IndexV1View{};
 }
 
 // Everything a journal or another index records about a sample, except where in the blob its
@@ -369,7 +369,7 @@ TEST(FormatGoldenTest, CheckedInJournalParses) {
   ASSERT_EQ(j->samples.size(), kJournalSamples);
   // The same samples, written with the same options, as the finished golden_v1_uids records them.
   std::string index_bytes;
-  const format::IndexView index =
+  const format::legacy::IndexV1View index =
       ParseGoldenIndex(kGoldenDir / "golden_v1_uids" / "index.lsi", &index_bytes);
   for (uint64_t i = 0; i < kJournalSamples; ++i) {
     SCOPED_TRACE("sample " + std::to_string(i));
@@ -461,9 +461,9 @@ TEST(FormatGoldenTest, CheckedInAppendedDatasetReads) {
   }
   // Append never moves data: the first samples and shards are recorded as before.
   std::string old_bytes, new_bytes;
-  const format::IndexView old_index =
+  const format::legacy::IndexV1View old_index =
       ParseGoldenIndex(kGoldenDir / "golden_v1_uids" / "index.lsi", &old_bytes);
-  const format::IndexView new_index = ParseGoldenIndex(dir / "index.a.lsi", &new_bytes);
+  const format::legacy::IndexV1View new_index = ParseGoldenIndex(dir / "index.a.lsi", &new_bytes);
   ASSERT_EQ(new_index.sample_count(), kGoldenSamples + kAppendedSamples);
   ASSERT_EQ(old_index.sample_count(), kGoldenSamples);
   for (uint64_t i = 0; i < kGoldenSamples; ++i) ExpectSameEntry(new_index.Entry(i), old_index.Entry(i));

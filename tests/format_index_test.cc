@@ -40,7 +40,7 @@ namespace libshard::testing {
 namespace {
 
 using format::GetU64;
-using format::IndexView;
+using format::legacy::IndexV1View;
 using format::PutU32;
 using format::PutU64;
 
@@ -69,7 +69,7 @@ std::string ValidIndex(uint64_t n = 3) {
     offset += format::AlignUp(layout.raw_size, 4096);
     samples.push_back(std::move(s));
   }
-  return format::EncodeIndex(schema, {{"shard-00000.lss", offset, n}}, samples);
+  return format::legacy::EncodeIndexV1(schema, {{"shard-00000.lss", offset, n}}, samples);
 }
 
 void FixChecksum(std::string& s) {
@@ -81,7 +81,7 @@ void FixChecksum(std::string& s) {
 Status ParseTracked(const std::string& s, size_t* largest) {
   g_largest = 0;
   g_tracking = true;
-  Status st = IndexView::Parse(Bytes(s), "idx").status();
+  Status st = IndexV1View::Parse(Bytes(s), "idx").status();
   g_tracking = false;
   *largest = g_largest;
   return st;
@@ -89,7 +89,7 @@ Status ParseTracked(const std::string& s, size_t* largest) {
 
 TEST(FormatIndexTest, ValidIndexParses) {
   std::string s = ValidIndex();
-  auto v = IndexView::Parse(Bytes(s), "idx");
+  auto v = IndexV1View::Parse(Bytes(s), "idx");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->sample_count(), 3u);
   EXPECT_EQ(v->schema(), EagleSchema());
@@ -132,7 +132,7 @@ TEST(FormatIndexTest, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
   WriteStandard(dir.path(), 3, FastOptions());
   const std::filesystem::path index = dir / "index.lsi";
   const std::string good = ReadFileToString(index);
-  ASSERT_EQ(format::GetU32(format::AsBytes(good) + 8), format::kCurrentIndexVersion);
+  ASSERT_EQ(format::GetU32(format::AsBytes(good) + 8), format::kIndexVersion);
   for (auto [at, forged] : std::vector<std::pair<size_t, uint64_t>>{
            {16, uint64_t{1} << 40},            // sample count
            {40, uint64_t{1} << 50},            // strings size
@@ -180,7 +180,7 @@ TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
     std::string s = ValidIndex();
     PutU64(reinterpret_cast<std::byte*>(s.data()) + 80, uint64_t{1} << 62);  // blob_size
     FixChecksum(s);
-    EXPECT_EQ(IndexView::Parse(Bytes(s), "idx").status().code(), StatusCode::kCorruption);
+    EXPECT_EQ(IndexV1View::Parse(Bytes(s), "idx").status().code(), StatusCode::kCorruption);
   }
   {
     // A huge dim: nbytes overflows.
@@ -188,7 +188,7 @@ TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
     const uint64_t dims_at = GetU64(reinterpret_cast<const std::byte*>(s.data()) + 64);
     PutU64(reinterpret_cast<std::byte*>(s.data()) + dims_at + 8 * 4, uint64_t{1} << 62);
     FixChecksum(s);
-    ExpectError(IndexView::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
+    ExpectError(IndexV1View::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
                 {"sample 0", "hidden_state", "overflows"});
   }
   {
@@ -196,14 +196,14 @@ TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
     std::string s = ValidIndex(1);
     PutU64(reinterpret_cast<std::byte*>(s.data()) + 128 + 16, uint64_t{1} << 40);
     FixChecksum(s);
-    ExpectError(IndexView::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
+    ExpectError(IndexV1View::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
                 {"field 0", "name range"});
   }
   {
     // Shard names must be plain file names (no path traversal).
     Schema schema = EagleSchema();
-    std::string s = format::EncodeIndex(schema, {{"../etc/passwd", 4096, 0}}, {});
-    ExpectError(IndexView::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
+    std::string s = format::legacy::EncodeIndexV1(schema, {{"../etc/passwd", 4096, 0}}, {});
+    ExpectError(IndexV1View::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
                 {"not a plain file name"});
   }
 }
@@ -226,7 +226,7 @@ TEST(FormatIndexTest, RandomDamageNeverCrashes) {
     }
     if (SplitMix(&state) % 8 == 0) s.resize(SplitMix(&state) % s.size());
     if (s.size() >= 128) FixChecksum(s);
-    auto v = IndexView::Parse(Bytes(s), "idx");
+    auto v = IndexV1View::Parse(Bytes(s), "idx");
     if (v.ok()) {
       ++accepted;
       // Whatever was accepted must be safe to use.
@@ -388,15 +388,15 @@ TEST(FormatIndexTest, ChecksFollowTheSpecOrder) {
     auto* p = reinterpret_cast<std::byte*>(s.data());
     change(p);
     FixChecksum(s);
-    return IndexView::Parse(Bytes(s), "idx").status();
+    return IndexV1View::Parse(Bytes(s), "idx").status();
   };
   auto record = [](std::byte* p, uint64_t i) {
-    return p + GetU64(p + format::kHeaderSamplesOffset) + format::kSampleRecordSize * i;
+    return p + GetU64(p + format::legacy::kV1HeaderSamplesOffset) + format::kSampleRecordSize * i;
   };
   // Field names (with their ranges) before length_field.
   ExpectError(edit([](std::byte* p) {
-                PutU64(p + format::kIndexHeaderSize + format::kFieldNameOffset, uint64_t{1} << 40);
-                format::PutI32(p + format::kHeaderLengthField, 7);
+                PutU64(p + format::kIndexHeaderSize + format::legacy::kV1FieldNameOffset, uint64_t{1} << 40);
+                format::PutI32(p + format::legacy::kV1HeaderLengthField, 7);
               }),
               StatusCode::kCorruption, {"field 0", "name range"});
   // Within a record: shard in range before the reserved bytes.

@@ -1,4 +1,4 @@
-// Index version 2 (FORMAT.md §3.8): round trips through EncodeIndexV2 and the three-step parser,
+// Index version 2 (FORMAT.md §3.8): round trips through EncodeIndex and the three-step parser,
 // what is stored per sample (the size target), and forged or damaged bytes refused with the
 // file, block and sample named.
 #include <gtest/gtest.h>
@@ -20,7 +20,7 @@ namespace libshard::testing {
 namespace {
 
 using format::IndexSample;
-using format::IndexV2;
+using format::Index;
 
 // EAGLE-3's four fields: input_ids, loss_mask [L]; hidden_state [1, L, H]; aux [1, L, 3H].
 Schema Eagle3Schema() {
@@ -38,17 +38,17 @@ std::vector<std::byte> ToBytes(const std::string& s) {
 }
 
 // ParseHeader, then Parse of the head and lengths it locates.
-Result<IndexV2> ParseAll(const std::vector<std::byte>& b) {
+Result<Index> ParseAll(const std::vector<std::byte>& b) {
   LIBSHARD_ASSIGN_OR_RETURN(
-      format::IndexV2Layout l,
-      IndexV2::ParseHeader({b.data(), std::min<size_t>(b.size(), 128)}, b.size(), "idx"));
-  return IndexV2::Parse(std::vector<std::byte>(b.begin(), b.begin() + l.head_size),
+      format::IndexLayout l,
+      Index::ParseHeader({b.data(), std::min<size_t>(b.size(), 128)}, b.size(), "idx"));
+  return Index::Parse(std::vector<std::byte>(b.begin(), b.begin() + l.head_size),
                         std::vector<std::byte>(b.begin() + l.lengths_offset,
                                                b.begin() + l.lengths_offset + l.lengths_size),
                         b.size(), "idx");
 }
 
-Result<format::IndexV2Block> Block(const IndexV2& v, const std::vector<std::byte>& b,
+Result<format::IndexBlock> Block(const Index& v, const std::vector<std::byte>& b,
                                    uint64_t k) {
   const uint64_t off = v.block_offset(k), size = v.block_size(k);
   return v.ParseBlock(k, std::vector<std::byte>(b.begin() + off, b.begin() + off + size));
@@ -96,7 +96,7 @@ std::vector<IndexSample> EagleSamples(uint64_t n, std::vector<format::IndexShard
   return samples;
 }
 
-void ExpectEntriesEqual(const IndexV2& v, const std::vector<std::byte>& b,
+void ExpectEntriesEqual(const Index& v, const std::vector<std::byte>& b,
                         const std::vector<IndexSample>& want) {
   ASSERT_EQ(v.sample_count(), want.size());
   for (uint64_t k = 0; k < v.block_count(); ++k) {
@@ -131,11 +131,11 @@ void ExpectEntriesEqual(const IndexV2& v, const std::vector<std::byte>& b,
   }
 }
 
-TEST(IndexV2Test, EagleSchemaWithProvenanceIsAtMost64BytesASample) {
+TEST(IndexTest, EagleSchemaWithProvenanceIsAtMost64BytesASample) {
   std::vector<format::IndexShard> shards;
   const auto samples = EagleSamples(20000, &shards);
-  const std::string v2 = format::EncodeIndexV2(Eagle3Schema(), shards, samples);
-  const std::string v1 = format::EncodeIndex(Eagle3Schema(), shards, samples);
+  const std::string v2 = format::EncodeIndex(Eagle3Schema(), shards, samples);
+  const std::string v1 = format::legacy::EncodeIndexV1(Eagle3Schema(), shards, samples);
   const double per_v2 = static_cast<double>(v2.size()) / samples.size();
   const double per_v1 = static_cast<double>(v1.size()) / samples.size();
   RecordProperty("bytes_per_sample_v2", std::to_string(per_v2));
@@ -153,7 +153,7 @@ TEST(IndexV2Test, EagleSchemaWithProvenanceIsAtMost64BytesASample) {
 // Dims that vary otherwise than the length get a column; constant dims and dims equal to the
 // length get none; paths restart every 16 records; metadata and empty paths round-trip; a block
 // size that does not divide N leaves a short last block.
-TEST(IndexV2Test, RoundTripOfEveryKindOfValue) {
+TEST(IndexTest, RoundTripOfEveryKindOfValue) {
   Schema schema;
   schema.fields = {{"tokens", DType::kInt32, 1, 0},
                    {"image", DType::kUInt8, 3, -1},  // [3, h, w]: 3 constant, h and w vary
@@ -188,7 +188,7 @@ TEST(IndexV2Test, RoundTripOfEveryKindOfValue) {
   std::vector<format::IndexShard> shards = {{"shard-00000.lss", offset, 0, 0}};
   for (uint32_t block_samples : {1u, 16u, 64u, 4096u}) {
     SCOPED_TRACE("block_samples " + std::to_string(block_samples));
-    const auto b = ToBytes(format::EncodeIndexV2(schema, shards, samples, {}, block_samples));
+    const auto b = ToBytes(format::EncodeIndex(schema, shards, samples, {}, block_samples));
     auto v = ParseAll(b);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     EXPECT_EQ(v->block_count(), (1000 + block_samples - 1) / block_samples);
@@ -200,7 +200,7 @@ TEST(IndexV2Test, RoundTripOfEveryKindOfValue) {
   }
 }
 
-TEST(IndexV2Test, FieldCodecsRecordStoredRegionSizes) {
+TEST(IndexTest, FieldCodecsRecordStoredRegionSizes) {
   const Schema schema = Eagle3Schema();
   std::vector<format::IndexShard> shards;
   auto samples = EagleSamples(100, &shards);
@@ -215,7 +215,7 @@ TEST(IndexV2Test, FieldCodecsRecordStoredRegionSizes) {
     ASSERT_TRUE(format::ComputeStoredLayout(codecs, s.tensor_sizes, s.field_stored_sizes,
                                             &offsets, &s.record.stored_size));
   }
-  const auto b = ToBytes(format::EncodeIndexV2(schema, shards, samples, codecs));
+  const auto b = ToBytes(format::EncodeIndex(schema, shards, samples, codecs));
   auto v = ParseAll(b);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->codecs(), codecs);
@@ -233,13 +233,13 @@ class IndexV2DamageTest : public ::testing::Test {
  protected:
   void SetUp() override {
     samples_ = EagleSamples(300, &shards_);
-    bytes_ = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards_, samples_, {}, 128));
+    bytes_ = ToBytes(format::EncodeIndex(Eagle3Schema(), shards_, samples_, {}, 128));
     auto v = ParseAll(bytes_);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
   }
   // Re-seals the head checksum (a forged but self-consistent head).
   void ResealHead() {
-    auto l = IndexV2::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
+    auto l = Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     format::PutU64(bytes_.data() + 120,
                    format::Xxh3WithHole({bytes_.data(), l->head_size}, 120));
@@ -251,7 +251,7 @@ class IndexV2DamageTest : public ::testing::Test {
 
 TEST_F(IndexV2DamageTest, ForgedSampleCountIsRefusedFromTheHeaderAlone) {
   format::PutU64(bytes_.data() + 16, uint64_t{1} << 40);
-  ExpectError(IndexV2::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx").status(),
+  ExpectError(Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx").status(),
               StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
 }
 
@@ -262,7 +262,7 @@ TEST_F(IndexV2DamageTest, HeadBytesAreCoveredByTheChecksum) {
 }
 
 TEST_F(IndexV2DamageTest, LengthsAreCoveredByTheirChecksum) {
-  auto l = IndexV2::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
+  auto l = Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
   ASSERT_TRUE(l.ok());
   bytes_[l->lengths_offset + 3] ^= std::byte{1};
   ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "lengths checksum"});
@@ -317,14 +317,14 @@ TEST_F(IndexV2DamageTest, ReservedAndUnknownValuesAreRefused) {
 TEST(IndexV3Test, FieldChecksumsOnlyWhenEverySampleHasThem) {
   std::vector<format::IndexShard> shards;
   auto samples = EagleSamples(50, &shards);
-  const auto all = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  const auto all = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples, {}, 16));
   auto v = ParseAll(all);
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_EQ(v->version(), 3u);
   EXPECT_TRUE(v->has_field_checksums());
   ExpectEntriesEqual(*v, all, samples);
 
-  const auto v2 = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16,
+  const auto v2 = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples, {}, 16,
                                                 format::kIndexVersion2));
   auto p2 = ParseAll(v2);
   ASSERT_TRUE(p2.ok()) << p2.status().ToString();
@@ -334,7 +334,7 @@ TEST(IndexV3Test, FieldChecksumsOnlyWhenEverySampleHasThem) {
   ExpectEntriesEqual(*p2, v2, samples);
 
   samples[17].field_checksums.clear();  // one sample without: none recorded
-  const auto some = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  const auto some = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples, {}, 16));
   auto p3 = ParseAll(some);
   ASSERT_TRUE(p3.ok()) << p3.status().ToString();
   EXPECT_EQ(p3->version(), 3u);
@@ -351,7 +351,7 @@ TEST(IndexV3Test, FieldChecksumsOnlyWhenEverySampleHasThem) {
 TEST(IndexV3Test, FieldChecksumColumnsAreCheckedLikeTheOthers) {
   std::vector<format::IndexShard> shards;
   auto samples = EagleSamples(40, &shards);
-  auto bytes = ToBytes(format::EncodeIndexV2(Eagle3Schema(), shards, samples, {}, 16));
+  auto bytes = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples, {}, 16));
   auto v = ParseAll(bytes);
   ASSERT_TRUE(v.ok());
   const uint64_t off = v->block_offset(1);
@@ -362,12 +362,12 @@ TEST(IndexV3Test, FieldChecksumColumnsAreCheckedLikeTheOthers) {
   ExpectError(Block(*again, bytes, 1).status(), StatusCode::kCorruption,
               {"idx", "block 1", "checksum mismatch"});
   format::PutU64(bytes.data() + 16, uint64_t{1} << 40);
-  ExpectError(IndexV2::ParseHeader({bytes.data(), 128}, bytes.size(), "idx").status(),
+  ExpectError(Index::ParseHeader({bytes.data(), 128}, bytes.size(), "idx").status(),
               StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
 }
 
 TEST_F(IndexV2DamageTest, TruncatedOrExtendedFileIsRefused) {
-  ExpectError(IndexV2::ParseHeader({bytes_.data(), 128}, bytes_.size() - 1, "idx").status(),
+  ExpectError(Index::ParseHeader({bytes_.data(), 128}, bytes_.size() - 1, "idx").status(),
               StatusCode::kCorruption, {"idx", "truncated or extended"});
 }
 

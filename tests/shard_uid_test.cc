@@ -86,8 +86,8 @@ Schema OneField() {
 TEST(ShardUidTest, IndexRecordsUidsBehindFlag) {
   std::vector<format::IndexShard> shards = {{"shard-00000.lss", 4096, 0, 0x1111},
                                             {"shard-00001.lss", 4096, 0, 0x2222}};
-  const std::string with = format::EncodeIndex(OneField(), shards, {});
-  auto v = format::IndexView::Parse(Bytes(with), "index.lsi");
+  const std::string with = format::legacy::EncodeIndexV1(OneField(), shards, {});
+  auto v = format::legacy::IndexV1View::Parse(Bytes(with), "index.lsi");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->has_shard_uids());
   EXPECT_EQ(v->shards()[0].uid, 0x1111u);
@@ -99,8 +99,8 @@ TEST(ShardUidTest, IndexRecordsUidsBehindFlag) {
 
   // Without uids (shards of the earlier revision) the header is as before: flags, 100..119 zero.
   for (auto& s : shards) s.uid = 0;
-  const std::string without = format::EncodeIndex(OneField(), shards, {});
-  auto w = format::IndexView::Parse(Bytes(without), "index.lsi");
+  const std::string without = format::legacy::EncodeIndexV1(OneField(), shards, {});
+  auto w = format::legacy::IndexV1View::Parse(Bytes(without), "index.lsi");
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_FALSE(w->has_shard_uids());
   for (size_t k = 12; k < 16; ++k) EXPECT_EQ(Bytes(without)[k], std::byte{0});
@@ -116,9 +116,9 @@ std::string Reseal(std::string s) {
 
 TEST(ShardUidTest, IndexRejectsForgedUidFields) {
   std::vector<format::IndexShard> shards = {{"shard-00000.lss", 4096, 0, 0x1111}};
-  const std::string good = format::EncodeIndex(OneField(), shards, {});
+  const std::string good = format::legacy::EncodeIndexV1(OneField(), shards, {});
   auto expect = [](std::string s, std::vector<std::string> parts) {
-    ExpectError(format::IndexView::Parse(Bytes(Reseal(std::move(s))), "index.lsi").status(),
+    ExpectError(format::legacy::IndexV1View::Parse(Bytes(Reseal(std::move(s))), "index.lsi").status(),
                 StatusCode::kCorruption, parts);
   };
   std::string s = good;

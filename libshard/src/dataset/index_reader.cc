@@ -45,12 +45,12 @@ class IndexReaderV1 final : public IndexReader {
       return Status::ResourceExhausted(path + ": cannot allocate " + std::to_string(size) +
                                        " bytes to read the index");
     LIBSHARD_RETURN_IF_ERROR(file.PReadExact(r->bytes_.get(), size, 0));
-    LIBSHARD_ASSIGN_OR_RETURN(r->view_, format::IndexView::Parse({r->bytes_.get(), size}, path));
+    LIBSHARD_ASSIGN_OR_RETURN(r->view_, format::legacy::IndexV1View::Parse({r->bytes_.get(), size}, path));
     r->codecs_.resize(r->view_.schema().fields.size());
     return std::unique_ptr<IndexReader>(std::move(r));
   }
 
-  uint32_t version() const override { return format::kIndexVersion; }
+  uint32_t version() const override { return format::kIndexVersion1; }
   uint64_t sample_count() const override { return view_.sample_count(); }
   const Schema& schema() const override { return view_.schema(); }
   const std::vector<format::IndexShard>& shards() const override { return view_.shards(); }
@@ -93,25 +93,25 @@ class IndexReaderV1 final : public IndexReader {
 
  private:
   std::shared_ptr<std::byte[]> bytes_;
-  format::IndexView view_;
+  format::legacy::IndexV1View view_;
   std::vector<format::FieldCodec> codecs_;  // all raw
 };
 
 // Version 2: head and lengths at Open, blocks on first use (FORMAT.md §3.8.7).
-class IndexReaderV2 final : public IndexReader {
+class CurrentIndexReader final : public IndexReader {
  public:
   static Result<std::unique_ptr<IndexReader>> Open(io::File file, const std::string& path,
                                                    uint64_t size) {
     LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::byte> header,
                               ReadRange(file, 0, format::kIndexHeaderSize));
-    LIBSHARD_ASSIGN_OR_RETURN(format::IndexV2Layout layout,
-                              format::IndexV2::ParseHeader(header, size, path));
+    LIBSHARD_ASSIGN_OR_RETURN(format::IndexLayout layout,
+                              format::Index::ParseHeader(header, size, path));
     LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::byte> head, ReadRange(file, 0, layout.head_size));
     LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::byte> lengths,
                               ReadRange(file, layout.lengths_offset, layout.lengths_size));
-    auto r = std::make_unique<IndexReaderV2>();
+    auto r = std::make_unique<CurrentIndexReader>();
     LIBSHARD_ASSIGN_OR_RETURN(
-        r->index_, format::IndexV2::Parse(std::move(head), std::move(lengths), size, path));
+        r->index_, format::Index::Parse(std::move(head), std::move(lengths), size, path));
     r->file_ = std::move(file);
     r->path_ = path;
     r->slots_ = std::make_unique<Slot[]>(r->index_.block_count());
@@ -133,33 +133,33 @@ class IndexReaderV2 final : public IndexReader {
   void Lengths(std::vector<uint64_t>* out) const override { index_.Lengths(out); }
   Status Lookup(uint64_t i, format::SampleRecord* record,
                 std::vector<uint64_t>* dims) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     *record = index_.Record(*block, i);
     if (dims) index_.Dims(*block, i, dims);
     return Status::OK();
   }
   Result<std::string> SourcePath(uint64_t i) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     return index_.SourcePath(*block, i);
   }
   Result<std::string> MetadataBytes(uint64_t i) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     auto m = index_.Metadata(*block, i);
     return std::string(reinterpret_cast<const char*>(m.data()), m.size());
   }
   Result<format::IndexSample> Entry(uint64_t i) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     return index_.Entry(*block, i);
   }
   const std::vector<format::FieldCodec>& codecs() const override { return index_.codecs(); }
   Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     index_.FieldStoredSizes(*block, i, sizes);
     return Status::OK();
   }
   bool has_field_checksums() const override { return index_.has_field_checksums(); }
   Status FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const override {
-    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexV2Block* block, Block(i));
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
     index_.FieldChecksums(*block, i, sums);
     return Status::OK();
   }
@@ -170,11 +170,11 @@ class IndexReaderV2 final : public IndexReader {
   struct Slot {
     std::mutex mu;
     std::atomic<bool> done{false};
-    std::optional<format::IndexV2Block> block;
+    std::optional<format::IndexBlock> block;
     Status error;
   };
 
-  Result<const format::IndexV2Block*> Block(uint64_t i) const {
+  Result<const format::IndexBlock*> Block(uint64_t i) const {
     Slot& slot = slots_[index_.block_of(i)];
     if (!slot.done.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> lock(slot.mu);
@@ -207,7 +207,7 @@ class IndexReaderV2 final : public IndexReader {
     resident_.fetch_add(size, std::memory_order_relaxed);
   }
 
-  format::IndexV2 index_;
+  format::Index index_;
   io::File file_;
   std::string path_;
   std::unique_ptr<Slot[]> slots_;
@@ -227,8 +227,8 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
   std::vector<std::byte> first(std::min<uint64_t>(size, format::kIndexHeaderSize));
   LIBSHARD_RETURN_IF_ERROR(file.PReadExact(first.data(), first.size(), 0));
   LIBSHARD_ASSIGN_OR_RETURN(uint32_t version, format::PeekIndexVersion(first, path));
-  if (version == format::kIndexVersion) return IndexReaderV1::Open(file, path, size);
-  return IndexReaderV2::Open(std::move(file), path, size);
+  if (version == format::kIndexVersion1) return IndexReaderV1::Open(file, path, size);
+  return CurrentIndexReader::Open(std::move(file), path, size);
 }
 
 }  // namespace libshard::internal

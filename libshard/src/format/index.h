@@ -21,24 +21,24 @@ namespace libshard::format {
 inline constexpr uint32_t kDefaultBlockSamples = 4096;
 inline constexpr uint32_t kMaxBlockSamples = 65536;
 inline constexpr uint64_t kPathRestartInterval = 16;  // §3.8.6
-inline constexpr uint64_t kFieldRecordSizeV2 = 32;
+inline constexpr uint64_t kFieldRecordSize = 32;
 inline constexpr uint64_t kDimRecordSize = 16;
-inline constexpr uint64_t kShardRecordSizeV2 = 40;
+inline constexpr uint64_t kShardRecordSize = 40;
 inline constexpr uint64_t kBlockEntrySize = 16;
 inline constexpr size_t kBaseColumns = 10;
 
 // Header offsets (§3.8.2) that differ from version 1.
-inline constexpr uint64_t kV2BlockSamples = 32;
-inline constexpr uint64_t kV2LengthField = 36;
-inline constexpr uint64_t kV2StringsSize = 40;
-inline constexpr uint64_t kV2LengthsChecksum = 48;
-inline constexpr uint64_t kV2FileSize = 56;
-inline constexpr uint64_t kV2TotalRawBytes = 64;
-inline constexpr uint64_t kV2LengthWidth = 72;
-inline constexpr uint64_t kV2ColumnWidths = 73;  // u8[10]
-inline constexpr uint64_t kV2Reserved83 = 83;
-inline constexpr uint64_t kV2DimsPerSample = 84;
-inline constexpr uint64_t kV2Reserved = 88;  // ..119
+inline constexpr uint64_t kHeaderBlockSamples = 32;
+inline constexpr uint64_t kHeaderLengthField = 36;
+inline constexpr uint64_t kHeaderStringsSize = 40;
+inline constexpr uint64_t kHeaderLengthsChecksum = 48;
+inline constexpr uint64_t kHeaderFileSize = 56;
+inline constexpr uint64_t kHeaderTotalRawBytes = 64;
+inline constexpr uint64_t kHeaderLengthWidth = 72;
+inline constexpr uint64_t kHeaderColumnWidths = 73;  // u8[10]
+inline constexpr uint64_t kHeaderReserved83 = 83;
+inline constexpr uint64_t kHeaderDimsPerSample = 84;
+inline constexpr uint64_t kHeaderReserved = 88;  // ..119
 
 // The base columns of a record, in order (§3.8.6).
 enum BaseColumn : size_t {
@@ -71,29 +71,29 @@ enum class DimKind : uint8_t { kConstant = 0, kLength = 1, kColumn = 2 };
 // Shard sample counts are recomputed from the records. Preconditions (the writer's
 // invariants): the schema is valid; every sample has the schema's dims and a valid layout;
 // `block_samples` is a power of two in 1..kMaxBlockSamples.
-std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& shards,
+std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,
                           std::span<const FieldCodec> codecs = {},
                           uint32_t block_samples = kDefaultBlockSamples,
-                          uint32_t version = kCurrentIndexVersion);
+                          uint32_t version = kIndexVersion);
 
 // Where the parts of a version 2 index lie, from its header alone (§3.8.1).
-struct IndexV2Layout {
+struct IndexLayout {
   uint64_t head_size = 0;
   uint64_t lengths_offset = 0;
   uint64_t lengths_size = 0;  // padding included
 };
 
-class IndexV2;
+class Index;
 
 // One sample block, read and fully checked (§3.8.7). Immutable; shared by readers.
-class IndexV2Block {
+class IndexBlock {
  public:
   uint64_t first() const { return first_; }
   uint64_t count() const { return count_; }
 
  private:
-  friend class IndexV2;
+  friend class Index;
   std::vector<std::byte> bytes_;
   uint64_t first_ = 0;  // sample index of record 0
   uint64_t count_ = 0;
@@ -103,13 +103,13 @@ class IndexV2Block {
 
 // A parsed version 2 or 3 head and lengths part (§3.8.7, §3.9). Thread-safe for concurrent
 // const use.
-class IndexV2 {
+class Index {
  public:
   // Checks the 128-byte header against the file's size (§3.8.7, up to the minimal size bound).
-  static Result<IndexV2Layout> ParseHeader(std::span<const std::byte> header, uint64_t file_size,
+  static Result<IndexLayout> ParseHeader(std::span<const std::byte> header, uint64_t file_size,
                                            const std::string& file);
   // Checks the head (`layout.head_size` bytes from offset 0) and the lengths part.
-  static Result<IndexV2> Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
+  static Result<Index> Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
                                uint64_t file_size, const std::string& file);
 
   uint32_t version() const { return version_; }
@@ -140,22 +140,22 @@ class IndexV2 {
 
   // Checks block b (`bytes` read from block_offset(b), block_size(b) of them): checksum, then
   // every record (§3.8.7). Corruption naming the file, the block and the sample.
-  Result<IndexV2Block> ParseBlock(uint64_t b, std::vector<std::byte> bytes) const;
+  Result<IndexBlock> ParseBlock(uint64_t b, std::vector<std::byte> bytes) const;
 
   // Sample i of `block` (i in [block.first(), +count())). The record's meta/source ranges are 0.
-  SampleRecord Record(const IndexV2Block& block, uint64_t i) const;
-  void Dims(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* dims) const;
+  SampleRecord Record(const IndexBlock& block, uint64_t i) const;
+  void Dims(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* dims) const;
   // Per field: the stored region's size for a non-raw field, 0 for a raw one.
-  void FieldStoredSizes(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
+  void FieldStoredSizes(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* out) const;
   // Per field, the field checksum (§3.9). Precondition: has_field_checksums().
-  void FieldChecksums(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* out) const;
-  std::string SourcePath(const IndexV2Block& block, uint64_t i) const;
-  std::span<const std::byte> Metadata(const IndexV2Block& block, uint64_t i) const;
+  void FieldChecksums(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* out) const;
+  std::string SourcePath(const IndexBlock& block, uint64_t i) const;
+  std::span<const std::byte> Metadata(const IndexBlock& block, uint64_t i) const;
   // Everything about sample i, as a writer holds it (for append, merge and upgrade).
-  IndexSample Entry(const IndexV2Block& block, uint64_t i) const;
+  IndexSample Entry(const IndexBlock& block, uint64_t i) const;
 
  private:
-  friend class IndexV2Parser;
+  friend class IndexParser;
   struct DimInfo {
     DimKind kind = DimKind::kConstant;
     uint8_t width = 0;
@@ -163,11 +163,11 @@ class IndexV2 {
     uint64_t column = 0;  // offset within the record (kColumn)
   };
   uint64_t Column(const std::byte* record, size_t c) const;
-  const std::byte* RecordPtr(const IndexV2Block& block, uint64_t i) const;
+  const std::byte* RecordPtr(const IndexBlock& block, uint64_t i) const;
   // Path-area and metadata-area [begin, end) of record k of `block`.
-  void AreaRange(const IndexV2Block& block, uint64_t k, size_t end_column, uint64_t* begin,
+  void AreaRange(const IndexBlock& block, uint64_t k, size_t end_column, uint64_t* begin,
                  uint64_t* end) const;
-  Status CheckRecord(const IndexV2Block& block, uint64_t k, std::string* prev_path) const;
+  Status CheckRecord(const IndexBlock& block, uint64_t k, std::string* prev_path) const;
 
   std::string file_;
   std::vector<std::byte> head_;

@@ -34,16 +34,16 @@ bool ComputeStoredLayout(std::span<const FieldCodec> codecs, std::span<const uin
   return true;
 }
 
-uint64_t IndexV2::block_size(uint64_t b) const {
+uint64_t Index::block_size(uint64_t b) const {
   const uint64_t end = b + 1 < block_count() ? blocks_[2 * (b + 1)] : file_size_;
   return end - blocks_[2 * b];
 }
 
-uint64_t IndexV2::length(uint64_t i) const {
+uint64_t Index::length(uint64_t i) const {
   return GetUN(lengths_.data() + i * length_width_, length_width_);
 }
 
-void IndexV2::Lengths(std::vector<uint64_t>* out) const {
+void Index::Lengths(std::vector<uint64_t>* out) const {
   out->resize(n_);
   const std::byte* p = lengths_.data();
   switch (length_width_) {
@@ -55,22 +55,22 @@ void IndexV2::Lengths(std::vector<uint64_t>* out) const {
   }
 }
 
-uint64_t IndexV2::Column(const std::byte* record, size_t c) const {
+uint64_t Index::Column(const std::byte* record, size_t c) const {
   return GetUN(record + column_[c], width_[c]);
 }
 
-const std::byte* IndexV2::RecordPtr(const IndexV2Block& block, uint64_t i) const {
+const std::byte* Index::RecordPtr(const IndexBlock& block, uint64_t i) const {
   return block.bytes_.data() + (i - block.first_) * record_width_;
 }
 
-void IndexV2::AreaRange(const IndexV2Block& block, uint64_t k, size_t end_column,
+void Index::AreaRange(const IndexBlock& block, uint64_t k, size_t end_column,
                         uint64_t* begin, uint64_t* end) const {
   const std::byte* r = block.bytes_.data() + k * record_width_;
   *begin = k == 0 ? 0 : Column(r - record_width_, end_column);
   *end = Column(r, end_column);
 }
 
-SampleRecord IndexV2::Record(const IndexV2Block& block, uint64_t i) const {
+SampleRecord Index::Record(const IndexBlock& block, uint64_t i) const {
   const std::byte* p = RecordPtr(block, i);
   SampleRecord r;
   r.shard = static_cast<uint32_t>(Column(p, kColShard));
@@ -96,7 +96,7 @@ SampleRecord IndexV2::Record(const IndexV2Block& block, uint64_t i) const {
   return r;
 }
 
-void IndexV2::Dims(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>* dims) const {
+void Index::Dims(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* dims) const {
   const std::byte* p = RecordPtr(block, i);
   dims->resize(d_);
   for (uint64_t j = 0; j < d_; ++j) {
@@ -107,7 +107,7 @@ void IndexV2::Dims(const IndexV2Block& block, uint64_t i, std::vector<uint64_t>*
   }
 }
 
-void IndexV2::FieldStoredSizes(const IndexV2Block& block, uint64_t i,
+void Index::FieldStoredSizes(const IndexBlock& block, uint64_t i,
                                std::vector<uint64_t>* out) const {
   out->assign(schema_.fields.size(), 0);
   if (!any_codec_) return;
@@ -116,14 +116,14 @@ void IndexV2::FieldStoredSizes(const IndexV2Block& block, uint64_t i,
     if (stored_width_[f]) (*out)[f] = GetUN(p + stored_column_[f], stored_width_[f]);
 }
 
-void IndexV2::FieldChecksums(const IndexV2Block& block, uint64_t i,
+void Index::FieldChecksums(const IndexBlock& block, uint64_t i,
                              std::vector<uint64_t>* out) const {
   out->resize(schema_.fields.size());
   const std::byte* p = RecordPtr(block, i) + checksum_column_;
   for (size_t f = 0; f < out->size(); ++f) (*out)[f] = GetU32(p + kFieldChecksumWidth * f);
 }
 
-std::string IndexV2::SourcePath(const IndexV2Block& block, uint64_t i) const {
+std::string Index::SourcePath(const IndexBlock& block, uint64_t i) const {
   const uint64_t k = i - block.first_;
   std::string path;
   for (uint64_t j = k - k % kPathRestartInterval; j <= k; ++j) {
@@ -141,13 +141,13 @@ std::string IndexV2::SourcePath(const IndexV2Block& block, uint64_t i) const {
   return path;
 }
 
-std::span<const std::byte> IndexV2::Metadata(const IndexV2Block& block, uint64_t i) const {
+std::span<const std::byte> Index::Metadata(const IndexBlock& block, uint64_t i) const {
   uint64_t begin = 0, end = 0;
   AreaRange(block, i - block.first_, kColMetaEnd, &begin, &end);
   return {block.bytes_.data() + block.meta_area_ + begin, end - begin};
 }
 
-IndexSample IndexV2::Entry(const IndexV2Block& block, uint64_t i) const {
+IndexSample Index::Entry(const IndexBlock& block, uint64_t i) const {
   IndexSample s;
   s.record = Record(block, i);
   Dims(block, i, &s.dims);
@@ -163,7 +163,7 @@ IndexSample IndexV2::Entry(const IndexV2Block& block, uint64_t i) const {
   return s;
 }
 
-Status IndexV2::CheckRecord(const IndexV2Block& block, uint64_t k, std::string* prev_path) const {
+Status Index::CheckRecord(const IndexBlock& block, uint64_t k, std::string* prev_path) const {
   const uint64_t i = block.first_ + k;
   const std::byte* p = block.bytes_.data() + k * record_width_;
   auto bad = [&](const std::string& what) {
@@ -242,7 +242,7 @@ Status IndexV2::CheckRecord(const IndexV2Block& block, uint64_t k, std::string* 
   return Status::OK();
 }
 
-Result<IndexV2Block> IndexV2::ParseBlock(uint64_t b, std::vector<std::byte> bytes) const {
+Result<IndexBlock> Index::ParseBlock(uint64_t b, std::vector<std::byte> bytes) const {
   const std::string where = file_ + ": block " + std::to_string(b) + " at offset " +
                             std::to_string(block_offset(b));
   if (bytes.size() != block_size(b))
@@ -253,7 +253,7 @@ Result<IndexV2Block> IndexV2::ParseBlock(uint64_t b, std::vector<std::byte> byte
     return Status::Corruption(where + ": checksum mismatch: stored " + Hex16(blocks_[2 * b + 1]) +
                               ", computed " + Hex16(sum) +
                               " (the index changed or is damaged); re-run libshard pack");
-  IndexV2Block block;
+  IndexBlock block;
   block.first_ = b * block_samples_;
   block.count_ = std::min<uint64_t>(block_samples_, n_ - block.first_);
   block.bytes_ = std::move(bytes);

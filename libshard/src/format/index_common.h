@@ -15,12 +15,12 @@
 namespace libshard::format {
 
 inline constexpr char kIndexMagic[8] = {'L', 'S', 'H', 'D', 'I', 'D', 'X', '\0'};
-inline constexpr uint32_t kIndexVersion = 1;
+inline constexpr uint32_t kIndexVersion1 = 1;
 inline constexpr uint32_t kIndexVersion2 = 2;
 // Version 3 (§3.9) is version 2 with a checksum per field; format/index.h reads and writes both.
 inline constexpr uint32_t kIndexVersion3 = 3;
 // The version new indexes are written in.
-inline constexpr uint32_t kCurrentIndexVersion = kIndexVersion3;
+inline constexpr uint32_t kIndexVersion = kIndexVersion3;
 inline constexpr uint64_t kIndexHeaderSize = 128;
 inline constexpr uint64_t kIndexChecksumOffset = 120;
 inline constexpr uint64_t kMaxShardNameBytes = 255;
@@ -49,7 +49,7 @@ struct IndexShard {
 
 // A sample as a writer holds it until the index is written.
 struct IndexSample {
-  SampleRecord record;  // meta_* and source_offset/size are assigned by EncodeIndex
+  SampleRecord record;  // meta_* and source_offset/size are assigned by the encoder
   std::vector<uint64_t> dims;            // Schema::DimsPerSample() values
   std::vector<uint64_t> tensor_offsets;  // per field
   std::vector<uint64_t> tensor_sizes;    // per field

@@ -17,7 +17,7 @@ namespace libshard::format {
 
 using namespace index_internal;  // NOLINT: this file's own helpers
 
-std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& shards,
+std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,
                           std::span<const FieldCodec> codecs, uint32_t block_samples,
                           uint32_t version) {
@@ -223,15 +223,15 @@ std::string EncodeIndexV2(const Schema& schema, const std::vector<IndexShard>& s
   PutU64(h + kHeaderSampleCount, n);
   PutU32(h + kHeaderFieldCount, static_cast<uint32_t>(f_count));
   PutU32(h + kHeaderShardCount, static_cast<uint32_t>(shards.size()));
-  PutU32(h + kV2BlockSamples, block_samples);
-  PutI32(h + kV2LengthField, lf);
-  PutU64(h + kV2StringsSize, strings.size());
-  PutU64(h + kV2LengthsChecksum, lengths_checksum);
-  PutU64(h + kV2FileSize, out.size());
-  PutU64(h + kV2TotalRawBytes, total_raw);
-  h[kV2LengthWidth] = std::byte{length_width};
-  for (size_t c = 0; c < kBaseColumns; ++c) h[kV2ColumnWidths + c] = std::byte{width[c]};
-  PutU32(h + kV2DimsPerSample, static_cast<uint32_t>(d));
+  PutU32(h + kHeaderBlockSamples, block_samples);
+  PutI32(h + kHeaderLengthField, lf);
+  PutU64(h + kHeaderStringsSize, strings.size());
+  PutU64(h + kHeaderLengthsChecksum, lengths_checksum);
+  PutU64(h + kHeaderFileSize, out.size());
+  PutU64(h + kHeaderTotalRawBytes, total_raw);
+  h[kHeaderLengthWidth] = std::byte{length_width};
+  for (size_t c = 0; c < kBaseColumns; ++c) h[kHeaderColumnWidths + c] = std::byte{width[c]};
+  PutU32(h + kHeaderDimsPerSample, static_cast<uint32_t>(d));
   PutU64(h + kIndexChecksumOffset, Xxh3WithHole({h, head_size}, kIndexChecksumOffset));
   return out;
 }

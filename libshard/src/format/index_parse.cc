@@ -43,8 +43,8 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
     return HeaderCorrupt(file, kHeaderVersion, "not version 2 or 3");
   const std::byte* h = bytes.data();
   auto bad = [&](uint64_t at, const std::string& what) { return HeaderCorrupt(file, at, what); };
-  if (GetU64(h + kV2FileSize) != file_size)
-    return bad(kV2FileSize, "recorded index size " + std::to_string(GetU64(h + kV2FileSize)) +
+  if (GetU64(h + kHeaderFileSize) != file_size)
+    return bad(kHeaderFileSize, "recorded index size " + std::to_string(GetU64(h + kHeaderFileSize)) +
                                 " != actual size " + std::to_string(file_size) +
                                 " (truncated or extended)");
   const uint32_t flags = GetU32(h + kHeaderFlags);
@@ -52,8 +52,8 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
       kKnownIndexFlags | (version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
   if (flags & ~known)
     return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(flags & ~known).substr(8));
-  if (h[kV2Reserved83] != std::byte{0}) return bad(kV2Reserved83, "reserved header byte is not zero");
-  for (uint64_t k = kV2Reserved; k < kIndexChecksumOffset; ++k)
+  if (h[kHeaderReserved83] != std::byte{0}) return bad(kHeaderReserved83, "reserved header byte is not zero");
+  for (uint64_t k = kHeaderReserved; k < kIndexChecksumOffset; ++k)
     if (h[k] != std::byte{0}) return bad(k, "reserved header byte is not zero");
   HeadCounts c;
   c.version = version;
@@ -61,10 +61,10 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
   c.n = GetU64(h + kHeaderSampleCount);
   c.f = GetU32(h + kHeaderFieldCount);
   c.s = GetU32(h + kHeaderShardCount);
-  c.b = GetU32(h + kV2BlockSamples);
-  c.d = GetU32(h + kV2DimsPerSample);
-  c.strings_size = GetU64(h + kV2StringsSize);
-  c.length_width = std::to_integer<uint8_t>(h[kV2LengthWidth]);
+  c.b = GetU32(h + kHeaderBlockSamples);
+  c.d = GetU32(h + kHeaderDimsPerSample);
+  c.strings_size = GetU64(h + kHeaderStringsSize);
+  c.length_width = std::to_integer<uint8_t>(h[kHeaderLengthWidth]);
   if (c.n > kMaxSamples)
     return bad(kHeaderSampleCount, "sample count " + std::to_string(c.n) + " exceeds the limit " +
                                        std::to_string(kMaxSamples));
@@ -76,16 +76,16 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
                                       std::to_string(kMaxShards));
   if (c.s == 0 && c.n != 0) return bad(kHeaderShardCount, "samples but no shards");
   if (c.b == 0 || c.b > kMaxBlockSamples || !std::has_single_bit(c.b))
-    return bad(kV2BlockSamples, "block_samples " + std::to_string(c.b) +
+    return bad(kHeaderBlockSamples, "block_samples " + std::to_string(c.b) +
                                     " is not a power of two in 1.." +
                                     std::to_string(kMaxBlockSamples));
   if (c.d > uint64_t{kMaxFields} * kMaxRank)
-    return bad(kV2DimsPerSample, "dims_per_sample " + std::to_string(c.d) + " exceeds the limit");
-  if (c.length_width > 8) return bad(kV2LengthWidth, "length width exceeds 8");
+    return bad(kHeaderDimsPerSample, "dims_per_sample " + std::to_string(c.d) + " exceeds the limit");
+  if (c.length_width > 8) return bad(kHeaderLengthWidth, "length width exceeds 8");
   for (size_t col = 0; col < kBaseColumns; ++col) {
-    const uint8_t wd = std::to_integer<uint8_t>(h[kV2ColumnWidths + col]);
+    const uint8_t wd = std::to_integer<uint8_t>(h[kHeaderColumnWidths + col]);
     if (wd > 8 || (col == kColChecksum && wd != 8))
-      return bad(kV2ColumnWidths + col, "column " + std::to_string(col) + " width " +
+      return bad(kHeaderColumnWidths + col, "column " + std::to_string(col) + " width " +
                                             std::to_string(wd) + " is invalid");
     c.base_width += wd;
   }
@@ -93,9 +93,9 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
   // Counts are bounded above, so these products and sums fit in 64 bits except via strings_size.
   c.k = (c.n + c.b - 1) / c.b;
   c.fields_at = kIndexHeaderSize;
-  c.dims_at = c.fields_at + kFieldRecordSizeV2 * c.f;
+  c.dims_at = c.fields_at + kFieldRecordSize * c.f;
   c.shards_at = c.dims_at + kDimRecordSize * c.d;
-  c.directory_at = c.shards_at + kShardRecordSizeV2 * c.s;
+  c.directory_at = c.shards_at + kShardRecordSize * c.s;
   c.strings_at = c.directory_at + kBlockEntrySize * c.k;
   uint64_t total = 0;
   if (!CheckedAdd(c.strings_at, c.strings_size, &c.head_size) ||
@@ -112,22 +112,22 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
 
 }  // namespace
 
-Result<IndexV2Layout> IndexV2::ParseHeader(std::span<const std::byte> header, uint64_t file_size,
+Result<IndexLayout> Index::ParseHeader(std::span<const std::byte> header, uint64_t file_size,
                                            const std::string& file) {
   LIBSHARD_ASSIGN_OR_RETURN(HeadCounts c, CheckHeaderBytes(header, file_size, file));
-  return IndexV2Layout{c.head_size, c.head_size, c.lengths_size};
+  return IndexLayout{c.head_size, c.head_size, c.lengths_size};
 }
 
-class IndexV2Parser {
+class IndexParser {
  public:
-  IndexV2Parser(IndexV2* v, const HeadCounts& c) : v_(*v), c_(c), h_(v->head_.data()) {}
+  IndexParser(Index* v, const HeadCounts& c) : v_(*v), c_(c), h_(v->head_.data()) {}
 
   Status Run() {
-    for (Status (IndexV2Parser::*step)() :
-         {&IndexV2Parser::CheckChecksum, &IndexV2Parser::CheckFields,
-          &IndexV2Parser::CheckLengthField, &IndexV2Parser::CheckDims,
-          &IndexV2Parser::CheckShards, &IndexV2Parser::CheckDirectory,
-          &IndexV2Parser::CheckLengths}) {
+    for (Status (IndexParser::*step)() :
+         {&IndexParser::CheckChecksum, &IndexParser::CheckFields,
+          &IndexParser::CheckLengthField, &IndexParser::CheckDims,
+          &IndexParser::CheckShards, &IndexParser::CheckDirectory,
+          &IndexParser::CheckLengths}) {
       Status st = (this->*step)();
       if (!st.ok()) return st;
     }
@@ -153,7 +153,7 @@ class IndexV2Parser {
       return Corrupt(kIndexChecksumOffset, "index checksum mismatch: stored " +
                                                Hex16(v_.checksum_) + ", computed " + Hex16(actual));
     v_.has_shard_uids_ = (GetU32(h_ + kHeaderFlags) & kIndexFlagShardUids) != 0;
-    v_.total_raw_bytes_ = GetU64(h_ + kV2TotalRawBytes);
+    v_.total_raw_bytes_ = GetU64(h_ + kHeaderTotalRawBytes);
     return Status::OK();
   }
 
@@ -163,7 +163,7 @@ class IndexV2Parser {
     v_.codecs_.resize(c_.f);
     v_.stored_width_.resize(c_.f);
     for (uint32_t f = 0; f < c_.f; ++f) {
-      const uint64_t at = c_.fields_at + kFieldRecordSizeV2 * f;
+      const uint64_t at = c_.fields_at + kFieldRecordSize * f;
       const std::byte* p = h_ + at;
       const std::string which = "field " + std::to_string(f) + ": ";
       Field field;
@@ -214,20 +214,20 @@ class IndexV2Parser {
       v_.schema_.fields.push_back(std::move(field));
     }
     if (d != c_.d)
-      return Corrupt(kV2DimsPerSample, "dims_per_sample " + std::to_string(c_.d) +
+      return Corrupt(kHeaderDimsPerSample, "dims_per_sample " + std::to_string(c_.d) +
                                            " != the sum of the field ranks " + std::to_string(d));
     v_.d_ = d;
     return Status::OK();
   }
 
   Status CheckLengthField() {
-    const int32_t lf = GetI32(h_ + kV2LengthField);
+    const int32_t lf = GetI32(h_ + kHeaderLengthField);
     if (lf < -1 || lf >= static_cast<int64_t>(c_.f) ||
         (lf >= 0 && v_.schema_.fields[lf].seq_dim < 0))
-      return Corrupt(kV2LengthField,
+      return Corrupt(kHeaderLengthField,
                      "length_field " + std::to_string(lf) + " is not -1 or a field with a seq_dim");
     if (lf < 0 && c_.length_width != 0)
-      return Corrupt(kV2LengthWidth, "lengths are stored but there is no length field");
+      return Corrupt(kHeaderLengthWidth, "lengths are stored but there is no length field");
     v_.schema_.length_field = lf;
     v_.length_width_ = c_.length_width;
     return Status::OK();
@@ -241,7 +241,7 @@ class IndexV2Parser {
     // Record columns: the base columns, then kind-2 dims, then stored sizes (§3.8.6).
     uint64_t col = 0;
     for (size_t c = 0; c < kBaseColumns; ++c) {
-      v_.width_[c] = std::to_integer<uint8_t>(h_[kV2ColumnWidths + c]);
+      v_.width_[c] = std::to_integer<uint8_t>(h_[kHeaderColumnWidths + c]);
       v_.column_[c] = col;
       col += v_.width_[c];
     }
@@ -262,7 +262,7 @@ class IndexV2Parser {
       if (kind == 1 && lf < 0) return Corrupt(at, which + "a length dim without a length field");
       if (static_cast<int64_t>(j) == length_dim && kind != 1)
         return Corrupt(at, which + "the length field's sequence dim must be the length");
-      IndexV2::DimInfo& di = v_.dims_[j];
+      Index::DimInfo& di = v_.dims_[j];
       di.kind = static_cast<DimKind>(kind);
       di.width = width;
       di.value = value;
@@ -284,7 +284,7 @@ class IndexV2Parser {
     const bool uids = v_.has_shard_uids_;
     v_.shards_.reserve(c_.s);
     for (uint32_t k = 0; k < c_.s; ++k) {
-      const uint64_t at = c_.shards_at + kShardRecordSizeV2 * k;
+      const uint64_t at = c_.shards_at + kShardRecordSize * k;
       const std::byte* p = h_ + at;
       const std::string which = "shard " + std::to_string(k) + ": ";
       const uint64_t name_offset = GetU64(p), name_size = GetU64(p + 8);
@@ -328,34 +328,34 @@ class IndexV2Parser {
       v_.blocks_[2 * b + 1] = GetU64(h_ + at + 8);
     }
     if (c_.k == 0 && v_.blocks_begin_ != v_.file_size_)
-      return Corrupt(kV2FileSize, "bytes after the lengths of an empty index");
+      return Corrupt(kHeaderFileSize, "bytes after the lengths of an empty index");
     return Status::OK();
   }
 
   Status CheckLengths() {
     const uint64_t sum = Xxh3(v_.lengths_);
-    if (sum != GetU64(h_ + kV2LengthsChecksum))
+    if (sum != GetU64(h_ + kHeaderLengthsChecksum))
       return Corrupt(c_.head_size, "lengths checksum mismatch: stored " +
-                                       Hex16(GetU64(h_ + kV2LengthsChecksum)) + ", computed " +
+                                       Hex16(GetU64(h_ + kHeaderLengthsChecksum)) + ", computed " +
                                        Hex16(sum));
     return Status::OK();
   }
 
-  IndexV2& v_;
+  Index& v_;
   const HeadCounts& c_;
   const std::byte* h_;
 };
 
-Result<IndexV2> IndexV2::Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
+Result<Index> Index::Parse(std::vector<std::byte> head, std::vector<std::byte> lengths,
                                uint64_t file_size, const std::string& file) {
   if (head.size() < kIndexHeaderSize)
     return Status::Corruption(file + ": head shorter than the header" + std::string(kDamaged));
   LIBSHARD_ASSIGN_OR_RETURN(HeadCounts c, CheckHeaderBytes({head.data(), kIndexHeaderSize},
                                                            file_size, file));
   if (head.size() != c.head_size || lengths.size() != c.lengths_size)
-    return Status::InvalidArgument(file + ": IndexV2::Parse needs the head and lengths that "
+    return Status::InvalidArgument(file + ": Index::Parse needs the head and lengths that "
                                           "ParseHeader located");
-  IndexV2 v;
+  Index v;
   v.file_ = file;
   v.head_ = std::move(head);
   v.lengths_ = std::move(lengths);
@@ -364,7 +364,7 @@ Result<IndexV2> IndexV2::Parse(std::vector<std::byte> head, std::vector<std::byt
   v.block_samples_ = c.b;
   v.version_ = c.version;
   v.field_checksums_ = c.field_sums;
-  LIBSHARD_RETURN_IF_ERROR(IndexV2Parser(&v, c).Run());
+  LIBSHARD_RETURN_IF_ERROR(IndexParser(&v, c).Run());
   return v;
 }
 

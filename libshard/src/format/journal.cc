@@ -73,7 +73,7 @@ std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
   for (const IndexSample& s : samples) {
     SampleRecord r = s.record;
     r.meta_offset = r.meta_size = r.source_offset = r.source_size = 0;
-    EncodeSampleRecord(r, rec);
+    r.EncodeTo(rec);
     w.Bytes(std::string_view(reinterpret_cast<const char*>(rec), kRecordPrefix));
     for (size_t f = 0; f < schema.fields.size(); ++f) {
       w.U64(s.tensor_offsets[f]);
@@ -169,7 +169,7 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
       if (!ok) break;
       std::byte full[kSampleRecordSize] = {};
       std::memcpy(full, rec.data(), kRecordPrefix);
-      s.record = DecodeSampleRecord(full);
+      s.record = SampleRecord::DecodeFrom(full);
       s.tensor_offsets.resize(f_count);
       s.tensor_sizes.resize(f_count);
       for (uint64_t f = 0; ok && f < f_count; ++f)

@@ -7,25 +7,25 @@
 
 namespace libshard::format {
 
-void EncodeSampleRecord(const SampleRecord& r, std::byte* p) {
+void SampleRecord::EncodeTo(std::byte* p) const {
   std::memset(p, 0, kSampleRecordSize);
-  PutU64(p + kRecordOffset, r.offset);
-  PutU64(p + kRecordStoredSize, r.stored_size);
-  PutU64(p + kRecordRawSize, r.raw_size);
-  PutU64(p + kRecordChecksum, r.checksum);
-  PutU32(p + kRecordShard, r.shard);
-  PutU32(p + kRecordFlags, r.flags);
-  PutU64(p + kRecordLength, r.length);
-  PutU64(p + kRecordMetaOffset, r.meta_offset);
-  PutU64(p + kRecordMetaSize, r.meta_size);
-  PutU64(p + kRecordSourceOffset, r.source_offset);
-  PutU64(p + kRecordSourceSize, r.source_size);
-  PutU64(p + kRecordSourceBytes, r.source_bytes);
-  PutI64(p + kRecordSourceMtimeNs, r.source_mtime_ns);
-  PutU64(p + kRecordSourceHash, r.source_hash);
+  PutU64(p + kRecordOffset, offset);
+  PutU64(p + kRecordStoredSize, stored_size);
+  PutU64(p + kRecordRawSize, raw_size);
+  PutU64(p + kRecordChecksum, checksum);
+  PutU32(p + kRecordShard, shard);
+  PutU32(p + kRecordFlags, flags);
+  PutU64(p + kRecordLength, length);
+  PutU64(p + kRecordMetaOffset, meta_offset);
+  PutU64(p + kRecordMetaSize, meta_size);
+  PutU64(p + kRecordSourceOffset, source_offset);
+  PutU64(p + kRecordSourceSize, source_size);
+  PutU64(p + kRecordSourceBytes, source_bytes);
+  PutI64(p + kRecordSourceMtimeNs, source_mtime_ns);
+  PutU64(p + kRecordSourceHash, source_hash);
 }
 
-SampleRecord DecodeSampleRecord(const std::byte* p) {
+SampleRecord SampleRecord::DecodeFrom(const std::byte* p) {
   SampleRecord r;
   r.offset = GetU64(p + kRecordOffset);
   r.stored_size = GetU64(p + kRecordStoredSize);

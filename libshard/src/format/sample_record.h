@@ -48,11 +48,12 @@ struct SampleRecord {
   uint64_t source_bytes = 0;
   int64_t source_mtime_ns = 0;
   uint64_t source_hash = 0;
-};
 
-// Encodes `r` into 128 bytes at `out` (reserved bytes zero).
-void EncodeSampleRecord(const SampleRecord& r, std::byte* out);
-// Decodes 128 bytes; no validation (IndexView::Parse validates).
-SampleRecord DecodeSampleRecord(const std::byte* in);
+  // Encodes this record into kSampleRecordSize bytes at `out` (reserved bytes zero).
+  void EncodeTo(std::byte* out) const;
+  // Decodes kSampleRecordSize bytes; no validation (the index parser and the journal reader
+  // validate).
+  static SampleRecord DecodeFrom(const std::byte* in);
+};
 
 }  // namespace libshard::format

@@ -14,9 +14,9 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   const std::vector<format::IndexSample>& samples = *req.samples;
   // New indexes are version 3 (FORMAT.md §3.9) unless an older one is asked for (§3.1, §3.8).
   const std::string index =
-      req.index_version == format::kIndexVersion
-          ? format::EncodeIndex(req.schema, req.shards, samples)
-          : format::EncodeIndexV2(req.schema, req.shards, samples, req.codecs,
+      req.index_version == format::kIndexVersion1
+          ? format::legacy::EncodeIndexV1(req.schema, req.shards, samples)
+          : format::EncodeIndex(req.schema, req.shards, samples, req.codecs,
                                   format::kDefaultBlockSamples, req.index_version);
   LIBSHARD_RETURN_IF_ERROR(WriteFileAtomically(req.dir, req.index_file, index, req.fsync));
 

@@ -56,7 +56,7 @@ Status ValidateOptions(const WriterOptions& o) {
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
                                    " is not in " + std::to_string(kMinZstdLevel) + ".." +
                                    std::to_string(kMaxZstdLevel));
-  if (o.index_version < 1 || o.index_version > format::kCurrentIndexVersion)
+  if (o.index_version < 1 || o.index_version > format::kIndexVersion)
     return Status::InvalidArgument("WriterOptions.index_version " +
                                    std::to_string(o.index_version) + " is not 1, 2 or 3");
   if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&

@@ -13,60 +13,60 @@
 #include "libshard/schema.h"
 #include "libshard/status.h"
 
-namespace libshard::format {
+namespace libshard::format::legacy {
 
-inline constexpr uint64_t kFieldRecordSize = 32;
-inline constexpr uint64_t kShardRecordSize = 32;
-inline constexpr uint64_t kTensorEntrySize = 16;
-inline constexpr uint64_t kDimSize = 8;  // one u64 dim (§3.3)
+inline constexpr uint64_t kV1FieldRecordSize = 32;
+inline constexpr uint64_t kV1ShardRecordSize = 32;
+inline constexpr uint64_t kV1TensorEntrySize = 16;
+inline constexpr uint64_t kV1DimSize = 8;  // one u64 dim (§3.3)
 
 // Header field offsets of version 1 (§3.1) beyond those every version shares (index_common.h).
-inline constexpr uint64_t kHeaderFieldsOffset = 32;
-inline constexpr uint64_t kHeaderShardsOffset = 40;
-inline constexpr uint64_t kHeaderSamplesOffset = 48;
-inline constexpr uint64_t kHeaderTensorsOffset = 56;
-inline constexpr uint64_t kHeaderDimsOffset = 64;
-inline constexpr uint64_t kHeaderBlobOffset = 72;
-inline constexpr uint64_t kHeaderBlobSize = 80;
-inline constexpr uint64_t kHeaderFileSize = 88;
-inline constexpr uint64_t kHeaderLengthField = 96;
-inline constexpr uint64_t kHeaderShardUids = 100;
-inline constexpr uint64_t kHeaderReserved = 108;  // ..119
+inline constexpr uint64_t kV1HeaderFieldsOffset = 32;
+inline constexpr uint64_t kV1HeaderShardsOffset = 40;
+inline constexpr uint64_t kV1HeaderSamplesOffset = 48;
+inline constexpr uint64_t kV1HeaderTensorsOffset = 56;
+inline constexpr uint64_t kV1HeaderDimsOffset = 64;
+inline constexpr uint64_t kV1HeaderBlobOffset = 72;
+inline constexpr uint64_t kV1HeaderBlobSize = 80;
+inline constexpr uint64_t kV1HeaderFileSize = 88;
+inline constexpr uint64_t kV1HeaderLengthField = 96;
+inline constexpr uint64_t kV1HeaderShardUids = 100;
+inline constexpr uint64_t kV1HeaderReserved = 108;  // ..119
 
 // Field record offsets (§3.2).
-inline constexpr uint64_t kFieldDType = 0;
-inline constexpr uint64_t kFieldRank = 4;
-inline constexpr uint64_t kFieldSeqDim = 8;
-inline constexpr uint64_t kFieldReserved = 12;
-inline constexpr uint64_t kFieldNameOffset = 16;
-inline constexpr uint64_t kFieldNameSize = 24;
+inline constexpr uint64_t kV1FieldDType = 0;
+inline constexpr uint64_t kV1FieldRank = 4;
+inline constexpr uint64_t kV1FieldSeqDim = 8;
+inline constexpr uint64_t kV1FieldReserved = 12;
+inline constexpr uint64_t kV1FieldNameOffset = 16;
+inline constexpr uint64_t kV1FieldNameSize = 24;
 
 // Shard record offsets (§3.5).
-inline constexpr uint64_t kShardNameOffset = 0;
-inline constexpr uint64_t kShardNameSize = 8;
-inline constexpr uint64_t kShardFileSize = 16;
-inline constexpr uint64_t kShardSampleCount = 24;
+inline constexpr uint64_t kV1ShardNameOffset = 0;
+inline constexpr uint64_t kV1ShardNameSize = 8;
+inline constexpr uint64_t kV1ShardFileSize = 16;
+inline constexpr uint64_t kV1ShardSampleCount = 24;
 
 // Tensor entry offsets (§3.3).
-inline constexpr uint64_t kTensorEntryOffset = 0;
-inline constexpr uint64_t kTensorEntryNbytes = 8;
+inline constexpr uint64_t kV1TensorEntryOffset = 0;
+inline constexpr uint64_t kV1TensorEntryNbytes = 8;
 
 // Encodes a complete index. Shard sample counts are recomputed from the records. The shard uids
 // are recorded (flag kIndexFlagShardUids) when any shard has a non-zero uid. Preconditions
 // (the writer's invariants): the schema is valid; every sample has the schema's dims and tensors.
-std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
+std::string EncodeIndexV1(const Schema& schema, const std::vector<IndexShard>& shards,
                         const std::vector<IndexSample>& samples);
 
 // A fully validated index over bytes the caller keeps alive (e.g. an mmap). Parse checks
 // everything in FORMAT.md §3.7 that the index alone determines; accessors then trust the bytes.
 // Thread-safe for concurrent const use.
-class IndexParser;
+class IndexV1Parser;
 
-class IndexView {
+class IndexV1View {
  public:
   // `file` names the index in messages. Never allocates in proportion to untrusted counts before
   // they are checked against the byte size.
-  static Result<IndexView> Parse(std::span<const std::byte> bytes, const std::string& file);
+  static Result<IndexV1View> Parse(std::span<const std::byte> bytes, const std::string& file);
 
   uint64_t sample_count() const { return sample_count_; }
   const Schema& schema() const { return schema_; }
@@ -94,7 +94,7 @@ class IndexView {
   IndexSample Entry(uint64_t i) const;
 
  private:
-  friend class IndexParser;  // Parse's implementation, one method per §3.7 check group
+  friend class IndexV1Parser;  // Parse's implementation, one method per §3.7 check group
 
   std::span<const std::byte> bytes_;
   Schema schema_;
@@ -111,4 +111,4 @@ class IndexView {
   bool has_shard_uids_ = false;
 };
 
-}  // namespace libshard::format
+}  // namespace libshard::format::legacy

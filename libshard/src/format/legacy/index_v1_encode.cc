@@ -6,9 +6,9 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 
-namespace libshard::format {
+namespace libshard::format::legacy {
 
-std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
+std::string EncodeIndexV1(const Schema& schema, const std::vector<IndexShard>& shards,
                         const std::vector<IndexSample>& samples) {
   const uint64_t n = samples.size();
   const uint64_t f_count = schema.fields.size();
@@ -50,7 +50,7 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
     r.meta_offset = r.meta_size ? add_blob(samples[i].metadata) : 0;
     r.source_size = samples[i].source_path.size();
     r.source_offset = r.source_size ? add_blob(samples[i].source_path) : 0;
-    EncodeSampleRecord(r, reinterpret_cast<std::byte*>(out.data() + samples_offset +
+    r.EncodeTo(reinterpret_cast<std::byte*>(out.data() + samples_offset +
                                                        kSampleRecordSize * i));
   }
   const uint64_t tensors_offset = out.size();
@@ -79,24 +79,24 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
 
   auto* h = reinterpret_cast<std::byte*>(out.data());
   std::memcpy(h, kIndexMagic, 8);
-  PutU32(h + kHeaderVersion, kIndexVersion);
+  PutU32(h + kHeaderVersion, kIndexVersion1);
   PutU32(h + kHeaderFlags, uids ? kIndexFlagShardUids : 0);
-  PutU64(h + kHeaderShardUids, uids_offset);
+  PutU64(h + kV1HeaderShardUids, uids_offset);
   PutU64(h + kHeaderSampleCount, n);
   PutU32(h + kHeaderFieldCount, static_cast<uint32_t>(f_count));
   PutU32(h + kHeaderShardCount, static_cast<uint32_t>(shards.size()));
-  PutU64(h + kHeaderFieldsOffset, fields_offset);
-  PutU64(h + kHeaderShardsOffset, shards_offset);
-  PutU64(h + kHeaderSamplesOffset, samples_offset);
-  PutU64(h + kHeaderTensorsOffset, tensors_offset);
-  PutU64(h + kHeaderDimsOffset, dims_offset);
-  PutU64(h + kHeaderBlobOffset, blob_offset);
-  PutU64(h + kHeaderBlobSize, blob.size());
-  PutU64(h + kHeaderFileSize, out.size());
-  PutI32(h + kHeaderLengthField, schema.length_field);
+  PutU64(h + kV1HeaderFieldsOffset, fields_offset);
+  PutU64(h + kV1HeaderShardsOffset, shards_offset);
+  PutU64(h + kV1HeaderSamplesOffset, samples_offset);
+  PutU64(h + kV1HeaderTensorsOffset, tensors_offset);
+  PutU64(h + kV1HeaderDimsOffset, dims_offset);
+  PutU64(h + kV1HeaderBlobOffset, blob_offset);
+  PutU64(h + kV1HeaderBlobSize, blob.size());
+  PutU64(h + kV1HeaderFileSize, out.size());
+  PutI32(h + kV1HeaderLengthField, schema.length_field);
   PutU64(h + kIndexChecksumOffset,
          Xxh3WithHole({h, out.size()}, kIndexChecksumOffset));
   return out;
 }
 
-}  // namespace libshard::format
+}  // namespace libshard::format::legacy

@@ -1,4 +1,4 @@
-// Index version 1 (legacy/index_v1.h): IndexView::Parse, the checks of FORMAT.md §3.7.
+// Index version 1 (legacy/index_v1.h): IndexV1View::Parse, the checks of FORMAT.md §3.7.
 #include "format/legacy/index_v1.h"
 
 #include <cstring>
@@ -11,7 +11,7 @@
 #include "format/shard_format.h"
 #include "libshard/sample.h"
 
-namespace libshard::format {
+namespace libshard::format::legacy {
 
 namespace {
 
@@ -28,25 +28,25 @@ constexpr const char* kDamaged = "; the index is damaged, re-run libshard pack";
 
 }  // namespace
 
-// IndexView::Parse's implementation: one method per check group of FORMAT.md §3.7, called by Run
+// IndexV1View::Parse's implementation: one method per check group of FORMAT.md §3.7, called by Run
 // in exactly that order, each rejecting on the first failure. A method relies only on what the
 // methods before it checked (e.g. the field table is read only once it is known to lie within the
 // file), so no untrusted count sizes an allocation before it is checked against the byte size.
-class IndexParser {
+class IndexV1Parser {
  public:
-  IndexParser(std::span<const std::byte> bytes, const std::string& file)
+  IndexV1Parser(std::span<const std::byte> bytes, const std::string& file)
       : bytes_(bytes), h_(bytes.data()), file_(file) {
     v_.bytes_ = bytes;
   }
 
-  Result<IndexView> Run() {
-    for (Status (IndexParser::*step)() :
-         {&IndexParser::CheckHeader, &IndexParser::CheckCounts,
-          &IndexParser::CheckFixedSectionOffsets, &IndexParser::CheckFieldTypes,
-          &IndexParser::CheckSectionSizes, &IndexParser::CheckFieldNames,
-          &IndexParser::CheckLengthField, &IndexParser::CheckShardTable,
-          &IndexParser::CheckShardUids, &IndexParser::CheckSamples,
-          &IndexParser::CheckShardSampleCounts}) {
+  Result<IndexV1View> Run() {
+    for (Status (IndexV1Parser::*step)() :
+         {&IndexV1Parser::CheckHeader, &IndexV1Parser::CheckCounts,
+          &IndexV1Parser::CheckFixedSectionOffsets, &IndexV1Parser::CheckFieldTypes,
+          &IndexV1Parser::CheckSectionSizes, &IndexV1Parser::CheckFieldNames,
+          &IndexV1Parser::CheckLengthField, &IndexV1Parser::CheckShardTable,
+          &IndexV1Parser::CheckShardUids, &IndexV1Parser::CheckSamples,
+          &IndexV1Parser::CheckShardSampleCounts}) {
       Status st = (this->*step)();
       if (!st.ok()) return st;
     }
@@ -63,8 +63,8 @@ class IndexParser {
     return Status::Corruption(file_ + ": sample " + std::to_string(i) + " (record at offset " +
                               std::to_string(RecordAt(i) + at) + "): " + what + kDamaged);
   }
-  uint64_t FieldAt(uint32_t f) const { return fields_offset_ + kFieldRecordSize * f; }
-  uint64_t ShardAt(uint32_t k) const { return shards_offset_ + kShardRecordSize * k; }
+  uint64_t FieldAt(uint32_t f) const { return fields_offset_ + kV1FieldRecordSize * f; }
+  uint64_t ShardAt(uint32_t k) const { return shards_offset_ + kV1ShardRecordSize * k; }
   uint64_t RecordAt(uint64_t i) const { return v_.samples_offset_ + kSampleRecordSize * i; }
   // True when [off, off + len) lies within the blob (§3.4), overflow-checked.
   bool BlobRangeOk(uint64_t off, uint64_t len) const {
@@ -81,7 +81,7 @@ class IndexParser {
     if (std::memcmp(h_, kIndexMagic, sizeof(kIndexMagic)) != 0)
       return Corrupt(0, "bad magic (not a libshard index)");
     const uint32_t version = GetU32(h_ + kHeaderVersion);
-    if (version != kIndexVersion)
+    if (version != kIndexVersion1)
       return Status::Unsupported(file_ + ": offset 8: index version " + std::to_string(version) +
                                  " is not supported (this libshard reads version 1); the dataset "
                                  "was written by a newer libshard, upgrade it");
@@ -95,10 +95,10 @@ class IndexParser {
       return Corrupt(kHeaderFlags,
                      "unknown header flags 0x" + Hex16(flags & ~kKnownIndexFlags).substr(8));
     v_.has_shard_uids_ = (flags & kIndexFlagShardUids) != 0;
-    uids_offset_ = GetU64(h_ + kHeaderShardUids);
+    uids_offset_ = GetU64(h_ + kV1HeaderShardUids);
     if (!v_.has_shard_uids_ && uids_offset_ != 0)
-      return Corrupt(kHeaderShardUids, "shard uids offset is set but the shard-uid flag is not");
-    for (uint64_t k = kHeaderReserved; k < kIndexChecksumOffset; ++k)
+      return Corrupt(kV1HeaderShardUids, "shard uids offset is set but the shard-uid flag is not");
+    for (uint64_t k = kV1HeaderReserved; k < kIndexChecksumOffset; ++k)
       if (h_[k] != std::byte{0}) return Corrupt(k, "reserved header byte is not zero");
     return Status::OK();
   }
@@ -129,20 +129,20 @@ class IndexParser {
   Status CheckFixedSectionOffsets() {
     const uint64_t size = bytes_.size();
     fields_offset_ = kIndexHeaderSize;
-    shards_offset_ = fields_offset_ + kFieldRecordSize * f_count_;
-    v_.samples_offset_ = shards_offset_ + kShardRecordSize * s_count_;
-    if (GetU64(h_ + kHeaderFieldsOffset) != fields_offset_)
-      return Corrupt(kHeaderFieldsOffset,
+    shards_offset_ = fields_offset_ + kV1FieldRecordSize * f_count_;
+    v_.samples_offset_ = shards_offset_ + kV1ShardRecordSize * s_count_;
+    if (GetU64(h_ + kV1HeaderFieldsOffset) != fields_offset_)
+      return Corrupt(kV1HeaderFieldsOffset,
                      "field table offset is not " + std::to_string(fields_offset_));
-    if (GetU64(h_ + kHeaderShardsOffset) != shards_offset_)
-      return Corrupt(kHeaderShardsOffset,
+    if (GetU64(h_ + kV1HeaderShardsOffset) != shards_offset_)
+      return Corrupt(kV1HeaderShardsOffset,
                      "shard table offset is not " + std::to_string(shards_offset_));
-    if (GetU64(h_ + kHeaderSamplesOffset) != v_.samples_offset_)
-      return Corrupt(kHeaderSamplesOffset,
+    if (GetU64(h_ + kV1HeaderSamplesOffset) != v_.samples_offset_)
+      return Corrupt(kV1HeaderSamplesOffset,
                      "sample records offset is not " + std::to_string(v_.samples_offset_));
-    if (GetU64(h_ + kHeaderFileSize) != size)
-      return Corrupt(kHeaderFileSize, "recorded index size " +
-                                          std::to_string(GetU64(h_ + kHeaderFileSize)) +
+    if (GetU64(h_ + kV1HeaderFileSize) != size)
+      return Corrupt(kV1HeaderFileSize, "recorded index size " +
+                                          std::to_string(GetU64(h_ + kV1HeaderFileSize)) +
                                           " != actual size " + std::to_string(size) +
                                           " (truncated or extended)");
     if (v_.samples_offset_ > size)
@@ -161,21 +161,21 @@ class IndexParser {
       const std::byte* p = h_ + at;
       const std::string which = "field " + std::to_string(f) + ": ";
       Field field;
-      const uint32_t dtype = GetU32(p + kFieldDType);
-      field.rank = GetU32(p + kFieldRank);
-      field.seq_dim = GetI32(p + kFieldSeqDim);
+      const uint32_t dtype = GetU32(p + kV1FieldDType);
+      field.rank = GetU32(p + kV1FieldRank);
+      field.seq_dim = GetI32(p + kV1FieldSeqDim);
       if (!IsValidDType(dtype))
-        return Corrupt(at + kFieldDType, which + "invalid dtype code " + std::to_string(dtype));
+        return Corrupt(at + kV1FieldDType, which + "invalid dtype code " + std::to_string(dtype));
       field.dtype = static_cast<DType>(dtype);
       if (field.rank > kMaxRank)
-        return Corrupt(at + kFieldRank, which + "rank " + std::to_string(field.rank) +
+        return Corrupt(at + kV1FieldRank, which + "rank " + std::to_string(field.rank) +
                                             " exceeds the limit " + std::to_string(kMaxRank));
       if (field.seq_dim < -1 ||
           (field.seq_dim >= 0 && static_cast<uint32_t>(field.seq_dim) >= field.rank))
-        return Corrupt(at + kFieldSeqDim, which + "seq_dim " + std::to_string(field.seq_dim) +
+        return Corrupt(at + kV1FieldSeqDim, which + "seq_dim " + std::to_string(field.seq_dim) +
                                               " is not -1 or a dimension");
-      if (GetU32(p + kFieldReserved) != 0)
-        return Corrupt(at + kFieldReserved, which + "reserved bytes are not zero");
+      if (GetU32(p + kV1FieldReserved) != 0)
+        return Corrupt(at + kV1FieldReserved, which + "reserved bytes are not zero");
       v_.field_dim_start_.push_back(d);
       d += field.rank;
       v_.schema_.fields.push_back(std::move(field));
@@ -194,23 +194,23 @@ class IndexParser {
     if (!CheckedMul(n_, kSampleRecordSize, &records) ||
         !CheckedAdd(v_.samples_offset_, records, &tensors_offset) ||
         !CheckedMul(n_, f_count_, &entries) ||
-        !CheckedMul(entries, kTensorEntrySize, &entry_bytes) ||
+        !CheckedMul(entries, kV1TensorEntrySize, &entry_bytes) ||
         !CheckedAdd(tensors_offset, entry_bytes, &dims_offset) || !CheckedMul(n_, d, &dims) ||
-        !CheckedMul(dims, kDimSize, &dim_bytes) ||
+        !CheckedMul(dims, kV1DimSize, &dim_bytes) ||
         !CheckedAdd(dims_offset, dim_bytes, &blob_offset))
       return Corrupt(kHeaderSampleCount,
                      "section sizes overflow (sample count " + std::to_string(n_) + ")");
-    if (GetU64(h_ + kHeaderTensorsOffset) != tensors_offset)
-      return Corrupt(kHeaderTensorsOffset,
+    if (GetU64(h_ + kV1HeaderTensorsOffset) != tensors_offset)
+      return Corrupt(kV1HeaderTensorsOffset,
                      "tensor entries offset is not " + std::to_string(tensors_offset));
-    if (GetU64(h_ + kHeaderDimsOffset) != dims_offset)
-      return Corrupt(kHeaderDimsOffset, "dims offset is not " + std::to_string(dims_offset));
-    if (GetU64(h_ + kHeaderBlobOffset) != blob_offset)
-      return Corrupt(kHeaderBlobOffset, "blob offset is not " + std::to_string(blob_offset));
-    blob_size_ = GetU64(h_ + kHeaderBlobSize);
+    if (GetU64(h_ + kV1HeaderDimsOffset) != dims_offset)
+      return Corrupt(kV1HeaderDimsOffset, "dims offset is not " + std::to_string(dims_offset));
+    if (GetU64(h_ + kV1HeaderBlobOffset) != blob_offset)
+      return Corrupt(kV1HeaderBlobOffset, "blob offset is not " + std::to_string(blob_offset));
+    blob_size_ = GetU64(h_ + kV1HeaderBlobSize);
     uint64_t end = 0;
     if (!CheckedAdd(blob_offset, blob_size_, &end) || end != bytes_.size())
-      return Corrupt(kHeaderBlobSize, "sections (sample count " + std::to_string(n_) + ", blob " +
+      return Corrupt(kV1HeaderBlobSize, "sections (sample count " + std::to_string(n_) + ", blob " +
                                           std::to_string(blob_size_) +
                                           " bytes) do not add up to the file size " +
                                           std::to_string(bytes_.size()));
@@ -224,9 +224,9 @@ class IndexParser {
   Status CheckFieldNames() {
     std::unordered_set<std::string_view> names;
     for (uint32_t f = 0; f < f_count_; ++f) {
-      const uint64_t at = FieldAt(f) + kFieldNameOffset;
-      const uint64_t offset = GetU64(h_ + FieldAt(f) + kFieldNameOffset);
-      const uint64_t size = GetU64(h_ + FieldAt(f) + kFieldNameSize);
+      const uint64_t at = FieldAt(f) + kV1FieldNameOffset;
+      const uint64_t offset = GetU64(h_ + FieldAt(f) + kV1FieldNameOffset);
+      const uint64_t size = GetU64(h_ + FieldAt(f) + kV1FieldNameSize);
       const std::string which = "field " + std::to_string(f) + ": ";
       if (size == 0 || size > kMaxNameBytes || !BlobRangeOk(offset, size))
         return Corrupt(at, which + "name range (" + std::to_string(offset) + ", " +
@@ -244,10 +244,10 @@ class IndexParser {
 
   // §3.7 length_field (§3.2): -1 or a field with a seq_dim.
   Status CheckLengthField() {
-    const int32_t length_field = GetI32(h_ + kHeaderLengthField);
+    const int32_t length_field = GetI32(h_ + kV1HeaderLengthField);
     if (length_field < -1 || length_field >= static_cast<int64_t>(f_count_) ||
         (length_field >= 0 && v_.schema_.fields[length_field].seq_dim < 0))
-      return Corrupt(kHeaderLengthField, "length_field " + std::to_string(length_field) +
+      return Corrupt(kV1HeaderLengthField, "length_field " + std::to_string(length_field) +
                                              " is not -1 or a field with a seq_dim");
     v_.schema_.length_field = length_field;
     return Status::OK();
@@ -260,22 +260,22 @@ class IndexParser {
     for (uint32_t k = 0; k < s_count_; ++k) {
       const uint64_t at = ShardAt(k);
       const std::byte* p = h_ + at;
-      const uint64_t name_offset = GetU64(p + kShardNameOffset);
-      const uint64_t name_size = GetU64(p + kShardNameSize);
+      const uint64_t name_offset = GetU64(p + kV1ShardNameOffset);
+      const uint64_t name_size = GetU64(p + kV1ShardNameSize);
       const std::string which = "shard " + std::to_string(k) + ": ";
       IndexShard shard;
-      shard.file_size = GetU64(p + kShardFileSize);
-      shard.sample_count = GetU64(p + kShardSampleCount);
+      shard.file_size = GetU64(p + kV1ShardFileSize);
+      shard.sample_count = GetU64(p + kV1ShardSampleCount);
       if (name_size == 0 || name_size > kMaxShardNameBytes ||
           !BlobRangeOk(name_offset, name_size))
-        return Corrupt(at + kShardNameOffset, which + "name range outside the blob");
+        return Corrupt(at + kV1ShardNameOffset, which + "name range outside the blob");
       auto s = v_.blob(name_offset, name_size);
       shard.name.assign(reinterpret_cast<const char*>(s.data()), s.size());
       if (!IsPlainFileName(shard.name))
-        return Corrupt(at + kShardNameOffset,
+        return Corrupt(at + kV1ShardNameOffset,
                        which + "'" + shard.name + "' is not a plain file name");
       if (shard.file_size < kShardHeaderSize)
-        return Corrupt(at + kShardFileSize, which + "file size " +
+        return Corrupt(at + kV1ShardFileSize, which + "file size " +
                                                 std::to_string(shard.file_size) +
                                                 " is smaller than its header");
       v_.shards_.push_back(std::move(shard));
@@ -287,7 +287,7 @@ class IndexParser {
   Status CheckShardUids() {
     if (!v_.has_shard_uids_) return Status::OK();
     if (uids_offset_ % 8 != 0 || !BlobRangeOk(uids_offset_, uint64_t{8} * s_count_))
-      return Corrupt(kHeaderShardUids, "shard uids at blob offset " +
+      return Corrupt(kV1HeaderShardUids, "shard uids at blob offset " +
                                            std::to_string(uids_offset_) + " (" +
                                            std::to_string(s_count_) +
                                            " x 8 bytes) are unaligned or outside the blob");
@@ -301,7 +301,7 @@ class IndexParser {
     counts_.assign(s_count_, 0);
     dims_.resize(v_.dims_per_sample_);
     for (uint64_t i = 0; i < n_; ++i) {
-      const SampleRecord r = DecodeSampleRecord(h_ + RecordAt(i));
+      const SampleRecord r = SampleRecord::DecodeFrom(h_ + RecordAt(i));
       Status st = CheckSampleRecord(i, r);
       if (st.ok()) st = CheckTensorsAndDims(i, r);
       if (!st.ok()) return st;
@@ -400,7 +400,7 @@ class IndexParser {
   Status CheckShardSampleCounts() {
     for (uint32_t k = 0; k < s_count_; ++k)
       if (counts_[k] != v_.shards_[k].sample_count)
-        return Corrupt(ShardAt(k) + kShardSampleCount,
+        return Corrupt(ShardAt(k) + kV1ShardSampleCount,
                        "shard " + std::to_string(k) + " records " +
                            std::to_string(v_.shards_[k].sample_count) + " samples but " +
                            std::to_string(counts_[k]) + " sample records point into it");
@@ -410,7 +410,7 @@ class IndexParser {
   const std::span<const std::byte> bytes_;
   const std::byte* const h_;
   const std::string& file_;
-  IndexView v_;
+  IndexV1View v_;
   // Header values, valid once the step that reads them has succeeded.
   uint64_t n_ = 0;
   uint32_t f_count_ = 0;
@@ -425,8 +425,8 @@ class IndexParser {
   PayloadLayout layout_;
 };
 
-Result<IndexView> IndexView::Parse(std::span<const std::byte> bytes, const std::string& file) {
-  return IndexParser(bytes, file).Run();
+Result<IndexV1View> IndexV1View::Parse(std::span<const std::byte> bytes, const std::string& file) {
+  return IndexV1Parser(bytes, file).Run();
 }
 
-}  // namespace libshard::format
+}  // namespace libshard::format::legacy
