@@ -1,4 +1,4 @@
-// make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K] [--payload B]
+// make_tiny_dataset OUT N [--seed S] [--parts K] [--payload B]
 //                   [--payload-every E]: writes a dataset of N tiny samples fast with the C++
 // Writer, for the index benchmark (bench/index_bench.cc, issue 14) and the start benchmark
 // (bench/start_bench.py, issue 21).
@@ -34,7 +34,7 @@ namespace {
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: make_tiny_dataset OUT N [--index-version 1|2] [--seed S] [--parts K] "
+               "usage: make_tiny_dataset OUT N [--seed S] [--parts K] "
                "[--payload B] [--payload-every E]\n");
   return 2;
 }
@@ -99,9 +99,7 @@ int main(int argc, char** argv) {
   options.source_root = "/data/eagle3";
   uint64_t seed = 1, parts = 1, payload = 0, payload_every = 1;
   for (int k = 3; k + 1 < argc; k += 2) {
-    if (std::strcmp(argv[k], "--index-version") == 0) {
-      options.index_version = static_cast<uint32_t>(std::strtoul(argv[k + 1], nullptr, 10));
-    } else if (std::strcmp(argv[k], "--seed") == 0) {
+    if (std::strcmp(argv[k], "--seed") == 0) {
       seed = std::strtoull(argv[k + 1], nullptr, 10);
     } else if (std::strcmp(argv[k], "--payload") == 0) {
       payload = std::strtoull(argv[k + 1], nullptr, 10);
@@ -134,8 +132,7 @@ int main(int argc, char** argv) {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%s: %llu samples (index version %u, %llu parts) in %.1f s\n", out.c_str(),
-              static_cast<unsigned long long>(n), options.index_version,
-              static_cast<unsigned long long>(parts), secs);
+  std::printf("%s: %llu samples (%llu parts) in %.1f s\n", out.c_str(),
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(parts), secs);
   return 0;
 }

@@ -1,8 +1,9 @@
-// libFuzzer target for the binary index (FORMAT.md §3), both versions. Version 1: IndexV1View::Parse,
-// every accessor on what it accepts, and a round trip through EncodeIndexV1. Version 2 (§3.8):
-// Index::ParseHeader, Parse and ParseBlock of every block, every accessor on what they accept,
-// and a round trip through EncodeIndex (merge, append and upgrade re-encode parsed indexes, so
-// whatever the parser accepts must encode to an index it accepts again).
+// libFuzzer target for the binary index (FORMAT.md §3), every version. Versions 2 and 3 (§3.8,
+// §3.9): Index::ParseHeader, Parse and ParseBlock of every block, every accessor on what they
+// accept, and a round trip through EncodeIndex (merge, append and upgrade re-encode parsed
+// indexes, so whatever the parser accepts must encode to an index it accepts again). Version 1
+// (read only, format/legacy/): IndexV1View::Parse, every accessor on what it accepts, and what
+// `libshard upgrade` does with it (EncodeIndex, parsed again).
 //
 // Input: one flag byte, then the index. Flag bit 0 clear: the checksums (§3.6; for version 2 the
 // head, lengths and block checksums, §3.8.2) are recomputed so mutations get past them to the
@@ -14,8 +15,8 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
-#include "format/legacy/index_v1.h"
 #include "format/index.h"
+#include "format/legacy/index_v1.h"
 #include "format/metadata_codec.h"
 
 namespace {
@@ -46,6 +47,26 @@ void ResealV2(std::vector<std::byte>& bytes, const format::IndexLayout& layout) 
   format::PutU64(bytes.data() + format::kIndexChecksumOffset,
                  format::Xxh3WithHole({bytes.data(), layout.head_size},
                                       format::kIndexChecksumOffset));
+}
+
+// Parses an index this libshard encoded, every block included; traps when any part is refused
+// or the sample count differs.
+void ParseWholeOrTrap(const std::string& again, uint64_t sample_count) {
+  std::vector<std::byte> a(reinterpret_cast<const std::byte*>(again.data()),
+                           reinterpret_cast<const std::byte*>(again.data()) + again.size());
+  auto l2 = format::Index::ParseHeader({a.data(), format::kIndexHeaderSize}, a.size(), "again");
+  if (!l2.ok()) __builtin_trap();
+  auto v2 = format::Index::Parse(
+      std::vector<std::byte>(a.begin(), a.begin() + l2->head_size),
+      std::vector<std::byte>(a.begin() + l2->lengths_offset,
+                             a.begin() + l2->lengths_offset + l2->lengths_size),
+      a.size(), "again");
+  if (!v2.ok() || v2->sample_count() != sample_count) __builtin_trap();
+  for (uint64_t b = 0; b < v2->block_count(); ++b) {
+    const uint64_t off = v2->block_offset(b), size = v2->block_size(b);
+    if (!v2->ParseBlock(b, std::vector<std::byte>(a.begin() + off, a.begin() + off + size)).ok())
+      __builtin_trap();
+  }
 }
 
 int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
@@ -80,21 +101,7 @@ int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
   std::vector<format::IndexShard> shards = v->shards();
   const std::string again =
       format::EncodeIndex(v->schema(), shards, samples, v->codecs(), v->block_samples());
-  std::vector<std::byte> a(reinterpret_cast<const std::byte*>(again.data()),
-                           reinterpret_cast<const std::byte*>(again.data()) + again.size());
-  auto l2 = format::Index::ParseHeader({a.data(), format::kIndexHeaderSize}, a.size(), "again");
-  if (!l2.ok()) __builtin_trap();
-  auto v2 = format::Index::Parse(
-      std::vector<std::byte>(a.begin(), a.begin() + l2->head_size),
-      std::vector<std::byte>(a.begin() + l2->lengths_offset,
-                             a.begin() + l2->lengths_offset + l2->lengths_size),
-      a.size(), "again");
-  if (!v2.ok() || v2->sample_count() != v->sample_count()) __builtin_trap();
-  for (uint64_t b = 0; b < v2->block_count(); ++b) {
-    const uint64_t off = v2->block_offset(b), size = v2->block_size(b);
-    if (!v2->ParseBlock(b, std::vector<std::byte>(a.begin() + off, a.begin() + off + size)).ok())
-      __builtin_trap();
-  }
+  ParseWholeOrTrap(again, v->sample_count());
   return 0;
 }
 
@@ -107,7 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> bytes(reinterpret_cast<const std::byte*>(data + 1),
                                reinterpret_cast<const std::byte*>(data + size));
   if (bytes.size() >= format::kIndexHeaderSize &&
-      format::GetU32(bytes.data() + format::kHeaderVersion) == format::kIndexVersion2)
+      format::GetU32(bytes.data() + format::kHeaderVersion) != format::kIndexVersion1)
     return FuzzV2(bytes, (flags & 1) == 0);
   if ((flags & 1) == 0 && bytes.size() >= format::kIndexHeaderSize)
     format::PutU64(bytes.data() + format::kIndexChecksumOffset,
@@ -128,9 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     (void)v->source_path(i);
   }
-  const std::string again = format::legacy::EncodeIndexV1(v->schema(), v->shards(), samples);
-  auto reparsed = format::legacy::IndexV1View::Parse(
-      {reinterpret_cast<const std::byte*>(again.data()), again.size()}, "fuzz-again.lsi");
-  if (!reparsed.ok() || reparsed->sample_count() != v->sample_count()) __builtin_trap();
+  // What `libshard upgrade` does: re-encode as the current index, which must parse again.
+  ParseWholeOrTrap(format::EncodeIndex(v->schema(), v->shards(), samples), v->sample_count());
   return 0;
 }

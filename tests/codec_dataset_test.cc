@@ -92,10 +92,6 @@ TEST(CodecDatasetTest, FieldCodecsAndWholeSampleZstdAreExclusive) {
   o.compression = Compression::kZstd;
   ExpectError(Writer::Create((dir / "ds").string(), EagleSchema(), o).status(),
               StatusCode::kInvalidArgument, {"exclusive"});
-  o = CodecOptions(FieldCodecPolicy::kAuto);
-  o.index_version = 1;
-  ExpectError(Writer::Create((dir / "ds2").string(), EagleSchema(), o).status(),
-              StatusCode::kInvalidArgument, {"index version 2"});
 }
 
 // Codecs 1 and 2: Read returns the written bytes exactly, the stored bytes are smaller, and the

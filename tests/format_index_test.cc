@@ -15,6 +15,7 @@
 #include "format/payload.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
+#include "testutil/index_v1_encoder.h"
 #include "testutil/testutil.h"
 
 // Records the largest allocation made through operator new while tracking is on, so tests can
@@ -69,7 +70,7 @@ std::string ValidIndex(uint64_t n = 3) {
     offset += format::AlignUp(layout.raw_size, 4096);
     samples.push_back(std::move(s));
   }
-  return format::legacy::EncodeIndexV1(schema, {{"shard-00000.lss", offset, n}}, samples);
+  return EncodeIndexV1(schema, {{"shard-00000.lss", offset, n}}, samples);
 }
 
 void FixChecksum(std::string& s) {
@@ -202,7 +203,7 @@ TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
   {
     // Shard names must be plain file names (no path traversal).
     Schema schema = EagleSchema();
-    std::string s = format::legacy::EncodeIndexV1(schema, {{"../etc/passwd", 4096, 0}}, {});
+    std::string s = EncodeIndexV1(schema, {{"../etc/passwd", 4096, 0}}, {});
     ExpectError(IndexV1View::Parse(Bytes(s), "idx").status(), StatusCode::kCorruption,
                 {"not a plain file name"});
   }

@@ -15,6 +15,7 @@
 #include "format/payload.h"
 #include "format/shard_format.h"
 #include "format_test_helpers.h"
+#include "testutil/index_v1_encoder.h"
 
 namespace libshard::testing {
 namespace {
@@ -135,7 +136,7 @@ TEST(IndexTest, EagleSchemaWithProvenanceIsAtMost64BytesASample) {
   std::vector<format::IndexShard> shards;
   const auto samples = EagleSamples(20000, &shards);
   const std::string v2 = format::EncodeIndex(Eagle3Schema(), shards, samples);
-  const std::string v1 = format::legacy::EncodeIndexV1(Eagle3Schema(), shards, samples);
+  const std::string v1 = EncodeIndexV1(Eagle3Schema(), shards, samples);
   const double per_v2 = static_cast<double>(v2.size()) / samples.size();
   const double per_v1 = static_cast<double>(v1.size()) / samples.size();
   RecordProperty("bytes_per_sample_v2", std::to_string(per_v2));

@@ -13,6 +13,7 @@
 #include "libshard/dataset.h"
 #include "libshard/merge.h"
 #include "libshard/writer.h"
+#include "testutil/index_v1_encoder.h"
 #include "testutil/testutil.h"
 
 namespace libshard::testing {
@@ -86,7 +87,7 @@ Schema OneField() {
 TEST(ShardUidTest, IndexRecordsUidsBehindFlag) {
   std::vector<format::IndexShard> shards = {{"shard-00000.lss", 4096, 0, 0x1111},
                                             {"shard-00001.lss", 4096, 0, 0x2222}};
-  const std::string with = format::legacy::EncodeIndexV1(OneField(), shards, {});
+  const std::string with = EncodeIndexV1(OneField(), shards, {});
   auto v = format::legacy::IndexV1View::Parse(Bytes(with), "index.lsi");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
   EXPECT_TRUE(v->has_shard_uids());
@@ -99,7 +100,7 @@ TEST(ShardUidTest, IndexRecordsUidsBehindFlag) {
 
   // Without uids (shards of the earlier revision) the header is as before: flags, 100..119 zero.
   for (auto& s : shards) s.uid = 0;
-  const std::string without = format::legacy::EncodeIndexV1(OneField(), shards, {});
+  const std::string without = EncodeIndexV1(OneField(), shards, {});
   auto w = format::legacy::IndexV1View::Parse(Bytes(without), "index.lsi");
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_FALSE(w->has_shard_uids());
@@ -116,7 +117,7 @@ std::string Reseal(std::string s) {
 
 TEST(ShardUidTest, IndexRejectsForgedUidFields) {
   std::vector<format::IndexShard> shards = {{"shard-00000.lss", 4096, 0, 0x1111}};
-  const std::string good = format::legacy::EncodeIndexV1(OneField(), shards, {});
+  const std::string good = EncodeIndexV1(OneField(), shards, {});
   auto expect = [](std::string s, std::vector<std::string> parts) {
     ExpectError(format::legacy::IndexV1View::Parse(Bytes(Reseal(std::move(s))), "index.lsi").status(),
                 StatusCode::kCorruption, parts);

@@ -19,6 +19,7 @@
 #include "format/legacy/index_v1.h"
 #include "format/manifest.h"
 #include "libshard/dataset.h"
+#include "testutil/index_v1_encoder.h"
 #include "writer/commit.h"
 
 namespace libshard::testing {
@@ -277,7 +278,7 @@ void RewriteIndexAsV1(const std::filesystem::path& dir) {
     if (!e.ok()) throw std::runtime_error("RewriteIndexAsV1: " + e.status().ToString());
     samples.push_back(std::move(*e));
   }
-  const std::string index = format::legacy::EncodeIndexV1((*ds)->schema(), shards, samples);
+  const std::string index = EncodeIndexV1((*ds)->schema(), shards, samples);
   const std::filesystem::path mp = dir / format::kManifestName;
   auto m = format::ParseManifest(ReadFileToString(mp), mp.string());
   if (!m.ok()) throw std::runtime_error("RewriteIndexAsV1: " + m.status().ToString());

@@ -100,8 +100,9 @@ class Dataset {
   virtual const DatasetProvenance& provenance() const = 0;
   // Per field, its codec id (FORMAT.md §4.3.1; 0 raw); empty when every field is raw.
   virtual std::vector<uint8_t> field_codecs() const { return {}; }
-  // The version of the dataset's index (FORMAT.md §3: 1, or 2 with lazily loaded blocks;
-  // `libshard upgrade` / UpgradeIndex rewrites 1 as 2).
+  // The version of the dataset's index (FORMAT.md §3): 3 as written today, 2 (blocks loaded
+  // lazily, no field checksums) or 1 (read only); `libshard upgrade` / UpgradeIndex rewrites 1
+  // and 2 as 3.
   virtual uint32_t index_version() const { return 1; }
   // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
   // raw field. For a whole-sample zstd sample, the raw tensor sizes.

@@ -77,10 +77,6 @@ struct WriterOptions {
   // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
   // with one seed can no longer be told apart.
   uint64_t shard_uid_seed = 0;
-  // The index version written (FORMAT.md §3): 3, the compact index with field checksums
-  // (default); 2 without field checksums, 1 for readers older than version 2 (about 280 bytes a
-  // sample instead of under 64, checked whole at every open). For tests and old readers only.
-  uint32_t index_version = 3;
   // Field codecs (FORMAT.md §4.3), chosen per field by ChooseFieldCodecs. Create only: Resume
   // keeps the journal's codecs and OpenForAppend the dataset's (these are then ignored).
   FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;

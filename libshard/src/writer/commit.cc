@@ -4,7 +4,6 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index.h"
-#include "format/legacy/index_v1.h"
 #include "format/manifest.h"
 #include "format/metadata_codec.h"
 
@@ -12,12 +11,8 @@ namespace libshard::internal {
 
 Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   const std::vector<format::IndexSample>& samples = *req.samples;
-  // New indexes are version 3 (FORMAT.md §3.9) unless an older one is asked for (§3.1, §3.8).
-  const std::string index =
-      req.index_version == format::kIndexVersion1
-          ? format::legacy::EncodeIndexV1(req.schema, req.shards, samples)
-          : format::EncodeIndex(req.schema, req.shards, samples, req.codecs,
-                                  format::kDefaultBlockSamples, req.index_version);
+  // New indexes are version 3 (FORMAT.md §3.9); nothing writes the older versions.
+  const std::string index = format::EncodeIndex(req.schema, req.shards, samples, req.codecs);
   LIBSHARD_RETURN_IF_ERROR(WriteFileAtomically(req.dir, req.index_file, index, req.fsync));
 
   format::Manifest m;

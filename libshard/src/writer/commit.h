@@ -26,7 +26,6 @@ struct CommitRequest {
   // Per field (FORMAT.md §3.8.3); empty when every field is raw. Samples then carry
   // field_stored_sizes.
   std::vector<format::FieldCodec> codecs;
-  uint32_t index_version = 3;  // FORMAT.md §3: 1, 2 or 3
   bool fsync = true;
 };
 

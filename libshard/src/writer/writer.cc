@@ -56,9 +56,6 @@ Status ValidateOptions(const WriterOptions& o) {
     return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
                                    " is not in " + std::to_string(kMinZstdLevel) + ".." +
                                    std::to_string(kMaxZstdLevel));
-  if (o.index_version < 1 || o.index_version > format::kIndexVersion)
-    return Status::InvalidArgument("WriterOptions.index_version " +
-                                   std::to_string(o.index_version) + " is not 1, 2 or 3");
   if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&
       o.field_codecs != FieldCodecPolicy::kPlanes)
     return Status::InvalidArgument("WriterOptions.field_codecs is not a known value");
@@ -67,8 +64,6 @@ Status ValidateOptions(const WriterOptions& o) {
     return Status::InvalidArgument("field codecs (compress auto/planes, store_dtype "
                                    "float8_e4m3fn) and whole-sample zstd compression are "
                                    "exclusive (FORMAT.md §3.8.6); choose one");
-  if (codecs && o.index_version < 2)
-    return Status::InvalidArgument("field codecs need index version 2 or later (FORMAT.md §3.8)");
   return Status::OK();
 }
 
@@ -210,7 +205,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   // The journal appears whole or not at all (written aside, fsynced and renamed): a job stopped
   // while writing its header (a full disk, an I/O error, a kill) leaves no journal, so
   // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
-  w->journal_field_checksums_ = options.index_version >= format::kIndexVersion3;
+  w->journal_field_checksums_ = true;  // new indexes are version 3 (FORMAT.md §3.9)
   const std::string header =
       format::EncodeJournalHeader(schema, w->codecs_, w->journal_field_checksums_);
   LIBSHARD_RETURN_IF_ERROR(
@@ -690,8 +685,6 @@ Result<WriteSummary> WriterImpl::Finish() {
   req.created_by = options_.created_by;
   req.attributes = options_.attributes;
   req.fsync = options_.fsync;
-  req.index_version = codecs_.empty() ? options_.index_version
-                                      : std::max<uint32_t>(options_.index_version, 2);
   for (uint8_t c : codecs_) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   if (journal_.valid()) {

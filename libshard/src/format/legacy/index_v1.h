@@ -51,12 +51,6 @@ inline constexpr uint64_t kV1ShardSampleCount = 24;
 inline constexpr uint64_t kV1TensorEntryOffset = 0;
 inline constexpr uint64_t kV1TensorEntryNbytes = 8;
 
-// Encodes a complete index. Shard sample counts are recomputed from the records. The shard uids
-// are recorded (flag kIndexFlagShardUids) when any shard has a non-zero uid. Preconditions
-// (the writer's invariants): the schema is valid; every sample has the schema's dims and tensors.
-std::string EncodeIndexV1(const Schema& schema, const std::vector<IndexShard>& shards,
-                        const std::vector<IndexSample>& samples);
-
 // A fully validated index over bytes the caller keeps alive (e.g. an mmap). Parse checks
 // everything in FORMAT.md §3.7 that the index alone determines; accessors then trust the bytes.
 // Thread-safe for concurrent const use.

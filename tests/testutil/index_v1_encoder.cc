@@ -1,15 +1,18 @@
-// Index version 1 (legacy/index_v1.h): the encoder (FORMAT.md §3.1-§3.6).
-#include "format/legacy/index_v1.h"
+// The frozen encoder of index version 1 (index_v1_encoder.h).
+#include "testutil/index_v1_encoder.h"
 
 #include <cstring>
 
 #include "format/bytes.h"
 #include "format/checksum.h"
+#include "format/legacy/index_v1.h"
 
-namespace libshard::format::legacy {
+namespace libshard::testing {
 
-std::string EncodeIndexV1(const Schema& schema, const std::vector<IndexShard>& shards,
-                        const std::vector<IndexSample>& samples) {
+std::string EncodeIndexV1(const Schema& schema, const std::vector<format::IndexShard>& shards,
+                          const std::vector<format::IndexSample>& samples) {
+  using namespace format;          // NOLINT: the encoder as it was in the library
+  using namespace format::legacy;  // NOLINT
   const uint64_t n = samples.size();
   const uint64_t f_count = schema.fields.size();
   const uint64_t d = schema.DimsPerSample();
@@ -99,4 +102,4 @@ std::string EncodeIndexV1(const Schema& schema, const std::vector<IndexShard>& s
   return out;
 }
 
-}  // namespace libshard::format::legacy
+}  // namespace libshard::testing
