@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "dataset/dataset_access.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_common.h"
@@ -346,8 +347,10 @@ TEST_F(DatasetTest, DecodeAndMakeSampleForLoaders) {
   auto buf = std::shared_ptr<std::byte[]>(new (std::align_val_t{4096}) std::byte[loc.raw_size + 64],
                                           [](std::byte* p) { ::operator delete[](p, std::align_val_t{4096}); });
   std::memcpy(buf.get(), shard.data() + loc.offset, loc.stored_size);
-  ASSERT_TRUE((*ds)->Decode(i, {buf.get(), loc.stored_size}, {buf.get(), loc.raw_size}).ok());
-  auto s = (*ds)->MakeSample(i, buf.get(), 0, loc.raw_size, buf);
+  using internal::DatasetAccess;  // the loader's plumbing
+  ASSERT_TRUE(
+      DatasetAccess::Decode(**ds, i, {buf.get(), loc.stored_size}, {buf.get(), loc.raw_size}).ok());
+  auto s = DatasetAccess::MakeSample(**ds, i, buf.get(), 0, loc.raw_size, buf);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ExpectSampleEq(*s, StandardSample(i));
   EXPECT_EQ(s->index(), i);
@@ -357,16 +360,19 @@ TEST_F(DatasetTest, DecodeAndMakeSampleForLoaders) {
   EXPECT_EQ(t.shape, (Shape{1, 18, 24}));  // sample 3: L = 18
   EXPECT_EQ(t.offset % kTensorAlignment, 0u);
   const size_t field = 2;
-  auto part = (*ds)->MakeSample(i, buf.get() + t.offset, t.offset, t.nbytes, buf, {&field, 1});
+  auto part =
+      DatasetAccess::MakeSample(**ds, i, buf.get() + t.offset, t.offset, t.nbytes, buf, {&field, 1});
   ASSERT_TRUE(part.ok()) << part.status().ToString();
   ASSERT_EQ(part->tensors().size(), 1u);
   EXPECT_EQ(part->tensors()[0].name, "hidden_state");
   EXPECT_EQ(part->tensors()[0].data, buf.get() + t.offset);
   // Asking for a tensor outside the buffer is refused.
   const size_t first = 0;
-  ExpectError((*ds)->MakeSample(i, buf.get() + t.offset, t.offset, t.nbytes, buf, {&first, 1}).status(),
+  ExpectError(DatasetAccess::MakeSample(**ds, i, buf.get() + t.offset, t.offset, t.nbytes, buf,
+                                        {&first, 1})
+                  .status(),
               StatusCode::kInvalidArgument, {"input_ids", "outside the buffer"});
-  ExpectError((*ds)->Decode(i, {buf.get(), 1}, {buf.get(), loc.raw_size}),
+  ExpectError(DatasetAccess::Decode(**ds, i, {buf.get(), 1}, {buf.get(), loc.raw_size}),
               StatusCode::kInvalidArgument, {"Decode needs"});
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "dataset/dataset_access.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index.h"
@@ -97,8 +98,8 @@ TEST_F(DatasetV2Test, ADamagedBlockFailsOnlyItsSamplesAndOnlyWhenUsed) {
   EXPECT_EQ(ds->location(4096).stored_size, 0u);
   EXPECT_EQ(ds->location(4096).checksum, 0u);
   EXPECT_EQ(ds->tensor(4096, 0).nbytes, 0u);
-  ExpectError(ds->MakeSample(4096, nullptr, 0, 0, nullptr).status(), StatusCode::kCorruption,
-              where);
+  ExpectError(internal::DatasetAccess::MakeSample(*ds, 4096, nullptr, 0, 0, nullptr).status(),
+              StatusCode::kCorruption, where);
 }
 
 TEST_F(DatasetV2Test, IndexTruncatedAfterOpenFailsTheBlocksNotReadYet) {

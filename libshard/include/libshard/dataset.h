@@ -33,6 +33,12 @@ struct DatasetOptions {
 
 // Fills the shard files of a dataset whose bytes live in object storage (remote/shard_filler.h).
 class ShardFiller;
+namespace internal {
+class DatasetAccess;  // the loader's access to a Dataset (libshard/src/dataset/dataset_access.h)
+}  // namespace internal
+namespace remote {
+class RemoteDataset;  // an s3:// dataset, over the cached copy of one (libshard/src/remote/)
+}  // namespace remote
 
 // How the dataset was made, as its manifest records it (FORMAT.md §2.2 `provenance`; read and
 // checked by Open). Informational only.
@@ -107,9 +113,6 @@ class Dataset {
   // Per field, the size of sample i's stored region (FORMAT.md §3.8.4): the tensor's size for a
   // raw field. For a whole-sample zstd sample, the raw tensor sizes.
   virtual Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const;
-  // Non-null for an s3:// dataset: the files of shards() are a node-local cache, filled on
-  // demand; whoever reads them directly (the loader) calls its Ensure before each read.
-  virtual ShardFiller* shard_filler() const { return nullptr; }
 
   // Preconditions for the accessors below: i < size(), f < schema().fields.size().
   virtual SampleLocation location(uint64_t i) const = 0;
@@ -142,6 +145,17 @@ class Dataset {
   // reading the sample whole and checking its sample checksum (Corruption when that fails): what
   // `libshard upgrade` records for a dataset written before field checksums.
   virtual Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const = 0;
+
+ private:
+  // The loader's plumbing, not part of the API: reached through internal::DatasetAccess (the
+  // streaming loader, the tests) and implemented by the library's own datasets; an s3:// dataset
+  // forwards it to its cached copy.
+  friend class internal::DatasetAccess;
+  friend class remote::RemoteDataset;
+
+  // Non-null for an s3:// dataset: the files of shards() are a node-local cache, filled on
+  // demand; whoever reads them directly (the loader) calls its Ensure before each read.
+  virtual ShardFiller* shard_filler() const { return nullptr; }
   // For loaders: checks the field checksum of every field in `fields` (all when empty) of sample
   // i, a sample without whole-sample zstd (flag kSampleFlagZstd), against stored bytes read:
   // `base` holds the stored bytes [base_offset, base_offset + base_size), which must include each

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <string>
 
+#include "dataset/dataset_access.h"
+
 namespace libshard {
 namespace {
 
@@ -94,7 +96,8 @@ Result<Sample> BuildSample(const Dataset& dataset, uint64_t index, std::byte* ba
                            std::shared_ptr<const void> memory, std::span<const size_t> fields,
                            uint64_t max_len) {
   if (max_len == 0) {
-    return dataset.MakeSample(index, base, base_offset, base_size, std::move(memory), fields);
+    return internal::DatasetAccess::MakeSample(dataset, index, base, base_offset, base_size,
+                                               std::move(memory), fields);
   }
   const Schema& schema = dataset.schema();
   std::vector<TensorView> views;

@@ -5,6 +5,7 @@
 #include <span>
 #include <utility>
 
+#include "dataset/dataset_access.h"
 #include "format/checksum.h"
 #include "io/direct_io.h"
 #include "loader/read_layout.h"
@@ -228,7 +229,7 @@ Status ReadScheduler::SchedulerStep() {
     if (issuing_ == nullptr && awaiting_ != nullptr) {
       // s3://: wait for the item's cache blocks; block only when nothing else is in flight.
       Item* item = awaiting_;
-      ShardFiller* filler = dataset_->shard_filler();
+      ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_);
       Result<bool> ready = true;
       if (engine_->in_flight() == 0) {
         Status st = filler->Ensure(item->location.shard, item->layout.file_offset,
@@ -365,7 +366,7 @@ Result<bool> ReadScheduler::StartNextItem() {
   Item* raw_item = item.get();
   window_->pipeline_bytes += item->slot_bytes;
   window_->items.push_back(std::move(item));
-  ShardFiller* const filler = dataset_->shard_filler();  // s3:// datasets only (remote/)
+  ShardFiller* const filler = internal::DatasetAccess::shard_filler(*dataset_);  // s3:// datasets only (remote/)
   if (filler != nullptr) PrefetchAhead(plan, filler);
   lock.unlock();
   if (!too_large.ok()) {
@@ -450,9 +451,9 @@ Status ReadScheduler::VerifyAndDecode(Item* item) {
   if (Verifies(*item) && item->layout.check_fields) {
     // A partial read of a raw sample: the field checksum of every field served (FORMAT.md §3.9).
     const ReadLayout& l = item->layout;
-    Status st = dataset_->VerifyFields(item->sample, item->read_slot.get() + l.skew,
-                                       l.payload_begin, l.payload_end - l.payload_begin,
-                                       field_indices_);
+    Status st = internal::DatasetAccess::VerifyFields(
+        *dataset_, item->sample, item->read_slot.get() + l.skew, l.payload_begin,
+        l.payload_end - l.payload_begin, field_indices_);
     if (!st.ok() && st.code() == StatusCode::kCorruption) diagnostics_->OnChecksumFailure();
     return st;
   }
@@ -475,7 +476,8 @@ Status ReadScheduler::VerifyAndDecode(Item* item) {
     std::span<std::byte> raw(item->raw_slot.get(), loc.raw_size);
     // Only the selected fields, and only their max_len prefix where the codec allows it.
     LIBSHARD_RETURN_IF_ERROR(
-        dataset_->DecodeSelected(item->sample, stored, raw, field_indices_, options_.max_len)
+        internal::DatasetAccess::DecodeSelected(*dataset_, item->sample, stored, raw,
+                                                field_indices_, options_.max_len)
             .WithContext(ItemWhere(*item)));
   }
   return Status::OK();
