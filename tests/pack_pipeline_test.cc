@@ -23,7 +23,7 @@
 #include "pack/option_parsing.h"
 #include "pack/pack.h"
 #include "pack/schema_inference.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 #include "pack/torch_file_writer.h"
 #include "testutil/testutil.h"
 

@@ -1,6 +1,6 @@
-// libshard/text.h: the UTF-8 rule for names (FORMAT.md §3.2) and safe rendering of file bytes;
+// libshard_support/text.h: the UTF-8 rule for names (FORMAT.md §3.2) and safe rendering of file bytes;
 // Schema::Validate applies the rule, so every writer (not only pack) refuses a non-UTF-8 name.
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 #include <gtest/gtest.h>
 

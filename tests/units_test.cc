@@ -1,6 +1,6 @@
-// ParseByteSize (libshard/units.h): the one parser of byte sizes for the CLI, Python and the
+// ParseByteSize (libshard_support/units.h): the one parser of byte sizes for the CLI, Python and the
 // environment.
-#include "libshard/units.h"
+#include "libshard_support/units.h"
 
 #include <gtest/gtest.h>
 

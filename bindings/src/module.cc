@@ -4,7 +4,7 @@
 #include <string>
 
 #include "bindings.h"
-#include "libshard/units.h"
+#include "libshard_support/units.h"
 #include "libshard/version.h"
 
 PYBIND11_MODULE(_core, m) {
@@ -19,7 +19,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterWriter(m);
   lp::RegisterWorld(m);
   lp::RegisterCli(m);
-  // The one byte-size parser (libshard/units.h), for libshard._units.
+  // The one byte-size parser (libshard_support/units.h), for libshard._units.
   m.def(
       "parse_byte_size",
       [](const std::string& text) -> uint64_t {

@@ -13,7 +13,7 @@
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 #include "pack/option_parsing.h"
 
 namespace libshard::cli {

@@ -9,7 +9,7 @@
 #include <unordered_set>
 
 #include "libshard/loader.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 #include "libshard/world.h"
 
 namespace libshard::convert {

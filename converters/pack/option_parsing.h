@@ -10,13 +10,13 @@
 
 #include "libshard/attributes.h"
 #include "libshard/status.h"
-#include "libshard/units.h"
+#include "libshard_support/units.h"
 #include "libshard/writer.h"
 #include "pack/pack.h"
 
 namespace libshard::convert {
 
-// Byte sizes ("4GiB", "512M", "64MB"): the library's one parser (libshard/units.h).
+// Byte sizes ("4GiB", "512M", "64MB"): the library's one parser (libshard_support/units.h).
 using ::libshard::ParseByteSize;
 
 // "512.0 MiB", "4.00 GiB", "123 B": human-readable binary units.

@@ -22,7 +22,7 @@
 #include <unordered_set>
 
 #include "libshard/dataset.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 #include "libshard/version.h"
 #include "pack/file_hash.h"
 #include "pack/option_parsing.h"

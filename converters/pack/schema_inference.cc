@@ -5,7 +5,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard::convert {
 namespace {

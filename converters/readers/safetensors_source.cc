@@ -8,7 +8,7 @@
 #include <tuple>
 #include <vector>
 
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard::convert {
 

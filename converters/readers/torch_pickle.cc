@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "libshard/schema.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard::convert {
 

@@ -1,4 +1,4 @@
-"""Byte sizes in Python options are parsed by the library's one parser (libshard/units.h)."""
+"""Byte sizes in Python options are parsed by the library's one parser (libshard_support/units.h)."""
 
 from __future__ import annotations
 

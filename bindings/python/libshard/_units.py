@@ -1,6 +1,6 @@
 """Byte sizes given as ints or strings such as ``"512MiB"``, ``"2G"`` or ``"64MB"``.
 
-Strings are parsed by the C++ library (``libshard/units.h``), the same parser as the command
+Strings are parsed by the C++ library (``libshard_support/units.h``), the same parser as the command
 line's, so both accept the same spellings with the same meaning.
 """
 

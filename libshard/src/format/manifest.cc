@@ -6,7 +6,7 @@
 
 #include "format/bytes.h"
 #include "format/index_common.h"
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard::format {
 

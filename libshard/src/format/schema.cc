@@ -3,7 +3,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "libshard/units.h"
+#include "libshard_support/units.h"
 
 namespace libshard {
 

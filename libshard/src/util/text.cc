@@ -1,4 +1,4 @@
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard {
 namespace {

@@ -1,5 +1,5 @@
-// ParseByteSize (see libshard/units.h).
-#include "libshard/units.h"
+// ParseByteSize (see libshard_support/units.h).
+#include "libshard_support/units.h"
 
 #include <charconv>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 
 namespace libshard {
 

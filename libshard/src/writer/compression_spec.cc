@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-#include "libshard/text.h"
+#include "libshard_support/text.h"
 #include "libshard/writer.h"
 
 namespace libshard {
