@@ -148,8 +148,8 @@ TEST(OptionParsingTest, ByteSizes) {
 }
 
 TEST(OptionParsingTest, OnErrorRaiseIsCanonicalAndFailItsAlias) {
-  EXPECT_EQ(*ParsePackOnError("raise"), OnError::kFail);
-  EXPECT_EQ(*ParsePackOnError("fail"), OnError::kFail);
+  EXPECT_EQ(*ParsePackOnError("raise"), OnError::kRaise);
+  EXPECT_EQ(*ParsePackOnError("fail"), OnError::kRaise);
   EXPECT_EQ(*ParsePackOnError("skip"), OnError::kSkip);
   for (const char* bad : {"", "ignore", "Raise", "stop"}) {
     auto r = ParsePackOnError(bad);

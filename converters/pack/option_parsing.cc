@@ -179,14 +179,14 @@ Result<std::vector<uint64_t>> ParseSampleRange(std::string_view text, uint64_t s
 }
 
 Result<OnError> ParsePackOnError(std::string_view text) {
-  if (text == "fail") return OnError::kFail;  // alias kept for scripts written before "raise"
+  if (text == "fail") return OnError::kRaise;  // alias kept for scripts written before "raise"
   Result<libshard::OnError> parsed = libshard::ParseOnError(text);
   if (!parsed.ok()) {
     return Status::InvalidArgument("invalid on-error '" + std::string(text) +
                                    "': use raise (stop at the first bad source; 'fail' is an "
                                    "alias) or skip (leave it out and list it in skipped.txt)");
   }
-  return *parsed == libshard::OnError::kSkip ? OnError::kSkip : OnError::kFail;
+  return *parsed;
 }
 
 std::vector<std::string> SplitList(std::string_view text, char sep) {

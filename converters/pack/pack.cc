@@ -384,7 +384,7 @@ Status PackJob::FindReference() {
       break;
     }
     const Status st = WithSource(ref.status(), e.path);
-    if (o_.on_error == OnError::kFail || probing) return st;
+    if (o_.on_error == OnError::kRaise || probing) return st;
     prefailed_.emplace(i, st);
   }
   if (!writer_) {
@@ -515,7 +515,7 @@ Result<PackSummary> PackJob::Run() {
       o_.window_bytes != 0 ? o_.window_bytes
                            : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
 
-  Pipeline pipe(sources_, window, o_.on_error == OnError::kFail);
+  Pipeline pipe(sources_, window, o_.on_error == OnError::kRaise);
   Status failure;
   {
     std::vector<std::jthread> workers;
@@ -534,7 +534,7 @@ Result<PackSummary> PackJob::Run() {
       if (s.state == Slot::State::kFailed) {
         const Status st = s.error.WithContext("sample " + std::to_string(writer_->samples_written()) +
                                               " (" + e.rel_path + ")");
-        if (o_.on_error == OnError::kFail) {
+        if (o_.on_error == OnError::kRaise) {
           failure = st;
           break;
         }

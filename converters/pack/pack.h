@@ -13,16 +13,17 @@
 #include <vector>
 
 #include "libshard/attributes.h"
+#include "libshard/loader.h"
 #include "libshard/status.h"
 #include "libshard/writer.h"
 #include "readers/source_file.h"
 
 namespace libshard::convert {
 
-enum class OnError {
-  kFail,  // the first bad source stops the job; nothing opens as a complete dataset
-  kSkip,  // bad sources are left out and listed with the reason in OUT/skipped.txt
-};
+// What a bad source does (the loader's on_error, one word for both): kRaise, the first bad
+// source stops the job and nothing opens as a complete dataset; kSkip, bad sources are left out
+// and listed with the reason in OUT/skipped.txt. (This enum was convert::OnError with kFail.)
+using OnError = ::libshard::OnError;
 
 // Progress of a running Pack, reported on the calling thread after every source.
 struct PackProgress {
@@ -55,7 +56,7 @@ struct PackOptions {
   // [1, L, (K-1)H] + hidden_state [1, L, H] (readers/layer_split_source.h); empty: none.
   std::string split_layers;
   unsigned threads = 0;              // worker threads; 0 = one per CPU
-  OnError on_error = OnError::kFail;
+  OnError on_error = OnError::kRaise;
   // At most one of resume / append. resume: continue an interrupted job in `output` from its
   // journal (or start it when there is none). A finished dataset is left as it is: OK with
   // PackSummary::nothing_to_resume when it holds every selected source, else InvalidArgument
