@@ -468,12 +468,12 @@ TEST(WriterTest, MergeRefusesDifferentSchemas) {
               StatusCode::kInvalidArgument, {b.path().string(), "different schema"});
 }
 
-TEST(WriterTest, MergeOrderedBySourceIgnoresPartOrder) {
+TEST(WriterTest, MergeByKeyIgnoresPartOrder) {
   TempDir a, b, merged, twice;
   WriteStandard(a.path(), 4, FastOptions(), false, 5);  // dump/data_5..8.pt
   WriteStandard(b.path(), 5, FastOptions(), false, 0);  // dump/data_0..4.pt
   MergeOptions o;
-  o.order_by_source = true;
+  o.by_key = true;
   ASSERT_TRUE(MergeDatasets(merged.path().string(), {a.path().string(), b.path().string()}, o).ok());
   auto ds = OpenOrDie(merged.path());
   ASSERT_TRUE(ds);
@@ -482,6 +482,19 @@ TEST(WriterTest, MergeOrderedBySourceIgnoresPartOrder) {
   ExpectError(MergeDatasets(twice.path().string(), {a.path().string(), a.path().string()}, o),
               StatusCode::kInvalidArgument, {"key 'dump/data_5.pt' occurs in part"});
   EXPECT_FALSE(std::filesystem::exists(twice.path() / "shard-00000.lss"));
+}
+
+// order_by_source is the former name of by_key and still orders by key.
+TEST(WriterTest, MergeOrderBySourceIsTheFormerNameOfByKey) {
+  TempDir a, b, merged;
+  WriteStandard(a.path(), 4, FastOptions(), false, 5);  // dump/data_5..8.pt
+  WriteStandard(b.path(), 5, FastOptions(), false, 0);  // dump/data_0..4.pt
+  MergeOptions o;
+  o.order_by_source = true;
+  ASSERT_TRUE(MergeDatasets(merged.path().string(), {a.path().string(), b.path().string()}, o).ok());
+  auto ds = OpenOrDie(merged.path());
+  ASSERT_TRUE(ds);
+  ExpectStandardContents(*ds, 9);
 }
 
 TEST(WriterTest, AttributesRecordedMergedAndKeptOnAppend) {

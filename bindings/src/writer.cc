@@ -457,7 +457,7 @@ void RegisterWriter(py::module_& m) {
       [](const std::string& out, const std::vector<std::string>& parts, bool by_key, bool link) {
         MergeOptions o;
         o.link = link;
-        o.order_by_source = by_key;
+        o.by_key = by_key;
         Status st;
         {
           py::gil_scoped_release release;

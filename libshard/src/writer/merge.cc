@@ -106,7 +106,8 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   // The samples first (ordered and checked before any file is made), then the shard links.
   std::vector<format::IndexSample> samples;
   samples.reserve(total_samples);
-  std::vector<size_t> part_of;  // only for order_by_source's messages
+  std::vector<size_t> part_of;  // only for by_key's messages
+  const bool by_key = options.by_key || options.order_by_source;
   uint32_t base = 0;
   for (size_t p = 0; p < datasets.size(); ++p) {
     const Dataset& ds = *datasets[p];
@@ -114,11 +115,11 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
       LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(ds, i));
       s.record.shard += base;
       samples.push_back(std::move(s));
-      if (options.order_by_source) part_of.push_back(p);
+      if (by_key) part_of.push_back(p);
     }
     base += static_cast<uint32_t>(ds.shards().size());
   }
-  if (options.order_by_source)
+  if (by_key)
     LIBSHARD_RETURN_IF_ERROR(OrderBySource(&samples, part_of, parts));
   std::vector<format::IndexShard> shards;
   for (const std::shared_ptr<Dataset>& ds : datasets) {
