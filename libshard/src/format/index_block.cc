@@ -16,7 +16,8 @@
 
 namespace libshard::format {
 
-using namespace index_internal;  // NOLINT: this file's own helpers
+using index_internal::kDamaged;
+using index_internal::GetUN;
 
 bool ComputeStoredLayout(std::span<const FieldCodec> codecs, std::span<const uint64_t> sizes,
                          std::span<const uint64_t> stored_sizes, std::vector<uint64_t>* offsets,

@@ -15,7 +15,10 @@
 
 namespace libshard::format {
 
-using namespace index_internal;  // NOLINT: this file's own helpers
+using index_internal::WidthOf;
+using index_internal::PutUN;
+using index_internal::Align8;
+using index_internal::StoredSize;
 
 std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,

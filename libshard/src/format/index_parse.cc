@@ -16,7 +16,8 @@
 
 namespace libshard::format {
 
-using namespace index_internal;  // NOLINT: this file's own helpers
+using index_internal::kDamaged;
+using index_internal::kMaxKnownCodec;
 
 namespace {
 
