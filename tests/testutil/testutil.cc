@@ -283,7 +283,7 @@ void RewriteIndexAsV1(const std::filesystem::path& dir) {
   auto m = format::ParseManifest(ReadFileToString(mp), mp.string());
   if (!m.ok()) throw std::runtime_error("RewriteIndexAsV1: " + m.status().ToString());
   std::filesystem::remove(dir / m->index_file);
-  m->version = 1;
+  m->index_version = 1;
   m->index_file = "index.lsi";
   m->index_size = index.size();
   m->index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);

@@ -169,8 +169,8 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   auto disagree = [&](const std::string& what) {
     return Status::Corruption(manifest_path + ": " + what + " disagrees with " + ip + kRepack);
   };
-  if (manifest.version != index.version())
-    return disagree("version " + std::to_string(manifest.version) + " (index version " +
+  if (manifest.index_version != index.version())
+    return disagree("version " + std::to_string(manifest.index_version) + " (index version " +
                     std::to_string(index.version()) + ")");
   if (manifest.index_xxh3 != index.checksum())
     return disagree("index.xxh3 " + format::Hex16(manifest.index_xxh3) + " (index has " +

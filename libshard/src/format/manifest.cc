@@ -24,7 +24,7 @@ std::string EncodeManifest(const Manifest& m) {
     shards.push_back({{"file", s.file}, {"size", s.size}, {"samples", s.samples}});
   json j = json::object();
   j["format"] = "libshard";
-  j["version"] = m.version;
+  j["version"] = m.index_version;
   j["schema"] = {{"fields", fields}, {"length_field", length_field}};
   j["index"] = {{"file", m.index_file}, {"size", m.index_size}, {"xxh3", Hex16(m.index_xxh3)}};
   j["shards"] = shards;
@@ -141,13 +141,13 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
       return Status::Corruption(file + ": \"format\" is not \"libshard\"");
     const json* version = top.Get("version");
     if (version && !(version->is_number_unsigned() && version->get<uint64_t>() >= 1 &&
-                     version->get<uint64_t>() <= kManifestVersion))
+                     version->get<uint64_t>() <= kIndexVersion))
       return Status::Unsupported(file + ": manifest version " +
                                  version->dump(-1, ' ', false, json::error_handler_t::replace)
                                      .substr(0, 64) +
                                  " is not supported (this libshard reads versions 1 to 3); "
                                  "upgrade libshard");
-    m.version = version ? static_cast<uint32_t>(version->get<uint64_t>()) : 1;
+    m.index_version = version ? static_cast<uint32_t>(version->get<uint64_t>()) : 1;
   }
   top.Only({"format", "version", "schema", "index", "shards", "totals", "provenance"});
   if (const json* schema = top.Get("schema")) {

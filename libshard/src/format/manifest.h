@@ -7,13 +7,12 @@
 #include <vector>
 
 #include "libshard/attributes.h"
+#include "format/index_common.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
 
 namespace libshard::format {
 
-// The newest manifest version (FORMAT.md §2.2): the version of the index it names, 1 or 2.
-inline constexpr uint32_t kManifestVersion = 3;  // the newest index version (§2.2)
 inline constexpr char kManifestName[] = "manifest.json";
 
 struct ManifestShard {
@@ -24,7 +23,9 @@ struct ManifestShard {
 };
 
 struct Manifest {
-  uint32_t version = kManifestVersion;  // equals the index's version (§2.2)
+  // The JSON's "version" (FORMAT.md §2.2): the version of the index it names, 1 to
+  // kIndexVersion (a manifest has no version of its own).
+  uint32_t index_version = kIndexVersion;
   Schema schema;
   std::string index_file = "index.lsi";
   uint64_t index_size = 0;
@@ -43,8 +44,8 @@ struct Manifest {
 // Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.
 std::string EncodeManifest(const Manifest& manifest);
 // Parses and checks the structure and types (not the agreement with the index). `file` names the
-// manifest in messages. Unsupported for a version other than 1 or 2; Corruption for JSON nested deeper
-// than kMaxJsonDepth (checked before parsing). Safe on any bytes (a fuzz target's entry point).
+// manifest in messages. Unsupported for a "version" above kIndexVersion; Corruption for JSON nested
+// deeper than kMaxJsonDepth (checked before parsing). Safe on any bytes (a fuzz target's entry point).
 Result<Manifest> ParseManifest(std::string_view text, const std::string& file);
 
 // The deepest nesting of arrays and objects any JSON libshard reads may have (a manifest needs 4).

@@ -20,7 +20,7 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
   m.index_file = req.index_file;
   m.index_size = index.size();
   // The index checksum (FORMAT.md §3.8.2): header bytes 120..127, over the head.
-  m.version = format::GetU32(format::AsBytes(index) + format::kHeaderVersion);
+  m.index_version = format::GetU32(format::AsBytes(index) + format::kHeaderVersion);
   m.index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
   std::vector<uint64_t> counts(req.shards.size(), 0);
   WriteSummary summary;

@@ -24,7 +24,7 @@ Result<bool> UpgradeIndex(const std::string& dir) {
   LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(mp, 256u << 20));
   LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, mp));
   // Current: version 3 with field checksums (FORMAT.md §3.9).
-  if (manifest.version >= format::kIndexVersion && ds->has_field_checksums()) return false;
+  if (manifest.index_version >= format::kIndexVersion && ds->has_field_checksums()) return false;
 
   std::vector<format::IndexShard> shards;
   for (const ShardInfo& s : ds->shards())
