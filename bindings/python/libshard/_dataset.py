@@ -181,9 +181,15 @@ class Dataset(torch.utils.data.Dataset):
         without them it reads whole samples to check them. :func:`upgrade` adds them."""
         return self._core.has_field_checksums
 
-    def source(self, index: int) -> str:
-        """Relative path of the file sample ``index`` was packed from."""
+    def key(self, index: int) -> str:
+        """Sample ``index``'s key: ``libshard.Writer``'s ``key``, or for ``pack`` the source file's
+        path relative to the source root (C++ ``Provenance::path``); what :meth:`find` looks up
+        and ``merge(by_key=True)`` orders by."""
         return self._core.source(operator.index(index))["path"]
+
+    def source(self, index: int) -> str:
+        """The former name of :meth:`key` (the same string)."""
+        return self.key(index)
 
     @property
     def attributes(self) -> Dict[str, Union[str, int]]:
