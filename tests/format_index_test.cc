@@ -1,4 +1,5 @@
-// Index, manifest, journal and metadata parsers on forged and random input (FORMAT.md §3, §5, §6).
+// The version-1 index reader (read only, format/legacy/; inputs from the frozen test encoder),
+// manifest, journal and metadata parsers on forged and random input (FORMAT.md §3, §5, §6).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -88,7 +89,7 @@ Status ParseTracked(const std::string& s, size_t* largest) {
   return st;
 }
 
-TEST(FormatIndexTest, ValidIndexParses) {
+TEST(IndexV1Test, ValidIndexParses) {
   std::string s = ValidIndex();
   auto v = IndexV1View::Parse(Bytes(s), "idx");
   ASSERT_TRUE(v.ok()) << v.status().ToString();
@@ -114,7 +115,7 @@ TEST(FormatIndexTest, ValidIndexParses) {
   EXPECT_EQ(format::GetI32(p + 96), 0);
 }
 
-TEST(FormatIndexTest, ForgedSampleCountIsRejectedWithoutAllocating) {
+TEST(IndexV1Test, ForgedSampleCountIsRejectedWithoutAllocating) {
   for (uint64_t forged : {uint64_t{1} << 60, kMaxSamples, uint64_t{1} << 32, uint64_t{4}}) {
     std::string s = ValidIndex();
     PutU64(reinterpret_cast<std::byte*>(s.data()) + 16, forged);
@@ -128,7 +129,7 @@ TEST(FormatIndexTest, ForgedSampleCountIsRejectedWithoutAllocating) {
 
 // Index version 2 (FORMAT.md §3.8.1): Dataset::Open reads the 128-byte header first and refuses
 // counts the file cannot hold before it allocates the head or the lengths.
-TEST(FormatIndexTest, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
+TEST(IndexV1Test, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
   TempDir dir;
   WriteStandard(dir.path(), 3, FastOptions());
   const std::filesystem::path index = dir / "index.lsi";
@@ -155,7 +156,7 @@ TEST(FormatIndexTest, ForgedVersion2CountsAreRejectedBeforeOpenAllocates) {
   }
 }
 
-TEST(FormatIndexTest, ForgedRankIsRejectedWithoutAllocating) {
+TEST(IndexV1Test, ForgedRankIsRejectedWithoutAllocating) {
   std::string s = ValidIndex();
   PutU32(reinterpret_cast<std::byte*>(s.data()) + 128 + 32 * 2 + 4, 1000);  // hidden_state rank
   FixChecksum(s);
@@ -165,7 +166,7 @@ TEST(FormatIndexTest, ForgedRankIsRejectedWithoutAllocating) {
   EXPECT_LT(largest, size_t{1} << 16);
 }
 
-TEST(FormatIndexTest, ForgedFieldAndShardCountsAreRejected) {
+TEST(IndexV1Test, ForgedFieldAndShardCountsAreRejected) {
   for (size_t at : {size_t{24}, size_t{28}}) {
     std::string s = ValidIndex();
     PutU32(reinterpret_cast<std::byte*>(s.data()) + at, 0xFFFFFFFFu);
@@ -176,7 +177,7 @@ TEST(FormatIndexTest, ForgedFieldAndShardCountsAreRejected) {
   }
 }
 
-TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
+TEST(IndexV1Test, ForgedBlobAndDimsAreRejected) {
   {
     std::string s = ValidIndex();
     PutU64(reinterpret_cast<std::byte*>(s.data()) + 80, uint64_t{1} << 62);  // blob_size
@@ -209,7 +210,7 @@ TEST(FormatIndexTest, ForgedBlobAndDimsAreRejected) {
   }
 }
 
-TEST(FormatIndexTest, RandomDamageNeverCrashes) {
+TEST(IndexV1Test, RandomDamageNeverCrashes) {
   // A poor man's fuzzer that runs in CI (fuzz/index_fuzz.cc is the real one): random byte edits,
   // with the checksum recomputed so the deeper checks are reached.
   const std::string valid = ValidIndex(4);
@@ -383,7 +384,7 @@ TEST(FormatManifestTest, RoundTripAndStrictness) {
 
 // FORMAT.md §3.7 fixes the order of the checks; with two faults the one earlier in that order is
 // reported. Each case pairs faults that the parser once checked the other way round.
-TEST(FormatIndexTest, ChecksFollowTheSpecOrder) {
+TEST(IndexV1Test, ChecksFollowTheSpecOrder) {
   auto edit = [](auto&& change) {
     std::string s = ValidIndex();
     auto* p = reinterpret_cast<std::byte*>(s.data());

@@ -1,6 +1,6 @@
-// Index version 2 (FORMAT.md §3.8): round trips through EncodeIndex and the three-step parser,
-// what is stored per sample (the size target), and forged or damaged bytes refused with the
-// file, block and sample named.
+// The index, versions 2 and 3 (FORMAT.md §3.8, §3.9; format/index.h): round trips through
+// EncodeIndex and the three-step parser, what is stored per sample (the size target), and forged
+// or damaged bytes refused with the file, block and sample named.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -230,7 +230,7 @@ TEST(IndexTest, FieldCodecsRecordStoredRegionSizes) {
   }
 }
 
-class IndexV2DamageTest : public ::testing::Test {
+class IndexDamageTest : public ::testing::Test {
  protected:
   void SetUp() override {
     samples_ = EagleSamples(300, &shards_);
@@ -250,26 +250,26 @@ class IndexV2DamageTest : public ::testing::Test {
   std::vector<std::byte> bytes_;
 };
 
-TEST_F(IndexV2DamageTest, ForgedSampleCountIsRefusedFromTheHeaderAlone) {
+TEST_F(IndexDamageTest, ForgedSampleCountIsRefusedFromTheHeaderAlone) {
   format::PutU64(bytes_.data() + 16, uint64_t{1} << 40);
   ExpectError(Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx").status(),
               StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
 }
 
-TEST_F(IndexV2DamageTest, HeadBytesAreCoveredByTheChecksum) {
+TEST_F(IndexDamageTest, HeadBytesAreCoveredByTheChecksum) {
   bytes_[200] ^= std::byte{1};
   ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption,
               {"idx", "offset 120", "index checksum mismatch"});
 }
 
-TEST_F(IndexV2DamageTest, LengthsAreCoveredByTheirChecksum) {
+TEST_F(IndexDamageTest, LengthsAreCoveredByTheirChecksum) {
   auto l = Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
   ASSERT_TRUE(l.ok());
   bytes_[l->lengths_offset + 3] ^= std::byte{1};
   ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "lengths checksum"});
 }
 
-TEST_F(IndexV2DamageTest, ADamagedBlockFailsOnlyWhenUsed) {
+TEST_F(IndexDamageTest, ADamagedBlockFailsOnlyWhenUsed) {
   auto v = ParseAll(bytes_);
   ASSERT_TRUE(v.ok());
   bytes_[v->block_offset(1) + 5] ^= std::byte{1};
@@ -282,7 +282,7 @@ TEST_F(IndexV2DamageTest, ADamagedBlockFailsOnlyWhenUsed) {
                "checksum mismatch"});
 }
 
-TEST_F(IndexV2DamageTest, RecordRulesAreCheckedWhenTheBlockIsLoaded) {
+TEST_F(IndexDamageTest, RecordRulesAreCheckedWhenTheBlockIsLoaded) {
   // A forged record with a valid block checksum: shard out of range.
   auto v = ParseAll(bytes_);
   ASSERT_TRUE(v.ok());
@@ -298,7 +298,7 @@ TEST_F(IndexV2DamageTest, RecordRulesAreCheckedWhenTheBlockIsLoaded) {
               {"idx", "sample 133", "block 1", "shard 127 out of range"});
 }
 
-TEST_F(IndexV2DamageTest, ReservedAndUnknownValuesAreRefused) {
+TEST_F(IndexDamageTest, ReservedAndUnknownValuesAreRefused) {
   {
     std::vector<std::byte> saved = bytes_;
     bytes_[100] = std::byte{1};  // reserved header byte (checked before the checksum)
@@ -367,7 +367,7 @@ TEST(IndexV3Test, FieldChecksumColumnsAreCheckedLikeTheOthers) {
               StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
 }
 
-TEST_F(IndexV2DamageTest, TruncatedOrExtendedFileIsRefused) {
+TEST_F(IndexDamageTest, TruncatedOrExtendedFileIsRefused) {
   ExpectError(Index::ParseHeader({bytes_.data(), 128}, bytes_.size() - 1, "idx").status(),
               StatusCode::kCorruption, {"idx", "truncated or extended"});
 }
