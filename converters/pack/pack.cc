@@ -156,8 +156,10 @@ Status PackJob::ListAndSelect() {
     return Status::NotFound("no source files found in " +
                             (o_.files_from.empty() ? o_.source_root : o_.files_from) +
                             (o_.include.empty() ? " (looked for .pt .pth .ckpt .bin .safetensors, "
-                                                  "optionally .gz; use " + F("include") + " to select others)"
-                                                : " matching the " + F("include") + "/" + F("exclude") + " globs"));
+                                                  "optionally .gz; use " + F("include") +
+                                                      " to select others)"
+                                                : " matching the " + F("include") + "/" +
+                                                      F("exclude") + " globs"));
   }
   const PartRange r = PartSlice(all.size(), o_.part_index, o_.part_count);
   // An empty part still yields a (sample-less) dataset with the common schema, so that `merge`
@@ -198,7 +200,8 @@ Status PackJob::OpenWriter() {
     if (has_manifest || has_journal) {
       return Status::AlreadyExists(
           o_.output + " already holds a " + (has_manifest ? "dataset" : "partly written dataset") +
-          "; use " + F("append") + " to add sources to a dataset, " + F("resume") + " to continue an interrupted job, "
+          "; use " + F("append") + " to add sources to a dataset, " + F("resume") +
+          " to continue an interrupted job, "
           "or choose another output directory");
     }
     fs::remove(fs::path(o_.output) / kSkippedReport, ec);  // stale, from a run that never journaled
@@ -324,8 +327,9 @@ Status PackJob::FindReference() {
     if (!w.ok()) {
       return w.status().WithContext(o_.resume ? F("resume") + " found no journal in " + o_.output
                                               : "cannot create " + o_.output +
-                                                    " (to continue an interrupted job use " + F("resume") + "; to "
-                                                    "add sources to a dataset use " + F("append") + ")");
+                                                    " (to continue an interrupted job use " +
+                                                    F("resume") + "; to add sources to a dataset use " +
+                                                    F("append") + ")");
     }
     writer_ = std::move(*w);
   }
@@ -446,7 +450,8 @@ Result<PackSummary> PackJob::Run() {
   LIBSHARD_RETURN_IF_ERROR(OpenWriter());
   if (finished_already_) {
     auto ds = Dataset::Open(o_.output);
-    if (!ds.ok()) return ds.status().WithContext(F("resume") + ": " + o_.output + " has a manifest but");
+    if (!ds.ok())
+      return ds.status().WithContext(F("resume") + ": " + o_.output + " has a manifest but");
     summary_.already_present = sources_.size();
     summary_.dataset.samples = (*ds)->size();
     summary_.dataset.shards = (*ds)->shards().size();

@@ -38,7 +38,8 @@ Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
   for (size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].name, i);
   for (const std::string& k : keep) {
     if (!by_name.count(k)) {
-      return Status::InvalidArgument(PackOptionName("fields", spelling) + " names '" + k + "', but the first source " + file +
+      return Status::InvalidArgument(PackOptionName("fields", spelling) + " names '" + k +
+                                     "', but the first source " + file +
                                      " has no such tensor; its tensors are: " + KeyList(tensors));
     }
   }

@@ -32,8 +32,8 @@ Status CheckRank(uint32_t rank, uint32_t world_size) {
     return Status::InvalidArgument("world size " + std::to_string(world_size) +
                                    " is out of range; use 1.." + std::to_string(kMaxWorldSize));
   if (rank >= world_size)
-    return Status::InvalidArgument("rank " + std::to_string(rank) + " is not below the world size " +
-                                   std::to_string(world_size));
+    return Status::InvalidArgument("rank " + std::to_string(rank) +
+                                   " is not below the world size " + std::to_string(world_size));
   return Status::OK();
 }
 
