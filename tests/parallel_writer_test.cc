@@ -57,10 +57,11 @@ TEST(ParallelWriterTest, SameBytesAsOneThreadAppendingInOrder) {
   constexpr uint64_t kSamples = 40;
   TempDir serial;
   WriteStandard(serial.path(), kSamples, Reproducible());
-  for (unsigned threads : {1u, 3u, 8u}) {
+  for (unsigned threads : {1u, 3u, 8u}) for (bool commit_thread : {true, false}) {
     TempDir dir;
     ParallelWriterOptions po;
     po.threads = threads;
+    po.commit_thread = commit_thread;
     po.max_inflight_bytes = 3 * 4096;  // a few samples at a time
     auto p = StartOrDie(dir.path(), po);
     ASSERT_TRUE(p);
@@ -73,7 +74,7 @@ TEST(ParallelWriterTest, SameBytesAsOneThreadAppendingInOrder) {
     ASSERT_GT(files.size(), 2u);
     for (const std::string& f : files)
       EXPECT_EQ(ReadFileToString(dir.path() / f), ReadFileToString(serial.path() / f))
-          << f << " with " << threads << " threads";
+          << f << " with " << threads << " threads, commit_thread " << commit_thread;
   }
 }
 
@@ -100,11 +101,15 @@ TEST(ParallelWriterTest, SubmitOfASampleInputEncodesIt) {
   for (uint64_t i = 0; i < 5; ++i) ExpectSampleEq(*(*ds)->Read(i), held[i]);
 }
 
-TEST(ParallelWriterTest, TheFirstFailureInOrderStopsItAndNothingIsCommitted) {
+class ParallelWriterModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(CommitThread, ParallelWriterModes, ::testing::Bool());
+
+TEST_P(ParallelWriterModes, TheFirstFailureInOrderStopsItAndNothingIsCommitted) {
   TempDir dir;
   std::vector<uint64_t> appended;
   ParallelWriterOptions po;
   po.threads = 4;
+  po.commit_thread = GetParam();
   po.on_done = [&](const JobOutcome& out) {
     if (out.status.ok()) appended.push_back(out.seq);
     return Status::OK();
@@ -142,10 +147,11 @@ TEST(ParallelWriterTest, AJobThatThrowsBecomesAStatus) {
                   .code() == StatusCode::kInternal);  // the first error stays
 }
 
-TEST(ParallelWriterTest, ReportedFailuresAreLeftOutInOrder) {
+TEST_P(ParallelWriterModes, ReportedFailuresAreLeftOutInOrder) {
   TempDir dir;
   ParallelWriterOptions po;
   po.threads = 3;
+  po.commit_thread = GetParam();
   po.on_job_error = ParallelWriterOptions::OnJobError::kReport;
   std::vector<uint64_t> skipped, index_of;
   po.on_done = [&](const JobOutcome& out) {
@@ -187,10 +193,11 @@ TEST(ParallelWriterTest, AHookErrorStopsItWithThatError) {
   ExpectError(p->Flush(), StatusCode::kIoError, {"cannot write the report"});
 }
 
-TEST(ParallelWriterTest, BytesInFlightStayWithinTheBound) {
+TEST_P(ParallelWriterModes, BytesInFlightStayWithinTheBound) {
   TempDir dir;
   ParallelWriterOptions po;
   po.threads = 8;
+  po.commit_thread = GetParam();
   po.max_inflight_bytes = 3 * 4096;
   std::atomic<uint64_t> worst{0};
   ParallelWriter* raw = nullptr;

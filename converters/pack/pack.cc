@@ -97,7 +97,8 @@ class PackJob {
   Result<EncodedSample> ProcessGuarded(uint64_t i, const Writer& writer) const {
     return Guarded(sources_[i].path, o_.spelling, [&] { return Process(i, writer); });
   }
-  // The commit thread's part of source `out.seq`: the summary, the skip report, the progress.
+  // The committing (calling) thread's part of source `out.seq`: the summary, the skip report,
+  // the progress.
   Status OnSourceDone(const JobOutcome& out, const Writer& writer, PackProgress* progress);
   unsigned Threads() const {
     return o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -474,7 +475,7 @@ Result<PackSummary> PackJob::Run() {
                            : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
 
   // The parallel writer (libshard/parallel_writer.h): encode threads open, read and encode the
-  // sources; its commit thread appends them in source order and runs OnSourceDone.
+  // sources; this thread's Submit and Flush append them in source order and run OnSourceDone.
   PackProgress progress;
   progress.files_total = sources_.size();
   progress.bytes_total = bytes_total;
@@ -483,6 +484,7 @@ Result<PackSummary> PackJob::Run() {
     ParallelWriterOptions po;
     po.threads = static_cast<unsigned>(std::min<uint64_t>(threads, sources_.size()));
     po.max_inflight_bytes = window;
+    po.commit_thread = false;  // this thread appends (and reports progress), as it always did
     po.on_job_error = o_.on_error == OnError::kFail ? ParallelWriterOptions::OnJobError::kStop
                                                     : ParallelWriterOptions::OnJobError::kReport;
     const Writer* writer = writer_.get();

@@ -3,7 +3,7 @@
 //
 // Pipeline: the library's ParallelWriter (libshard/parallel_writer.h), which libshard.Writer and
 // C++ generators use too. Its encode threads open and parse sources and Writer::Encode them (the
-// readers' pread goes straight into the writer's aligned buffer: one copy); its commit thread
+// readers' pread goes straight into the writer's aligned buffer: one copy); the calling thread
 // appends encoded samples in source order. Samples in flight are bounded in bytes
 // (`window_bytes`), so memory stays bounded whatever the file sizes.
 #pragma once
@@ -25,8 +25,7 @@ enum class OnError {
   kSkip,  // bad sources are left out and listed with the reason in OUT/skipped.txt
 };
 
-// Progress of a running Pack, reported after every source, in source order, one call at a time
-// (from the pipeline's commit thread; the last one from the calling thread).
+// Progress of a running Pack, reported on the calling thread after every source.
 struct PackProgress {
   uint64_t files_done = 0;   // sources handled this run (packed or skipped)
   uint64_t files_total = 0;  // sources to handle this run

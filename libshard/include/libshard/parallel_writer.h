@@ -18,12 +18,14 @@
 // journal holds stays for Writer::Resume (writer.h).
 //
 // Thread-safety: Submit, Flush, Finish and Stop from one thread at a time (the producer); the
-// accessors from any thread. on_done runs on the commit thread, one call at a time, in order.
+// accessors from any thread. on_done runs on the committing thread (the commit thread, or the
+// producer's with commit_thread = false), one call at a time, in order.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "libshard/option_table.h"
@@ -51,7 +53,12 @@ struct ParallelWriterOptions {
   // encode threads take no new job from the moment any job failed). kReport: on_done decides:
   // OK leaves the sample out and goes on, an error stops the writer with that error.
   enum class OnJobError { kStop, kReport } on_job_error = OnJobError::kStop;
-  // Optional. Called on the commit thread for every job, in submission order, once it is
+  // true: a commit thread of its own appends (Submit returns without committing; what a
+  // generator that must not wait wants). false: no thread besides the encode threads; the
+  // producer's Submit, Flush and Finish append what is ready, in order, on its thread, and
+  // on_done runs there (pack: progress from the calling thread, one thread fewer).
+  bool commit_thread = true;
+  // Optional. Called by the committing thread for every job, in submission order, once it is
   // committed or failed. An error it returns stops the writer with that error (for a failed job
   // under kStop, or a failed append, a non-OK return replaces the error: callers add context).
   std::function<Status(const JobOutcome&)> on_done;
@@ -107,6 +114,9 @@ class ParallelWriter {
   struct State;
   void EncodeLoop();
   void CommitLoop();
+  // Appends (or reports) the next job in order, whose result must be ready; `lock` holds the
+  // state's mutex and is released while appending. Returns the verdict (non-OK: stopped).
+  Status CommitNext(std::unique_lock<std::mutex>& lock);
 
   std::unique_ptr<Writer> writer_;
   const ParallelWriterOptions options_;

@@ -81,7 +81,8 @@ Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Wr
   try {
     for (unsigned i = 0; i < p->options_.threads; ++i)
       s.encoders.emplace_back([raw = p.get()] { raw->EncodeLoop(); });
-    s.committer = std::thread([raw = p.get()] { raw->CommitLoop(); });
+    if (p->options_.commit_thread)
+      s.committer = std::thread([raw = p.get()] { raw->CommitLoop(); });
   } catch (const std::system_error& e) {
     p->Stop();
     return Status::ResourceExhausted(std::string("ParallelWriter: cannot start a thread: ") +
@@ -100,10 +101,15 @@ Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
   bytes = std::max<uint64_t>(bytes, 1);
   std::unique_lock lock(s.mu);
   const auto start = std::chrono::steady_clock::now();
-  s.space.wait(lock, [&] {
-    return !s.error.ok() || s.stopping || s.inflight_bytes == 0 ||
-           s.inflight_bytes + bytes <= options_.max_inflight_bytes;
-  });
+  for (;;) {
+    if (!s.error.ok() || s.stopping) break;
+    if (s.inflight_bytes == 0 || s.inflight_bytes + bytes <= options_.max_inflight_bytes) break;
+    if (!options_.commit_thread && s.done.count(s.committed) != 0) {
+      (void)CommitNext(lock);  // the caller commits: that frees the bound
+      continue;
+    }
+    (options_.commit_thread ? s.space : s.ready).wait(lock);
+  }
   s.blocked_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!s.error.ok()) return s.error;
@@ -157,59 +163,57 @@ void ParallelWriter::EncodeLoop() {
 
 void ParallelWriter::CommitLoop() {
   State& s = *state_;
+  std::unique_lock lock(s.mu);
   for (;;) {
-    State::Done d;
-    uint64_t seq = 0;
-    {
-      std::unique_lock lock(s.mu);
-      s.ready.wait(lock, [&] { return s.stopping || s.done.count(s.committed) != 0; });
-      if (s.stopping) return;
-      auto it = s.done.find(s.committed);
-      seq = it->first;
-      d = std::move(it->second);
-      s.done.erase(it);
-    }
-    JobOutcome out;
-    out.seq = seq;
-    Status stop;  // non-OK: the pipeline stops with it
-    if (d.encoded.ok()) {
-      out.index = writer_->samples_written();
-      out.raw_size = d.encoded->raw_size;
-      out.stored_size = Aligned(d.encoded->stored_size);
-      out.status = writer_->AppendEncoded(std::move(d.encoded).value());
-      out.append_failed = !out.status.ok();
-    } else {
-      out.status = d.encoded.status();
-    }
-    Status verdict = out.status;
-    if (options_.on_done) {
-      Status hook = Status::OK();
-      try {
-        hook = options_.on_done(out);
-      } catch (...) {
-        hook = Status::Internal("ParallelWriter: on_done threw an exception");
-      }
-      const bool may_skip = !out.status.ok() && !out.append_failed &&
-                            options_.on_job_error == ParallelWriterOptions::OnJobError::kReport;
-      if (!hook.ok() || may_skip) verdict = hook;
-    }
-    stop = verdict;
-    {
-      std::lock_guard lock(s.mu);
-      s.inflight_bytes -= s.reserved.front();
-      s.reserved.pop_front();
-      ++s.committed;
-      if (!stop.ok() && s.error.ok()) {
-        s.error = stop;
-        s.job_failed = true;  // encode threads stop too
-      }
-    }
-    s.space.notify_all();
-    if (!stop.ok()) {
-      s.work.notify_all();
-      return;  // the Writer refuses more after a failed append; nothing after is committed
-    }
+    s.ready.wait(lock, [&] { return s.stopping || s.done.count(s.committed) != 0; });
+    if (s.stopping) return;
+    // The Writer refuses more after a failed append; nothing after an error is committed.
+    if (!CommitNext(lock).ok()) return;
   }
+}
+
+Status ParallelWriter::CommitNext(std::unique_lock<std::mutex>& lock) {
+  State& s = *state_;
+  auto it = s.done.find(s.committed);
+  const uint64_t seq = it->first;
+  State::Done d = std::move(it->second);
+  s.done.erase(it);
+  lock.unlock();
+  JobOutcome out;
+  out.seq = seq;
+  if (d.encoded.ok()) {
+    out.index = writer_->samples_written();
+    out.raw_size = d.encoded->raw_size;
+    out.stored_size = Aligned(d.encoded->stored_size);
+    out.status = writer_->AppendEncoded(std::move(d.encoded).value());
+    out.append_failed = !out.status.ok();
+  } else {
+    out.status = d.encoded.status();
+  }
+  d = State::Done{};  // the encoded buffer goes before the bound is freed
+  Status verdict = out.status;
+  if (options_.on_done) {
+    Status hook = Status::OK();
+    try {
+      hook = options_.on_done(out);
+    } catch (...) {
+      hook = Status::Internal("ParallelWriter: on_done threw an exception");
+    }
+    const bool may_skip = !out.status.ok() && !out.append_failed &&
+                          options_.on_job_error == ParallelWriterOptions::OnJobError::kReport;
+    if (!hook.ok() || may_skip) verdict = hook;
+  }
+  lock.lock();
+  s.inflight_bytes -= s.reserved.front();
+  s.reserved.pop_front();
+  ++s.committed;
+  if (!verdict.ok() && s.error.ok()) {
+    s.error = verdict;
+    s.job_failed = true;  // encode threads stop too
+    s.work.notify_all();
+  }
+  s.space.notify_all();
+  return verdict;
 }
 
 std::vector<uint64_t> ParallelWriter::TakeReleased() {
@@ -222,10 +226,16 @@ std::vector<uint64_t> ParallelWriter::TakeReleased() {
 Status ParallelWriter::Flush() {
   State& s = *state_;
   std::unique_lock lock(s.mu);
-  s.space.wait(lock, [&] { return !s.error.ok() || s.stopping || s.committed == s.next_seq; });
-  if (!s.error.ok()) return s.error;
-  if (s.committed != s.next_seq) return Status::Aborted("the writer is stopped");
-  return Status::OK();
+  for (;;) {
+    if (!s.error.ok()) return s.error;
+    if (s.committed == s.next_seq) return Status::OK();
+    if (s.stopping) return Status::Aborted("the writer is stopped");
+    if (!options_.commit_thread && s.done.count(s.committed) != 0) {
+      (void)CommitNext(lock);
+      continue;
+    }
+    (options_.commit_thread ? s.space : s.ready).wait(lock);
+  }
 }
 
 Result<WriteSummary> ParallelWriter::Finish() {
