@@ -1,8 +1,8 @@
 // libshard._core.pack: the `libshard pack` pipeline (converters/pack/pack.h) for Python.
 //
-// Takes the options as a dict (built by libshard/_pack.py) whose values use the command line's
-// spellings ("4GiB", "zstd:3", "1/4"), parsed by the same functions as the CLI. Runs with the GIL
-// released; progress lines (when asked) go to stderr from the calling thread.
+// Takes the options as a dict (built by libshard/_pack.py) keyed by the pack option table's names
+// (PackOptionTable), the table the CLI's flags are read by too. Runs with the GIL released;
+// progress lines (when asked) go to stderr.
 #include <pybind11/stl.h>
 
 #include <cstdio>
@@ -22,63 +22,22 @@ namespace libshard::python {
 #if defined(LIBSHARD_PY_HAVE_PACK)
 namespace {
 
-const OptionReader kOptions("pack option");
-
+// Every key is read through the pack option table (PackOptionTable, pack/option_parsing.h): its
+// names, spellings, types, bounds and errors; `attrs` (a dict) and `progress` (stderr lines) are
+// converted here.
 convert::PackOptions OptionsFromPython(const py::dict& d, bool* progress) {
+  const OptionTable<convert::PackOptions>& table = convert::PackOptionTable();
   convert::PackOptions o;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "src") o.source_root = kOptions.Get<std::string>(key, v);
-    else if (key == "out") o.output = kOptions.Get<std::string>(key, v);
-    else if (key == "files_from") o.files_from = kOptions.Get<std::string>(key, v);
-    else if (key == "include") o.include = kOptions.Get<std::vector<std::string>>(key, v);
-    else if (key == "exclude") o.exclude = kOptions.Get<std::vector<std::string>>(key, v);
-    else if (key == "shard_size") {
-      Result<uint64_t> size = convert::ParseByteSize(kOptions.Get<std::string>(key, v));
-      if (!size.ok()) ThrowStatus(size.status().WithContext("pack option 'shard_size'"));
-      o.shard_size = *size;
-    } else if (key == "compress") {
-      Result<CompressionSpec> parsed = ParseCompression(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'compress'"));
-      const CompressionSpec& spec = *parsed;
-      o.compression = spec.compression;
-      o.zstd_level = spec.level;
-      o.field_codecs = spec.field_codecs;
-    } else if (key == "store_dtype") {
-      Result<bool> fp8 = convert::ParseStoreDType(kOptions.Get<std::string>(key, v));
-      if (!fp8.ok()) ThrowStatus(fp8.status().WithContext("pack option 'store_dtype'"));
-      o.store_fp8 = *fp8;
-    } else if (key == "fields") o.fields = kOptions.Get<std::vector<std::string>>(key, v);
-    else if (key == "threads") {
-      const uint64_t threads = kOptions.Unsigned(key, v);
-      if (threads > 4096) kOptions.Bad(key, "is too large");
-      o.threads = static_cast<unsigned>(threads);
-    } else if (key == "on_error") {
-      Result<convert::OnError> parsed = convert::ParsePackOnError(kOptions.Get<std::string>(key, v));
-      if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'on_error'"));
-      o.on_error = *parsed;
-    } else if (key == "resume") o.resume = kOptions.Get<bool>(key, v);
-    else if (key == "append") o.append = kOptions.Get<bool>(key, v);
-    else if (key == "part") {
-      const std::string s = kOptions.Get<std::string>(key, v);
-      if (!s.empty()) {
-        Result<convert::PartSpec> parsed = convert::ParsePart(s);
-        if (!parsed.ok()) ThrowStatus(parsed.status().WithContext("pack option 'part'"));
-        const convert::PartSpec& part = *parsed;
-        o.part_index = part.index;
-        o.part_count = part.count;
-      }
-    } else if (key == "split_layers") {
-      o.split_layers = kOptions.Get<std::string>(key, v);
-    } else if (key == "attrs") {
-      o.attributes = AttributesFromPython(v, "pack option 'attrs'");
-    } else if (key == "allow_varying_dims") o.allow_varying_dims = kOptions.Get<bool>(key, v);
-    else if (key == "hash_sources") o.hash_sources = kOptions.Get<bool>(key, v);
-    else if (key == "window_bytes") o.window_bytes = kOptions.Unsigned(key, v);
-    else if (key == "fsync") o.fsync = kOptions.Get<bool>(key, v);
-    else if (key == "journal_every_bytes") o.journal_every_bytes = kOptions.Unsigned(key, v);
-    else if (key == "progress") *progress = kOptions.Get<bool>(key, v);
-    else kOptions.Bad(key, "is not a known option");
+    if (key == "attrs") {
+      if (!v.is_none()) o.attributes = AttributesFromPython(v, "pack option 'attrs'");
+    } else if (key == "progress") {
+      ThrowIfError(
+          option_table::ToBool(table.what(), key, ToOptionValue(table.what(), key, v), progress));
+    } else {
+      ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
+    }
   }
   return o;
 }
@@ -119,6 +78,9 @@ py::dict SummaryToPython(const convert::PackSummary& s) {
 
 void RegisterPack(py::module_& m) {
   m.attr("HAVE_PACK") = true;
+  m.def("pack_option_table", [] { return OptionTableToPython(convert::PackOptionTable()); },
+        "The pack option table (converters/pack/option_parsing.h PackOptionTable): one dict per "
+        "option.");
   m.def(
       "pack",
       [](const py::dict& options) {

@@ -1,202 +1,32 @@
-// libshard._core.Writer: the C++ Writer (libshard/writer.h) behind a bounded, ordered pipeline,
-// for libshard.Writer (libshard/_writer.py).
+// libshard._core.Writer: the library's ParallelWriter (libshard/parallel_writer.h), the one
+// pack and C++ generators use, for libshard.Writer (libshard/_writer.py).
 //
-// submit() hands a sample (raw pointers to tensor bytes the Python layer keeps alive) to a queue
-// bounded in bytes and returns at once unless the queue is full (then it waits with the GIL
-// released). Worker threads run Writer::Encode (lay out, compress, checksum) with no GIL; one
-// appender thread runs Writer::AppendEncoded in submission order. The Python layer holds the
-// tensors of every sample until take_encoded() lists its sequence number: from then on the
-// library no longer reads them. The first error of any thread is kept and raised by the next
-// submit(), flush() or finish(); after it the pipeline takes nothing more.
+// submit() hands a sample (raw pointers to tensor bytes the Python layer keeps alive) to the
+// ParallelWriter, bounded in bytes; it returns at once unless the bound is full (then it waits
+// with the GIL released). Its encode threads run Writer::Encode (lay out, compress, checksum)
+// with no GIL; its commit thread appends in submission order. The Python layer holds the tensors
+// of every sample until take_encoded() lists its sequence number: from then on the library no
+// longer reads them. The first error of any thread is kept and raised by the next submit(),
+// flush() or finish(); after it the pipeline takes nothing more.
 //
-// Thread-safety: one Python thread at a time (libshard.Writer is not thread-safe); the pipeline's
-// own threads synchronise on one mutex.
+// Thread-safety: one Python thread at a time (libshard.Writer is not thread-safe).
 #include <pybind11/stl.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "bindings.h"
 #include "libshard/dataset.h"
 #include "libshard/merge.h"
+#include "libshard/parallel_writer.h"
+#include "libshard/schema_inference.h"
 #include "libshard/writer.h"
 #include "options.h"
 
 namespace libshard::python {
 namespace {
-
-const OptionReader kOptions("Writer option");
-
-class Pipeline {
- public:
-  Pipeline(std::unique_ptr<Writer> writer, unsigned threads, uint64_t queue_bytes)
-      : writer_(std::move(writer)), queue_bytes_(queue_bytes) {
-    for (unsigned i = 0; i < threads; ++i) encoders_.emplace_back([this] { EncodeLoop(); });
-    appender_ = std::thread([this] { AppendLoop(); });
-  }
-  Pipeline(const Pipeline&) = delete;
-  Pipeline& operator=(const Pipeline&) = delete;
-  // Stops without committing: samples not yet appended are dropped; what the journal holds stays
-  // for Writer::Resume. Joins every thread, so no thread reads caller memory after this returns.
-  ~Pipeline() { Stop(); }
-
-  // Waits (GIL released by the caller) while the queue is over its byte budget; a sample larger
-  // than the budget is admitted alone. Returns the error that stopped the pipeline, if any.
-  Status Submit(SampleInput sample, uint64_t bytes) {
-    std::unique_lock lock(mu_);
-    const auto start = std::chrono::steady_clock::now();
-    space_.wait(lock, [&] { return !error_.ok() || stopping_ || inflight_bytes_ == 0 ||
-                                   inflight_bytes_ + bytes <= queue_bytes_; });
-    blocked_seconds_ +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!error_.ok()) return error_;
-    if (stopping_) return Status::Aborted("the writer is closed");
-    inflight_bytes_ += bytes;
-    jobs_.push_back(Job{next_seq_++, std::move(sample), bytes});
-    work_.notify_one();
-    return Status::OK();
-  }
-
-  // Sequence numbers whose input bytes the library no longer reads (encoded, or failed).
-  std::vector<uint64_t> TakeEncoded() {
-    std::lock_guard lock(mu_);
-    std::vector<uint64_t> out;
-    out.swap(encoded_);
-    return out;
-  }
-
-  // Waits until every submitted sample is appended (or an error stopped the pipeline).
-  Status Flush() {
-    std::unique_lock lock(mu_);
-    space_.wait(lock, [&] { return !error_.ok() || appended_ == next_seq_; });
-    return error_;
-  }
-
-  // Flush, stop the threads, then Writer::Finish (the commit).
-  Result<WriteSummary> Finish() {
-    LIBSHARD_RETURN_IF_ERROR(Flush());
-    Stop();
-    return writer_->Finish();
-  }
-
-  void Stop() {
-    {
-      std::lock_guard lock(mu_);
-      if (stopped_) return;
-      stopping_ = true;
-    }
-    work_.notify_all();
-    ready_.notify_all();
-    space_.notify_all();
-    for (std::thread& t : encoders_) t.join();
-    appender_.join();
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-    jobs_.clear();
-    results_.clear();
-  }
-
-  Status error() {
-    std::lock_guard lock(mu_);
-    return error_;
-  }
-  double blocked_seconds() {
-    std::lock_guard lock(mu_);
-    return blocked_seconds_;
-  }
-  uint64_t submitted() {
-    std::lock_guard lock(mu_);
-    return next_seq_;
-  }
-  uint64_t appended() {
-    std::lock_guard lock(mu_);
-    return appended_;
-  }
-  Writer& writer() { return *writer_; }
-
- private:
-  struct Job {
-    uint64_t seq;
-    SampleInput sample;
-    uint64_t bytes;
-  };
-  struct Done {
-    Result<EncodedSample> encoded;
-    uint64_t bytes;
-  };
-
-  void EncodeLoop() {
-    for (;;) {
-      Job job;
-      {
-        std::unique_lock lock(mu_);
-        work_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (stopping_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      Result<EncodedSample> encoded = writer_->Encode(job.sample);
-      job.sample = SampleInput{};  // no pointer into caller memory survives past this point
-      {
-        std::lock_guard lock(mu_);
-        encoded_.push_back(job.seq);
-        results_.emplace(job.seq, Done{std::move(encoded), job.bytes});
-      }
-      ready_.notify_all();
-    }
-  }
-
-  void AppendLoop() {
-    for (;;) {
-      Done done{Status::Internal("unset"), 0};
-      {
-        std::unique_lock lock(mu_);
-        ready_.wait(lock, [&] { return stopping_ || results_.count(appended_) != 0; });
-        if (stopping_) return;
-        auto it = results_.find(appended_);
-        done = std::move(it->second);
-        results_.erase(it);
-      }
-      Status st = done.encoded.ok() ? writer_->AppendEncoded(std::move(done.encoded).value())
-                                    : done.encoded.status();
-      {
-        std::lock_guard lock(mu_);
-        inflight_bytes_ -= done.bytes;
-        if (!st.ok() && error_.ok()) error_ = st;
-        ++appended_;
-      }
-      space_.notify_all();
-      if (!st.ok()) return;  // the writer refuses more after a failed append; stop here
-    }
-  }
-
-  std::unique_ptr<Writer> writer_;
-  const uint64_t queue_bytes_;
-  std::mutex mu_;
-  std::condition_variable work_;   // jobs_ gained a job, or stopping_
-  std::condition_variable ready_;  // results_ gained a result, or stopping_
-  std::condition_variable space_;  // a sample was appended (budget freed), an error, or stopping_
-  std::deque<Job> jobs_;
-  std::map<uint64_t, Done> results_;
-  std::vector<uint64_t> encoded_;
-  uint64_t next_seq_ = 0;
-  uint64_t appended_ = 0;
-  uint64_t inflight_bytes_ = 0;
-  double blocked_seconds_ = 0;
-  Status error_;
-  bool stopping_ = false;
-  bool stopped_ = false;
-  std::vector<std::thread> encoders_;
-  std::thread appender_;
-};
 
 Schema SchemaFromPython(const py::dict& d) {
   Schema schema;
@@ -219,49 +49,19 @@ Schema SchemaFromPython(const py::dict& d) {
   return schema;
 }
 
-struct PipelineOptions {
-  WriterOptions writer;
-  unsigned threads = 2;
-  uint64_t queue_bytes = uint64_t{1} << 30;
-};
-
-PipelineOptions OptionsFromPython(const py::dict& d) {
-  PipelineOptions o;
+// Every key is read through the library's Writer option table (WriterOptionTable): its names,
+// spellings, types, bounds and errors; `attrs` (a dict) is converted here.
+WriterConfig OptionsFromPython(const py::dict& d) {
+  const OptionTable<WriterConfig>& table = WriterOptionTable();
+  WriterConfig o;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "shard_size") o.writer.shard_size = kOptions.Unsigned(key, v);
-    else if (key == "compress") {
-      // The user's spec, parsed by the library's one parser (ParseCompression).
-      if (v.is_none()) continue;
-      Result<CompressionSpec> spec = ParseCompression(kOptions.Get<std::string>(key, v));
-      if (!spec.ok()) kOptions.Bad(key, spec.status().message());
-      o.writer.compression = spec->compression;
-      o.writer.zstd_level = spec->level;
-      o.writer.field_codecs = spec->field_codecs;
-    } else if (key == "compression") {
-      const std::string c = kOptions.Get<std::string>(key, v);
-      if (c == "none") o.writer.compression = Compression::kNone;
-      else if (c == "zstd") o.writer.compression = Compression::kZstd;
-      else if (c == "auto") o.writer.field_codecs = FieldCodecPolicy::kAuto;
-      else if (c == "planes") o.writer.field_codecs = FieldCodecPolicy::kPlanes;
-      else kOptions.Bad(key, "must be 'none', 'auto', 'planes' or 'zstd', got '" + c + "'");
-    } else if (key == "zstd_level") o.writer.zstd_level = kOptions.Get<int>(key, v);
-    else if (key == "fsync") o.writer.fsync = kOptions.Get<bool>(key, v);
-    else if (key == "created_by") o.writer.created_by = kOptions.Get<std::string>(key, v);
-    else if (key == "source_root") o.writer.source_root = kOptions.Get<std::string>(key, v);
-    else if (key == "journal_every_bytes") {
-      o.writer.journal_every_bytes = kOptions.Unsigned(key, v);
-      if (o.writer.journal_every_bytes == 0) kOptions.Bad(key, "must be > 0");
-    } else if (key == "threads") {
-      const uint64_t t = kOptions.Unsigned(key, v);
-      if (t == 0 || t > 256) kOptions.Bad(key, "must be in 1..256");
-      o.threads = static_cast<unsigned>(t);
-    } else if (key == "queue_bytes") {
-      o.queue_bytes = kOptions.Unsigned(key, v);
-      if (o.queue_bytes == 0) kOptions.Bad(key, "must be > 0");
-    } else if (key == "attributes") {
-      o.writer.attributes = AttributesFromPython(v, "Writer option 'attrs'");
-    } else kOptions.Bad(key, "is not a known option");
+    const OptionSpec<WriterConfig>* spec = table.Find(key);
+    if (spec != nullptr && spec->name == "attrs") {
+      if (!v.is_none()) o.writer.attributes = AttributesFromPython(v, "Writer option 'attrs'");
+      continue;
+    }
+    ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
   }
   return o;
 }
@@ -284,12 +84,12 @@ MetaValue MetaFromPython(const std::string& key, const py::handle& v) {
 // on the first submit.
 class PyWriter {
  public:
-  explicit PyWriter(std::unique_ptr<Pipeline> pipeline) : pipeline_(std::move(pipeline)) {}
+  explicit PyWriter(std::unique_ptr<ParallelWriter> pipeline) : pipeline_(std::move(pipeline)) {}
 
   // tensors: [(name, dtype_name, shape, data_address, nbytes)]; the bytes must stay valid until
   // take_encoded() lists the returned sequence number.
   uint64_t Submit(const std::string& key, const py::list& tensors, const py::dict& metadata) {
-    Pipeline& p = Get();
+    ParallelWriter& p = Get();
     SampleInput in;
     in.source.path = key;
     uint64_t bytes = 0;
@@ -316,20 +116,18 @@ class PyWriter {
       in.metadata.push_back(MetaEntry{mk, MetaFromPython(mk, v)});
     }
     in.source.size = bytes;
-    const uint64_t seq = p.submitted();
-    Status st;
+    Result<uint64_t> seq = Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      st = p.Submit(std::move(in), bytes);
+      seq = p.Submit(std::move(in), bytes);
     }
-    ThrowIfError(st);
-    return seq;
+    return ValueOrThrow(std::move(seq));
   }
 
-  std::vector<uint64_t> TakeEncoded() { return Get().TakeEncoded(); }
+  std::vector<uint64_t> TakeEncoded() { return Get().TakeReleased(); }
 
   void Flush() {
-    Pipeline& p = Get();
+    ParallelWriter& p = Get();
     Status st;
     {
       py::gil_scoped_release release;
@@ -339,7 +137,7 @@ class PyWriter {
   }
 
   py::dict Finish() {
-    Pipeline& p = Get();
+    ParallelWriter& p = Get();
     Result<WriteSummary> summary = Status::Internal("unset");
     {
       py::gil_scoped_release release;
@@ -356,9 +154,9 @@ class PyWriter {
     return out;
   }
 
-  // Stops without committing (see ~Pipeline). Idempotent.
+  // Stops without committing (ParallelWriter::Stop). Idempotent.
   void Abort() {
-    std::unique_ptr<Pipeline> p = std::move(pipeline_);
+    std::unique_ptr<ParallelWriter> p = std::move(pipeline_);
     if (p) {
       py::gil_scoped_release release;
       p.reset();
@@ -373,14 +171,14 @@ class PyWriter {
   }
   py::dict Schema() { return SchemaToPython(Get().writer().schema()); }
   double BlockedSeconds() { return Get().blocked_seconds(); }
-  uint64_t Appended() { return Get().appended(); }
+  uint64_t Appended() { return Get().committed(); }
 
  private:
-  Pipeline& Get() {
+  ParallelWriter& Get() {
     if (!pipeline_) ThrowStatus(Status::InvalidArgument("the writer is closed"));
     return *pipeline_;
   }
-  std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<ParallelWriter> pipeline_;
 };
 
 }  // namespace
@@ -427,7 +225,7 @@ void RegisterWriter(py::module_& m) {
           "open",
           [](const std::string& dir, const py::object& schema, const py::dict& options,
              bool resume) -> std::unique_ptr<PyWriter> {
-            PipelineOptions o = OptionsFromPython(options);
+            WriterConfig o = OptionsFromPython(options);
             Result<std::unique_ptr<Writer>> w = Status::Internal("unset");
             if (resume) {
               py::gil_scoped_release release;
@@ -437,8 +235,13 @@ void RegisterWriter(py::module_& m) {
               py::gil_scoped_release release;
               w = Writer::Create(dir, s, o.writer);
             }
-            return std::make_unique<PyWriter>(std::make_unique<Pipeline>(
-                ValueOrThrow(std::move(w)), o.threads, o.queue_bytes));
+            std::unique_ptr<Writer> writer = ValueOrThrow(std::move(w));
+            Result<std::unique_ptr<ParallelWriter>> p = Status::Internal("unset");
+            {
+              py::gil_scoped_release release;
+              p = ParallelWriter::Start(std::move(writer), o.parallel);
+            }
+            return std::make_unique<PyWriter>(ValueOrThrow(std::move(p)));
           },
           py::arg("dir"), py::arg("schema"), py::arg("options"), py::arg("resume"),
           "Writer::Create (resume=False, with the schema dict) or Writer::Resume.")
@@ -467,6 +270,66 @@ void RegisterWriter(py::module_& m) {
       },
       py::arg("out"), py::arg("parts"), py::arg("by_key") = false, py::arg("link") = true,
       "MergeDatasets (libshard/merge.h).");
+
+  m.def(
+      "check_writer_options", [](const py::dict& options) { (void)OptionsFromPython(options); },
+      py::arg("options"),
+      "Raises InvalidArgumentError where `options` do not pass the Writer option table.");
+  m.def("writer_option_table", [] { return OptionTableToPython(WriterOptionTable()); },
+        "The Writer's option table (libshard/parallel_writer.h WriterOptionTable): one dict per "
+        "option.");
+  m.def(
+      "infer_schema",
+      [](const py::list& tensors, const std::string& what) {
+        std::vector<TensorDescription> described;
+        for (const py::handle& t : tensors) {
+          const py::tuple tt = t.cast<py::tuple>();
+          TensorDescription d;
+          d.name = tt[0].cast<std::string>();
+          const std::string dtype = tt[1].cast<std::string>();
+          const std::optional<DType> parsed = DTypeFromName(dtype);
+          if (!parsed)
+            ThrowStatus(Status::InvalidArgument(what + ": field '" + d.name + "' has dtype " +
+                                                dtype + ", which libshard does not store"));
+          d.dtype = *parsed;
+          d.shape = tt[2].cast<std::vector<uint64_t>>();
+          described.push_back(std::move(d));
+        }
+        return SchemaToPython(ValueOrThrow(InferSchema(described, {}, what)));
+      },
+      py::arg("tensors"), py::arg("what"),
+      "InferSchema (libshard/schema_inference.h) of [(name, dtype_name, shape)]: the schema "
+      "`libshard pack` infers from a file holding these tensors.");
+  m.def("part_directory", &PartDirectory, py::arg("out"), py::arg("rank"), py::arg("world_size"),
+        "PartDirectory (libshard/merge.h): where rank RANK of WORLD_SIZE writes its part.");
+  m.def(
+      "mark_part_empty",
+      [](const std::string& out, uint32_t rank, uint32_t world_size, bool empty) {
+        ThrowIfError(MarkPartEmpty(out, rank, world_size, empty));
+      },
+      py::arg("out"), py::arg("rank"), py::arg("world_size"), py::arg("empty") = true,
+      "MarkPartEmpty (libshard/merge.h).");
+  m.def(
+      "join_parts",
+      [](const std::string& out, uint32_t world_size, bool link) {
+        JoinOptions o;
+        o.link = link;
+        Result<JoinResult> r = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          r = JoinParts(out, world_size, o);
+        }
+        const JoinResult j = ValueOrThrow(std::move(r));
+        py::dict d;
+        d["joined"] = j.joined;
+        d["already_joined"] = j.already_joined;
+        d["ranks_finished"] = j.ranks_finished;
+        d["parts_joined"] = j.parts_joined;
+        return d;
+      },
+      py::arg("out"), py::arg("world_size"), py::arg("link") = true,
+      "JoinParts (libshard/merge.h, FORMAT.md §7.1): the join of OUT's parts when every rank "
+      "has finished.");
 
   m.def("dataset_attributes", [](const std::shared_ptr<Dataset>& ds) {
     return AttributesToPython(ds->provenance().attributes);

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cli/command.h"
@@ -73,30 +75,27 @@ int RunPack(const PackArgs& a) {
   o.include = a.include;
   o.exclude = a.exclude;
   o.output = a.output;
-  auto shard_size = convert::ParseByteSize(a.shard_size);
-  if (!shard_size.ok()) return UsageError(kCmd, "--shard-size: " + shard_size.status().message());
-  o.shard_size = *shard_size;
-  auto comp = convert::ParseCompression(a.compress);
-  if (!comp.ok()) return UsageError(kCmd, "--compress: " + comp.status().message());
-  o.compression = comp->compression;
-  o.zstd_level = comp->level;
-  o.field_codecs = comp->field_codecs;
-  auto fp8 = convert::ParseStoreDType(a.store_dtype);
-  if (!fp8.ok()) return UsageError(kCmd, "--store-dtype: " + fp8.status().message());
-  o.store_fp8 = *fp8;
+  o.spelling = convert::OptionSpelling::kCli;
+  // Value flags are read by the pack option table (PackOptionTable; its aliases are these flags),
+  // the one that reads libshard.pack()'s keywords.
+  const OptionTable<convert::PackOptions>& table = convert::PackOptionTable();
+  for (const auto& [flag, text] : {std::pair<std::string_view, const std::string*>{
+                                       "--shard-size", &a.shard_size},
+                                   {"--compress", &a.compress},
+                                   {"--store-dtype", &a.store_dtype},
+                                   {"--on-error", &a.on_error},
+                                   {"--part", &a.part},
+                                   {"--window", &a.window},
+                                   {"--journal-every", &a.journal_every},
+                                   {"--max-decompressed", &a.max_decompressed}}) {
+    if (text->empty()) continue;
+    Status st = table.Set(o, flag, OptionValue::Text(*text));
+    if (!st.ok()) return UsageError(kCmd, st.message());
+  }
   o.fields = convert::SplitList(a.fields);
   o.threads = a.threads;
-  auto on_error = convert::ParsePackOnError(a.on_error);
-  if (!on_error.ok()) return UsageError(kCmd, "--on-error: " + on_error.status().message());
-  o.on_error = *on_error;
   o.resume = a.resume;
   o.append = a.append;
-  if (!a.part.empty()) {
-    auto part = convert::ParsePart(a.part);
-    if (!part.ok()) return UsageError(kCmd, part.status().message());
-    o.part_index = part->index;
-    o.part_count = part->count;
-  }
   for (const std::string& attr : a.attrs) {
     Status st = convert::ParseAttribute(attr, &o.attributes);
     if (!st.ok()) return UsageError(kCmd, st.message());
@@ -106,15 +105,6 @@ int RunPack(const PackArgs& a) {
   o.hash_sources = !a.no_hash;
   o.source_options.verify_crc32 = !a.no_crc;
   o.fsync = !a.no_fsync;
-  for (const auto& [text, dst, name] :
-       {std::tuple{a.window, &o.window_bytes, "--window"},
-        std::tuple{a.journal_every, &o.journal_every_bytes, "--journal-every"},
-        std::tuple{a.max_decompressed, &o.source_options.max_decompressed_bytes, "--max-decompressed"}}) {
-    if (text.empty()) continue;
-    auto v = convert::ParseByteSize(text);
-    if (!v.ok()) return UsageError(kCmd, std::string(name) + ": " + v.status().message());
-    *dst = *v;
-  }
   ProgressPrinter::Mode mode;
   if (a.quiet || a.progress == "none") {
     mode = ProgressPrinter::Mode::kNone;
@@ -129,7 +119,8 @@ int RunPack(const PackArgs& a) {
   }
   const double interval = a.progress_interval >= 0 ? a.progress_interval
                                                    : (mode == ProgressPrinter::Mode::kBar ? 0.2 : 10.0);
-  if (Status st = convert::ValidatePackOptions(o); !st.ok()) return UsageError(kCmd, st.message());
+  if (Status st = convert::ValidatePackOptions(o, convert::OptionSpelling::kCli); !st.ok())
+    return UsageError(kCmd, st.message());
 
   ProgressPrinter printer(stderr, mode, interval);
   o.progress = [&printer](const convert::PackProgress& p) { printer.Update(p); };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "libshard/attributes.h"
+#include "libshard/option_table.h"
 #include "libshard/status.h"
 #include "libshard_support/units.h"
 #include "libshard/writer.h"
@@ -65,6 +66,14 @@ Result<std::vector<uint64_t>> ParseSampleRange(std::string_view text, uint64_t s
 // and parsed by libshard::ParseOnError) or "skip"; "fail" is accepted as an alias of "raise" for
 // existing scripts. Anything else is InvalidArgument listing the accepted names.
 Result<OnError> ParsePackOnError(std::string_view text);
+
+// The pack option table (libshard/option_table.h): one row per setting of PackOptions, named as
+// libshard.pack()'s keywords, with the `libshard pack` flags as aliases. The Python bindings read
+// their dict through it, `_core.pyi` is generated from it; `attrs` and `progress` are converted
+// by each front end.
+const OptionTable<PackOptions>& PackOptionTable();
+// A setting as messages name it: "'append'" (kApi) or "--append" (kCli; a positional: "SRC").
+std::string PackOptionName(std::string_view name, OptionSpelling spelling);
 
 // "a,b,,c" -> {"a","b","c"} (empty items dropped, surrounding spaces trimmed).
 std::vector<std::string> SplitList(std::string_view text, char sep = ',');

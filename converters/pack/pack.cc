@@ -5,16 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <thread>
@@ -22,6 +19,7 @@
 #include <unordered_set>
 
 #include "libshard/dataset.h"
+#include "libshard/parallel_writer.h"
 #include "libshard_support/text.h"
 #include "libshard/version.h"
 #include "pack/file_hash.h"
@@ -49,14 +47,16 @@ Status WithSource(const Status& st, const std::string& path) {
 // say which file caused it. std::bad_alloc becomes ResourceExhausted, anything else Internal;
 // both name the file and then follow --on-error like any other bad source.
 template <typename Fn>
-auto Guarded(const std::string& path, Fn&& fn) noexcept -> decltype(fn()) {
+auto Guarded(const std::string& path, OptionSpelling spelling, Fn&& fn) noexcept
+    -> decltype(fn()) {
   try {
     return fn();
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted(
         "source " + path + ": out of memory while reading it (std::bad_alloc); the file may be "
-        "hostile or damaged, or the machine too small for it: check the file, or lower "
-        "--threads / --window / --max-decompressed");
+        "hostile or damaged, or the machine too small for it: check the file, or lower " +
+        PackOptionName("threads", spelling) + " / " + PackOptionName("window_bytes", spelling) +
+        " / " + PackOptionName("max_decompressed", spelling));
   } catch (const std::exception& e) {
     return Status::Internal("source " + path + ": unexpected error while reading it: " + e.what());
   } catch (...) {
@@ -69,85 +69,6 @@ std::string OneLine(std::string s) {
     if (c == '\n' || c == '\r' || c == '\t') c = ' ';
   return s;
 }
-
-// One source's journey through the pipeline.
-struct Slot {
-  enum class State { kPending, kEncoded, kFailed } state = State::kPending;
-  EncodedSample encoded;
-  Status error;
-  uint64_t reserved = 0;  // bytes counted against the window
-};
-
-// Shared state between the appending (calling) thread and the workers.
-class Pipeline {
- public:
-  Pipeline(const std::vector<SourceEntry>& sources, uint64_t window, bool stop_on_error)
-      : sources_(sources), window_(window), stop_on_error_(stop_on_error), slots_(sources.size()) {}
-
-  // Worker side: the next source to process, or nullopt when there is none or the job stops.
-  // Blocks while the window is full (always admits one when nothing is in flight).
-  std::optional<uint64_t> Claim() {
-    std::unique_lock lock(mu_);
-    workers_cv_.wait(lock, [&] {
-      if (stop_ || next_ >= sources_.size()) return true;
-      const uint64_t want = std::max<uint64_t>(sources_[next_].size, 1);
-      return in_flight_ == 0 || in_flight_ + want <= window_;
-    });
-    if (stop_ || next_ >= sources_.size()) return std::nullopt;
-    const uint64_t i = next_++;
-    slots_[i].reserved = std::max<uint64_t>(sources_[i].size, 1);
-    in_flight_ += slots_[i].reserved;
-    return i;
-  }
-
-  void Complete(uint64_t i, Result<EncodedSample> r) {
-    std::lock_guard lock(mu_);
-    Slot& s = slots_[i];
-    if (r.ok()) {
-      s.encoded = std::move(*r);
-      const uint64_t held = (s.encoded.stored_size + 4095) / 4096 * 4096;
-      if (held > s.reserved) {
-        in_flight_ += held - s.reserved;
-        s.reserved = held;
-      }
-      s.state = Slot::State::kEncoded;
-    } else {
-      s.error = r.status();
-      s.state = Slot::State::kFailed;
-      if (stop_on_error_) stop_ = true;
-    }
-    main_cv_.notify_one();
-    if (stop_) workers_cv_.notify_all();
-  }
-
-  // Main side: waits for slot i, moves it out and releases its window bytes.
-  Slot Take(uint64_t i) {
-    std::unique_lock lock(mu_);
-    main_cv_.wait(lock, [&] { return slots_[i].state != Slot::State::kPending; });
-    Slot s = std::move(slots_[i]);
-    slots_[i] = Slot();
-    in_flight_ -= s.reserved;
-    workers_cv_.notify_all();
-    return s;
-  }
-
-  void Stop() {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-    workers_cv_.notify_all();
-  }
-
- private:
-  const std::vector<SourceEntry>& sources_;
-  const uint64_t window_;
-  const bool stop_on_error_;
-  std::mutex mu_;
-  std::condition_variable workers_cv_, main_cv_;
-  std::vector<Slot> slots_;
-  uint64_t next_ = 0;
-  uint64_t in_flight_ = 0;
-  bool stop_ = false;
-};
 
 class PackJob {
  public:
@@ -165,16 +86,20 @@ class PackJob {
   // dataset: a user who added files to SRC must say so).
   Status CheckComplete();
   Status FindReference();
-  Result<EncodedSample> Process(uint64_t i) const;
+  // Opens, reads and encodes source i (on an encode thread of the ParallelWriter).
+  Result<EncodedSample> Process(uint64_t i, const Writer& writer) const;
   // OpenSource, wrapped by SplitLayers when --split-layers is given.
   Result<std::unique_ptr<SourceFile>> Open(const std::string& path) const {
     LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<SourceFile> src, OpenSource(path, source_options_));
     if (o_.split_layers.empty()) return src;
     return SplitLayers(std::move(src), o_.split_layers);
   }
-  Result<EncodedSample> ProcessGuarded(uint64_t i) const {
-    return Guarded(sources_[i].path, [&] { return Process(i); });
+  Result<EncodedSample> ProcessGuarded(uint64_t i, const Writer& writer) const {
+    return Guarded(sources_[i].path, o_.spelling, [&] { return Process(i, writer); });
   }
+  // The committing (calling) thread's part of source `out.seq`: the summary, the skip report,
+  // the progress.
+  Status OnSourceDone(const JobOutcome& out, const Writer& writer, PackProgress* progress);
   unsigned Threads() const {
     return o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
   }
@@ -184,6 +109,8 @@ class PackJob {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
   WriterOptions MakeWriterOptions() const;
+  // A setting as this job's messages name it (PackOptions::spelling).
+  std::string F(std::string_view name) const { return PackOptionName(name, o_.spelling); }
 
   const PackOptions& o_;
   const std::chrono::steady_clock::time_point start_;
@@ -230,8 +157,10 @@ Status PackJob::ListAndSelect() {
     return Status::NotFound("no source files found in " +
                             (o_.files_from.empty() ? o_.source_root : o_.files_from) +
                             (o_.include.empty() ? " (looked for .pt .pth .ckpt .bin .safetensors, "
-                                                  "optionally .gz; use --include to select others)"
-                                                : " matching the --include/--exclude globs"));
+                                                  "optionally .gz; use " + F("include") +
+                                                      " to select others)"
+                                                : " matching the " + F("include") + "/" +
+                                                      F("exclude") + " globs"));
   }
   const PartRange r = PartSlice(all.size(), o_.part_index, o_.part_count);
   // An empty part still yields a (sample-less) dataset with the common schema, so that `merge`
@@ -259,20 +188,21 @@ Status PackJob::OpenWriter() {
   const bool has_journal = fs::exists(fs::path(o_.output) / kJournal, ec);
   if (o_.append) {
     auto w = Writer::OpenForAppend(o_.output, wo);
-    if (!w.ok()) return w.status().WithContext("--append: cannot open " + o_.output);
+    if (!w.ok()) return w.status().WithContext(F("append") + ": cannot open " + o_.output);
     writer_ = std::move(*w);
   } else if (o_.resume && has_manifest) {
     return CheckComplete();
   } else if (o_.resume && has_journal) {
     auto w = Writer::Resume(o_.output, wo);
-    if (!w.ok()) return w.status().WithContext("--resume: cannot resume " + o_.output);
+    if (!w.ok()) return w.status().WithContext(F("resume") + ": cannot resume " + o_.output);
     writer_ = std::move(*w);
   } else {
     // A fresh job (also --resume when nothing was journaled yet).
     if (has_manifest || has_journal) {
       return Status::AlreadyExists(
           o_.output + " already holds a " + (has_manifest ? "dataset" : "partly written dataset") +
-          "; use --append to add sources to a dataset, --resume to continue an interrupted job, "
+          "; use " + F("append") + " to add sources to a dataset, " + F("resume") +
+          " to continue an interrupted job, "
           "or choose another output directory");
     }
     fs::remove(fs::path(o_.output) / kSkippedReport, ec);  // stale, from a run that never journaled
@@ -293,9 +223,10 @@ Status PackJob::OpenWriter() {
       auto it = position.find(p.path);
       if (it == position.end()) {
         return Status::InvalidArgument(
-            "--resume: " + o_.output + " holds sample '" + p.path +
-            "', which is not among the sources of this run; resume with the same SRC, --files-from, "
-            "--include/--exclude and --part as the interrupted job");
+            F("resume") + ": " + o_.output + " holds sample '" + p.path +
+            "', which is not among the sources of this run; resume with the same " + F("src") + ", " +
+            F("files_from") + ", " + F("include") + "/" + F("exclude") + " and " + F("part") +
+            " as the interrupted job");
       }
       resume_at = std::max(resume_at, it->second + 1);
     }
@@ -319,7 +250,7 @@ Status PackJob::CheckComplete() {
   // Resume on a committed dataset is OpenForAppend (it also removes the journal of a job that
   // was interrupted between its commit and its cleanup); it is only read here, never finished.
   auto w = Writer::Resume(o_.output, MakeWriterOptions());
-  if (!w.ok()) return w.status().WithContext("--resume: cannot open " + o_.output);
+  if (!w.ok()) return w.status().WithContext(F("resume") + ": cannot open " + o_.output);
   std::unordered_set<std::string> handled;
   for (const Provenance& p : (*w)->existing_sources()) handled.insert(p.path);
   const uint64_t samples = (*w)->samples_written();
@@ -343,9 +274,9 @@ Status PackJob::CheckComplete() {
       o_.output + " is complete (" + std::to_string(samples) + " samples)";
   if (!missing.empty()) {
     return Status::InvalidArgument(
-        "--resume: " + complete + "; nothing to resume. " + std::to_string(missing.size()) +
+        F("resume") + ": " + complete + "; nothing to resume. " + std::to_string(missing.size()) +
         " of the " + std::to_string(sources_.size()) + " sources selected (first: " +
-        missing.front() + ") are not in it: use --append to add them");
+        missing.front() + ") are not in it: use " + F("append") + " to add them");
   }
   summary_.already_present = sources_.size();
   summary_.nothing_to_resume = true;
@@ -362,8 +293,8 @@ Status PackJob::FindReference() {
     std::sort(a.begin(), a.end());
     std::sort(b.begin(), b.end());
     if (a != b) {
-      return Status::InvalidArgument("--fields does not match the fields of " + o_.output +
-                                     "; omit --fields to keep the dataset's schema");
+      return Status::InvalidArgument(F("fields") + " does not match the fields of " + o_.output +
+                                     "; omit " + F("fields") + " to keep the dataset's schema");
     }
   }
   const bool probing = sources_.empty() && schema_probe_.has_value();
@@ -372,12 +303,12 @@ Status PackJob::FindReference() {
   const std::vector<SourceEntry>& candidates = probing ? probe : sources_;
   for (uint64_t i = 0; i < candidates.size(); ++i) {
     const SourceEntry& e = candidates[i];
-    Result<ReferenceSchema> ref = Guarded(e.path, [&]() -> Result<ReferenceSchema> {
+    Result<ReferenceSchema> ref = Guarded(e.path, o_.spelling, [&]() -> Result<ReferenceSchema> {
       if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);
       LIBSHARD_ASSIGN_OR_RETURN(auto src, Open(e.path));
       return writer_ ? ReferenceFromSchema(writer_->schema(), src->tensors(), e.rel_path,
-                                           keep_subset_)
-                     : InferSchema(src->tensors(), o_.fields, e.rel_path);
+                                           keep_subset_, o_.spelling)
+                     : InferSchema(src->tensors(), o_.fields, e.rel_path, o_.spelling);
     });
     if (ref.ok()) {
       ref_ = std::move(*ref);
@@ -395,24 +326,26 @@ Status PackJob::FindReference() {
     }
     auto w = Writer::Create(o_.output, ref_.schema, MakeWriterOptions());
     if (!w.ok()) {
-      return w.status().WithContext(o_.resume ? "--resume found no journal in " + o_.output
+      return w.status().WithContext(o_.resume ? F("resume") + " found no journal in " + o_.output
                                               : "cannot create " + o_.output +
-                                                    " (to continue an interrupted job use --resume; to "
-                                                    "add sources to a dataset use --append)");
+                                                    " (to continue an interrupted job use " +
+                                                    F("resume") + "; to add sources to a dataset use " +
+                                                    F("append") + ")");
     }
     writer_ = std::move(*w);
   }
   return Status::OK();
 }
 
-Result<EncodedSample> PackJob::Process(uint64_t i) const {
+Result<EncodedSample> PackJob::Process(uint64_t i, const Writer& writer) const {
   const SourceEntry& e = sources_[i];
   if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
   if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);  // never opened
   auto opened = Open(e.path);
   if (!opened.ok()) return WithSource(opened.status(), e.path);
   const std::unique_ptr<SourceFile>& src = *opened;
-  auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims);
+  auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims,
+                         o_.spelling);
   if (!map.ok()) return map.status();
   SampleInput in;
   in.tensors.reserve(map->size());
@@ -430,7 +363,7 @@ Result<EncodedSample> PackJob::Process(uint64_t i) const {
   in.source.path = e.rel_path;
   in.source.size = e.size;
   in.source.mtime_ns = e.mtime_ns;
-  auto enc = writer_->Encode(in);
+  auto enc = writer.Encode(in);
   if (!enc.ok()) return WithSource(enc.status(), e.path);
   if (o_.hash_sources) {
     auto h = HashFile(e.path);
@@ -484,6 +417,31 @@ Status PackJob::TrimSkipReport(const std::unordered_map<std::string, size_t>& po
   return Status::OK();
 }
 
+Status PackJob::OnSourceDone(const JobOutcome& out, const Writer& writer,
+                             PackProgress* progress) {
+  const SourceEntry& e = sources_[out.seq];
+  if (out.append_failed)
+    return out.status.WithContext("writing sample " + std::to_string(out.index) + " (" +
+                                  e.rel_path + ")");
+  if (!out.status.ok()) {
+    if (o_.on_error == OnError::kRaise)
+      return out.status.WithContext("sample " + std::to_string(writer.samples_written()) + " (" +
+                                    e.rel_path + ")");
+    LIBSHARD_RETURN_IF_ERROR(RecordSkip(e, out.status));
+    ++progress->skipped;
+  } else {
+    ++summary_.samples_added;
+    summary_.bytes_in += e.size;
+    summary_.bytes_out += out.stored_size;
+    summary_.raw_bytes += out.raw_size;
+  }
+  ++progress->files_done;
+  progress->bytes_done += e.size;
+  progress->elapsed_s = Elapsed();
+  if (o_.progress) o_.progress(*progress);
+  return Status::OK();
+}
+
 Result<PackSummary> PackJob::Run() {
   summary_.output = o_.output;
   // Every worker may inflate a gzip source at once: the default limit shares memory among them.
@@ -493,7 +451,8 @@ Result<PackSummary> PackJob::Run() {
   LIBSHARD_RETURN_IF_ERROR(OpenWriter());
   if (finished_already_) {
     auto ds = Dataset::Open(o_.output);
-    if (!ds.ok()) return ds.status().WithContext("--resume: " + o_.output + " has a manifest but");
+    if (!ds.ok())
+      return ds.status().WithContext(F("resume") + ": " + o_.output + " has a manifest but");
     summary_.already_present = sources_.size();
     summary_.dataset.samples = (*ds)->size();
     summary_.dataset.shards = (*ds)->shards().size();
@@ -515,64 +474,45 @@ Result<PackSummary> PackJob::Run() {
       o_.window_bytes != 0 ? o_.window_bytes
                            : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
 
-  Pipeline pipe(sources_, window, o_.on_error == OnError::kRaise);
-  Status failure;
-  {
-    std::vector<std::jthread> workers;
-    const unsigned n_workers = static_cast<unsigned>(std::min<uint64_t>(threads, std::max<size_t>(sources_.size(), 1)));
-    for (unsigned w = 0; w < n_workers && !sources_.empty(); ++w) {
-      workers.emplace_back([&] {
-        while (auto i = pipe.Claim()) pipe.Complete(*i, ProcessGuarded(*i));
-      });
-    }
-    PackProgress progress;
-    progress.files_total = sources_.size();
-    progress.bytes_total = bytes_total;
+  // The parallel writer (libshard/parallel_writer.h): encode threads open, read and encode the
+  // sources; this thread's Submit and Flush append them in source order and run OnSourceDone.
+  PackProgress progress;
+  progress.files_total = sources_.size();
+  progress.bytes_total = bytes_total;
+  std::unique_ptr<ParallelWriter> pipe;
+  if (!sources_.empty()) {
+    ParallelWriterOptions po;
+    po.threads = static_cast<unsigned>(std::min<uint64_t>(threads, sources_.size()));
+    po.max_inflight_bytes = window;
+    po.commit_thread = false;  // this thread appends (and reports progress), as it always did
+    po.on_job_error = o_.on_error == OnError::kRaise ? ParallelWriterOptions::OnJobError::kStop
+                                                    : ParallelWriterOptions::OnJobError::kReport;
+    const Writer* writer = writer_.get();
+    po.on_done = [this, writer, &progress](const JobOutcome& out) {
+      return OnSourceDone(out, *writer, &progress);
+    };
+    LIBSHARD_ASSIGN_OR_RETURN(pipe, ParallelWriter::Start(std::move(writer_), std::move(po)));
     for (uint64_t i = 0; i < sources_.size(); ++i) {
-      Slot s = pipe.Take(i);
-      const SourceEntry& e = sources_[i];
-      if (s.state == Slot::State::kFailed) {
-        const Status st = s.error.WithContext("sample " + std::to_string(writer_->samples_written()) +
-                                              " (" + e.rel_path + ")");
-        if (o_.on_error == OnError::kRaise) {
-          failure = st;
-          break;
-        }
-        failure = RecordSkip(e, s.error);
-        if (!failure.ok()) break;
-        ++progress.skipped;
-      } else {
-        const uint64_t raw = s.encoded.raw_size;
-        const uint64_t stored = (s.encoded.stored_size + 4095) / 4096 * 4096;
-        failure = writer_->AppendEncoded(std::move(s.encoded));
-        if (!failure.ok()) {
-          failure = failure.WithContext("writing sample " + std::to_string(writer_->samples_written()) +
-                                        " (" + e.rel_path + ")");
-          break;
-        }
-        ++summary_.samples_added;
-        summary_.bytes_in += e.size;
-        summary_.bytes_out += stored;
-        summary_.raw_bytes += raw;
-      }
-      ++progress.files_done;
-      progress.bytes_done += e.size;
-      progress.elapsed_s = Elapsed();
-      if (o_.progress) o_.progress(progress);
+      auto seq = pipe->Submit([this, i](const Writer& w) { return ProcessGuarded(i, w); },
+                              sources_[i].size);
+      if (!seq.ok()) break;  // the pipeline stopped: Flush returns why
     }
-    pipe.Stop();
-  }  // workers joined
+  }
+  Status failure = pipe ? pipe->Flush() : Status::OK();
+  if (!failure.ok()) pipe->Stop();  // threads joined: the skip report is ours again
   if (skipped_file_ != nullptr) std::fclose(skipped_file_);
   skipped_file_ = nullptr;
   if (!failure.ok()) {
     return Status(failure.code(),
                   failure.message() + "; pack into " + o_.output +
-                      " stopped: nothing there opens as a complete dataset, and after a fix "
-                      "`libshard pack --resume` continues from the samples already written",
+                      " stopped: nothing there opens as a complete dataset, and after a fix " +
+                      (o_.spelling == OptionSpelling::kCli ? std::string("`libshard pack --resume`")
+                                                           : F("resume") + " = True") +
+                      " continues from the samples already written",
                   failure.sys_errno());
   }
-  if (writer_) {
-    auto fin = writer_->Finish();
+  if (pipe || writer_) {
+    auto fin = pipe ? pipe->Finish() : writer_->Finish();
     if (!fin.ok()) return fin.status().WithContext("finishing " + o_.output);
     summary_.dataset = *fin;
   }
@@ -598,37 +538,47 @@ uint64_t PeakRssBytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-Status ValidatePackOptions(const PackOptions& o) {
+Status ValidatePackOptions(const PackOptions& o, OptionSpelling spelling) {
+  const auto name = [spelling](std::string_view n) { return PackOptionName(n, spelling); };
   if (o.source_root.empty() && o.files_from.empty()) {
-    return Status::InvalidArgument("no sources: pass a source directory or --files-from LIST");
+    return Status::InvalidArgument("no sources: give a source directory (" + name("src") +
+                                   ") or a list of sources (" + name("files_from") + ")");
   }
-  if (o.output.empty()) return Status::InvalidArgument("no output: pass -o OUT");
+  if (o.output.empty())
+    return Status::InvalidArgument("no output: give the dataset directory (" + name("out") + ")");
   if (o.resume && o.append) {
-    return Status::InvalidArgument("--resume and --append exclude each other: --resume continues an "
-                                   "interrupted job, --append adds sources to a finished dataset");
+    return Status::InvalidArgument(name("resume") + " and " + name("append") +
+                                   " exclude each other: resume continues an interrupted job, "
+                                   "append adds sources to a finished dataset");
   }
   if (o.part_count == 0 || o.part_index >= o.part_count) {
-    return Status::InvalidArgument("invalid part " + std::to_string(o.part_index) + "/" +
-                                   std::to_string(o.part_count) + ": need 0 <= I < N");
+    return Status::InvalidArgument("invalid " + name("part") + " " + std::to_string(o.part_index) +
+                                   "/" + std::to_string(o.part_count) + ": need 0 <= I < N");
   }
-  if (o.shard_size == 0) return Status::InvalidArgument("--shard-size must be at least 1 byte");
-  if (o.compression == Compression::kZstd && (o.zstd_level < -7 || o.zstd_level > 22)) {
-    return Status::InvalidArgument("zstd level " + std::to_string(o.zstd_level) + " is outside -7..22");
+  if (o.shard_size == 0)
+    return Status::InvalidArgument(name("shard_size") + " must be at least 1 byte");
+  if (o.compression == Compression::kZstd &&
+      (o.zstd_level < kMinZstdLevel || o.zstd_level > kMaxZstdLevel)) {
+    return Status::InvalidArgument("zstd level " + std::to_string(o.zstd_level) + " is outside " +
+                                   std::to_string(kMinZstdLevel) + ".." +
+                                   std::to_string(kMaxZstdLevel));
   }
   if ((o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8) &&
       o.compression != Compression::kNone)
-    return Status::InvalidArgument("--compress zstd and field codecs (--compress auto/planes, "
-                                   "--store-dtype) exclude each other (FORMAT.md §3.8.6)");
-  if (o.threads > 1024) return Status::InvalidArgument("--threads must be at most 1024");
+    return Status::InvalidArgument(
+        "whole-sample zstd (" + name("compress") + " zstd) and field codecs (" + name("compress") +
+        " auto/planes, " + name("store_dtype") + ") exclude each other (FORMAT.md §3.8.6)");
+  if (o.threads > 1024) return Status::InvalidArgument(name("threads") + " must be at most 1024");
   std::unordered_set<std::string> seen;
   for (const std::string& f : o.fields) {
-    if (!seen.insert(f).second) return Status::InvalidArgument("--fields names '" + f + "' twice");
+    if (!seen.insert(f).second)
+      return Status::InvalidArgument(name("fields") + " names '" + f + "' twice");
   }
   return Status::OK();
 }
 
 Result<PackSummary> Pack(const PackOptions& options) {
-  LIBSHARD_RETURN_IF_ERROR(ValidatePackOptions(options));
+  LIBSHARD_RETURN_IF_ERROR(ValidatePackOptions(options, options.spelling));
   PackJob job(options);
   return job.Run();
 }

@@ -1,10 +1,11 @@
 // libshard::convert::Pack: converts a directory (or list) of per-sample source files into a
 // dataset. The `libshard pack` command and the Python `libshard.pack()` both call this.
 //
-// Pipeline: worker threads open and parse sources and Writer::Encode them (the readers' pread
-// goes straight into the writer's aligned buffer: one copy); the calling thread appends encoded
-// samples in source order. Samples in flight are bounded in bytes (`window_bytes`), so memory
-// stays bounded whatever the file sizes.
+// Pipeline: the library's ParallelWriter (libshard/parallel_writer.h), which libshard.Writer and
+// C++ generators use too. Its encode threads open and parse sources and Writer::Encode them (the
+// readers' pread goes straight into the writer's aligned buffer: one copy); the calling thread
+// appends encoded samples in source order. Samples in flight are bounded in bytes
+// (`window_bytes`), so memory stays bounded whatever the file sizes.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,10 @@ struct PackProgress {
   double elapsed_s = 0;
   bool finished = false;     // the last call, after Finish()
 };
+
+// How messages name a setting: as libshard.pack()'s keyword ('shard_size') or as the flag of
+// `libshard pack` (--shard-size); PackOptionTable (pack/option_parsing.h) holds both.
+enum class OptionSpelling { kApi, kCli };
 
 struct PackOptions {
   // Sources (see source_list.h): a directory walked recursively, and/or a list file ("-" = stdin).
@@ -73,6 +78,8 @@ struct PackOptions {
   uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default
   SourceOptions source_options;
   std::function<void(const PackProgress&)> progress;  // optional
+  // How the job's messages name settings ("use --append" or "use 'append'").
+  OptionSpelling spelling = OptionSpelling::kApi;
 };
 
 struct SkippedSource {
@@ -97,8 +104,10 @@ struct PackSummary {
 };
 
 // Checks the options alone (no file system access): resume with append, a bad part, a zero
-// shard size, no sources or no output. The CLI maps this to exit code 2.
-Status ValidatePackOptions(const PackOptions& options);
+// shard size, no sources or no output, against PackOptionTable's bounds. Messages name the
+// settings as `spelling` says. The CLI maps this to exit code 2.
+Status ValidatePackOptions(const PackOptions& options,
+                           OptionSpelling spelling = OptionSpelling::kApi);
 
 // Runs a pack job. `output` is locked (DatasetLock) for the whole job, from before it is first
 // inspected until after the commit: a second job on it fails at once with AlreadyExists naming

@@ -5,33 +5,11 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "libshard/schema_inference.h"
 #include "libshard_support/text.h"
+#include "pack/option_parsing.h"
 
 namespace libshard::convert {
-namespace {
-
-int32_t ConventionalSeqDim(const Shape& shape) {
-  if (shape.size() == 1) return 0;
-  if (shape.size() >= 2 && shape[0] == 1) return 1;
-  if (shape.size() == 2) return 0;
-  return -1;
-}
-
-int32_t ChooseSeqDim(const Shape& shape, std::optional<uint64_t> length) {
-  if (shape.empty()) return -1;
-  const int32_t conventional = ConventionalSeqDim(shape);
-  if (!length) return conventional;
-  std::vector<int32_t> candidates;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] == *length) candidates.push_back(static_cast<int32_t>(d));
-  if (candidates.empty()) return -1;
-  if (candidates.size() == 1) return candidates[0];
-  for (int32_t c : candidates)
-    if (c == conventional) return c;
-  return candidates[0];
-}
-
-}  // namespace
 
 namespace {
 
@@ -53,81 +31,39 @@ std::string ShapeString(const Shape& shape) {
 
 Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
                                     const std::vector<std::string>& keep,
-                                    const std::string& file) {
+                                    const std::string& file, OptionSpelling spelling) {
   ReferenceSchema ref;
   ref.file = file;
   std::unordered_map<std::string, size_t> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].name, i);
   for (const std::string& k : keep) {
     if (!by_name.count(k)) {
-      return Status::InvalidArgument("--fields names '" + k + "', but the first source " + file +
+      return Status::InvalidArgument(PackOptionName("fields", spelling) + " names '" + k +
+                                     "', but the first source " + file +
                                      " has no such tensor; its tensors are: " + KeyList(tensors));
     }
   }
-  std::optional<uint64_t> length;
-  // The token ids give the reference length: `input_ids` (SpecForge, ModelOpt), else `token_ids`
-  // (vLLM's and speculators' hidden-states files).
-  for (const char* ids : {"input_ids", "token_ids"}) {
-    if (auto it = by_name.find(ids); it != by_name.end() && tensors[it->second].shape.size() == 1) {
-      length = tensors[it->second].shape[0];
-      break;
-    }
-  }
-  for (const SourceTensor& t : tensors) {
-    if (!keep.empty() && std::find(keep.begin(), keep.end(), t.name) == keep.end()) continue;
-    // Field names are UTF-8 (FORMAT.md §3.2); they are also JSON strings of the manifest, where
-    // other bytes cannot be represented (a writer would have to replace them, and the manifest's
-    // schema would then disagree with the index's).
-    if (!IsValidUtf8(t.name)) {
-      return Status::InvalidArgument("source " + file + ": tensor name '" + Printable(t.name) +
-                                     "' is not valid UTF-8; dataset field names must be UTF-8 "
-                                     "(FORMAT.md §3.2): rename the key (e.g. decode it with "
-                                     "errors='replace') before torch.save");
-    }
-    if (t.shape.size() > kMaxRank) {
-      return Status::Unsupported("source " + file + ": tensor '" + t.name + "' has rank " +
-                                 std::to_string(t.shape.size()) + "; at most " +
-                                 std::to_string(kMaxRank) + " is supported");
-    }
-    Field f;
-    f.name = t.name;
-    f.dtype = t.dtype;
-    f.rank = static_cast<uint32_t>(t.shape.size());
-    f.seq_dim = ChooseSeqDim(t.shape, length);
-    ref.schema.fields.push_back(std::move(f));
-    ref.shapes.push_back(t.shape);
-  }
-  if (ref.schema.fields.empty()) {
-    return Status::InvalidArgument("the first source " + file +
-                                   " has no tensors to pack; every sample needs at least one");
-  }
-  ref.schema.length_field = -1;
-  if (auto i = ref.schema.Find("input_ids"); i && ref.schema.fields[*i].seq_dim >= 0) {
-    ref.schema.length_field = static_cast<int32_t>(*i);
-  } else if (auto k = ref.schema.Find("token_ids"); k && ref.schema.fields[*k].seq_dim >= 0) {
-    ref.schema.length_field = static_cast<int32_t>(*k);
-  } else {
-    for (size_t i = 0; i < ref.schema.fields.size(); ++i) {
-      if (ref.schema.fields[i].seq_dim >= 0) {
-        ref.schema.length_field = static_cast<int32_t>(i);
-        break;
-      }
-    }
-  }
-  LIBSHARD_RETURN_IF_ERROR(ref.schema.Validate().WithContext("schema of the first source " + file));
+  // The library's one rule (libshard/schema_inference.h), which libshard.Writer uses too.
+  std::vector<TensorDescription> described;
+  described.reserve(tensors.size());
+  for (const SourceTensor& t : tensors) described.push_back(TensorDescription{t.name, t.dtype, t.shape});
+  LIBSHARD_ASSIGN_OR_RETURN(ref.schema,
+                            ::libshard::InferSchema(described, keep, "source " + file));
+  for (const Field& f : ref.schema.fields) ref.shapes.push_back(tensors[by_name.at(f.name)].shape);
   return ref;
 }
 
 Result<ReferenceSchema> ReferenceFromSchema(const Schema& schema,
                                             const std::vector<SourceTensor>& tensors,
-                                            const std::string& file, bool allow_extra_tensors) {
+                                            const std::string& file, bool allow_extra_tensors,
+                                            OptionSpelling spelling) {
   ReferenceSchema ref;
   ref.schema = schema;
   ref.file = "the existing dataset";
   ref.shapes.resize(schema.fields.size());
   // Shapes are not yet known: match dtypes and ranks only, then adopt this file's shapes.
   LIBSHARD_ASSIGN_OR_RETURN(std::vector<size_t> map,
-                            MatchSchema(ref, tensors, file, allow_extra_tensors, true));
+                            MatchSchema(ref, tensors, file, allow_extra_tensors, true, spelling));
   for (size_t f = 0; f < map.size(); ++f) ref.shapes[f] = tensors[map[f]].shape;
   ref.file = file;
   return ref;
@@ -136,10 +72,12 @@ Result<ReferenceSchema> ReferenceFromSchema(const Schema& schema,
 Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
                                         const std::vector<SourceTensor>& tensors,
                                         const std::string& file, bool allow_extra_tensors,
-                                        bool allow_varying_dims) {
+                                        bool allow_varying_dims, OptionSpelling spelling) {
+  const auto flag = [spelling](std::string_view n) { return PackOptionName(n, spelling); };
   const auto mismatch = [&](const std::string& what) {
     return Status::InvalidArgument("schema mismatch in " + file + ": " + what + " (the schema comes from " +
-                                   ref.file + "); fix or remove the file, or pass --on-error skip");
+                                   ref.file + "); fix or remove the file, or pass " +
+                                   flag("on_error") + " skip");
   };
   std::unordered_map<std::string, size_t> by_name;
   for (size_t i = 0; i < tensors.size(); ++i) by_name.emplace(tensors[i].name, i);
@@ -169,7 +107,7 @@ Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
                           ShapeString(ref.shapes[f]) + " expected: dim " + std::to_string(d) +
                           " differs but only the sequence dim (" +
                           (field.seq_dim < 0 ? std::string("none") : std::to_string(field.seq_dim)) +
-                          ") may vary; pass --allow-varying-dims to accept it");
+                          ") may vary; pass " + flag("allow_varying_dims") + " to accept it");
         }
       }
     }
@@ -179,7 +117,7 @@ Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
     for (const SourceTensor& t : tensors) {
       if (!ref.schema.Find(t.name)) {
         return mismatch("tensor '" + Printable(t.name) +
-                        "' is not in the schema; pass --fields to select tensors");
+                        "' is not in the schema; pass " + flag("fields") + " to select tensors");
       }
     }
     return mismatch("duplicate tensor names");

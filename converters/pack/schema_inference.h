@@ -8,6 +8,7 @@
 
 #include "libshard/schema.h"
 #include "libshard/status.h"
+#include "pack/pack.h"
 #include "readers/source_file.h"
 
 namespace libshard::convert {
@@ -20,25 +21,22 @@ struct ReferenceSchema {
   std::string file;           // relative path of the reference source
 };
 
-// Builds the schema from the tensors of the first source. `keep` (may be empty = all) selects
-// and must name existing tensors. Field order is the file's (dict) order.
-//
-// seq_dim per field: the reference length L is `input_ids`' dim 0 when input_ids is rank 1
-// (EAGLE-3 dumps), else `token_ids`' (vLLM / speculators files), else unknown. A field's seq_dim is its unique dim equal to L; on a tie, or
-// when L is unknown, the convention decides: rank 1 -> 0, rank >= 2 with a leading 1 (batch
-// dim, e.g. hidden_state [1, L, H]) -> 1, rank 2 -> 0, else none (-1). A field with no dim equal
-// to a known L has no seq_dim (a fixed-size field). length_field = `input_ids` when it has a
-// seq_dim, else `token_ids` when it has one, else the first field that has one, else -1.
+// Builds the schema from the tensors of the first source with the library's rule
+// (libshard::InferSchema, libshard/schema_inference.h: the one libshard.Writer uses). `keep` (may
+// be empty = all) selects and must name existing tensors (--fields). Field order is the file's
+// (dict) order.
 Result<ReferenceSchema> InferSchema(const std::vector<SourceTensor>& tensors,
                                     const std::vector<std::string>& keep,
-                                    const std::string& file);
+                                    const std::string& file,
+                                    OptionSpelling spelling = OptionSpelling::kCli);
 
 // Reference for a dataset that already has a schema (--resume, --append): `schema` is
 // authoritative, `tensors` (of the first source of this run) gives the reference shapes and must
 // match it.
 Result<ReferenceSchema> ReferenceFromSchema(const Schema& schema,
                                             const std::vector<SourceTensor>& tensors,
-                                            const std::string& file, bool allow_extra_tensors);
+                                            const std::string& file, bool allow_extra_tensors,
+                                            OptionSpelling spelling = OptionSpelling::kCli);
 
 // Checks `tensors` of source `file` against `ref`; returns, per schema field, the index of the
 // matching tensor. Errors (InvalidArgument) name the file, the field and the difference: a
@@ -48,7 +46,8 @@ Result<ReferenceSchema> ReferenceFromSchema(const Schema& schema,
 Result<std::vector<size_t>> MatchSchema(const ReferenceSchema& ref,
                                         const std::vector<SourceTensor>& tensors,
                                         const std::string& file, bool allow_extra_tensors,
-                                        bool allow_varying_dims);
+                                        bool allow_varying_dims,
+                                        OptionSpelling spelling = OptionSpelling::kCli);
 
 // "[1, 128, 64]"
 std::string ShapeString(const Shape& shape);

@@ -25,7 +25,7 @@ def test_resume_of_a_finished_dataset(tmp_path):
     assert summary["nothing_to_resume"] and summary["samples"] == 3
     write_sources(src / "more", ["t_0.pt"])
     with pytest.raises(ValueError, match=r"is complete \(3 samples\); nothing to resume\. 1 of "
-                                         r"the 4 sources .* use --append"):
+                                         r"the 4 sources .* use 'append'"):
         libshard.pack(src, out, resume=True)
     summary = libshard.pack(src, out, append=True)
     assert not summary["nothing_to_resume"] and summary["samples"] == 4

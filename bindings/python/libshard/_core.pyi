@@ -1,6 +1,6 @@
 """Type stubs for the C++ extension ``libshard._core`` (internal; use the ``libshard`` package)."""
 
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, TypedDict, Union
 
 import numpy as np
 
@@ -141,6 +141,76 @@ class LoaderOptions(TypedDict, total=False):
     slow_wait_warning_seconds: float
     # periodic stats lines every this many seconds; 0 turns them off (default 0.0)
     stats_interval_seconds: float
+class WriterOptions(TypedDict, total=False):
+    """The keys `Writer` takes (name: type, default; bounds; doc)."""
+    # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615)
+    shard_size: Union[int, str]
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes'; also spelled compression)
+    compress: Optional[str]
+    # encoding threads (layout, compression, checksums) (default None; 1..256, None: one per CPU, at most 4)
+    threads: Optional[int]
+    # bytes of samples written but not yet on disk before write waits (default '1GiB'; 1..18446744073709551615; also spelled queue_bytes)
+    queue_size: Union[int, str]
+    # bytes between journal checkpoints (what a crash keeps) (default '1GiB'; 1..18446744073709551615; also spelled journal_every_bytes)
+    journal_every: Union[int, str]
+    # fsync shards, journal, index and manifest (default True)
+    fsync: bool
+    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes)
+    attrs: Optional[Mapping[str, Union[str, int]]]
+    # free text recorded in the manifest (default '')
+    created_by: str
+    # recorded in the manifest's provenance summary (default '')
+    source_root: str
+class PackOptions(TypedDict, total=False):
+    """The keys `Pack` takes (name: type, default; bounds; doc)."""
+    # the source directory, walked recursively (default None; also spelled SRC)
+    src: Optional[str]
+    # the dataset directory to write (default ''; also spelled --output, -o)
+    out: str
+    # a file listing sources, one a line ('-': stdin) (default None; also spelled --files-from)
+    files_from: Optional[str]
+    # globs of files to take (default: the known sample extensions) (default None; also spelled --include)
+    include: Optional[List[str]]
+    # globs of files to leave out (default None; also spelled --exclude)
+    exclude: Optional[List[str]]
+    # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615; also spelled --shard-size)
+    shard_size: Union[int, str]
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes) (default 'none'; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes'; also spelled --compress)
+    compress: str
+    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'float8_e4m3fn'; also spelled --store-dtype)
+    store_dtype: Optional[str]
+    # keep only these tensors (default None; also spelled --fields)
+    fields: Optional[List[str]]
+    # threads reading and encoding sources (default None; 1..1024, None: one per CPU; also spelled --threads)
+    threads: Optional[int]
+    # raise: the first bad source stops the job; skip: left out, listed in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
+    on_error: str
+    # continue an interrupted job from its journal (default False; also spelled --resume)
+    resume: bool
+    # add the sources not yet in the finished dataset (default False; also spelled --append)
+    append: bool
+    # convert only the I-th of N contiguous slices of the sources (default None; 'I/N' | 'auto'; also spelled --part)
+    part: Optional[str]
+    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled --attr)
+    attrs: Optional[Mapping[str, Union[str, int]]]
+    # a stacked-layer tensor [tokens, layers, hidden] to split into aux_hidden_state + hidden_state (default None; also spelled --split-layers)
+    split_layers: Optional[str]
+    # let dims other than the sequence dim vary across sources (default False; also spelled --allow-varying-dims)
+    allow_varying_dims: bool
+    # record the xxh3-64 of each source file (CLI: --no-hash turns it off) (default True)
+    hash_sources: bool
+    # verify the zip CRC-32 of .pt records (CLI: --no-crc) (default True)
+    verify_crc: bool
+    # bytes of samples in flight (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --window)
+    window_bytes: Union[int, str, None]
+    # fsync shards, journal, index and manifest (CLI: --no-fsync) (default True)
+    fsync: bool
+    # bytes between journal checkpoints (default None; 0..18446744073709551615, None: the Writer's 1 GiB; also spelled --journal-every)
+    journal_every_bytes: Union[int, str, None]
+    # refuse a .gz source that inflates past this size (default None; 0..18446744073709551615, None: a quarter of physical memory over threads, at least 256 MiB; also spelled --max-decompressed)
+    max_decompressed: Union[int, str, None]
+    # report progress on stderr (a callback in C++) (default False; also spelled --progress)
+    progress: bool
 # END GENERATED
 
 class Loader:
@@ -162,14 +232,15 @@ def resolve_loader_options(options: LoaderOptions) -> Dict[str, Any]: ...
 def resolve_world(rank: Optional[int] = None, world_size: Optional[int] = None,
                   source: str = "arguments",
                   environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]: ...
-def pack(options: Dict[str, Any]) -> Dict[str, Any]: ...
+def pack(options: PackOptions) -> Dict[str, Any]: ...
+def pack_option_table() -> List[Dict[str, Any]]: ...
 def parse_byte_size(text: str) -> int: ...
 def _raise_status(code: int, message: str, errno: int = 0) -> None: ...
 
 # bindings/src/writer.cc (libshard._writer)
 class Writer:
     @staticmethod
-    def open(dir: str, schema: Optional[Dict[str, Any]], options: Dict[str, Any],
+    def open(dir: str, schema: Optional[Dict[str, Any]], options: WriterOptions,
              resume: bool) -> "Writer": ...
     def submit(self, key: str, tensors: List[Tuple[str, str, Tuple[int, ...], int, int]],
                metadata: Dict[str, Any]) -> int: ...
@@ -185,6 +256,12 @@ class Writer:
     @property
     def appended(self) -> int: ...
 
+def writer_option_table() -> List[Dict[str, Any]]: ...
+def check_writer_options(options: WriterOptions) -> None: ...
+def infer_schema(tensors: List[Tuple[str, str, Tuple[int, ...]]], what: str) -> Dict[str, Any]: ...
+def part_directory(out: str, rank: int, world_size: int) -> str: ...
+def mark_part_empty(out: str, rank: int, world_size: int, empty: bool = True) -> None: ...
+def join_parts(out: str, world_size: int, link: bool = True) -> Dict[str, Any]: ...
 def merge(out: str, parts: List[str], by_key: bool = False, link: bool = True) -> None: ...
 def dataset_sources(dataset: Dataset) -> List[str]: ...
 def dataset_attributes(dataset: Dataset) -> Dict[str, Union[str, int]]: ...

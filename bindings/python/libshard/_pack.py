@@ -71,22 +71,23 @@ def pack(src: Optional[PathLike], out: PathLike, *,
     """
     if not getattr(_core, "HAVE_PACK", False):
         raise UnsupportedError("this build of libshard was made without the pack pipeline")
+    # Read, checked and defaulted by the library's pack option table (PackOptionTable).
     opts: Dict[str, Any] = {
-        "src": "" if src is None else os.fspath(src),
+        "src": None if src is None else os.fspath(src),
         "out": os.fspath(out),
-        "files_from": "" if files_from is None else os.fspath(files_from),
+        "files_from": None if files_from is None else os.fspath(files_from),
         "include": list(include or []),
         "exclude": list(exclude or []),
-        "shard_size": str(shard_size),
+        "shard_size": shard_size,
         "compress": compress,
-        "store_dtype": store_dtype or "",
+        "store_dtype": store_dtype,
         "fields": list(fields or []),
-        "threads": 0 if threads is None else threads,
+        "threads": threads,
         "on_error": on_error,
-        "resume": bool(resume),
-        "append": bool(append),
-        "part": part or "",
-        "allow_varying_dims": bool(allow_varying_dims),
+        "resume": resume,
+        "append": append,
+        "part": part,
+        "allow_varying_dims": allow_varying_dims,
         "progress": bool(progress),
     }
     for key, value in options.items():

@@ -19,8 +19,6 @@ same by hand.
 from __future__ import annotations
 
 import collections
-import fcntl
-import hashlib
 import os
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -29,15 +27,12 @@ import torch
 from . import _core
 from ._core import InvalidArgumentError
 from ._dataset import Field, Schema
-from ._units import parse_bytes
 from ._world import resolve_world
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 _MANIFEST = "manifest.json"
 _JOURNAL = "_journal.lsj"
-#: Beside a part directory: that rank closed without writing a sample.
-_EMPTY = ".empty"
 #: Samples whose GPU->host copies may be in flight before write() waits for the oldest.
 _MAX_PENDING_COPIES = 4
 
@@ -50,8 +45,9 @@ def resolve_writer_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple
 
 
 def part_dir(out: str, rank: int, world_size: int) -> str:
-    """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out``."""
-    return os.path.join(out, "parts", f"rank-{rank:05d}-of-{world_size:05d}")
+    """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out`` (PartDirectory,
+    FORMAT.md §7.1)."""
+    return _core.part_directory(out, rank, world_size)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -107,47 +103,11 @@ def _no_plain_bytes(t: torch.Tensor) -> Optional[str]:
     return None
 
 
-def _choose_seq_dim(shape: Sequence[int], length: Optional[int]) -> int:
-    """The rule of ``libshard pack`` (ChooseSeqDim in converters/pack/schema_inference.cc)."""
-    rank = len(shape)
-    if rank == 0:
-        return -1
-    if rank == 1:
-        conventional = 0
-    elif shape[0] == 1:
-        conventional = 1
-    elif rank == 2:
-        conventional = 0
-    else:
-        conventional = -1
-    if length is None:
-        return conventional
-    candidates = [d for d in range(rank) if shape[d] == length]
-    if not candidates:
-        return -1
-    if len(candidates) == 1:
-        return candidates[0]
-    return conventional if conventional in candidates else candidates[0]
-
-
-def infer_schema(tensors: Mapping[str, torch.Tensor]) -> Schema:
-    """The schema ``libshard pack`` would infer from a file holding ``tensors``."""
-    length: Optional[int] = None
-    for ids_name in ("input_ids", "token_ids"):
-        ids = tensors.get(ids_name)
-        if ids is not None and ids.dim() == 1:
-            length = int(ids.shape[0])
-            break
-    fields = []
-    for name, t in tensors.items():
-        sd = _choose_seq_dim(tuple(t.shape), length)
-        fields.append(Field(name, t.dtype, t.dim(), None if sd < 0 else sd))
-    names = list(tensors)
-    length_field = next((n for n in ("input_ids", "token_ids")
-                         if n in tensors and fields[names.index(n)].seq_dim is not None), None)
-    if length_field is None:
-        length_field = next((f.name for f in fields if f.seq_dim is not None), None)
-    return Schema(tuple(fields), length_field)
+def infer_schema(tensors: Mapping[str, torch.Tensor], *, what: str = "the first sample") -> Schema:
+    """The schema ``libshard pack`` would infer from a file holding ``tensors``: the library's
+    one rule (InferSchema, libshard/schema_inference.h), field order = the dict's order."""
+    described = [(name, _dtype_name(t.dtype), tuple(t.shape)) for name, t in tensors.items()]
+    return Schema._from_core(_core.infer_schema(described, what))
 
 
 def _schema_to_core(schema: Schema) -> Dict[str, Any]:
@@ -250,25 +210,20 @@ class Writer:
             raise InvalidArgumentError(
                 f"{self.out} was written by several ranks ({parts_root}); reopen it with the "
                 "same rank and world size as the run that made it, or write to another directory")
-        if threads is None:
-            threads = max(1, min(4, (os.cpu_count() or 2)))
+        # Read, checked and defaulted by the library's Writer option table (WriterOptionTable):
+        # sizes as ints or "4GiB", compress by ParseCompression, threads=None resolved in C++.
         self._options: Dict[str, Any] = {
-            "shard_size": parse_bytes(shard_size, "Writer shard_size"),
-            # Parsed (and its zstd level checked) by the library: ParseCompression.
+            "shard_size": shard_size,
             "compress": compress,
-            "fsync": bool(fsync),
+            "fsync": fsync,
             "threads": threads,
-            "queue_bytes": parse_bytes(queue_size, "Writer queue_size"),
-            "journal_every_bytes": parse_bytes(journal_every, "Writer journal_every"),
+            "queue_size": queue_size,
+            "journal_every": journal_every,
             "created_by": f"libshard.Writer {_core.__version__}",
         }
         if attrs:
-            for k, v in attrs.items():
-                if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (str, int)):
-                    raise InvalidArgumentError(
-                        f"Writer attrs {k!r} must be a str or an int, got {type(v).__name__} "
-                        "(write a list of layer ids as a str, e.g. '1,16,29')")
-            self._options["attributes"] = dict(attrs)
+            self._options["attrs"] = attrs
+        _core.check_writer_options(self._options)  # refused here, not at the first write
         self._given_schema = None if schema is None else _schema_from_arg(schema)
         self._schema: Optional[Schema] = None
         self._ref_shapes: Optional[Dict[str, Tuple[int, ...]]] = None
@@ -285,11 +240,8 @@ class Writer:
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
         if not self.path.startswith("s3://"):  # s3://: the core refuses it (not supported yet)
             os.makedirs(self.path, exist_ok=True)
-        if self.world_size > 1:
-            try:
-                os.remove(self.path + _EMPTY)  # this rank has samples after all
-            except FileNotFoundError:
-                pass
+        if self.world_size > 1:  # this rank has samples after all
+            _core.mark_part_empty(self.out, self.rank, self.world_size, False)
         self._core = _core.Writer.open(
             self.path, None if schema is None else _schema_to_core(schema), self._options, resume)
         self._schema = Schema._from_core(self._core.schema)
@@ -359,7 +311,8 @@ class Writer:
             if why is not None:
                 raise InvalidArgumentError(f"sample {key!r}: field {name!r} {why}")
         if self._schema is None:
-            self._open(resume=False, schema=self._given_schema or infer_schema(tensors))
+            self._open(resume=False, schema=self._given_schema or
+                       infer_schema(tensors, what=f"sample {key!r}"))
         shapes = self._check(key, tensors)
         self._queue(key, tensors, metadata)
         if self._ref_shapes is None:
@@ -496,10 +449,7 @@ class Writer:
         if self._core is None and self.world_size > 1 and not os.path.exists(
                 os.path.join(self.path, _MANIFEST)):
             # This rank wrote nothing (so no schema, no part): say so, or the parts never join.
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(self.path + _EMPTY, "w") as f:
-                f.flush()
-                os.fsync(f.fileno())
+            _core.mark_part_empty(self.out, self.rank, self.world_size, True)
         if join and self.world_size > 1:
             self.joined = join_parts(self.out, self.world_size)
 
@@ -536,67 +486,16 @@ class Writer:
                 f"samples={len(self._keys)})")
 
 
-def _part_complete(path: str) -> bool:
-    return os.path.exists(os.path.join(path, _MANIFEST)) and \
-        not os.path.exists(os.path.join(path, _JOURNAL))
-
-
-def _manifests_digest(parts: Sequence[str]) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        with open(os.path.join(p, _MANIFEST), "rb") as f:
-            h.update(f.read())
-        h.update(b"\0")
-    return h.hexdigest()
-
-
 def join_parts(out: PathLike, world_size: int) -> bool:
-    """Joins ``out/parts/rank-*-of-WORLD`` into ``out`` when every part is complete (ordered by
+    """Joins ``out/parts/rank-*-of-WORLD`` into ``out`` when every rank has finished (ordered by
     key, shards hard-linked). Returns True when ``out`` holds the join of the current parts.
 
-    Safe against ranks closing at once: the check and the merge run under an exclusive flock of
-    ``out/parts/.join.lock``; a join already done for the same part manifests is not redone, and
-    one made before a part changed (a resumed rank appended) is replaced.
+    The library's JoinParts (libshard/merge.h; the protocol is FORMAT.md §7.1): safe against
+    ranks closing at once (they queue on ``out/parts/.join.lock``), a join already done for the
+    same part manifests is not redone, one made before a part changed is replaced, and a crash
+    never leaves a partial dataset in ``out``.
     """
-    out = os.fspath(out)
-    parts = [part_dir(out, r, world_size) for r in range(world_size)]
-    lock_path = os.path.join(out, "parts", ".join.lock")
-    stamp_path = os.path.join(out, "parts", f".joined-of-{world_size:05d}")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        if not all(_part_complete(p) or (os.path.exists(p + _EMPTY) and
-                                         not os.path.exists(os.path.join(p, _JOURNAL)))
-                   for p in parts):
-            return False
-        parts = [p for p in parts if _part_complete(p)]  # ranks that wrote samples
-        if not parts:
-            return False
-        digest = _manifests_digest(parts)
-        manifest = os.path.join(out, _MANIFEST)
-        if os.path.exists(manifest):
-            try:
-                with open(stamp_path) as f:
-                    if f.read().strip() == digest:
-                        return True
-            except FileNotFoundError:
-                pass
-            # A join of older parts: replaced (readers of `out` see no dataset until the commit).
-            os.remove(manifest)
-        try:
-            os.remove(stamp_path)
-        except FileNotFoundError:
-            pass
-        _core.merge(out, parts, by_key=True, link=True)
-        tmp = stamp_path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(digest + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, stamp_path)
-        return True
-    finally:
-        os.close(fd)  # releases the flock
+    return bool(_core.join_parts(os.fspath(out), world_size)["joined"])
 
 
 def merge(out: PathLike, parts: Sequence[PathLike], *, by_key: bool = False,

@@ -1,7 +1,10 @@
-// MergeDatasets: one dataset from several (the `libshard merge` and `pack --part` workflow).
+// MergeDatasets: one dataset from several (the `libshard merge` and `pack --part` workflow), and
+// JoinParts: the join of the parts a multi-rank write leaves (docs/FORMAT.md §7.1).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/status.h"
@@ -34,5 +37,48 @@ struct MergeOptions {
 
 [[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
                                    const MergeOptions& options);
+
+// --- Multi-rank writes (docs/FORMAT.md §7.1) -------------------------------------------------
+//
+// Rank r of W writes its own dataset, the part PartDirectory(out, r, W) =
+// `OUT/parts/rank-RRRRR-of-WWWWW/` (a Writer there, any way: libshard.Writer, a C++ generator
+// with Writer or ParallelWriter). A rank that ends without a sample says so with MarkPartEmpty.
+// When a rank has finished it calls JoinParts(out, W): the last one to finish (whichever it is)
+// finds every part finished and joins them into `OUT` itself. Any number of ranks may call it at
+// once, and again later: it is idempotent, and it replaces a join made before a part changed.
+
+inline constexpr uint32_t kMaxWorldSize = 99999;  // five digits in a part's name
+
+// `OUT/parts/rank-RRRRR-of-WWWWW` (rank and world size zero-padded to five digits).
+std::string PartDirectory(std::string_view out, uint32_t rank, uint32_t world_size);
+
+// Records that rank `rank` of `world_size` finished without a sample (the marker
+// `PartDirectory(...).empty`, fsynced), or, with `empty` false, removes that record (a rank that
+// writes samples after all). InvalidArgument for rank >= world_size or a world size outside
+// 1..kMaxWorldSize.
+[[nodiscard]] Status MarkPartEmpty(const std::string& out, uint32_t rank, uint32_t world_size,
+                                   bool empty = true);
+
+struct JoinOptions {
+  bool link = true;  // hard-link the parts' shards (MergeOptions::link)
+};
+
+struct JoinResult {
+  // OUT holds the join of the parts as they are now (made by this call, or found up to date).
+  bool joined = false;
+  bool already_joined = false;  // found up to date: nothing was written
+  uint32_t ranks_finished = 0;  // of world_size: complete parts and empty ranks
+  uint32_t parts_joined = 0;    // parts with samples in the join (when joined)
+};
+
+// Joins the parts of `out` written by `world_size` ranks into `out`, ordered by key
+// (MergeOptions::order_by_source), shards hard-linked: when every rank has finished (a complete
+// part, or marked empty) and at least one has samples; otherwise joined = false and nothing is
+// written. Serialised by an exclusive lock on `OUT/parts/.join.lock` (waited for, released by the
+// kernel if the holder dies). A crash at any point leaves OUT without a manifest or with a
+// complete join, never a partial one; the next JoinParts finishes the work. Errors: a key in two
+// parts, parts of different schemas or attributes (InvalidArgument, as MergeDatasets), I/O.
+Result<JoinResult> JoinParts(const std::string& out, uint32_t world_size,
+                             const JoinOptions& options = {});
 
 }  // namespace libshard

@@ -102,7 +102,8 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     if (ds->field_codecs() != codecs)
       return Status::InvalidArgument("merge: " + ds->path() + " stores its fields with other "
                                      "field codecs than " + datasets.front()->path() +
-                                     "; pack the parts with the same --compress/--store-dtype");
+                                     "; write the parts with the same compression and store dtype "
+                                     "(compress, store_dtype)");
   // The samples first (ordered and checked before any file is made), then the shard links.
   std::vector<format::IndexSample> samples;
   samples.reserve(total_samples);

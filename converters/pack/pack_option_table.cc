@@ -1,0 +1,242 @@
+// PackOptionTable and PackOptionName (pack/option_parsing.h): the settings of a pack job declared
+// once, for libshard.pack() (the names), `libshard pack` (the flags, as aliases), the checks and
+// the generated stubs.
+#include <string>
+#include <vector>
+
+#include "libshard/option_rows.h"
+#include "pack/option_parsing.h"
+
+namespace libshard::convert {
+namespace {
+
+using Spec = OptionSpec<PackOptions>;
+using Kind = OptionValue::Kind;
+constexpr std::string_view kWhat = "pack option";
+
+std::string& Src(PackOptions& o) { return o.source_root; }
+std::string& Out(PackOptions& o) { return o.output; }
+std::string& FilesFrom(PackOptions& o) { return o.files_from; }
+std::string& SplitLayers(PackOptions& o) { return o.split_layers; }
+std::vector<std::string>& Include(PackOptions& o) { return o.include; }
+std::vector<std::string>& Exclude(PackOptions& o) { return o.exclude; }
+std::vector<std::string>& Fields(PackOptions& o) { return o.fields; }
+uint64_t& ShardSize(PackOptions& o) { return o.shard_size; }
+unsigned& Threads(PackOptions& o) { return o.threads; }
+bool& Resume(PackOptions& o) { return o.resume; }
+bool& Append(PackOptions& o) { return o.append; }
+bool& AllowVaryingDims(PackOptions& o) { return o.allow_varying_dims; }
+bool& HashSources(PackOptions& o) { return o.hash_sources; }
+bool& Fsync(PackOptions& o) { return o.fsync; }
+bool& VerifyCrc(PackOptions& o) { return o.source_options.verify_crc32; }
+
+Spec With(Spec s, std::vector<std::string_view> aliases) {
+  s.aliases = std::move(aliases);
+  return s;
+}
+
+// A row set from a string by one of the parsers of option_parsing.h; None and "" leave the
+// default.
+Spec Parsed(std::string_view name, std::string_view member, std::string_view py_type,
+            std::string_view default_value, std::vector<std::string_view> choices,
+            std::string_view doc, Status (*apply)(PackOptions&, std::string_view text)) {
+  Spec s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kChoice;
+  s.py_type = py_type;
+  s.default_value = default_value;
+  s.choices = std::move(choices);
+  s.doc = doc;
+  s.set = [apply, doc](PackOptions& o, const OptionValue& v, std::string_view spelled) -> Status {
+    if (v.kind == Kind::kNone) return Status::OK();
+    if (v.kind != Kind::kText)
+      return option_table::Bad(kWhat, spelled, "must be a string, got " + v.Describe() + " (" +
+                                                   std::string(doc) + ")");
+    Status st = apply(o, v.text);
+    // The parsers' messages quote the text and show an accepted form.
+    if (!st.ok())
+      return Status::InvalidArgument(std::string(kWhat) + " '" + std::string(spelled) + "': " +
+                                     st.message());
+    return Status::OK();
+  };
+  return s;
+}
+
+// Bytes where None or 0 means "automatic" (`unset` says what that is).
+Spec AutoBytes(std::string_view name, std::string_view member, uint64_t& (*ref)(PackOptions&),
+               std::string_view unset, std::string_view doc) {
+  Spec s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kBytes;
+  s.py_type = "Union[int, str, None]";
+  s.default_value = "None";
+  s.unset = unset;
+  s.doc = doc;
+  s.set = [ref, doc](PackOptions& o, const OptionValue& v, std::string_view spelled) -> Status {
+    if (v.kind == Kind::kNone) {
+      ref(o) = 0;
+      return Status::OK();
+    }
+    return option_table::ToBytes(kWhat, spelled, v, 0, UINT64_MAX, doc, &ref(o));  // 0: auto
+  };
+  s.get = [ref](const PackOptions& o) { return ref(const_cast<PackOptions&>(o)); };
+  return s;
+}
+
+uint64_t& Window(PackOptions& o) { return o.window_bytes; }
+uint64_t& JournalEvery(PackOptions& o) { return o.journal_every_bytes; }
+uint64_t& MaxDecompressed(PackOptions& o) { return o.source_options.max_decompressed_bytes; }
+
+Status ApplyCompress(PackOptions& o, std::string_view text) {
+  LIBSHARD_ASSIGN_OR_RETURN(CompressionSpec spec, ParseCompression(text));
+  o.compression = spec.compression;
+  o.zstd_level = spec.level;
+  o.field_codecs = spec.field_codecs;
+  return Status::OK();
+}
+Status ApplyStoreDType(PackOptions& o, std::string_view text) {
+  LIBSHARD_ASSIGN_OR_RETURN(o.store_fp8, ParseStoreDType(text));
+  return Status::OK();
+}
+Status ApplyOnError(PackOptions& o, std::string_view text) {
+  LIBSHARD_ASSIGN_OR_RETURN(o.on_error, ParsePackOnError(text));
+  return Status::OK();
+}
+Status ApplyPart(PackOptions& o, std::string_view text) {
+  if (text.empty()) return Status::OK();
+  LIBSHARD_ASSIGN_OR_RETURN(PartSpec part, ParsePart(text));
+  o.part_index = part.index;
+  o.part_count = part.count;
+  return Status::OK();
+}
+
+std::vector<Spec> MakeSpecs() {
+  using option_rows::Bool;
+  using option_rows::Bytes;
+  using option_rows::Count;
+  using option_rows::Names;
+  using option_rows::Text;
+  using O = PackOptions;
+  std::vector<Spec> t;
+  t.push_back(With(Text<O>(kWhat, "src", "source_root", Src, "None",
+                           "the source directory, walked recursively"),
+                   {"SRC"}));
+  t.push_back(With(Text<O>(kWhat, "out", "output", Out, "''", "the dataset directory to write"),
+                   {"--output", "-o"}));
+  t.push_back(With(Text<O>(kWhat, "files_from", "files_from", FilesFrom, "None",
+                           "a file listing sources, one a line ('-': stdin)"),
+                   {"--files-from"}));
+  t.push_back(With(Names<O>(kWhat, "include", "include", Include,
+                            "globs of files to take (default: the known sample extensions)"),
+                   {"--include"}));
+  t.push_back(With(Names<O>(kWhat, "exclude", "exclude", Exclude, "globs of files to leave out"),
+                   {"--exclude"}));
+  t.push_back(With(Bytes<O>(kWhat, "shard_size", "shard_size", ShardSize, "'4GiB'", 1,
+                            UINT64_MAX, "roll to a new shard file past this many bytes"),
+                   {"--shard-size"}));
+  t.push_back(With(Parsed("compress", "compression, zstd_level, field_codecs", "str", "'none'",
+                          {"none", "zstd", "zstd:LEVEL", "auto", "planes"},
+                          "zstd per sample (LEVEL -7..22), or field codecs chosen per field "
+                          "(auto, planes)",
+                          ApplyCompress),
+                   {"--compress"}));
+  t.push_back(With(Parsed("store_dtype", "store_fp8", "Optional[str]", "None",
+                          {"float8_e4m3fn"},
+                          "float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token "
+                          "(lossy)",
+                          ApplyStoreDType),
+                   {"--store-dtype"}));
+  t.push_back(With(Names<O>(kWhat, "fields", "fields", Fields, "keep only these tensors"),
+                   {"--fields"}));
+  t.push_back(With(Count<O, unsigned>(kWhat, "threads", "threads", Threads, "None", 1, 1024,
+                                      "one per CPU", "threads reading and encoding sources"),
+                   {"--threads"}));
+  t.push_back(With(Parsed("on_error", "on_error", "str", "'raise'", {"raise", "skip", "fail"},
+                          "raise: the first bad source stops the job; skip: left out, listed in "
+                          "OUT/skipped.txt",
+                          ApplyOnError),
+                   {"--on-error"}));
+  t.push_back(With(Bool<O>(kWhat, "resume", "resume", Resume, "False",
+                           "continue an interrupted job from its journal"),
+                   {"--resume"}));
+  t.push_back(With(Bool<O>(kWhat, "append", "append", Append, "False",
+                           "add the sources not yet in the finished dataset"),
+                   {"--append"}));
+  t.push_back(With(Parsed("part", "part_index, part_count", "Optional[str]", "None",
+                          {"I/N", "auto"},
+                          "convert only the I-th of N contiguous slices of the sources",
+                          ApplyPart),
+                   {"--part"}));
+  {
+    Spec s;
+    s.name = "attrs";
+    s.member = "attributes";
+    s.type = OptionType::kState;
+    s.py_type = "Optional[Mapping[str, Union[str, int]]]";
+    s.default_value = "None";
+    s.aliases = {"--attr"};
+    s.doc = "what produced the data, recorded in the manifest ({key: str or int})";
+    t.push_back(std::move(s));  // a dict (Python) or KEY=VALUE words (CLI): the front end's
+  }
+  t.push_back(With(Text<O>(kWhat, "split_layers", "split_layers", SplitLayers, "None",
+                           "a stacked-layer tensor [tokens, layers, hidden] to split into "
+                           "aux_hidden_state + hidden_state"),
+                   {"--split-layers"}));
+  t.push_back(With(Bool<O>(kWhat, "allow_varying_dims", "allow_varying_dims", AllowVaryingDims,
+                           "False", "let dims other than the sequence dim vary across sources"),
+                   {"--allow-varying-dims"}));
+  t.push_back(With(Bool<O>(kWhat, "hash_sources", "hash_sources", HashSources, "True",
+                           "record the xxh3-64 of each source file (CLI: --no-hash turns it off)"),
+                   {}));
+  t.push_back(With(Bool<O>(kWhat, "verify_crc", "source_options.verify_crc32", VerifyCrc,
+                           "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
+                   {}));
+  t.push_back(With(AutoBytes("window_bytes", "window_bytes", Window,
+                             "2 x threads x the largest source, at least 64 MiB",
+                             "bytes of samples in flight"),
+                   {"--window"}));
+  t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
+                           "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
+                   {}));
+  t.push_back(With(AutoBytes("journal_every_bytes", "journal_every_bytes", JournalEvery,
+                             "the Writer's 1 GiB", "bytes between journal checkpoints"),
+                   {"--journal-every"}));
+  t.push_back(With(AutoBytes("max_decompressed", "source_options.max_decompressed_bytes",
+                             MaxDecompressed,
+                             "a quarter of physical memory over threads, at least 256 MiB",
+                             "refuse a .gz source that inflates past this size"),
+                   {"--max-decompressed"}));
+  {
+    Spec s;
+    s.name = "progress";
+    s.member = "progress";
+    s.type = OptionType::kState;
+    s.py_type = "bool";
+    s.default_value = "False";
+    s.aliases = {"--progress"};
+    s.doc = "report progress on stderr (a callback in C++)";
+    t.push_back(std::move(s));  // the front end's
+  }
+  return t;
+}
+
+}  // namespace
+
+const OptionTable<PackOptions>& PackOptionTable() {
+  static const OptionTable<PackOptions> table(kWhat, MakeSpecs());
+  return table;
+}
+
+std::string PackOptionName(std::string_view name, OptionSpelling spelling) {
+  const Spec* s = PackOptionTable().Find(name);
+  if (s == nullptr) return "'" + std::string(name) + "'";
+  if (spelling == OptionSpelling::kCli)
+    for (std::string_view a : s->aliases)
+      if (a.size() > 2 && a.substr(0, 2) == "--") return std::string(a);
+  if (spelling == OptionSpelling::kCli && !s->aliases.empty()) return std::string(s->aliases[0]);
+  return "'" + std::string(s->name) + "'";
+}
+
+}  // namespace libshard::convert

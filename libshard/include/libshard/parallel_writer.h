@@ -1,0 +1,137 @@
+// ParallelWriter: a Writer (writer.h) behind N encode threads, an ordered commit and a bound on
+// the bytes in flight. `libshard pack`, the Python libshard.Writer and C++ generators share it.
+//
+//   producer ──Submit(job, bytes)──▶ queue ──▶ N encode threads (job → Writer::Encode)
+//                                                      │ results, any order
+//                  commit thread ◀── in submission order ┘ → Writer::AppendEncoded → on_done
+//
+// Submit returns at once unless the bytes in flight (submitted, not yet committed) would pass
+// `max_inflight_bytes`; it then waits (one job is always admitted when nothing is in flight, so a
+// sample larger than the bound still goes through). A job's reservation grows to its encoded size
+// (4 KiB aligned) when that is larger than what was reserved: the bound covers the encoded
+// buffers too. Samples reach the dataset in submission order whatever order they are encoded in,
+// so the output does not depend on the thread count.
+//
+// Errors: no exception leaves a thread (a job that throws becomes Internal, std::bad_alloc
+// ResourceExhausted). The first error stops the pipeline: nothing more is encoded or appended,
+// and the next Submit, Flush or Finish returns it. Without Finish nothing is committed: what the
+// journal holds stays for Writer::Resume (writer.h).
+//
+// Thread-safety: Submit, Flush, Finish and Stop from one thread at a time (the producer); the
+// accessors from any thread. on_done runs on the committing thread (the commit thread, or the
+// producer's with commit_thread = false), one call at a time, in order.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "libshard/option_table.h"
+#include "libshard/status.h"
+#include "libshard/writer.h"
+
+namespace libshard {
+
+// What became of one submitted job, reported to ParallelWriterOptions::on_done.
+struct JobOutcome {
+  uint64_t seq = 0;          // 0, 1, 2, ... in submission order
+  // OK: appended as sample `index`. Otherwise the job's (encode) error, or, with `append_failed`,
+  // the Writer's AppendEncoded error.
+  Status status;
+  bool append_failed = false;
+  uint64_t index = 0;        // the sample's index in the dataset (when appended)
+  uint64_t raw_size = 0;     // EncodedSample::raw_size (when appended)
+  uint64_t stored_size = 0;  // bytes it takes in the shard, 4 KiB aligned (when appended)
+};
+
+struct ParallelWriterOptions {
+  unsigned threads = 0;  // encode threads, 1..1024; 0: one per CPU, at most 4
+  uint64_t max_inflight_bytes = uint64_t{1} << 30;  // > 0; see the file comment
+  // What a failed job does. kStop: the first failure in submission order stops the writer (and
+  // encode threads take no new job from the moment any job failed). kReport: on_done decides:
+  // OK leaves the sample out and goes on, an error stops the writer with that error.
+  enum class OnJobError { kStop, kReport } on_job_error = OnJobError::kStop;
+  // true: a commit thread of its own appends (Submit returns without committing; what a
+  // generator that must not wait wants). false: no thread besides the encode threads; the
+  // producer's Submit, Flush and Finish append what is ready, in order, on its thread, and
+  // on_done runs there (pack: progress from the calling thread, one thread fewer).
+  bool commit_thread = true;
+  // Optional. Called by the committing thread for every job, in submission order, once it is
+  // committed or failed. An error it returns stops the writer with that error (for a failed job
+  // under kStop, or a failed append, a non-OK return replaces the error: callers add context).
+  std::function<Status(const JobOutcome&)> on_done;
+};
+
+class ParallelWriter {
+  // Only Start makes writers (passkey: make_unique needs a public constructor).
+  class Key {
+    friend class ParallelWriter;
+    Key() = default;
+  };
+
+ public:
+  // Runs on an encode thread: produces the encoded sample, normally by calling writer.Encode
+  // (thread-safe) on a SampleInput it builds (reading a source file, say). It is destroyed on
+  // that thread before TakeReleased() lists its seq, so whatever it referenced is free after.
+  using Job = std::function<Result<EncodedSample>(const Writer& writer)>;
+
+  // Starts the threads. InvalidArgument for threads over 1024 or max_inflight_bytes 0.
+  static Result<std::unique_ptr<ParallelWriter>> Start(std::unique_ptr<Writer> writer,
+                                                       ParallelWriterOptions options);
+  ParallelWriter(Key, std::unique_ptr<Writer> writer, ParallelWriterOptions options);
+  // Stops without committing (Stop()).
+  ~ParallelWriter();
+  ParallelWriter(const ParallelWriter&) = delete;
+  ParallelWriter& operator=(const ParallelWriter&) = delete;
+
+  // Queues `job`, reserving `bytes` of the bound (its input size; at least 1 is counted). Waits
+  // while the bound is full. Returns its seq, or the error that stopped the writer.
+  Result<uint64_t> Submit(Job job, uint64_t bytes);
+  // Queues Writer::Encode(sample). The data pointers of `sample` must stay valid until
+  // TakeReleased() lists the returned seq (or Stop() returned).
+  Result<uint64_t> Submit(SampleInput sample, uint64_t bytes);
+
+  // Seqs whose job has finished running since the last call (their inputs are no longer read).
+  std::vector<uint64_t> TakeReleased();
+  // Waits until every submitted job is committed or left out; the first error otherwise.
+  [[nodiscard]] Status Flush();
+  // Flush, stop the threads, then Writer::Finish (the commit, writer.h).
+  Result<WriteSummary> Finish();
+  // Stops without committing: jobs not yet run are dropped. Joins every thread, so no job runs
+  // after it returns. Idempotent.
+  void Stop();
+
+  Status error() const;
+  uint64_t submitted() const;
+  uint64_t committed() const;        // jobs committed or left out, in order
+  double blocked_seconds() const;    // time Submit has waited for the bound
+  // The Writer, for its schema() and existing_sources(); not for Append while running.
+  const Writer& writer() const { return *writer_; }
+
+ private:
+  struct State;
+  void EncodeLoop();
+  void CommitLoop();
+  // Appends (or reports) the next job in order, whose result must be ready; `lock` holds the
+  // state's mutex and is released while appending. Returns the verdict (non-OK: stopped).
+  Status CommitNext(std::unique_lock<std::mutex>& lock);
+
+  std::unique_ptr<Writer> writer_;
+  const ParallelWriterOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+// The settings a front end gives a ParallelWriter and its Writer.
+struct WriterConfig {
+  WriterOptions writer;
+  ParallelWriterOptions parallel;
+};
+
+// The Writer option table (option_table.h): one row per setting of libshard.Writer (its keyword
+// names; the core's older keys as aliases), read by the Python bindings and the generated
+// stubs. `attrs` is converted by the front end (a dict); every other row sets its member.
+const OptionTable<WriterConfig>& WriterOptionTable();
+
+}  // namespace libshard

@@ -1,0 +1,155 @@
+// PartDirectory, MarkPartEmpty, JoinParts (libshard/merge.h; FORMAT.md §7.1).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "format/journal.h"
+#include "format/manifest.h"
+#include "io/file.h"
+#include "io/file_lock.h"
+#include "io/filesystem.h"
+#include "io/s3_client.h"
+#include "libshard/checksum.h"
+#include "libshard/merge.h"
+
+namespace libshard {
+namespace {
+
+constexpr char kPartsDir[] = "parts";
+constexpr char kEmptySuffix[] = ".empty";
+constexpr char kJoinLock[] = ".join.lock";
+constexpr uint64_t kMaxManifestBytes = uint64_t{256} << 20;
+
+std::string Padded(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%05u", v);
+  return buf;
+}
+
+Status CheckRank(uint32_t rank, uint32_t world_size) {
+  if (world_size == 0 || world_size > kMaxWorldSize)
+    return Status::InvalidArgument("world size " + std::to_string(world_size) +
+                                   " is out of range; use 1.." + std::to_string(kMaxWorldSize));
+  if (rank >= world_size)
+    return Status::InvalidArgument("rank " + std::to_string(rank) +
+                                   " is not below the world size " + std::to_string(world_size));
+  return Status::OK();
+}
+
+bool HasJournal(const std::string& dir) {
+  return internal::PathExists(internal::JoinPath(dir, format::kJournalName));
+}
+// A rank's part is complete once its Writer committed and removed its journal (FORMAT.md §2.3).
+bool PartComplete(const std::string& dir) {
+  return internal::PathExists(internal::JoinPath(dir, format::kManifestName)) && !HasJournal(dir);
+}
+bool PartEmpty(const std::string& dir) {
+  return internal::PathExists(dir + kEmptySuffix) && !HasJournal(dir);
+}
+
+// The join lock, waited for: ranks finishing at once queue here (a dead holder's lock is
+// released by the kernel, so no lock is ever stale).
+Result<io::FileLock> AcquireJoinLock(const std::string& path) {
+  auto pause = std::chrono::milliseconds(5);
+  for (;;) {
+    Result<io::FileLock> lock = io::FileLock::TryAcquire(path);
+    if (lock.ok() || !io::FileLock::IsBusy(lock.status())) return lock;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+}
+
+// "xxh3:HEX" of the parts' manifests, in rank order, each followed by a NUL: what the stamp
+// records, so a join is redone exactly when a part was committed again.
+Result<std::string> ManifestsDigest(const std::vector<std::string>& parts) {
+  Xxh3Stream h;
+  for (const std::string& p : parts) {
+    LIBSHARD_ASSIGN_OR_RETURN(
+        std::string text,
+        internal::ReadWholeFile(internal::JoinPath(p, format::kManifestName), kMaxManifestBytes));
+    h.Update(text.data(), text.size());
+    h.Update("", 1);
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "xxh3:%016llx", static_cast<unsigned long long>(h.Digest()));
+  return std::string(buf);
+}
+
+std::string StampName(uint32_t world_size) { return ".joined-of-" + Padded(world_size); }
+
+}  // namespace
+
+std::string PartDirectory(std::string_view out, uint32_t rank, uint32_t world_size) {
+  return internal::JoinPath(internal::JoinPath(out, kPartsDir),
+                            "rank-" + Padded(rank) + "-of-" + Padded(world_size));
+}
+
+Status MarkPartEmpty(const std::string& out, uint32_t rank, uint32_t world_size, bool empty) {
+  LIBSHARD_RETURN_IF_ERROR(CheckRank(rank, world_size));
+  const std::string parts = internal::JoinPath(out, kPartsDir);
+  const std::string marker = PartDirectory(out, rank, world_size) + kEmptySuffix;
+  if (!empty) {
+    if (!internal::PathExists(marker)) return Status::OK();
+    LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(marker));
+    return internal::SyncDirectory(parts);
+  }
+  LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(parts));
+  const std::string name = marker.substr(parts.size() + 1);
+  LIBSHARD_RETURN_IF_ERROR(internal::WriteFileAtomically(parts, name, "", /*sync=*/true));
+  return internal::SyncDirectory(parts);
+}
+
+Result<JoinResult> JoinParts(const std::string& out, uint32_t world_size,
+                             const JoinOptions& options) {
+  LIBSHARD_RETURN_IF_ERROR(CheckRank(0, world_size));
+  if (io::IsS3Url(out))
+    return Status::Unsupported("join: " + out + " is an s3:// URL; parts are joined locally");
+  const std::string parts_root = internal::JoinPath(out, kPartsDir);
+  LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(parts_root));
+  LIBSHARD_ASSIGN_OR_RETURN(io::FileLock lock,
+                            AcquireJoinLock(internal::JoinPath(parts_root, kJoinLock)));
+
+  JoinResult result;
+  std::vector<std::string> with_samples;
+  for (uint32_t r = 0; r < world_size; ++r) {
+    const std::string dir = PartDirectory(out, r, world_size);
+    if (PartComplete(dir)) {
+      with_samples.push_back(dir);
+      ++result.ranks_finished;
+    } else if (PartEmpty(dir)) {
+      ++result.ranks_finished;
+    }
+  }
+  if (result.ranks_finished < world_size || with_samples.empty()) return result;
+
+  LIBSHARD_ASSIGN_OR_RETURN(std::string digest, ManifestsDigest(with_samples));
+  const std::string manifest = internal::JoinPath(out, format::kManifestName);
+  const std::string stamp_name = StampName(world_size);
+  const std::string stamp = internal::JoinPath(parts_root, stamp_name);
+  if (internal::PathExists(manifest)) {
+    Result<std::string> recorded = internal::ReadWholeFile(stamp, 4096);
+    if (recorded.ok() && *recorded == digest + "\n") {
+      result.joined = result.already_joined = true;
+      result.parts_joined = static_cast<uint32_t>(with_samples.size());
+      return result;
+    }
+    // A join of older parts (or one whose stamp a crash lost): OUT stops being a dataset here
+    // and is one again at the new join's commit, never a mix of the two.
+    LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(manifest));
+    LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(out));
+  }
+  LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(stamp));
+  MergeOptions merge;
+  merge.link = options.link;
+  merge.order_by_source = true;
+  LIBSHARD_RETURN_IF_ERROR(MergeDatasets(out, with_samples, merge).WithContext("join of " + out));
+  LIBSHARD_RETURN_IF_ERROR(
+      internal::WriteFileAtomically(parts_root, stamp_name, digest + "\n", /*sync=*/true));
+  LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(parts_root));
+  result.joined = true;
+  result.parts_joined = static_cast<uint32_t>(with_samples.size());
+  return result;
+}
+
+}  // namespace libshard

@@ -1,0 +1,282 @@
+// ParallelWriter (libshard/parallel_writer.h).
+#include "libshard/parallel_writer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <new>
+#include <system_error>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace libshard {
+namespace {
+
+constexpr unsigned kMaxThreads = 1024;
+constexpr unsigned kAutoThreads = 4;  // threads = 0: one per CPU, at most this many
+
+uint64_t Aligned(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+
+// Runs a job so that nothing it throws escapes its thread (std::terminate otherwise).
+Result<EncodedSample> RunGuarded(const ParallelWriter::Job& job, const Writer& writer) noexcept {
+  try {
+    return job(writer);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("out of memory while encoding a sample (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    return Status::Internal(std::string("unexpected error while encoding a sample: ") + e.what());
+  } catch (...) {
+    return Status::Internal("unexpected error while encoding a sample");
+  }
+}
+
+}  // namespace
+
+struct ParallelWriter::State {
+  struct Queued {
+    uint64_t seq = 0;
+    Job job;
+  };
+  struct Done {
+    Result<EncodedSample> encoded = Status::Internal("unset");
+  };
+
+  mutable std::mutex mu;
+  std::condition_variable work;   // `queue` gained a job, or stopping
+  std::condition_variable ready;  // `done` gained a result, or stopping
+  std::condition_variable space;  // bytes were freed, a job was committed, an error, or stopping
+  std::deque<Queued> queue;
+  std::map<uint64_t, Done> done;
+  std::deque<uint64_t> reserved;    // per seq still in flight, indexed by seq - committed
+  std::vector<uint64_t> released;
+  uint64_t next_seq = 0;
+  uint64_t committed = 0;
+  uint64_t inflight_bytes = 0;
+  double blocked_seconds = 0;
+  Status error;
+  bool job_failed = false;          // kStop: encode threads take no new job
+  bool stopping = false;
+  bool stopped = false;
+  std::vector<std::thread> encoders;
+  std::thread committer;
+};
+
+Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Writer> writer,
+                                                              ParallelWriterOptions options) {
+  if (writer == nullptr) return Status::InvalidArgument("ParallelWriter: no writer");
+  if (options.threads == 0)
+    options.threads = std::clamp(std::thread::hardware_concurrency(), 1u, kAutoThreads);
+  if (options.threads > kMaxThreads)
+    return Status::InvalidArgument("ParallelWriter: threads = " + std::to_string(options.threads) +
+                                   " is out of range; use 1.." + std::to_string(kMaxThreads));
+  if (options.max_inflight_bytes == 0)
+    return Status::InvalidArgument("ParallelWriter: max_inflight_bytes must be > 0");
+  auto p = std::make_unique<ParallelWriter>(Key(), std::move(writer), std::move(options));
+  State& s = *p->state_;
+  try {
+    for (unsigned i = 0; i < p->options_.threads; ++i)
+      s.encoders.emplace_back([raw = p.get()] { raw->EncodeLoop(); });
+    if (p->options_.commit_thread)
+      s.committer = std::thread([raw = p.get()] { raw->CommitLoop(); });
+  } catch (const std::system_error& e) {
+    p->Stop();
+    return Status::ResourceExhausted(std::string("ParallelWriter: cannot start a thread: ") +
+                                     e.what());
+  }
+  return p;
+}
+
+ParallelWriter::ParallelWriter(Key, std::unique_ptr<Writer> writer, ParallelWriterOptions options)
+    : writer_(std::move(writer)), options_(std::move(options)), state_(std::make_unique<State>()) {}
+
+ParallelWriter::~ParallelWriter() { Stop(); }
+
+Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
+  State& s = *state_;
+  bytes = std::max<uint64_t>(bytes, 1);
+  std::unique_lock lock(s.mu);
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (!s.error.ok() || s.stopping) break;
+    if (s.inflight_bytes == 0 || s.inflight_bytes + bytes <= options_.max_inflight_bytes) break;
+    if (!options_.commit_thread && s.done.count(s.committed) != 0) {
+      (void)CommitNext(lock);  // the caller commits: that frees the bound
+      continue;
+    }
+    (options_.commit_thread ? s.space : s.ready).wait(lock);
+  }
+  s.blocked_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.error.ok()) return s.error;
+  if (s.stopping) return Status::Aborted("the writer is stopped");
+  const uint64_t seq = s.next_seq++;
+  s.inflight_bytes += bytes;
+  s.reserved.push_back(bytes);
+  s.queue.push_back(State::Queued{seq, std::move(job)});
+  s.work.notify_one();
+  return seq;
+}
+
+Result<uint64_t> ParallelWriter::Submit(SampleInput sample, uint64_t bytes) {
+  auto in = std::make_shared<SampleInput>(std::move(sample));
+  return Submit([in](const Writer& w) { return w.Encode(*in); }, bytes);
+}
+
+void ParallelWriter::EncodeLoop() {
+  State& s = *state_;
+  for (;;) {
+    State::Queued q;
+    {
+      std::unique_lock lock(s.mu);
+      s.work.wait(lock, [&] { return s.stopping || s.job_failed || !s.queue.empty(); });
+      if (s.stopping || s.job_failed) return;
+      q = std::move(s.queue.front());
+      s.queue.pop_front();
+    }
+    Result<EncodedSample> encoded = RunGuarded(q.job, *writer_);
+    q.job = nullptr;  // nothing the job referenced is read past this point
+    {
+      std::lock_guard lock(s.mu);
+      if (encoded.ok()) {
+        // The bound covers the encoded buffer when it is larger than the input.
+        uint64_t& r = s.reserved[q.seq - s.committed];
+        const uint64_t held = Aligned(encoded->stored_size);
+        if (held > r) {
+          s.inflight_bytes += held - r;
+          r = held;
+        }
+      } else if (options_.on_job_error == ParallelWriterOptions::OnJobError::kStop) {
+        s.job_failed = true;
+        s.work.notify_all();
+      }
+      s.released.push_back(q.seq);
+      s.done.emplace(q.seq, State::Done{std::move(encoded)});
+    }
+    s.ready.notify_all();
+  }
+}
+
+void ParallelWriter::CommitLoop() {
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  for (;;) {
+    s.ready.wait(lock, [&] { return s.stopping || s.done.count(s.committed) != 0; });
+    if (s.stopping) return;
+    // The Writer refuses more after a failed append; nothing after an error is committed.
+    if (!CommitNext(lock).ok()) return;
+  }
+}
+
+Status ParallelWriter::CommitNext(std::unique_lock<std::mutex>& lock) {
+  State& s = *state_;
+  auto it = s.done.find(s.committed);
+  const uint64_t seq = it->first;
+  State::Done d = std::move(it->second);
+  s.done.erase(it);
+  lock.unlock();
+  JobOutcome out;
+  out.seq = seq;
+  if (d.encoded.ok()) {
+    out.index = writer_->samples_written();
+    out.raw_size = d.encoded->raw_size;
+    out.stored_size = Aligned(d.encoded->stored_size);
+    out.status = writer_->AppendEncoded(std::move(d.encoded).value());
+    out.append_failed = !out.status.ok();
+  } else {
+    out.status = d.encoded.status();
+  }
+  d = State::Done{};  // the encoded buffer goes before the bound is freed
+  Status verdict = out.status;
+  if (options_.on_done) {
+    Status hook = Status::OK();
+    try {
+      hook = options_.on_done(out);
+    } catch (...) {
+      hook = Status::Internal("ParallelWriter: on_done threw an exception");
+    }
+    const bool may_skip = !out.status.ok() && !out.append_failed &&
+                          options_.on_job_error == ParallelWriterOptions::OnJobError::kReport;
+    if (!hook.ok() || may_skip) verdict = hook;
+  }
+  lock.lock();
+  s.inflight_bytes -= s.reserved.front();
+  s.reserved.pop_front();
+  ++s.committed;
+  if (!verdict.ok() && s.error.ok()) {
+    s.error = verdict;
+    s.job_failed = true;  // encode threads stop too
+    s.work.notify_all();
+  }
+  s.space.notify_all();
+  return verdict;
+}
+
+std::vector<uint64_t> ParallelWriter::TakeReleased() {
+  std::lock_guard lock(state_->mu);
+  std::vector<uint64_t> out;
+  out.swap(state_->released);
+  return out;
+}
+
+Status ParallelWriter::Flush() {
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  for (;;) {
+    if (!s.error.ok()) return s.error;
+    if (s.committed == s.next_seq) return Status::OK();
+    if (s.stopping) return Status::Aborted("the writer is stopped");
+    if (!options_.commit_thread && s.done.count(s.committed) != 0) {
+      (void)CommitNext(lock);
+      continue;
+    }
+    (options_.commit_thread ? s.space : s.ready).wait(lock);
+  }
+}
+
+Result<WriteSummary> ParallelWriter::Finish() {
+  LIBSHARD_RETURN_IF_ERROR(Flush());
+  Stop();
+  return writer_->Finish();
+}
+
+void ParallelWriter::Stop() {
+  State& s = *state_;
+  {
+    std::lock_guard lock(s.mu);
+    if (s.stopped) return;
+    s.stopping = true;
+  }
+  s.work.notify_all();
+  s.ready.notify_all();
+  s.space.notify_all();
+  for (std::thread& t : s.encoders) t.join();
+  if (s.committer.joinable()) s.committer.join();
+  std::lock_guard lock(s.mu);
+  s.stopped = true;
+  s.queue.clear();  // jobs never run: destroyed here, after every thread has ended
+  s.done.clear();
+}
+
+Status ParallelWriter::error() const {
+  std::lock_guard lock(state_->mu);
+  return state_->error;
+}
+uint64_t ParallelWriter::submitted() const {
+  std::lock_guard lock(state_->mu);
+  return state_->next_seq;
+}
+uint64_t ParallelWriter::committed() const {
+  std::lock_guard lock(state_->mu);
+  return state_->committed;
+}
+double ParallelWriter::blocked_seconds() const {
+  std::lock_guard lock(state_->mu);
+  return state_->blocked_seconds;
+}
+
+}  // namespace libshard
