@@ -527,7 +527,7 @@ double Fp8Bound(double x, double s, DType dtype) {
 TEST(Fp8, ErrorWithinTheBoundOfE4M3AndTheRowScale) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
-     for (uint64_t cols : {300, 600}) {  // short rows convert per element, long ones by table
+     for (uint64_t cols : {100, 300, 600}) {  // short rows convert per element, long ones by table
       const FieldGeometry g{dtype, 40, cols};
       const auto v = HiddenLike(dtype, g.rows, g.row_elems, 17, false);
       const auto raw = ToBytes(v);
@@ -611,6 +611,34 @@ TEST(Fp8, SaturationZerosAndNonFinite) {
   EXPECT_EQ(out[9], 0xFFC0);
   EXPECT_TRUE(std::isnan(BF16ToF32(out[10])));
   EXPECT_EQ(out[11], F32ToBF16(-2.0f));
+}
+
+TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
+  // Rows of 256 elements, one per code (the NaN codes from NaN inputs): row 0 at scale 1, the
+  // others scaled, so the per-row tables see every code at several scales.
+  const FieldGeometry g{DType::kBFloat16, 6, 256};
+  std::vector<uint16_t> v(g.elements());
+  const float factors[] = {1.0f, 3.0f, 0x1p-20f, 1e30f, 0.7f, -5.5f};
+  for (uint64_t r = 0; r < g.rows; ++r)
+    for (int c = 0; c < 256; ++c) {
+      const float x = (c & 0x7F) == 0x7F ? (c & 0x80 ? -NAN : NAN)
+                                         : E4M3ToF32(static_cast<uint8_t>(c)) * factors[r];
+      v[r * 256 + c] = F32ToBF16(x);
+    }
+  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+    const auto region = EncodeOk(id, g, ToBytes(v), EncodeOptions{});
+    Decoder d;
+    const auto out = ToU16(DecodeOk(d, region, id, g));
+    std::vector<uint8_t> codes(g.elements());
+    std::vector<float> scales(g.rows);
+    ASSERT_TRUE(d.DecodeFp8(region, id, g, UINT64_MAX, codes, scales).ok());
+    std::vector<bool> seen(256);
+    for (uint64_t i = 0; i < g.elements(); ++i) {
+      if (i < 256) seen[codes[i]] = true;
+      ASSERT_EQ(out[i], F32ToBF16(E4M3ToF32(codes[i]) * scales[i / 256])) << i;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);
+  }
 }
 
 TEST(Fp8, RejectsOtherDtypes) {

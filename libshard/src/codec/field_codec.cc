@@ -154,6 +154,10 @@ void InterleaveRun(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, si
                    uint8_t* d) {
   size_t i = 0;
 #if defined(__SSE2__)
+  // The output (twice the plane; a loader's arena, not read again soon) goes to memory with
+  // non-temporal stores where it is 16-byte aligned: no read of the lines it overwrites, and the
+  // cache keeps the planes being decoded. Decoder::Decode fences before it returns.
+  const bool aligned = (reinterpret_cast<uintptr_t>(d) & 15) == 0;
   const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80));
   for (; i + 16 <= m; i += 16) {
     const __m128i vl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + i));
@@ -162,8 +166,13 @@ void InterleaveRun(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, si
       const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
       vh = _mm_xor_si128(_mm_add_epi8(vh, _mm_andnot_si128(sign, b)), _mm_and_si128(b, sign));
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    if (aligned) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    }
   }
 #endif
   for (; i < m; ++i) {
@@ -202,6 +211,32 @@ const E4M3Table& E4M3Values() {
   return table;
 }
 
+// lut[c] = F32ToBF16(value[c] * scale) for the 256 codes, four at a time (the same float
+// multiply and the same rounding, so the same bits; codec_test checks every code).
+void Bf16Table(const float* value, float scale, uint16_t* lut) {
+  int c = 0;
+#if defined(__SSE2__)
+  const __m128i abs_mask = _mm_set1_epi32(0x7FFFFFFF), inf = _mm_set1_epi32(0x7F800000);
+  const __m128i one = _mm_set1_epi32(1), half = _mm_set1_epi32(0x7FFF);
+  const __m128i sign16 = _mm_set1_epi32(0x8000), qnan = _mm_set1_epi32(0x7FC0);
+  const __m128 s = _mm_set1_ps(scale);
+  auto convert = [&](const float* v) {
+    const __m128i bits = _mm_castps_si128(_mm_mul_ps(_mm_loadu_ps(v), s));
+    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(bits, abs_mask), inf);
+    const __m128i hi = _mm_srli_epi32(bits, 16);
+    const __m128i rounded =
+        _mm_srli_epi32(_mm_add_epi32(bits, _mm_add_epi32(half, _mm_and_si128(hi, one))), 16);
+    const __m128i nan_value = _mm_or_si128(_mm_and_si128(hi, sign16), qnan);
+    const __m128i r = _mm_or_si128(_mm_and_si128(nan, nan_value), _mm_andnot_si128(nan, rounded));
+    return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);  // as int16, for the signed pack
+  };
+  for (; c < 256; c += 8)
+    _mm_store_si128(reinterpret_cast<__m128i*>(lut + c),
+                    _mm_packs_epi32(convert(value + c), convert(value + c + 4)));
+#endif
+  for (; c < 256; ++c) lut[c] = F32ToBF16(value[c] * scale);
+}
+
 // Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
 // channel base table. dst may overlap q as Interleave describes.
 void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
@@ -211,11 +246,13 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
   // Rows of 256 elements or more (every hidden size in use): the 256 results of this row's scale
   // first, then one lookup per element (the same arithmetic, so the same bits). 512 left H = 384
   // (MiniLM) on the per-element conversion, several times slower.
-  uint16_t lut[256];
-  const bool use_lut = n >= 256;
-  if (use_lut)
-    for (int c = 0; c < 256; ++c)
-      lut[c] = bf16 ? F32ToBF16(value[c] * scale) : F32ToF16(value[c] * scale);
+  alignas(16) uint16_t lut[256];
+  const bool use_lut = n >= 128;
+  if (use_lut && bf16) {
+    Bf16Table(value, scale, lut);
+  } else if (use_lut) {
+    for (int c = 0; c < 256; ++c) lut[c] = F32ToF16(value[c] * scale);
+  }
   uint8_t block[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
@@ -223,7 +260,15 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
     if (base != nullptr) ApplyBase(block, base + start, m, true);
     uint8_t* d = dst + 2 * start;
     if (use_lut) {
-      for (size_t i = 0; i < m; ++i) {
+      // Four codes a step, one 8-byte store (little-endian hosts, as the format's bytes).
+      size_t i = 0;
+      for (; i + 4 <= m; i += 4) {
+        const uint64_t v = uint64_t{lut[block[i]]} | (uint64_t{lut[block[i + 1]]} << 16) |
+                           (uint64_t{lut[block[i + 2]]} << 32) |
+                           (uint64_t{lut[block[i + 3]]} << 48);
+        std::memcpy(d + 2 * i, &v, 8);
+      }
+      for (; i < m; ++i) {
         const uint16_t v = lut[block[i]];
         d[2 * i] = static_cast<uint8_t>(v);
         d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
@@ -686,6 +731,9 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
         const auto* lo = reinterpret_cast<const uint8_t*>(p);
         LIBSHARD_ASSIGN_OR_RETURN(const uint8_t* hi, byte_plane(p + n));
         Interleave(lo, hi, base, g.row_elems, n_need, chunk_out);
+#if defined(__SSE2__)
+        _mm_sfence();  // the non-temporal stores of InterleaveRun, before anyone reads dst
+#endif
         p += n + coded;
         break;
       }
