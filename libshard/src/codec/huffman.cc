@@ -234,15 +234,17 @@ Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
   }
   // Fast loop: a 64-bit bit buffer per stream, refilled without branches (8 bytes loaded, the
   // whole bytes that fit kept: 56..63 bits), then 5 lookups of at most 11 bits each, each storing
-  // 4 bytes. A step so reads at most 8 bytes at p (p advances at most 7) and writes at most 20;
-  // it may load bytes past its stream's end (never past the plane's), which only a corrupt stream
-  // consumes, and the bit count checks that below. The four streams interleaved while all can,
-  // then each alone.
+  // 8 bytes and advancing by its run (at most kRun symbols). A step so reads at most 8 bytes at p
+  // (p advances at most 7), advances out by at most 5 * kRun and writes below out + 5 * kRun + 8
+  // (what safe_steps allows per step); it may load bytes past its stream's end (never past the
+  // plane's), which only a corrupt stream consumes, and the bit count checks that below. The four
+  // streams interleaved while all can, then each alone.
   const uint8_t* plane_end = c + size;
   auto safe_steps = [plane_end](const Stream& s) -> uint64_t {
     const size_t in_left = static_cast<size_t>(plane_end - s.p);
     if (in_left < 8) return 0;
-    return std::min<uint64_t>((in_left - 8) / 7 + 1, static_cast<uint64_t>(s.end - s.out) / (5 * kRun + 8));
+    return std::min<uint64_t>((in_left - 8) / 7 + 1,
+                              static_cast<uint64_t>(s.end - s.out) / (5 * kRun + 8));
   };
 #define LIBSHARD_HUFF_REFILL(s)                 \
   s.buf |= Load64(s.p) << s.cnt;                \
