@@ -243,9 +243,10 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
                    uint8_t* dst) {
   const float* value = E4M3Values().v;
   const bool bf16 = dtype == DType::kBFloat16;
-  // Rows of 256 elements or more (every hidden size in use): the 256 results of this row's scale
-  // first, then one lookup per element (the same arithmetic, so the same bits). 512 left H = 384
-  // (MiniLM) on the per-element conversion, several times slower.
+  // Rows of 128 elements or more (every hidden size in use): the 256 results of this row's scale
+  // first (bf16: four at a time), then one lookup per element (the same arithmetic, so the same
+  // bits). The former 512 left H = 384 (MiniLM) on the per-element conversion, several times
+  // slower.
   alignas(16) uint16_t lut[256];
   const bool use_lut = n >= 128;
   if (use_lut && bf16) {
