@@ -391,5 +391,15 @@ int main(int argc, char** argv) {
   if (want("fp8")) Print(label, V2(samples, CodecId::kFp8, "fp8 e4m3fn (v2 codec 3)", planes));
   if (want("fp8-entropy"))
     Print(label, V2(samples, CodecId::kFp8Entropy, "fp8 + entropy (v2 codec 4)", planes));
+  codec::EncodeOptions fp8_other = planes;
+  fp8_other.fp8_entropy = planes.fp8_entropy == codec::EntropyCoder::kZstd
+                              ? codec::EntropyCoder::kHuffman
+                              : codec::EntropyCoder::kZstd;
+  if (want("fp8-entropy-other"))
+    Print(label, V2(samples, CodecId::kFp8Entropy,
+                    fp8_other.fp8_entropy == codec::EntropyCoder::kZstd
+                        ? "fp8 + entropy, zstd (mode 1)"
+                        : "fp8 + entropy, Huffman (mode 2)",
+                    fp8_other));
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -374,6 +375,104 @@ TEST(Huffman, CorruptStreamsAreRejectedOrBounded) {
   }
 }
 
+// FORMAT.md §4.3.6 read literally, one bit at a time: the reference the table-driven decoder
+// must agree with on every input (same verdict; the same symbols when it accepts).
+bool ReferenceHuffmanDecode(const std::vector<std::byte>& coded, std::vector<uint8_t>* out) {
+  if (coded.size() < huffman::kHeaderSize) return false;
+  int len[256];
+  for (int k = 0; k < 128; ++k) {
+    len[2 * k] = std::to_integer<int>(coded[k]) & 0xF;
+    len[2 * k + 1] = std::to_integer<int>(coded[k]) >> 4;
+  }
+  uint64_t kraft = 0;
+  for (int s = 0; s < 256; ++s) {
+    if (len[s] > 11) return false;
+    if (len[s] > 0) kraft += uint64_t{1} << (11 - len[s]);
+  }
+  if (kraft > 2048) return false;
+  // Canonical codes: (length, symbol) order, shorter first.
+  std::vector<std::pair<int, int>> order;
+  for (int s = 0; s < 256; ++s)
+    if (len[s] > 0) order.push_back({len[s], s});
+  std::sort(order.begin(), order.end());
+  std::vector<std::array<uint32_t, 3>> codes;  // code, length, symbol
+  uint32_t code = 0;
+  int prev = 0;
+  for (auto [l, s] : order) {
+    code <<= (l - prev);
+    prev = l;
+    codes.push_back({code++, static_cast<uint32_t>(l), static_cast<uint32_t>(s)});
+  }
+  const size_t n = out->size(), q = (n + 3) / 4;
+  size_t offset = huffman::kHeaderSize;
+  for (int k = 0; k < 4; ++k) {
+    if (offset > coded.size()) return false;
+    const size_t sz = k < 3 ? format::GetU32(coded.data() + 128 + 4 * k) : coded.size() - offset;
+    if (sz > coded.size() - offset) return false;
+    uint64_t bit = 0;
+    auto next_bit = [&](uint32_t* b) {
+      if (bit >= sz * 8) return false;
+      *b = (std::to_integer<uint32_t>(coded[offset + bit / 8]) >> (bit % 8)) & 1;
+      ++bit;
+      return true;
+    };
+    for (size_t i = std::min(n, k * q); i < std::min(n, (k + 1) * q); ++i) {
+      uint32_t c = 0, b = 0;
+      int l = 0;
+      bool found = false;
+      while (!found && l < 11) {
+        if (!next_bit(&b)) return false;
+        c = (c << 1) | b;
+        ++l;
+        for (const auto& e : codes)
+          if (e[1] == static_cast<uint32_t>(l) && e[0] == c) {
+            (*out)[i] = static_cast<uint8_t>(e[2]);
+            found = true;
+          }
+      }
+      if (!found) (*out)[i] = 0;  // an unassigned 11-bit pattern reads as symbol 0
+    }
+    if ((bit + 7) / 8 != sz) return false;
+    offset += sz;
+  }
+  return true;
+}
+
+TEST(Huffman, AgreesWithTheSpecOnArbitraryInput) {
+  std::mt19937 rng(7);
+  std::geometric_distribution<int> geo(0.35);
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t n = 1 + rng() % (trial % 3 == 0 ? 2000 : 120);
+    std::vector<uint8_t> v(n);
+    for (auto& x : v) x = static_cast<uint8_t>(std::min(geo(rng), 255));
+    std::vector<std::byte> coded;
+    huffman::Encode(v.data(), n, &coded);
+    // Damage some: flip bits in the streams, change a length or a stream size, cut or extend.
+    switch (trial % 6) {
+      case 1: coded[huffman::kHeaderSize + rng() % (coded.size() - huffman::kHeaderSize)] ^=
+                  std::byte{static_cast<uint8_t>(1u << (rng() % 8))}; break;
+      case 2: coded[rng() % 128] ^= std::byte{static_cast<uint8_t>(rng())}; break;
+      case 3: coded[128 + rng() % 12] ^= std::byte{static_cast<uint8_t>(1u << (rng() % 8))}; break;
+      case 4: coded.resize(coded.size() - 1 - rng() % std::min<size_t>(coded.size(), 20)); break;
+      case 5: for (int k = 0; k < 9; ++k) coded.push_back(std::byte{static_cast<uint8_t>(rng())}); break;
+      default: break;
+    }
+    std::vector<uint8_t> ref(n), got(n);
+    const bool ok = ReferenceHuffmanDecode(coded, &ref);
+    const Status st = huffman::Decode(coded.data(), coded.size(), got.data(), n);
+    ASSERT_EQ(st.ok(), ok) << "trial " << trial << ": " << st.ToString();
+    if (!ok) {
+      EXPECT_EQ(st.code(), StatusCode::kCorruption);
+      continue;
+    }
+    ++accepted;
+    ASSERT_EQ(got, ref) << "trial " << trial;
+    if (trial % 6 == 0) ASSERT_EQ(got, v) << "trial " << trial;
+  }
+  EXPECT_GT(accepted, 500);
+}
+
 // --- fp8 ------------------------------------------------------------------------------------
 
 TEST(Float8, E4M3RoundsToNearestEvenAndSaturates) {
@@ -428,7 +527,7 @@ double Fp8Bound(double x, double s, DType dtype) {
 TEST(Fp8, ErrorWithinTheBoundOfE4M3AndTheRowScale) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
-     for (uint64_t cols : {300, 600}) {  // short rows convert per element, long ones by table
+     for (uint64_t cols : {100, 300, 600}) {  // short rows convert per element, long ones by table
       const FieldGeometry g{dtype, 40, cols};
       const auto v = HiddenLike(dtype, g.rows, g.row_elems, 17, false);
       const auto raw = ToBytes(v);
@@ -512,6 +611,34 @@ TEST(Fp8, SaturationZerosAndNonFinite) {
   EXPECT_EQ(out[9], 0xFFC0);
   EXPECT_TRUE(std::isnan(BF16ToF32(out[10])));
   EXPECT_EQ(out[11], F32ToBF16(-2.0f));
+}
+
+TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
+  // Rows of 256 elements, one per code (the NaN codes from NaN inputs): row 0 at scale 1, the
+  // others scaled, so the per-row tables see every code at several scales.
+  const FieldGeometry g{DType::kBFloat16, 6, 256};
+  std::vector<uint16_t> v(g.elements());
+  const float factors[] = {1.0f, 3.0f, 0x1p-20f, 1e30f, 0.7f, -5.5f};
+  for (uint64_t r = 0; r < g.rows; ++r)
+    for (int c = 0; c < 256; ++c) {
+      const float x = (c & 0x7F) == 0x7F ? (c & 0x80 ? -NAN : NAN)
+                                         : E4M3ToF32(static_cast<uint8_t>(c)) * factors[r];
+      v[r * 256 + c] = F32ToBF16(x);
+    }
+  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+    const auto region = EncodeOk(id, g, ToBytes(v), EncodeOptions{});
+    Decoder d;
+    const auto out = ToU16(DecodeOk(d, region, id, g));
+    std::vector<uint8_t> codes(g.elements());
+    std::vector<float> scales(g.rows);
+    ASSERT_TRUE(d.DecodeFp8(region, id, g, UINT64_MAX, codes, scales).ok());
+    std::vector<bool> seen(256);
+    for (uint64_t i = 0; i < g.elements(); ++i) {
+      if (i < 256) seen[codes[i]] = true;
+      ASSERT_EQ(out[i], F32ToBF16(E4M3ToF32(codes[i]) * scales[i / 256])) << i;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);
+  }
 }
 
 TEST(Fp8, RejectsOtherDtypes) {

@@ -136,6 +136,45 @@ void Encode(const uint8_t* src, size_t n, std::vector<std::byte>* out) {
   }
 }
 
+namespace {
+
+// A decode table entry: up to 4 symbols (bytes 0..3), how many (byte 4) and the bits they take
+// (byte 5). Index: the next kMaxBits bits of a stream, first bit lowest.
+constexpr uint64_t Entry(uint64_t syms, uint32_t count, uint32_t bits) {
+  return syms | (uint64_t{count} << 48) | (uint64_t{bits} << 52);
+}
+// Symbols one table entry yields at most.
+constexpr uint32_t kRun = 6;
+
+struct Tables {
+  // Single symbol per window: (length << 8) | symbol; windows no code claims: symbol 0, 11 bits.
+  uint16_t single[kTableSize];
+  // Multi-symbol: the longest run of up to 4 symbols whose codes lie wholly within the window
+  // (at least one). The same as decoding `single` repeatedly while the next code fits.
+  uint64_t multi[kTableSize];
+  // Present symbols by code length, for the enumeration.
+  uint8_t sym[256];
+  uint8_t sym_len[256];
+  uint32_t sym_code[256];
+  int present = 0;
+
+  // Fills every window whose low `pos` bits are `code` with `value`.
+  void Fill(uint32_t code, uint32_t pos, uint64_t value) {
+    for (uint32_t w = code; w < kTableSize; w += 1u << pos) multi[w] = value;
+  }
+  // The windows that begin with the codes of the `count` symbols in `syms` (`pos` bits, `code`):
+  // those whose next code does not fit end here; the others take one more symbol.
+  void Build(uint32_t code, uint32_t pos, uint64_t syms, uint32_t count) {
+    Fill(code, pos, Entry(syms, count, pos));
+    if (count == kRun) return;
+    for (int i = 0; i < present && pos + sym_len[i] <= kMaxBits; ++i)
+      Build(code | (sym_code[i] << pos), pos + sym_len[i], syms | (uint64_t{sym[i]} << (8 * count)),
+            count + 1);
+  }
+};
+
+}  // namespace
+
 Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
   if (size < kHeaderSize) return Status::Corruption("huffman plane shorter than its header");
   const auto* c = reinterpret_cast<const uint8_t*>(coded);
@@ -149,34 +188,34 @@ Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
   uint32_t rcode[256] = {};
   if (!CanonicalCodes(len, rcode))
     return Status::Corruption("huffman code lengths over-subscribe the code space");
-  // Single-symbol table (holes: symbol 0, kMaxBits bits), then the multi-symbol table: up to 4
-  // symbols whose codes lie wholly within the 11-bit window.
-  uint16_t single[kTableSize];
-  std::fill(single, single + kTableSize, static_cast<uint16_t>(kMaxBits << 8));
-  for (int s = 0; s < 256; ++s) {
-    if (len[s] == 0) continue;
-    for (uint32_t h = 0; h < (1u << (kMaxBits - len[s])); ++h)
-      single[rcode[s] | (h << len[s])] = static_cast<uint16_t>((len[s] << 8) | s);
-  }
-  uint64_t multi[kTableSize];
-  for (uint32_t w = 0; w < kTableSize; ++w) {
-    uint32_t pos = 0, syms = 0, count = 0;
-    while (count < 4) {
-      const uint16_t e = single[w >> pos];
-      const uint32_t l = e >> 8;
-      if (count > 0 && l > kMaxBits - pos) break;
-      syms |= static_cast<uint32_t>(e & 0xFF) << (8 * count);
-      ++count;
-      pos += l;
-      if (pos >= kMaxBits) break;
-    }
-    multi[w] = syms | (uint64_t{count} << 32) | (uint64_t{pos} << 40);
-  }
+  // The tables: ~20 KB, built per plane. Building `multi` by enumerating the symbol runs costs
+  // about one store per entry and level, where probing 4 windows per entry mispredicted a
+  // branch per entry (the fixed cost that dominated planes of ~10^5 symbols).
+  thread_local Tables t;
+  std::fill(t.single, t.single + kTableSize, static_cast<uint16_t>(kMaxBits << 8));
+  t.present = 0;
+  for (int l = 1; l <= kMaxBits; ++l)
+    for (int s = 0; s < 256; ++s)
+      if (len[s] == l) {
+        t.sym[t.present] = static_cast<uint8_t>(s);
+        t.sym_len[t.present] = static_cast<uint8_t>(l);
+        t.sym_code[t.present] = rcode[s];
+        ++t.present;
+        for (uint32_t w = rcode[s]; w < kTableSize; w += 1u << l)
+          t.single[w] = static_cast<uint16_t>((l << 8) | s);
+      }
+  // Windows no code claims (an incomplete code): symbol 0 of 11 bits, as `single` says.
+  t.Fill(0, 0, Entry(0, 1, kMaxBits));
+  for (int i = 0; i < t.present; ++i)
+    t.Build(t.sym_code[i], t.sym_len[i], t.sym[i], 1);
+  const uint64_t* multi = t.multi;
 
   struct Stream {
-    const uint8_t* p;
-    size_t size;
-    uint64_t bp;
+    const uint8_t* begin;  // the stream's first byte
+    size_t size;           // its bytes
+    const uint8_t* p;      // next byte to load into buf
+    uint64_t buf;          // bits loaded, not yet consumed, first bit lowest
+    uint32_t cnt;          // how many
     uint8_t* out;
     uint8_t* end;
   };
@@ -189,35 +228,60 @@ Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
     const size_t sz = k < kStreams - 1 ? format::GetU32(coded + 128 + 4 * k) : size - offset;
     if (sz > size - offset)
       return Status::Corruption("huffman stream " + std::to_string(k) + " runs past the plane");
-    st[k] = {c + offset, sz, 0, dst + std::min(n, k * q), dst + std::min(n, (k + 1) * q)};
+    st[k] = {c + offset, sz, c + offset, 0, 0, dst + std::min(n, k * q),
+             dst + std::min(n, (k + 1) * q)};
     offset += sz;
   }
-  // Fast loops: as many steps as a stream can take without a bounds check (a step reads 8 bytes at
-  // bp / 8 and writes 4 bytes): the four streams interleaved while all can, then each alone.
-  auto safe_steps = [](const Stream& s) -> uint64_t {
-    if (s.size < 8) return 0;
-    const uint64_t limit_bits = (uint64_t{s.size} - 8) * 8;
-    const uint64_t by_input = s.bp <= limit_bits ? (limit_bits - s.bp) / kMaxBits + 1 : 0;
-    return std::min<uint64_t>(by_input, static_cast<uint64_t>(s.end - s.out) / 4);
+  // Fast loop: a 64-bit bit buffer per stream, refilled without branches (8 bytes loaded, the
+  // whole bytes that fit kept: 56..63 bits), then 5 lookups of at most 11 bits each, each storing
+  // 8 bytes and advancing by its run (at most kRun symbols). A step so reads at most 8 bytes at p
+  // (p advances at most 7), advances out by at most 5 * kRun and writes below out + 5 * kRun + 8
+  // (what safe_steps allows per step); it may load bytes past its stream's end (never past the
+  // plane's), which only a corrupt stream consumes, and the bit count checks that below. The four
+  // streams interleaved while all can, then each alone.
+  const uint8_t* plane_end = c + size;
+  auto safe_steps = [plane_end](const Stream& s) -> uint64_t {
+    const size_t in_left = static_cast<size_t>(plane_end - s.p);
+    if (in_left < 8) return 0;
+    return std::min<uint64_t>((in_left - 8) / 7 + 1,
+                              static_cast<uint64_t>(s.end - s.out) / (5 * kRun + 8));
   };
-#define LIBSHARD_HUFF_STEP(s)                                                               \
-  {                                                                                         \
-    const uint64_t e = multi[(Load64(s.p + (s.bp >> 3)) >> (s.bp & 7)) & (kTableSize - 1)]; \
-    const uint32_t v = static_cast<uint32_t>(e);                                            \
-    std::memcpy(s.out, &v, 4);                                                              \
-    s.out += (e >> 32) & 0xFF;                                                              \
-    s.bp += e >> 40;                                                                        \
+#define LIBSHARD_HUFF_REFILL(s)                 \
+  s.buf |= Load64(s.p) << s.cnt;                \
+  s.p += (63 - s.cnt) >> 3;                     \
+  s.cnt |= 56;
+#define LIBSHARD_HUFF_LOOKUP(s)                                     \
+  {                                                                 \
+    const uint64_t e = multi[s.buf & (kTableSize - 1)];             \
+    std::memcpy(s.out, &e, 8);                                      \
+    s.out += (e >> 48) & 0xF;                                       \
+    const uint32_t b = static_cast<uint32_t>(e >> 52);              \
+    s.buf >>= b;                                                    \
+    s.cnt -= b;                                                     \
   }
+#define LIBSHARD_HUFF_STEP(s) \
+  LIBSHARD_HUFF_REFILL(s)     \
+  LIBSHARD_HUFF_LOOKUP(s)     \
+  LIBSHARD_HUFF_LOOKUP(s)     \
+  LIBSHARD_HUFF_LOOKUP(s)     \
+  LIBSHARD_HUFF_LOOKUP(s)     \
+  LIBSHARD_HUFF_LOOKUP(s)
   for (;;) {
     uint64_t steps = UINT64_MAX;
     for (const Stream& s : st) steps = std::min(steps, safe_steps(s));
     if (steps == 0) break;
     Stream s0 = st[0], s1 = st[1], s2 = st[2], s3 = st[3];
     for (uint64_t i = 0; i < steps; ++i) {
-      LIBSHARD_HUFF_STEP(s0)
-      LIBSHARD_HUFF_STEP(s1)
-      LIBSHARD_HUFF_STEP(s2)
-      LIBSHARD_HUFF_STEP(s3)
+      LIBSHARD_HUFF_REFILL(s0)
+      LIBSHARD_HUFF_REFILL(s1)
+      LIBSHARD_HUFF_REFILL(s2)
+      LIBSHARD_HUFF_REFILL(s3)
+      for (int j = 0; j < 5; ++j) {
+        LIBSHARD_HUFF_LOOKUP(s0)
+        LIBSHARD_HUFF_LOOKUP(s1)
+        LIBSHARD_HUFF_LOOKUP(s2)
+        LIBSHARD_HUFF_LOOKUP(s3)
+      }
     }
     st[0] = s0;
     st[1] = s1;
@@ -226,25 +290,37 @@ Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
   }
   for (Stream& s : st) {
     for (uint64_t steps = safe_steps(s); steps > 0; steps = safe_steps(s))
-      for (uint64_t i = 0; i < steps; ++i) LIBSHARD_HUFF_STEP(s)
+      for (uint64_t i = 0; i < steps; ++i) {
+        LIBSHARD_HUFF_STEP(s)
+      }
   }
 #undef LIBSHARD_HUFF_STEP
-  // Tail: one symbol at a time, every read and write checked.
+#undef LIBSHARD_HUFF_LOOKUP
+#undef LIBSHARD_HUFF_REFILL
+  // Tail: one symbol at a time, bytes loaded one by one, every read and write checked, and no
+  // code may take a bit past the stream's end.
   for (int k = 0; k < kStreams; ++k) {
     Stream& s = st[k];
     const uint64_t total_bits = uint64_t{s.size} * 8;
+    // Bits consumed so far: loaded minus buffered.
+    uint64_t used = static_cast<uint64_t>(s.p - s.begin) * 8 - s.cnt;
+    if (used > total_bits)
+      return Status::Corruption("huffman stream " + std::to_string(k) + " ends early");
     while (s.out < s.end) {
-      uint64_t v = 0;
-      const uint64_t byte = s.bp >> 3;
-      for (uint64_t i = 0; i < 3 && byte + i < s.size; ++i)
-        v |= uint64_t{s.p[byte + i]} << (8 * i);
-      const uint16_t e = single[(v >> (s.bp & 7)) & (kTableSize - 1)];
-      if (s.bp + (e >> 8) > total_bits)
+      while (s.cnt <= 56 && s.p < plane_end) {
+        s.buf |= uint64_t{*s.p++} << s.cnt;
+        s.cnt += 8;
+      }
+      const uint16_t e = t.single[s.buf & (kTableSize - 1)];
+      const uint32_t l = e >> 8;
+      if (used + l > total_bits)
         return Status::Corruption("huffman stream " + std::to_string(k) + " ends early");
       *s.out++ = static_cast<uint8_t>(e & 0xFF);
-      s.bp += e >> 8;
+      s.buf >>= l;
+      s.cnt -= l;
+      used += l;
     }
-    if ((s.bp + 7) / 8 != s.size)
+    if ((used + 7) / 8 != s.size)
       return Status::Corruption("huffman stream " + std::to_string(k) + " has bytes left over");
   }
   return Status::OK();

@@ -1,0 +1,230 @@
+// The byte-plane kernels of the field codecs: FORMAT.md §4.3.4, §4.3.5.
+#include "codec/plane_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "codec/float8.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace libshard::codec {
+namespace {
+
+// Elements converted per step when a plane is decoded in place (§4.3 decoders stage one block).
+constexpr size_t kBlock = 4096;
+
+}  // namespace
+
+// Undoes the channel base (§4.3.4, §4.3.5) on a block of plane bytes: v = (v + add(b)) ^ (b & 0x80)
+// with add(b) = b & 0x7F for planes (fp8 = false) and 8 · (b & 0x0F) for fp8 codes.
+void ApplyBase(uint8_t* block, const uint8_t* base, size_t m, bool fp8) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80));
+  for (; i + 16 <= m; i += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
+    const __m128i add = fp8 ? _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi8(0x0F)), 3)
+                            : _mm_andnot_si128(sign, b);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(block + i),
+                     _mm_xor_si128(_mm_add_epi8(v, add), _mm_and_si128(b, sign)));
+  }
+#endif
+  for (; i < m; ++i) {
+    const uint8_t add = fp8 ? static_cast<uint8_t>((base[i] & 0x0F) << 3) : (base[i] & 0x7F);
+    block[i] = static_cast<uint8_t>((block[i] + add) ^ (base[i] & 0x80));
+  }
+}
+
+// The inverse of ApplyBase, for the writer.
+uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8) {
+  const uint8_t add = fp8 ? static_cast<uint8_t>((b & 0x0F) << 3) : (b & 0x7F);
+  return static_cast<uint8_t>((v ^ (b & 0x80)) - add);
+}
+
+namespace {
+
+// One run of m elements of a row (base: the run's channel bases, or null), fused: each 16
+// elements are loaded, have their base undone and are written interleaved. In place (hi at or
+// after d + m, as for a whole chunk) this is safe: a full vector's 32 output bytes end before
+// the high bytes not yet read, and a scalar step writes below the byte it reads next.
+void InterleaveRun(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t m,
+                   uint8_t* d) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  // The output (twice the plane; a loader's arena, not read again soon) goes to memory with
+  // non-temporal stores where it is 16-byte aligned: no read of the lines it overwrites, and the
+  // cache keeps the planes being decoded. Decoder::Decode fences before it returns.
+  const bool aligned = (reinterpret_cast<uintptr_t>(d) & 15) == 0;
+  const __m128i sign = _mm_set1_epi8(static_cast<char>(0x80));
+  for (; i + 16 <= m; i += 16) {
+    const __m128i vl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + i));
+    __m128i vh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi + i));
+    if (base != nullptr) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i));
+      vh = _mm_xor_si128(_mm_add_epi8(vh, _mm_andnot_si128(sign, b)), _mm_and_si128(b, sign));
+    }
+    if (aligned) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    }
+  }
+#endif
+  for (; i < m; ++i) {
+    uint8_t h = hi[i];
+    if (base != nullptr) h = static_cast<uint8_t>((h + (base[i] & 0x7F)) ^ (base[i] & 0x80));
+    const uint8_t l = lo[i];
+    d[2 * i] = l;
+    d[2 * i + 1] = h;
+  }
+}
+
+}  // namespace
+
+// Interleaves lo[i] and hi[i] (with the channel base undone) into dst, 2 bytes per element, for
+// n elements that start at a row boundary. `base` is null or holds row_elems values. dst may
+// overlap hi only as in-place decoding arranges (hi at or after dst + n, read block by block
+// before the block's output is written).
+void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t row_elems,
+                size_t n, uint8_t* dst) {
+  if (base == nullptr) {
+    InterleaveRun(lo, hi, nullptr, n, dst);
+    return;
+  }
+  // Row by row, so each run's bases are contiguous (n starts at a row boundary).
+  for (size_t start = 0; start < n; start += row_elems) {
+    const size_t m = std::min(row_elems, n - start);
+    InterleaveRun(lo + start, hi + start, base, m, dst + 2 * start);
+  }
+}
+
+namespace {
+
+// float32 values of the 256 e4m3fn codes.
+struct E4M3Table {
+  float v[256];
+  E4M3Table() {
+    for (int c = 0; c < 256; ++c) v[c] = E4M3ToF32(static_cast<uint8_t>(c));
+  }
+};
+const E4M3Table& E4M3Values() {
+  static const E4M3Table table;
+  return table;
+}
+
+// lut[c] = F32ToBF16(value[c] * scale) for the 256 codes, four at a time (the same float
+// multiply and the same rounding, so the same bits; codec_test checks every code).
+void Bf16Table(const float* value, float scale, uint16_t* lut) {
+  int c = 0;
+#if defined(__SSE2__)
+  const __m128i abs_mask = _mm_set1_epi32(0x7FFFFFFF), inf = _mm_set1_epi32(0x7F800000);
+  const __m128i one = _mm_set1_epi32(1), half = _mm_set1_epi32(0x7FFF);
+  const __m128i sign16 = _mm_set1_epi32(0x8000), qnan = _mm_set1_epi32(0x7FC0);
+  const __m128 s = _mm_set1_ps(scale);
+  auto convert = [&](const float* v) {
+    const __m128i bits = _mm_castps_si128(_mm_mul_ps(_mm_loadu_ps(v), s));
+    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(bits, abs_mask), inf);
+    const __m128i hi = _mm_srli_epi32(bits, 16);
+    const __m128i rounded =
+        _mm_srli_epi32(_mm_add_epi32(bits, _mm_add_epi32(half, _mm_and_si128(hi, one))), 16);
+    const __m128i nan_value = _mm_or_si128(_mm_and_si128(hi, sign16), qnan);
+    const __m128i r = _mm_or_si128(_mm_and_si128(nan, nan_value), _mm_andnot_si128(nan, rounded));
+    return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);  // as int16, for the signed pack
+  };
+  for (; c < 256; c += 8)
+    _mm_store_si128(reinterpret_cast<__m128i*>(lut + c),
+                    _mm_packs_epi32(convert(value + c), convert(value + c + 4)));
+#endif
+  for (; c < 256; ++c) lut[c] = F32ToBF16(value[c] * scale);
+}
+
+}  // namespace
+
+// Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
+// channel base table. dst may overlap q as Interleave describes.
+void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
+                   uint8_t* dst) {
+  const float* value = E4M3Values().v;
+  const bool bf16 = dtype == DType::kBFloat16;
+  // Rows of 128 elements or more (every hidden size in use): the 256 results of this row's scale
+  // first (bf16: four at a time), then one lookup per element (the same arithmetic, so the same
+  // bits). The former 512 left H = 384 (MiniLM) on the per-element conversion, several times
+  // slower.
+  alignas(16) uint16_t lut[256];
+  const bool use_lut = n >= 128;
+  if (use_lut && bf16) {
+    Bf16Table(value, scale, lut);
+  } else if (use_lut) {
+    for (int c = 0; c < 256; ++c) lut[c] = F32ToF16(value[c] * scale);
+  }
+  uint8_t block[kBlock];
+  for (size_t start = 0; start < n; start += kBlock) {
+    const size_t m = std::min(kBlock, n - start);
+    std::memcpy(block, q + start, m);
+    if (base != nullptr) ApplyBase(block, base + start, m, true);
+    uint8_t* d = dst + 2 * start;
+    if (use_lut) {
+      // Four codes a step, one 8-byte store (little-endian hosts, as the format's bytes).
+      size_t i = 0;
+      for (; i + 4 <= m; i += 4) {
+        const uint64_t v = uint64_t{lut[block[i]]} | (uint64_t{lut[block[i + 1]]} << 16) |
+                           (uint64_t{lut[block[i + 2]]} << 32) |
+                           (uint64_t{lut[block[i + 3]]} << 48);
+        std::memcpy(d + 2 * i, &v, 8);
+      }
+      for (; i < m; ++i) {
+        const uint16_t v = lut[block[i]];
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    } else if (bf16) {
+      for (size_t i = 0; i < m; ++i) {
+        const uint16_t v = F32ToBF16(value[block[i]] * scale);
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    } else {
+      for (size_t i = 0; i < m; ++i) {
+        const uint16_t v = F32ToF16(value[block[i]] * scale);
+        d[2 * i] = static_cast<uint8_t>(v);
+        d[2 * i + 1] = static_cast<uint8_t>(v >> 8);
+      }
+    }
+  }
+}
+
+// Per row: scale = absmax of the finite values / 448 and the e4m3fn codes of x / scale (§4.3.5).
+void QuantizeRows(const uint8_t* src, const FieldGeometry& g, float* scales, uint8_t* codes) {
+  const bool bf16 = g.dtype == DType::kBFloat16;
+  std::vector<float> x(g.row_elems);
+  for (uint64_t r = 0; r < g.rows; ++r) {
+    const uint8_t* row = src + r * g.row_elems * 2;
+    float absmax = 0.0f;
+    for (uint64_t i = 0; i < g.row_elems; ++i) {
+      const uint16_t h = static_cast<uint16_t>(row[2 * i] | (row[2 * i + 1] << 8));
+      x[i] = bf16 ? BF16ToF32(h) : F16ToF32(h);
+      const float a = std::fabs(x[i]);
+      absmax = a <= std::numeric_limits<float>::max() && a > absmax ? a : absmax;  // finite only
+    }
+    const float scale = absmax / kE4M3Max;
+    scales[r] = scale;
+    uint8_t* q = codes + r * g.row_elems;
+    if (scale > 0.0f) {
+      for (uint64_t i = 0; i < g.row_elems; ++i) q[i] = F32ToE4M3(x[i] / scale);
+    } else {
+      // Every finite value of the row is ±0.
+      for (uint64_t i = 0; i < g.row_elems; ++i) q[i] = F32ToE4M3(x[i]);
+    }
+  }
+}
+
+}  // namespace libshard::codec

@@ -1,0 +1,37 @@
+// The byte-plane kernels of the field codecs (FORMAT.md §4.3.4, §4.3.5): the channel base, the
+// planes interleave, fp8 quantization and dequantization. Bytes in, bytes out; the caller checks
+// every size (these trust theirs). SSE2 where the build has it, the same bits either way.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "codec/field_codec.h"
+#include "libshard/dtype.h"
+
+namespace libshard::codec {
+
+// Undoes the channel base on m plane bytes: v = (v + add(b)) ^ (b & 0x80) with add(b) = b & 0x7F
+// for planes (fp8 = false) and 8 · (b & 0x0F) for fp8 codes.
+void ApplyBase(uint8_t* block, const uint8_t* base, size_t m, bool fp8);
+// The inverse of ApplyBase on one byte, for the writer.
+uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8);
+
+// Interleaves lo[i] and hi[i] (hi with the channel base undone when `base`, row_elems bytes, is
+// not null) into dst, 2 bytes per element, for n elements that start at a row boundary. Aligned
+// output is written with non-temporal stores: the caller fences (_mm_sfence) before dst is read
+// by another thread.
+void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t row_elems,
+                size_t n, uint8_t* dst);
+
+// Dequantizes n e4m3fn codes of one row into 2-byte floats of `dtype` (bfloat16 or float16)
+// with `scale` (§4.3.5). `base` is null or the channel base table. dst may overlap q when q lies
+// at or after dst + n (each block of codes is copied before its output is written).
+void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
+                   uint8_t* dst);
+
+// Per row of `g`: scale = absmax of the finite values / 448 and the e4m3fn codes of x / scale
+// (§4.3.5). src holds g.elements() 2-byte floats of g.dtype.
+void QuantizeRows(const uint8_t* src, const FieldGeometry& g, float* scales, uint8_t* codes);
+
+}  // namespace libshard::codec
