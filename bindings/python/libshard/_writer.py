@@ -275,7 +275,15 @@ class Writer:
         self._keys: set = set()
         self._copy_stream: Optional[Any] = None
         self.summary: Optional[Dict[str, Any]] = None
-        if os.path.exists(os.path.join(self.path, _MANIFEST)) or \
+        if self.path.startswith("s3://"):
+            # The core writes an s3:// output through a local staging directory: an interrupted
+            # write there is resumed, else NotFound says there is nothing to resume.
+            try:
+                self._open(resume=True)
+            except FileNotFoundError:
+                if self._given_schema is not None:
+                    self._open(resume=False, schema=self._given_schema)
+        elif os.path.exists(os.path.join(self.path, _MANIFEST)) or \
                 os.path.exists(os.path.join(self.path, _JOURNAL)):
             self._open(resume=True)
         elif self._given_schema is not None:
@@ -283,7 +291,7 @@ class Writer:
 
     # -- opening ------------------------------------------------------------------------------
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
-        if not self.path.startswith("s3://"):  # s3://: the core refuses it (not supported yet)
+        if not self.path.startswith("s3://"):  # s3://: the core makes its staging directory
             os.makedirs(self.path, exist_ok=True)
         if self.world_size > 1:
             try:
