@@ -66,6 +66,7 @@ UploadOptions UploadOptions::FromEnvironment() {
   // Below S3's 5 MiB only for servers that allow it (tests); 5 GiB is S3's part limit.
   o.part_size = EnvBytes("LIBSHARD_S3_PART_SIZE", o.part_size, 4096, uint64_t{5} << 30);
   o.threads = static_cast<uint32_t>(EnvBytes("LIBSHARD_S3_UPLOAD_THREADS", o.threads, 1, 64));
+  o.content_md5 = EnvBytes("LIBSHARD_S3_CONTENT_MD5", 1, 0, 1) != 0;
   return o;
 }
 
@@ -210,7 +211,8 @@ struct Uploader::State {
       std::string data(job->size, '\0');
       Status st = job->file.PReadExact(data.data(), data.size(), 0);
       if (!st.ok()) return FinishFile(*job, st, {});
-      Result<std::string> etag = client.Put(job->object, data, Md5Base64(data));
+      Result<std::string> etag =
+          client.Put(job->object, data, options.content_md5 ? Md5Base64(data) : std::string());
       if (etag.ok()) {
         std::lock_guard<std::mutex> g(mu);
         ++stats.parts_uploaded;
@@ -284,8 +286,9 @@ struct Uploader::State {
           std::lock_guard<std::mutex> g(mu);
           ++stats.parts_skipped;
         } else {
-          Result<std::string> r =
-              client.UploadPart(job->object, job->upload_id, n, data, Md5Base64(data));
+          Result<std::string> r = client.UploadPart(
+              job->object, job->upload_id, n, data,
+              options.content_md5 ? Md5Base64(data) : std::string());
           if (r.ok()) {
             etag = *r;
             std::lock_guard<std::mutex> g(mu);

@@ -30,12 +30,16 @@ struct UploadOptions {
   uint64_t part_size = uint64_t{16} << 20;
   // LIBSHARD_S3_UPLOAD_THREADS (default 8): parts in flight at once.
   uint32_t threads = 8;
+  // LIBSHARD_S3_CONTENT_MD5 (default 1): send each part's and object's Content-MD5, so that the
+  // server refuses bytes damaged on the way. 0 saves the MD5 (a CPU-second or more per GB on a
+  // busy node) where TLS already protects the transfer; a resume still checks parts by MD5.
+  bool content_md5 = true;
   // Free the local bytes of a file once it is up, past its first 4 KiB (a shard's header, which
   // a resumed Writer checks), by punching a hole that keeps the size: the staging directory then
   // holds only what is not uploaded yet. Never for files that may be links to someone else's
   // data (merge links its parts' shards).
   bool free_uploaded = false;
-  // Reads the two variables above over the defaults.
+  // Reads the variables above over the defaults.
   static UploadOptions FromEnvironment();
 };
 
