@@ -214,3 +214,10 @@ def test_pack_and_merge_to_s3(server, proxy, env, tmp_path):
     again = subprocess.run([cli, "merge", murl, str(a), str(b)], env=env,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode != 0 and "already holds a dataset" in again.stderr
+
+
+def test_several_ranks_to_s3_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(libshard.UnsupportedError, match="several ranks"):
+        libshard.Writer(f"s3://{BUCKET}/ranks", rank=0, world_size=2)
+    assert not (tmp_path / "s3:").exists()

@@ -241,6 +241,12 @@ class Writer:
         self._closed = False
         self.out = os.fspath(out)
         self.rank, self.world_size, self._rank_source = resolve_writer_rank(rank, world_size)
+        if self.out.startswith("s3://") and self.world_size > 1:
+            # The parts are joined through local files (locks, markers) next to them.
+            raise _core.UnsupportedError(
+                f"{self.out}: a Writer of several ranks (world_size {self.world_size}) writes "
+                "local parts only; write the parts to a local or shared directory and "
+                f"`libshard merge {self.out} PARTS...` them")
         self.path = self.out if self.world_size == 1 else part_dir(self.out, self.rank,
                                                                    self.world_size)
         parts_root = os.path.join(self.out, "parts")
