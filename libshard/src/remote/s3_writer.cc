@@ -79,7 +79,10 @@ class S3Writer final : public Writer {
   Result<WriteSummary> Finish() override {
     if (finished_) return Status::InvalidArgument(url_ + ": Writer::Finish called twice");
     LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, inner_->Finish());
-    LIBSHARD_RETURN_IF_ERROR(Publish(*up_, staging_, url_));
+    if (Status st = Publish(*up_, staging_, url_); !st.ok())
+      return st.WithContext("the dataset is complete in the staging directory " + staging_ +
+                            " but not uploaded; resume the write (Writer::Resume, libshard pack "
+                            "--resume, libshard.Writer on the same URL) to finish the upload");
     finished_ = true;
     inner_.reset();
     RemoveStaging(staging_);
