@@ -120,6 +120,7 @@ class FaultProxy:
         # Faults for the next PUTs (objects and parts): "503", "reset", "pass", "hold:SECONDS"
         # (the request is held, never forwarded, then the connection closed).
         self.upload_faults: List[str] = []
+        self.path_faults: Dict[str, List[str]] = {}  # PUTs whose path has KEY: these faults
         self.responses: List[Tuple[str, str, int]] = []  # (method, path, status) from the server
         self.injected: Counter = Counter()
         self.statuses: Counter = Counter()  # HTTP status -> responses from the server
@@ -146,6 +147,12 @@ class FaultProxy:
                             fault = None
                         else:
                             proxy.injected[fault.split(":")[0]] += 1
+                    elif self.command == "PUT" and any(k in self.path for k in proxy.path_faults):
+                        key = next(k for k in proxy.path_faults if k in self.path)
+                        fault = proxy.path_faults[key].pop(0)
+                        if not proxy.path_faults[key]:
+                            del proxy.path_faults[key]
+                        proxy.injected["put-" + fault.split(":")[0]] += 1
                     elif self.command == "PUT" and proxy.upload_faults:
                         fault = proxy.upload_faults.pop(0)
                         if fault == "pass":
@@ -228,6 +235,11 @@ class FaultProxy:
         with self.lock:
             self.faults.extend(faults)
 
+    def inject_put_path(self, key: str, *faults: str) -> None:
+        """Faults for the next PUTs whose path contains `key` (before the upload_faults)."""
+        with self.lock:
+            self.path_faults.setdefault(key, []).extend(faults)
+
     def inject_upload(self, *faults: str) -> None:
         with self.lock:
             self.upload_faults.extend(faults)
@@ -262,6 +274,7 @@ class FaultProxy:
             self.statuses.clear()
             self.faults.clear()
             self.upload_faults.clear()
+            self.path_faults.clear()
             self.responses.clear()
 
     def shard_gets(self) -> Dict[Tuple[str, str], int]:

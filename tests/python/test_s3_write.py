@@ -221,3 +221,37 @@ def test_several_ranks_to_s3_are_refused(tmp_path, monkeypatch):
     with pytest.raises(libshard.UnsupportedError, match="several ranks"):
         libshard.Writer(f"s3://{BUCKET}/ranks", rank=0, world_size=2)
     assert not (tmp_path / "s3:").exists()
+
+
+def test_failed_commit_upload_is_finished_by_a_resume(server, proxy, env, local_written,
+                                                      tmp_path):
+    """The manifest PUT fails (every try): the dataset is complete in the staging directory
+    and invisible at the URL; the next Writer on the URL uploads what is missing, manifest last,
+    and sends no shard part again."""
+    url = f"s3://{BUCKET}/commitfail"
+    e = dict(env, LIBSHARD_S3_MAX_ATTEMPTS="2")
+    proxy.inject_put_path("/commitfail/manifest.json", "503", "503")
+    r = write(url, e)
+    assert r.returncode != 0
+    assert "not uploaded; resume the write" in r.stderr and "HTTP 503" in r.stderr, r.stderr
+    assert "manifest.json" not in objects(server, "commitfail")
+    with pytest.raises(FileNotFoundError, match="no manifest.json"):
+        libshard.open(url, cache=tmp_path / "cache")
+    parts_before = set(proxy.part_puts())
+    assert parts_before
+    proxy.reset_counts()
+    r = write(url, env)
+    assert r.returncode == 0, r.stderr
+    assert not (set(proxy.part_puts()) & parts_before)
+    assert_same_dataset(url, local_written, tmp_path / "cache")
+
+
+def test_leftover_upload_is_aborted_at_commit(server, proxy, env, local_written, tmp_path):
+    """An upload started by a run killed before it journaled the upload id (no parts) is
+    aborted once the dataset is committed."""
+    s3 = server.s3()
+    s3.create_multipart_upload(Bucket=BUCKET, Key="orphan/shard-00000.lss")
+    libshard.merge(f"s3://{BUCKET}/orphan", [local_written])
+    left = [u["Key"] for u in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
+    assert "orphan/shard-00000.lss" not in left
+    assert_same_dataset(f"s3://{BUCKET}/orphan", local_written, tmp_path / "cache")

@@ -684,6 +684,36 @@ Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
   return etag ? *etag : r.etag;
 }
 
+Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(
+    const std::string& bucket, const std::string& key_prefix) {
+  std::vector<Upload> out;
+  std::string key_marker, id_marker;
+  const S3Url where{bucket, ""};
+  for (int page = 0; page < 10; ++page) {
+    Response r;
+    r.cap = 16 << 20;
+    // Canonical order: key-marker, prefix, upload-id-marker, uploads.
+    std::string query;
+    if (!key_marker.empty()) query += "key-marker=" + EncodeQueryValue(key_marker) + "&";
+    query += "prefix=" + EncodeQueryValue(key_prefix) + "&";
+    if (!id_marker.empty()) query += "upload-id-marker=" + EncodeQueryValue(id_marker) + "&";
+    query += "uploads=";
+    LIBSHARD_RETURN_IF_ERROR(Perform("GET", where, 0, 0, {}, {}, &r, query));
+    size_t pos = 0;
+    for (size_t next = 0; XmlTag(r.text, "Upload", pos, &next); pos = next) {
+      const size_t b = r.text.find("<Upload>", pos);
+      const std::string u = r.text.substr(b, next - b);
+      Upload up{XmlTag(u, "Key").value_or(""), XmlTag(u, "UploadId").value_or("")};
+      if (!up.key.empty() && !up.upload_id.empty()) out.push_back(std::move(up));
+    }
+    if (XmlTag(r.text, "IsTruncated").value_or("false") != "true") break;
+    key_marker = XmlTag(r.text, "NextKeyMarker").value_or("");
+    id_marker = XmlTag(r.text, "NextUploadIdMarker").value_or("");
+    if (key_marker.empty()) break;
+  }
+  return out;
+}
+
 Status S3Client::AbortMultipartUpload(const S3Url& object, const std::string& upload_id) {
   Response r;
   r.cap = 1 << 20;

@@ -119,6 +119,14 @@ class S3Client {
   Result<std::string> CompleteMultipartUpload(const S3Url& object, const std::string& upload_id,
                                               const std::vector<Part>& parts);
   [[nodiscard]] Status AbortMultipartUpload(const S3Url& object, const std::string& upload_id);
+  // The unfinished multipart uploads of keys starting with `key_prefix` in `bucket` (key and
+  // upload id), at most 10 pages of 1000.
+  struct Upload {
+    std::string key;
+    std::string upload_id;
+  };
+  Result<std::vector<Upload>> ListMultipartUploads(const std::string& bucket,
+                                                   const std::string& key_prefix);
 
   // "http://host:port/bucket/key" (path-style) or "http://bucket.host:port/key".
   std::string UrlOf(const S3Url& object) const;

@@ -48,6 +48,9 @@ Status Publish(Uploader& up, const std::string& staging, const std::string& url)
   LIBSHARD_RETURN_IF_ERROR(up.PutNow(m.index_file, index).WithContext("uploading " + url));
   LIBSHARD_RETURN_IF_ERROR(
       up.PutNow(format::kManifestName, manifest_text).WithContext("committing " + url));
+  std::vector<std::string> names;
+  for (const format::ManifestShard& s : m.shards) names.push_back(s.file);
+  up.AbortLeftovers(names);
   return Status::OK();
 }
 

@@ -442,6 +442,25 @@ Result<io::ObjectInfo> Uploader::HeadNow(const std::string& name) {
   return s_->caller_client->Head(s_->ObjectOf(name));
 }
 
+void Uploader::AbortLeftovers(const std::vector<std::string>& names) {
+  if (!s_->caller_client) {
+    Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s_->config);
+    if (!c.ok()) return;
+    s_->caller_client = std::move(*c);
+  }
+  // The dataset's prefix without its last '/', so that the listing needs no '/' in the query
+  // when the prefix is one component (some servers sign such values differently).
+  Result<std::vector<io::S3Client::Upload>> uploads =
+      s_->caller_client->ListMultipartUploads(s_->base.bucket, s_->base.key);
+  if (!uploads.ok()) return;
+  std::set<std::string> keys;
+  for (const std::string& n : names) keys.insert(s_->ObjectOf(n).key);
+  for (const io::S3Client::Upload& u : *uploads)
+    if (keys.count(u.key))
+      s_->caller_client->AbortMultipartUpload(io::S3Url{s_->base.bucket, u.key}, u.upload_id)
+          .IgnoreError();
+}
+
 UploadStats Uploader::stats() const {
   std::lock_guard<std::mutex> g(s_->mu);
   return s_->stats;

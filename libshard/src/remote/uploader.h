@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "io/s3_client.h"
 #include "libshard/status.h"
@@ -75,6 +76,11 @@ class Uploader {
   [[nodiscard]] Status PutNow(const std::string& name, std::string_view data);
   // HEAD of PREFIX/`name` on the calling thread.
   Result<io::ObjectInfo> HeadNow(const std::string& name);
+
+  // Aborts the unfinished multipart uploads of PREFIX/NAME for the `names` given (a run killed
+  // between starting an upload and journaling its id leaves one with no parts). Best effort,
+  // on the calling thread; call after Wait().
+  void AbortLeftovers(const std::vector<std::string>& names);
 
   UploadStats stats() const;
   const std::string& prefix() const;
