@@ -13,6 +13,8 @@ dataset uploaded once, and in turn:
                 --direct every reader talks to the server itself and nothing is counted)
   warm epoch    the same loader again over the now full cache
   local         libshard.Loader over the local copy (what the warm epoch should match)
+With --upload, the write path instead: libshard's upload (merge of the packed dataset to s3://)
+against the same bytes PUT alone by curl --parallel in pieces of the part size.
 Targets: cold >= 0.9x server alone, warm ~ local, exactly 1 GET per block, first sample within
 one manifest GET + one index GET + the HEADs + one block GET. The machines are shared and noisy:
 compare the ratios of one run. Mosaic Streaming and LitData are not run here (not installed).
@@ -71,6 +73,65 @@ def epoch(url: str, **kw):
     return first, time.perf_counter() - t0, cpu() - c0, nbytes
 
 
+def upload_bench(a, work: Path, local: Path, total: int) -> None:
+    """--upload: libshard's upload of the packed dataset (merge of it to s3://, which links it
+    into the staging directory and uploads it: multipart, parts in parallel, index and manifest
+    last) against the same bytes PUT alone by libcurl (`curl --parallel --upload-file` of the
+    same part-size pieces, as many at a time as libshard's upload threads)."""
+    part = int(a.part_size)
+    server = MotoServer()
+    try:
+        server.s3().create_bucket(Bucket=BUCKET)
+        env = s3_env(server.endpoint, server.access_key, server.secret_key,
+                     LIBSHARD_S3_PART_SIZE=str(part),
+                     LIBSHARD_S3_UPLOAD_THREADS=str(a.connections),
+                     LIBSHARD_S3_STAGING=str(work / "staging"),
+                     LIBSHARD_S3_MAX_ATTEMPTS="8", LIBSHARD_S3_BACKOFF_MS="100",
+                     LIBSHARD_S3_STALL_SECONDS="30", LIBSHARD_S3_TIMEOUT_SECONDS="300")
+        os.environ.update(env)
+        pieces = work / "pieces"
+        shutil.rmtree(pieces, ignore_errors=True)
+        pieces.mkdir()
+        lines = []
+        for p in sorted(local.iterdir()):
+            if not p.is_file():
+                continue
+            data = p.read_bytes()
+            for k, off in enumerate(range(0, max(1, len(data)), part)):
+                piece = pieces / f"{p.name}.{k:05d}"
+                piece.write_bytes(data[off:off + part])
+                lines += [f'upload-file = "{piece}"',
+                          f'url = "{server.endpoint}/{BUCKET}/alone/{piece.name}"']
+        cfg = work / "put.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        t0, c0 = time.perf_counter(), cpu()
+        subprocess.run(["curl", "-sS", "--no-progress-meter", "--fail", "--parallel",
+                        "--parallel-max", str(a.connections), "--aws-sigv4",
+                        "aws:amz:us-east-1:s3", "-u", f"{server.access_key}:{server.secret_key}",
+                        "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "-o", "/dev/null",
+                        "-K", str(cfg)], check=True, timeout=3600)
+        alone_s, alone_cpu = time.perf_counter() - t0, cpu() - c0
+        runs = []
+        for name, md5 in (("libshard upload", "1"), ("  no Content-MD5", "0")):
+            os.environ["LIBSHARD_S3_CONTENT_MD5"] = md5
+            prefix = "uploaded" if md5 == "1" else "uploaded-nomd5"
+            t0, c0 = time.perf_counter(), cpu()
+            libshard.merge(f"s3://{BUCKET}/{prefix}", [str(local)])
+            runs.append((name, time.perf_counter() - t0, cpu() - c0))
+            n = len(libshard.open(f"s3://{BUCKET}/{prefix}", cache=work / "cache"))
+            assert n == a.samples, n
+    finally:
+        server.stop()
+    gb = sum(p.stat().st_size for p in local.iterdir() if p.is_file()) / 1e9
+    print(f"upload: {gb:.2f} GB ({total / 1e9:.2f} GB in shards), parts of {part} B, "
+          f"{a.connections} at a time")
+    print(f"{'writer':<16} {'seconds':>8} {'GB/s':>7} {'CPU-s/GB':>9}")
+    print(f"{'PUTs alone':<16} {alone_s:8.2f} {gb / alone_s:7.3f} {alone_cpu / gb:9.2f}")
+    for name, up_s, up_cpu in runs:
+        print(f"{name:<16} {up_s:8.2f} {gb / up_s:7.3f} {up_cpu / gb:9.2f}   "
+              f"{alone_s / up_s:.2f}x of PUTs alone")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--samples", type=int, default=64)
@@ -82,6 +143,10 @@ def main() -> None:
     ap.add_argument("--direct", action="store_true",
                     help="talk to the server directly, not through the counting proxy (whose "
                          "Python forwarding caps the rate); GETs per block are then not counted")
+    ap.add_argument("--upload", action="store_true",
+                    help="measure writing instead: libshard's upload (multipart, parallel parts) "
+                         "against the same PUTs alone by curl --parallel")
+    ap.add_argument("--part-size", default=str(16 << 20), help="upload part bytes (--upload)")
     a = ap.parse_args()
 
     work = Path(a.work or tempfile.mkdtemp(prefix="s3_bench_"))
@@ -90,6 +155,9 @@ def main() -> None:
         shutil.rmtree(local)
     make_dataset(local, a.samples, a.seq, a.hidden)
     total = sum(p.stat().st_size for p in local.glob("*.lss"))
+    if a.upload:
+        upload_bench(a, work, local, total)
+        return
     server = MotoServer()
     proxy = FaultProxy(server.port)
     try:

@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "libshard/dataset.h"
+#include "libshard/object_storage.h"
 #include "libshard/parallel_writer.h"
 #include "libshard_support/text.h"
 #include "libshard/version.h"
@@ -72,8 +73,11 @@ std::string OneLine(std::string s) {
 
 class PackJob {
  public:
-  explicit PackJob(const PackOptions& o)
-      : o_(o), start_(std::chrono::steady_clock::now()), source_options_(o.source_options) {}
+  // `target`: what the Writer is given, when not o.output (an s3:// URL written through
+  // o.output, its staging directory).
+  explicit PackJob(const PackOptions& o, std::string target = {})
+      : o_(o), target_(target.empty() ? o.output : std::move(target)),
+        start_(std::chrono::steady_clock::now()), source_options_(o.source_options) {}
 
   Result<PackSummary> Run();
 
@@ -113,6 +117,7 @@ class PackJob {
   std::string F(std::string_view name) const { return PackOptionName(name, o_.spelling); }
 
   const PackOptions& o_;
+  const std::string target_;
   const std::chrono::steady_clock::time_point start_;
   SourceOptions source_options_;               // o_.source_options with the defaults resolved
   std::vector<SourceEntry> sources_;           // to process this run, in order
@@ -187,13 +192,13 @@ Status PackJob::OpenWriter() {
   const bool has_manifest = fs::exists(fs::path(o_.output) / kManifest, ec);
   const bool has_journal = fs::exists(fs::path(o_.output) / kJournal, ec);
   if (o_.append) {
-    auto w = Writer::OpenForAppend(o_.output, wo);
+    auto w = Writer::OpenForAppend(target_, wo);
     if (!w.ok()) return w.status().WithContext(F("append") + ": cannot open " + o_.output);
     writer_ = std::move(*w);
   } else if (o_.resume && has_manifest) {
     return CheckComplete();
   } else if (o_.resume && has_journal) {
-    auto w = Writer::Resume(o_.output, wo);
+    auto w = Writer::Resume(target_, wo);
     if (!w.ok()) return w.status().WithContext(F("resume") + ": cannot resume " + o_.output);
     writer_ = std::move(*w);
   } else {
@@ -249,7 +254,7 @@ Status PackJob::OpenWriter() {
 Status PackJob::CheckComplete() {
   // Resume on a committed dataset is OpenForAppend (it also removes the journal of a job that
   // was interrupted between its commit and its cleanup); it is only read here, never finished.
-  auto w = Writer::Resume(o_.output, MakeWriterOptions());
+  auto w = Writer::Resume(target_, MakeWriterOptions());
   if (!w.ok()) return w.status().WithContext(F("resume") + ": cannot open " + o_.output);
   std::unordered_set<std::string> handled;
   for (const Provenance& p : (*w)->existing_sources()) handled.insert(p.path);
@@ -324,7 +329,7 @@ Status PackJob::FindReference() {
                                      " sources could be read; the first error: " +
                                      prefailed_.begin()->second.ToString());
     }
-    auto w = Writer::Create(o_.output, ref_.schema, MakeWriterOptions());
+    auto w = Writer::Create(target_, ref_.schema, MakeWriterOptions());
     if (!w.ok()) {
       return w.status().WithContext(o_.resume ? F("resume") + " found no journal in " + o_.output
                                               : "cannot create " + o_.output +
@@ -579,6 +584,25 @@ Status ValidatePackOptions(const PackOptions& o, OptionSpelling spelling) {
 
 Result<PackSummary> Pack(const PackOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(ValidatePackOptions(options, options.spelling));
+  if (IsObjectStorageUrl(options.output)) {
+    // -o s3://...: the job runs in the URL's local staging directory (its lock, journal and
+    // skipped.txt live there) and the Writer, given the URL, uploads from it.
+    if (options.append)
+      return Status::Unsupported(PackOptionName("append", options.spelling) +
+                                 " to an s3:// dataset is not supported; pack the new "
+                                 "sources to another prefix");
+    LIBSHARD_ASSIGN_OR_RETURN(std::string staging, ObjectStorageStagingDir(options.output));
+    PackOptions local = options;
+    local.output = staging;
+    PackJob job(local, options.output);
+    Result<PackSummary> summary = job.Run();
+    if (summary.ok()) {
+      summary->output = options.output;
+      if (!summary->skipped_report.empty())
+        summary->skipped_report.clear();  // removed with the staging directory
+    }
+    return summary;
+  }
   PackJob job(options);
   return job.Run();
 }

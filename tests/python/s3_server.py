@@ -53,7 +53,8 @@ class MotoServer:
             raise RuntimeError("moto_server not found: pip install 'moto[server]' (scripts/deps.sh)")
         self.port = free_port()
         self.endpoint = f"http://{LOOPBACK}:{self.port}"
-        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3")
+        # Parts of 4 KiB and up (S3 wants 5 MiB): multipart uploads of small test shards.
+        env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="3", S3_UPLOAD_PART_MIN_SIZE="4096")
         self.proc = subprocess.Popen([exe, "-H", LOOPBACK, "-p", str(self.port)], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      start_new_session=True)
@@ -116,6 +117,11 @@ class FaultProxy:
         self.gets: Counter = Counter()  # (path, range) -> ranged GETs delivered in full
         self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
         self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS", "pass"
+        # Faults for the next PUTs (objects and parts): "503", "reset", "pass", "hold:SECONDS"
+        # (the request is held, never forwarded, then the connection closed).
+        self.upload_faults: List[str] = []
+        self.path_faults: Dict[str, List[str]] = {}  # PUTs whose path has KEY: these faults
+        self.responses: List[Tuple[str, str, int]] = []  # (method, path, status) from the server
         self.injected: Counter = Counter()
         self.statuses: Counter = Counter()  # HTTP status -> responses from the server
         self.stalling = threading.Event()  # set while a stall fault holds a response
@@ -141,6 +147,25 @@ class FaultProxy:
                             fault = None
                         else:
                             proxy.injected[fault.split(":")[0]] += 1
+                    elif self.command == "PUT" and any(k in self.path for k in proxy.path_faults):
+                        key = next(k for k in proxy.path_faults if k in self.path)
+                        fault = proxy.path_faults[key].pop(0)
+                        if not proxy.path_faults[key]:
+                            del proxy.path_faults[key]
+                        proxy.injected["put-" + fault.split(":")[0]] += 1
+                    elif self.command == "PUT" and proxy.upload_faults:
+                        fault = proxy.upload_faults.pop(0)
+                        if fault == "pass":
+                            fault = None
+                        else:
+                            proxy.injected["put-" + fault.split(":")[0]] += 1
+                if fault is not None and fault.startswith("hold:"):
+                    proxy.stalling.set()
+                    time.sleep(float(fault.split(":")[1]))
+                    proxy.stalling.clear()
+                    self.close_connection = True
+                    self.connection.close()
+                    return
                 if fault == "503":
                     msg = (b"<?xml version=\"1.0\"?><Error><Code>SlowDown</Code>"
                            b"<Message>Please reduce your request rate.</Message></Error>")
@@ -165,6 +190,7 @@ class FaultProxy:
                     conn.close()
                 with proxy.lock:
                     proxy.statuses[resp.status] += 1
+                    proxy.responses.append((self.command, self.path, resp.status))
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length",
@@ -209,6 +235,37 @@ class FaultProxy:
         with self.lock:
             self.faults.extend(faults)
 
+    def inject_put_path(self, key: str, *faults: str) -> None:
+        """Faults for the next PUTs whose path contains `key` (before the upload_faults)."""
+        with self.lock:
+            self.path_faults.setdefault(key, []).extend(faults)
+
+    def inject_upload(self, *faults: str) -> None:
+        with self.lock:
+            self.upload_faults.extend(faults)
+
+    def completed_parts(self) -> set:
+        """(object path, part number) of every UploadPart the server answered 200."""
+        from urllib.parse import parse_qs, urlsplit
+        out = set()
+        with self.lock:
+            for method, path, status in self.responses:
+                q = parse_qs(urlsplit(path).query)
+                if method == "PUT" and status == 200 and "partNumber" in q:
+                    out.add((urlsplit(path).path, int(q["partNumber"][0])))
+        return out
+
+    def part_puts(self) -> List[Tuple[str, int]]:
+        """(object path, part number) of every UploadPart request received (retries included)."""
+        from urllib.parse import parse_qs, urlsplit
+        out = []
+        with self.lock:
+            for method, path, _ in self.requests:
+                q = parse_qs(urlsplit(path).query)
+                if method == "PUT" and "partNumber" in q:
+                    out.append((urlsplit(path).path, int(q["partNumber"][0])))
+        return out
+
     def reset_counts(self) -> None:
         with self.lock:
             self.gets.clear()
@@ -216,6 +273,9 @@ class FaultProxy:
             self.injected.clear()
             self.statuses.clear()
             self.faults.clear()
+            self.upload_faults.clear()
+            self.path_faults.clear()
+            self.responses.clear()
 
     def shard_gets(self) -> Dict[Tuple[str, str], int]:
         """Ranged GETs of shard bytes (the shard header fetched at open is 0-4095; blocks are

@@ -310,12 +310,20 @@ def test_profile_credentials_rotated_mid_run(server, proxy, env, local_ds, tmp_p
         libshard.open(url, cache=tmp_path / "cache")
 
 
-def test_writing_to_s3_is_refused_without_a_local_s3_directory(tmp_path, monkeypatch, local_ds):
+def test_s3_parts_append_and_upgrade_are_refused_without_a_local_s3_directory(
+        tmp_path, monkeypatch, local_ds):
+    """Writing to s3:// works (test_s3_write.py); merging s3:// parts, appending to an s3://
+    dataset and upgrading one do not, and are refused cleanly, creating nothing locally."""
+    from conftest import _cli
     monkeypatch.chdir(tmp_path)
-    import torch
-    with pytest.raises(ValueError, match="not supported yet"):
-        w = libshard.Writer(f"s3://{BUCKET}/out")
-        w.write({"x": torch.zeros(4)}, key="a")
-    with pytest.raises(ValueError, match="s3:// URL"):
-        libshard.merge(f"s3://{BUCKET}/merged", [local_ds])
+    with pytest.raises(ValueError, match="merge reads local parts only"):
+        libshard.merge(tmp_path / "merged", [f"s3://{BUCKET}/part"])
+    cli = _cli()
+    if cli is not None:
+        r = subprocess.run([cli, "pack", str(tmp_path), "-o", f"s3://{BUCKET}/x", "--append"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and "--append to an s3:// dataset is not supported" in r.stderr
+        r = subprocess.run([cli, "upgrade", f"s3://{BUCKET}/x"], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode != 0 and "upgrade rewrites a local directory" in r.stderr, r.stderr
     assert not (tmp_path / "s3:").exists()

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -82,6 +83,11 @@ struct WriterOptions {
   FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;
   // Store bfloat16/float16 hidden states as float8_e4m3fn with a scale per token (lossy, §4.3.5).
   bool store_fp8 = false;
+  // Called on the appending thread once a shard is sealed: its samples are final and journaled
+  // and its file closed (still named NAME.tmp at `path` until Finish renames it to NAME). An
+  // s3:// Writer uploads the shard from here while the next one is written. An error fails the
+  // Writer like a failed write.
+  std::function<Status(const std::string& name, const std::string& path)> on_shard_sealed;
 };
 
 // A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.

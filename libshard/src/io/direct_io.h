@@ -25,11 +25,19 @@ struct OpenedFile {
   uint32_t memory_align = 1;  // O_DIRECT: required alignment of buffers
   uint32_t offset_align = 1;  // O_DIRECT: required alignment of offsets and lengths
   std::string fallback;       // when not direct: why ("buffered reads requested", or the refusal)
+  std::string align_source = "default";  // "statx" when the alignment is the kernel's
+  // A network or user-space file system (statfs f_type: "nfs", "lustre", "fuse", "ceph", ...),
+  // read in place like a local disk; empty for others. On these an O_DIRECT open is followed by
+  // one read of the first block, since some accept O_DIRECT at open and refuse it at read.
+  std::string file_system;
 };
 
 // Opens `path` read-only in `mode`. `max_align`: the alignment the caller's buffers, offsets
 // and lengths always have; O_DIRECT is used only when the file system needs no more (statx
-// STATX_DIOALIGN when the kernel reports it, else 4096 is assumed).
+// STATX_DIOALIGN when the kernel reports it, else 4096 is assumed). Where O_DIRECT is refused
+// at open (EINVAL/EOPNOTSUPP) or, on a network/FUSE file system, at the first read, kAuto reads
+// buffered and `fallback` says why. LIBSHARD_IO_REFUSE_DIRECT=open|read makes any file system
+// behave so (tests, diagnostics).
 Result<OpenedFile> OpenForReading(const std::string& path, IoMode mode,
                                   uint32_t max_align = 4096);
 

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -133,6 +134,15 @@ Status File::Sync() {
 Status File::Truncate(uint64_t size) {
   if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) {
     return Status::FromErrno(errno, "ftruncate " + path_);
+  }
+  return Status::OK();
+}
+
+Status File::PunchHole(uint64_t offset, uint64_t length) {
+  if (length == 0) return Status::OK();
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                  static_cast<off_t>(length)) != 0) {
+    return Status::FromErrno(errno, "fallocate(PUNCH_HOLE) " + path_);
   }
   return Status::OK();
 }

@@ -45,6 +45,9 @@ class File {
   [[nodiscard]] Status PWriteAll(const void* src, uint64_t length, uint64_t offset);
   [[nodiscard]] Status Sync();
   [[nodiscard]] Status Truncate(uint64_t size);
+  // Frees the blocks of [offset, offset + length), keeping the size (reads there return zeros);
+  // EOPNOTSUPP where the file system cannot. Needs a descriptor open for writing.
+  [[nodiscard]] Status PunchHole(uint64_t offset, uint64_t length);
 
   // Closes the descriptor; reports close(2) failure. Idempotent.
   Status Close();

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -296,8 +297,9 @@ std::string S3Client::UrlOf(const S3Url& object) const {
 
 Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offset,
                          uint64_t range_len, const std::string& if_match, std::string_view body,
-                         Response* response) {
-  const std::string url = UrlOf(object);
+                         Response* response, const std::string& query,
+                         const std::vector<std::string>& extra_headers) {
+  const std::string url = UrlOf(object) + (query.empty() ? "" : "?" + query);
   std::string where = std::string(method) + " " + url;
   if (range_len > 0)
     where += " bytes " + std::to_string(offset) + "-" + std::to_string(offset + range_len - 1);
@@ -345,20 +347,31 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
       range = std::to_string(offset) + "-" + std::to_string(offset + range_len - 1);
       curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
     }
+    const bool sends_body = std::strcmp(method, "PUT") == 0 || std::strcmp(method, "POST") == 0;
     if (std::strcmp(method, "HEAD") == 0) {
       curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    } else if (std::strcmp(method, "PUT") == 0) {
-      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
+    } else if (sends_body) {
+      // The body from memory with its Content-Length (no chunked encoding: S3 needs the length).
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+      // Never null: a null CURLOPT_POSTFIELDS makes curl read the body from its read callback.
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.empty() ? "" : body.data());
       curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+      // curl asks "Expect: 100-continue" for large bodies; a server that never answers it must
+      // not cost a second per part.
+      curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 100L);
+    } else if (std::strcmp(method, "DELETE") == 0) {
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
     }
     struct curl_slist* headers = nullptr;
     // curl 7.88 signs with SigV4 but does not send x-amz-content-sha256, which S3 requires.
     // (No "Expect:" to turn off 100-continue: curl would sign it as an empty header it then does
     // not send, and the server would refuse the signature.)
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    if (std::strcmp(method, "PUT") == 0)
-      headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
+    if (sends_body)
+      headers = curl_slist_append(headers, std::strcmp(method, "POST") == 0
+                                               ? "Content-Type: application/xml"
+                                               : "Content-Type: application/octet-stream");
+    for (const std::string& extra : extra_headers) headers = curl_slist_append(headers, extra.c_str());
     std::string token_header, if_match_header;
     if (!config_.session_token.empty()) {
       token_header = "x-amz-security-token: " + config_.session_token;
@@ -400,6 +413,7 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
         last = status_text + ", more body bytes than the " + std::to_string(r.cap) + " asked";
         continue;
       }
+      if (sends_body) stats_.bytes_sent += body.size();
       return Status::OK();
     }
     if (code >= 500 || code == 429 || s3code == "SlowDown" || s3code == "RequestTimeout" ||
@@ -434,8 +448,13 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
                              EACCES);
     }
     if (code == 404)
-      return Status::NotFound(where + ": " + status_text + " (no such object" +
-                                  (s3code == "NoSuchBucket" ? " or bucket" : "") + ")",
+      return Status::NotFound(where + ": " + status_text +
+                                  (s3code == "NoSuchUpload"
+                                       ? std::string(" (no such upload: completed or aborted)")
+                                       : " (no such object" +
+                                             std::string(s3code == "NoSuchBucket" ? " or bucket"
+                                                                                  : "") +
+                                             ")"),
                               ENOENT);
     if (code == 412 || code == 416)
       return Status::IoError(where + ": " + status_text + ": the object was replaced since the "
@@ -507,10 +526,198 @@ Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_byt
   return Body{std::move(r.text), std::move(r.etag)};
 }
 
-Status S3Client::Put(const S3Url& object, std::string_view data) {
+namespace {
+
+// A query-string value as SigV4 canonicalises it (RFC 3986 unreserved characters pass).
+std::string EncodeQueryValue(std::string_view v) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string XmlUnescape(std::string s) {
+  static const std::pair<const char*, const char*> kEntities[] = {
+      {"&quot;", "\""}, {"&apos;", "'"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&#34;", "\""},
+      {"&amp;", "&"}};
+  for (const auto& [from, to] : kEntities) {
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + std::strlen(to)))
+      s.replace(p, std::strlen(from), to);
+  }
+  return s;
+}
+
+// The text of the first <tag>...</tag> at or after `from` (end of it in *next), or nullopt.
+std::optional<std::string> XmlTag(const std::string& xml, const std::string& tag, size_t from = 0,
+                                  size_t* next = nullptr) {
+  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
+  const size_t b = xml.find(open, from);
+  if (b == std::string::npos) return std::nullopt;
+  const size_t e = xml.find(close, b + open.size());
+  if (e == std::string::npos) return std::nullopt;
+  if (next != nullptr) *next = e + close.size();
+  return XmlUnescape(xml.substr(b + open.size(), e - b - open.size()));
+}
+
+std::string XmlEscape(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> S3Client::Put(const S3Url& object, std::string_view data,
+                                  const std::string& content_md5) {
   Response r;
   r.cap = 1 << 20;
-  return Perform("PUT", object, 0, 0, {}, data, &r);
+  std::vector<std::string> headers;
+  if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
+  LIBSHARD_RETURN_IF_ERROR(Perform("PUT", object, 0, 0, {}, data, &r, {}, headers));
+  return r.etag;
+}
+
+Status S3Client::Delete(const S3Url& object) {
+  Response r;
+  r.cap = 1 << 20;
+  return Perform("DELETE", object, 0, 0, {}, {}, &r);
+}
+
+Result<std::string> S3Client::CreateMultipartUpload(const S3Url& object) {
+  Response r;
+  r.cap = 1 << 20;
+  LIBSHARD_RETURN_IF_ERROR(Perform("POST", object, 0, 0, {}, {}, &r, "uploads="));
+  std::optional<std::string> id = XmlTag(r.text, "UploadId");
+  if (!id || id->empty())
+    return Status::IoError("POST " + UrlOf(object) + "?uploads: HTTP " + std::to_string(r.code) +
+                               " without an UploadId",
+                           EIO);
+  return *id;
+}
+
+Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
+                                         uint32_t number, std::string_view data,
+                                         const std::string& content_md5) {
+  Response r;
+  r.cap = 1 << 20;
+  std::vector<std::string> headers;
+  if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
+  const std::string query =
+      "partNumber=" + std::to_string(number) + "&uploadId=" + EncodeQueryValue(upload_id);
+  LIBSHARD_RETURN_IF_ERROR(Perform("PUT", object, 0, 0, {}, data, &r, query, headers));
+  if (r.etag.empty())
+    return Status::IoError("PUT " + UrlOf(object) + "?" + query + ": HTTP " +
+                               std::to_string(r.code) + " without an ETag",
+                           EIO);
+  return r.etag;
+}
+
+Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
+                                                        const std::string& upload_id) {
+  std::vector<Part> parts;
+  uint64_t marker = 0;
+  for (int page = 0; page < 100; ++page) {  // 10000 parts at most, 1000 a page
+    Response r;
+    r.cap = 16 << 20;
+    const std::string query = (marker ? "part-number-marker=" + std::to_string(marker) + "&"
+                                      : std::string()) +
+                              "uploadId=" + EncodeQueryValue(upload_id);
+    LIBSHARD_RETURN_IF_ERROR(Perform("GET", object, 0, 0, {}, {}, &r, query));
+    size_t pos = 0;
+    for (size_t next = 0; XmlTag(r.text, "Part", pos, &next); pos = next) {
+      const size_t b = r.text.find("<Part>", pos);
+      const std::string part = r.text.substr(b, next - b);
+      Part p;
+      p.number = static_cast<uint32_t>(std::strtoul(XmlTag(part, "PartNumber").value_or("0").c_str(),
+                                                    nullptr, 10));
+      p.size = std::strtoull(XmlTag(part, "Size").value_or("0").c_str(), nullptr, 10);
+      p.etag = XmlTag(part, "ETag").value_or("");
+      if (p.number > 0) parts.push_back(std::move(p));
+    }
+    if (XmlTag(r.text, "IsTruncated").value_or("false") != "true") break;
+    const uint64_t m = std::strtoull(XmlTag(r.text, "NextPartNumberMarker").value_or("0").c_str(),
+                                     nullptr, 10);
+    if (m <= marker) break;
+    marker = m;
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& a, const Part& b) { return a.number < b.number; });
+  return parts;
+}
+
+Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
+                                                      const std::string& upload_id,
+                                                      const std::vector<Part>& parts) {
+  std::string xml = "<CompleteMultipartUpload>";
+  for (const Part& p : parts)
+    xml += "<Part><PartNumber>" + std::to_string(p.number) + "</PartNumber><ETag>" +
+           XmlEscape(p.etag) + "</ETag></Part>";
+  xml += "</CompleteMultipartUpload>";
+  Response r;
+  r.cap = 1 << 20;
+  const std::string query = "uploadId=" + EncodeQueryValue(upload_id);
+  LIBSHARD_RETURN_IF_ERROR(Perform("POST", object, 0, 0, {}, xml, &r, query));
+  // S3 may answer 200 and report the failure in the body.
+  if (r.text.find("<Error>") != std::string::npos)
+    return Status::IoError("POST " + UrlOf(object) + "?" + query + ": HTTP " +
+                               std::to_string(r.code) + " " +
+                               XmlTag(r.text, "Code").value_or("") + ": " +
+                               XmlTag(r.text, "Message").value_or(""),
+                           EIO);
+  std::optional<std::string> etag = XmlTag(r.text, "ETag");
+  return etag ? *etag : r.etag;
+}
+
+Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(
+    const std::string& bucket, const std::string& key_prefix) {
+  std::vector<Upload> out;
+  std::string key_marker, id_marker;
+  const S3Url where{bucket, ""};
+  for (int page = 0; page < 10; ++page) {
+    Response r;
+    r.cap = 16 << 20;
+    // Canonical order: key-marker, prefix, upload-id-marker, uploads.
+    std::string query;
+    if (!key_marker.empty()) query += "key-marker=" + EncodeQueryValue(key_marker) + "&";
+    query += "prefix=" + EncodeQueryValue(key_prefix) + "&";
+    if (!id_marker.empty()) query += "upload-id-marker=" + EncodeQueryValue(id_marker) + "&";
+    query += "uploads=";
+    LIBSHARD_RETURN_IF_ERROR(Perform("GET", where, 0, 0, {}, {}, &r, query));
+    size_t pos = 0;
+    for (size_t next = 0; XmlTag(r.text, "Upload", pos, &next); pos = next) {
+      const size_t b = r.text.find("<Upload>", pos);
+      const std::string u = r.text.substr(b, next - b);
+      Upload up{XmlTag(u, "Key").value_or(""), XmlTag(u, "UploadId").value_or("")};
+      if (!up.key.empty() && !up.upload_id.empty()) out.push_back(std::move(up));
+    }
+    if (XmlTag(r.text, "IsTruncated").value_or("false") != "true") break;
+    key_marker = XmlTag(r.text, "NextKeyMarker").value_or("");
+    id_marker = XmlTag(r.text, "NextUploadIdMarker").value_or("");
+    if (key_marker.empty()) break;
+  }
+  return out;
+}
+
+Status S3Client::AbortMultipartUpload(const S3Url& object, const std::string& upload_id) {
+  Response r;
+  r.cap = 1 << 20;
+  return Perform("DELETE", object, 0, 0, {}, {}, &r, "uploadId=" + EncodeQueryValue(upload_id));
 }
 
 }  // namespace libshard::io

@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "libshard/status.h"
 
@@ -65,6 +66,7 @@ struct S3ClientStats {
   uint64_t requests = 0;  // every try, retries included
   uint64_t retries = 0;
   uint64_t bytes = 0;     // body bytes received
+  uint64_t bytes_sent = 0;  // request body bytes sent (successful tries)
 };
 
 class S3Client {
@@ -89,8 +91,42 @@ class S3Client {
     std::string etag;
   };
   Result<Body> GetObject(const S3Url& object, uint64_t max_bytes, const std::string& if_match = {});
-  // PUT of a whole object (single request; UNSIGNED-PAYLOAD).
-  [[nodiscard]] Status Put(const S3Url& object, std::string_view data);
+  // PUT of a whole object (single request; UNSIGNED-PAYLOAD). With `content_md5` (the base64
+  // MD5 of `data`) the server refuses a body damaged on the way. Returns the new ETag.
+  Result<std::string> Put(const S3Url& object, std::string_view data,
+                          const std::string& content_md5 = {});
+  // DELETE of an object (S3 answers 204 also for a missing one).
+  [[nodiscard]] Status Delete(const S3Url& object);
+
+  // Multipart upload (the S3 API's CreateMultipartUpload / UploadPart / ListParts /
+  // CompleteMultipartUpload / AbortMultipartUpload). Parts are numbered 1..10000; every part but
+  // the last is at least 5 MiB on AWS. An upload is invisible to readers until completed.
+  struct Part {
+    uint32_t number = 0;
+    uint64_t size = 0;
+    std::string etag;  // quotes included
+  };
+  // Starts an upload of `object`; returns its upload id.
+  Result<std::string> CreateMultipartUpload(const S3Url& object);
+  // Uploads one part (with Content-MD5 when given); returns its ETag.
+  Result<std::string> UploadPart(const S3Url& object, const std::string& upload_id,
+                                 uint32_t number, std::string_view data,
+                                 const std::string& content_md5 = {});
+  // The parts uploaded so far, by number. NotFound (ENOENT) when the upload is no more (completed
+  // or aborted).
+  Result<std::vector<Part>> ListParts(const S3Url& object, const std::string& upload_id);
+  // Makes the object of `parts` (ascending numbers) visible; returns its ETag.
+  Result<std::string> CompleteMultipartUpload(const S3Url& object, const std::string& upload_id,
+                                              const std::vector<Part>& parts);
+  [[nodiscard]] Status AbortMultipartUpload(const S3Url& object, const std::string& upload_id);
+  // The unfinished multipart uploads of keys starting with `key_prefix` in `bucket` (key and
+  // upload id), at most 10 pages of 1000.
+  struct Upload {
+    std::string key;
+    std::string upload_id;
+  };
+  Result<std::vector<Upload>> ListMultipartUploads(const std::string& bucket,
+                                                   const std::string& key_prefix);
 
   // "http://host:port/bucket/key" (path-style) or "http://bucket.host:port/key".
   std::string UrlOf(const S3Url& object) const;
@@ -101,9 +137,12 @@ class S3Client {
   struct Handle;
   struct Response;
   explicit S3Client(S3Config config);
-  // One request with retries. `method` is GET, HEAD or PUT; `range_len` 0 for no Range header.
+  // One request with retries. `method` is GET, HEAD, PUT, POST or DELETE; `range_len` 0 for no
+  // Range header; `query` the canonical query string (sorted keys, values encoded: curl 7.88
+  // signs it as given); `headers` extra "Name: value" lines (signed too).
   Status Perform(const char* method, const S3Url& object, uint64_t offset, uint64_t range_len,
-                 const std::string& if_match, std::string_view body, Response* response);
+                 const std::string& if_match, std::string_view body, Response* response,
+                 const std::string& query = {}, const std::vector<std::string>& headers = {});
 
   S3Config config_;
   std::unique_ptr<Handle> handle_;

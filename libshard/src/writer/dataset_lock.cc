@@ -52,7 +52,7 @@ Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::strin
   // Every writer (pack, merge, upgrade, Writer) locks its output first: no local "s3:" directory.
   if (io::IsS3Url(dir))
     return Status::Unsupported(dir +
-                               " is an s3:// URL: writing to object storage is not supported yet; write a local directory, then upload it with manifest.json last (docs/guide/object-storage.md)");
+                               " is an s3:// URL: only local directories are locked (an s3:// output is written through its local staging directory; docs/guide/object-storage.md)");
   if (create_directory) {
     LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(dir));
   } else if (!internal::PathExists(dir)) {

@@ -6,6 +6,7 @@
 
 #include "io/filesystem.h"
 #include "io/s3_client.h"
+#include "remote/s3_writer.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/shard_format.h"
@@ -57,6 +58,8 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
                      const MergeOptions& options) {
   const bool link = options.link;
   if (parts.empty()) return Status::InvalidArgument("merge: no parts given");
+  // An s3:// output: merged into a local staging directory, then uploaded (remote/s3_writer.h).
+  if (io::IsS3Url(out_dir)) return remote::MergeToS3(out_dir, parts, options);
   std::vector<std::shared_ptr<Dataset>> datasets;
   uint64_t total_shards = 0, total_samples = 0;
   for (const std::string& part : parts) {

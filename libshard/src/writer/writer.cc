@@ -11,6 +11,7 @@
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
+#include "io/s3_client.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_common.h"
@@ -21,6 +22,7 @@
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
 #include "writer/buffer_pool.h"
+#include "remote/s3_writer.h"
 #include "writer/commit.h"
 
 namespace libshard {
@@ -589,7 +591,10 @@ Status WriterImpl::CloseShard() {
   if (!shard_.file.valid()) return Status::OK();
   LIBSHARD_RETURN_IF_ERROR(Checkpoint());
   if (options_.fsync && mode_ == Mode::kAppend) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
-  return shard_.file.Close();
+  LIBSHARD_RETURN_IF_ERROR(shard_.file.Close());
+  if (options_.on_shard_sealed)
+    return options_.on_shard_sealed(shards_.back().name, TmpPath(static_cast<uint32_t>(shards_.size() - 1)));
+  return Status::OK();
 }
 
 Status WriterImpl::Checkpoint() {
@@ -720,18 +725,24 @@ std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy po
   return out;
 }
 
+// An s3:// output is written through a local staging directory and uploaded (remote/s3_writer.h).
 Result<std::unique_ptr<Writer>> Writer::Create(const std::string& dir, const Schema& schema,
                                                const WriterOptions& options) {
+  if (io::IsS3Url(dir)) return remote::CreateS3Writer(dir, schema, options);
   return WriterImpl::Create(dir, schema, options);
 }
 
 Result<std::unique_ptr<Writer>> Writer::Resume(const std::string& dir,
                                                const WriterOptions& options) {
+  if (io::IsS3Url(dir)) return remote::ResumeS3Writer(dir, options);
   return WriterImpl::Resume(dir, options);
 }
 
 Result<std::unique_ptr<Writer>> Writer::OpenForAppend(const std::string& dir,
                                                       const WriterOptions& options) {
+  if (io::IsS3Url(dir))
+    return Status::Unsupported(dir + ": appending to an s3:// dataset is not supported; write "
+                               "the new samples to another prefix, or append locally and upload");
   return WriterImpl::OpenForAppend(dir, options);
 }
 

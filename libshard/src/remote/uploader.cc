@@ -1,0 +1,471 @@
+// Uploader (see uploader.h).
+#include "remote/uploader.h"
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "io/file.h"
+#include "io/filesystem.h"
+#include "remote/md5.h"
+
+namespace libshard::remote {
+namespace {
+
+constexpr const char* kJournalName = "upload.journal";
+constexpr uint64_t kMaxParts = 10000;
+constexpr uint64_t kKeepHead = 4096;  // UploadOptions::free_uploaded keeps a shard's header
+
+uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0') return fallback;
+  return std::clamp<uint64_t>(n, lo, hi);
+}
+
+struct Recorded {
+  uint64_t size = 0;
+  std::string value;  // the upload id ("upload") or the ETag ("done")
+};
+
+// One file being uploaded. Its parts finish on any thread; the last one completes the upload.
+struct FileJob {
+  std::string path;
+  std::string name;
+  io::S3Url object;
+  io::File file;
+  uint64_t size = 0;
+  uint64_t part_size = 0;
+  uint32_t parts_total = 0;
+  std::string upload_id;
+  std::map<uint32_t, io::S3Client::Part> listed;  // parts already up (resume)
+  std::mutex mu;
+  std::vector<io::S3Client::Part> parts;
+  uint32_t remaining = 0;
+  bool failed = false;
+};
+
+}  // namespace
+
+UploadOptions UploadOptions::FromEnvironment() {
+  UploadOptions o;
+  // Below S3's 5 MiB only for servers that allow it (tests); 5 GiB is S3's part limit.
+  o.part_size = EnvBytes("LIBSHARD_S3_PART_SIZE", o.part_size, 4096, uint64_t{5} << 30);
+  o.threads = static_cast<uint32_t>(EnvBytes("LIBSHARD_S3_UPLOAD_THREADS", o.threads, 1, 64));
+  o.content_md5 = EnvBytes("LIBSHARD_S3_CONTENT_MD5", 1, 0, 1) != 0;
+  return o;
+}
+
+struct Uploader::State {
+  std::string prefix;
+  io::S3Url base;
+  std::string staging;
+  UploadOptions options;
+  io::S3Config config;
+
+  mutable std::mutex mu;
+  std::condition_variable work_cv;
+  std::condition_variable done_cv;
+  std::deque<std::function<void(io::S3Client&)>> tasks;
+  std::vector<std::thread> threads;
+  bool stop = false;
+  uint64_t pending_files = 0;
+  Status error;
+  std::set<std::string> queued;
+  std::map<std::string, Recorded> uploads;  // journal "upload" lines
+  std::map<std::string, Recorded> done;     // journal "done" lines
+  io::File journal;
+  uint64_t journal_size = 0;
+  UploadStats stats;
+  std::unique_ptr<io::S3Client> caller_client;  // PutNow / HeadNow
+
+  io::S3Url ObjectOf(const std::string& name) const {
+    io::S3Url u = base;
+    u.key = base.key.empty() ? name : base.key + "/" + name;
+    return u;
+  }
+
+  void Fail(const Status& st) {
+    std::lock_guard<std::mutex> g(mu);
+    if (error.ok()) error = st;
+    done_cv.notify_all();
+  }
+
+  // Appends one line to the journal and syncs it; under `mu`.
+  Status JournalLocked(const std::string& line) {
+    const std::string text = line + "\n";
+    LIBSHARD_RETURN_IF_ERROR(journal.PWriteAll(text.data(), text.size(), journal_size));
+    journal_size += text.size();
+    return journal.Sync();
+  }
+  Status Journal(const std::string& line) {
+    std::lock_guard<std::mutex> g(mu);
+    return JournalLocked(line);
+  }
+
+  void FinishFile(FileJob& job, const Status& st, const std::string& etag) {
+    if (st.ok()) {
+      Status js = Journal("done " + job.name + " " + std::to_string(job.size) + " " + etag);
+      if (!js.ok()) {
+        FinishFile(job, js, {});
+        return;
+      }
+    }
+    if (st.ok() && options.free_uploaded && job.size > kKeepHead) {
+      // Best effort: the bytes are safe on the server either way.
+      job.file.PunchHole(kKeepHead, job.size - kKeepHead).IgnoreError();
+    }
+    std::lock_guard<std::mutex> g(mu);
+    if (!st.ok() && error.ok()) error = st;
+    if (st.ok()) {
+      ++stats.objects;
+      done[job.name] = Recorded{job.size, etag};
+    }
+    --pending_files;
+    done_cv.notify_all();
+  }
+
+  void Push(std::function<void(io::S3Client&)> task, bool front) {
+    std::lock_guard<std::mutex> g(mu);
+    if (front) {
+      tasks.push_front(std::move(task));
+    } else {
+      tasks.push_back(std::move(task));
+    }
+    work_cv.notify_one();
+  }
+
+  void Worker() {
+    Result<std::unique_ptr<io::S3Client>> made = io::S3Client::Create(config);
+    io::S3ClientStats seen;
+    for (;;) {
+      std::function<void(io::S3Client&)> task;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        work_cv.wait(lk, [&] { return stop || !tasks.empty(); });
+        if (stop) return;
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      if (!made.ok()) {
+        Fail(made.status());
+        continue;  // the task is dropped; its file stays pending and Wait() reports the error
+      }
+      io::S3Client& client = **made;
+      task(client);
+      const io::S3ClientStats now = client.stats();
+      std::lock_guard<std::mutex> g(mu);
+      stats.requests += now.requests - seen.requests;
+      stats.retries += now.retries - seen.retries;
+      seen = now;
+    }
+  }
+
+  void StartFile(io::S3Client& client, const std::shared_ptr<FileJob>& job) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (!error.ok()) {
+        --pending_files;
+        done_cv.notify_all();
+        return;
+      }
+    }
+    Result<uint64_t> size = job->file.Size();
+    if (!size.ok()) return FinishFile(*job, size.status(), {});
+    job->size = *size;
+    std::optional<Recorded> was_done, was_started;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (auto it = done.find(job->name); it != done.end()) was_done = it->second;
+      if (auto it = uploads.find(job->name); it != uploads.end()) was_started = it->second;
+    }
+    if (was_done && was_done->size == job->size) {
+      // Finished by an earlier run: kept when the server still has it with that size.
+      Result<io::ObjectInfo> info = client.Head(job->object);
+      if (info.ok() && info->size == job->size) {
+        std::lock_guard<std::mutex> g(mu);
+        ++stats.objects;
+        --pending_files;
+        done_cv.notify_all();
+        return;
+      }
+      if (!info.ok() && info.status().code() != StatusCode::kNotFound)
+        return FinishFile(*job, info.status(), {});
+    }
+    job->part_size = std::max<uint64_t>(options.part_size, (job->size + kMaxParts - 1) / kMaxParts);
+    if (job->size <= job->part_size) {
+      std::string data(job->size, '\0');
+      Status st = job->file.PReadExact(data.data(), data.size(), 0);
+      if (!st.ok()) return FinishFile(*job, st, {});
+      Result<std::string> etag =
+          client.Put(job->object, data, options.content_md5 ? Md5Base64(data) : std::string());
+      if (etag.ok()) {
+        std::lock_guard<std::mutex> g(mu);
+        ++stats.parts_uploaded;
+        stats.bytes_uploaded += data.size();
+      }
+      return FinishFile(*job, etag.status(), etag.ok() ? *etag : std::string());
+    }
+    job->parts_total = static_cast<uint32_t>((job->size + job->part_size - 1) / job->part_size);
+    if (was_started && was_started->size == job->size) {
+      Result<std::vector<io::S3Client::Part>> listed = client.ListParts(job->object,
+                                                                         was_started->value);
+      if (listed.ok()) {
+        job->upload_id = was_started->value;
+        for (io::S3Client::Part& p : *listed) job->listed.emplace(p.number, std::move(p));
+      } else if (listed.status().code() == StatusCode::kNotFound) {
+        // The upload is gone: completed (killed before "done" was journaled) or aborted.
+        Result<io::ObjectInfo> info = client.Head(job->object);
+        const std::string suffix = "-" + std::to_string(job->parts_total) + "\"";
+        if (info.ok() && info->size == job->size && info->etag.size() > suffix.size() &&
+            info->etag.ends_with(suffix))
+          return FinishFile(*job, Status::OK(), info->etag);
+      } else {
+        return FinishFile(*job, listed.status(), {});
+      }
+    }
+    if (job->upload_id.empty()) {
+      Result<std::string> id = client.CreateMultipartUpload(job->object);
+      if (!id.ok()) return FinishFile(*job, id.status(), {});
+      job->upload_id = *id;
+      Status js;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        uploads[job->name] = Recorded{job->size, *id};
+        js = JournalLocked("upload " + job->name + " " + std::to_string(job->size) + " " + *id);
+      }
+      if (!js.ok()) return FinishFile(*job, js, {});
+    }
+    job->parts.resize(job->parts_total);
+    job->remaining = job->parts_total;
+    // The parts go to the front of the queue (part 1 first): one file's parts are finished
+    // before the next file starts, which bounds the memory in flight and the unfinished uploads.
+    std::lock_guard<std::mutex> g(mu);
+    for (uint32_t n = job->parts_total; n >= 1; --n) {
+      tasks.push_front([this, job, n](io::S3Client& c) { UploadPart(c, job, n); });
+      work_cv.notify_one();
+    }
+  }
+
+  void UploadPart(io::S3Client& client, const std::shared_ptr<FileJob>& job, uint32_t n) {
+    const uint64_t offset = uint64_t{n - 1} * job->part_size;
+    const uint64_t length = std::min(job->part_size, job->size - offset);
+    Status st;
+    std::string etag;
+    bool skip;
+    {
+      std::lock_guard<std::mutex> g(job->mu);
+      skip = job->failed;
+    }
+    {
+      std::lock_guard<std::mutex> g(mu);
+      skip = skip || !error.ok();
+    }
+    if (!skip) {
+      std::string data(length, '\0');
+      st = job->file.PReadExact(data.data(), length, offset);
+      if (st.ok()) {
+        auto it = job->listed.find(n);
+        if (it != job->listed.end() && it->second.size == length &&
+            it->second.etag == Md5Etag(data)) {
+          etag = it->second.etag;  // up already, with these bytes
+          std::lock_guard<std::mutex> g(mu);
+          ++stats.parts_skipped;
+        } else {
+          Result<std::string> r = client.UploadPart(
+              job->object, job->upload_id, n, data,
+              options.content_md5 ? Md5Base64(data) : std::string());
+          if (r.ok()) {
+            etag = *r;
+            std::lock_guard<std::mutex> g(mu);
+            ++stats.parts_uploaded;
+            stats.bytes_uploaded += length;
+          } else {
+            st = r.status();
+          }
+        }
+      }
+    }
+    bool last;
+    bool failed;
+    {
+      std::lock_guard<std::mutex> g(job->mu);
+      if (!st.ok() || skip) job->failed = true;
+      job->parts[n - 1] = io::S3Client::Part{n, length, etag};
+      last = --job->remaining == 0;
+      failed = job->failed;
+    }
+    if (!st.ok()) Fail(st);
+    if (!last) return;
+    if (failed) {
+      // The upload stays (its parts are reused by a resume); the error is already recorded.
+      std::lock_guard<std::mutex> g(mu);
+      --pending_files;
+      done_cv.notify_all();
+      return;
+    }
+    Result<std::string> done_etag =
+        client.CompleteMultipartUpload(job->object, job->upload_id, job->parts);
+    FinishFile(*job, done_etag.status(), done_etag.ok() ? *done_etag : std::string());
+  }
+};
+
+Uploader::Uploader(std::unique_ptr<State> state) : s_(std::move(state)) {}
+
+Uploader::~Uploader() {
+  {
+    std::lock_guard<std::mutex> g(s_->mu);
+    s_->stop = true;
+    s_->tasks.clear();
+  }
+  s_->work_cv.notify_all();
+  for (std::thread& t : s_->threads) t.join();
+}
+
+Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
+                                                 const std::string& staging_dir, bool fresh,
+                                                 UploadOptions options) {
+  auto s = std::make_unique<State>();
+  LIBSHARD_ASSIGN_OR_RETURN(s->base, io::ParseS3Url(prefix));
+  while (!s->base.key.empty() && s->base.key.back() == '/') s->base.key.pop_back();
+  s->prefix = prefix;
+  s->staging = staging_dir;
+  s->options = options;
+  LIBSHARD_ASSIGN_OR_RETURN(s->config, io::LoadS3Config());
+  const std::string journal_path = internal::JoinPath(staging_dir, kJournalName);
+  if (internal::PathExists(journal_path)) {
+    LIBSHARD_ASSIGN_OR_RETURN(std::string text,
+                              internal::ReadWholeFile(journal_path, uint64_t{64} << 20));
+    // Complete lines only (a kill may tear the last one).
+    std::istringstream in(text.substr(0, text.rfind('\n') == std::string::npos
+                                             ? 0
+                                             : text.rfind('\n') + 1));
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string kind, name, value;
+      uint64_t size = 0;
+      if (!(fields >> kind >> name >> size >> value)) continue;
+      if (kind == "upload") s->uploads[name] = Recorded{size, value};
+      if (kind == "done") s->done[name] = Recorded{size, value};
+    }
+    if (fresh) {
+      // A new write replaces whatever an earlier one left: its unfinished uploads are aborted.
+      Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s->config);
+      if (c.ok())
+        for (const auto& [name, rec] : s->uploads)
+          if (!s->done.count(name))
+            (*c)->AbortMultipartUpload(s->ObjectOf(name), rec.value).IgnoreError();
+      s->uploads.clear();
+      s->done.clear();
+      LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(journal_path));
+    }
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(s->journal, io::File::Open(journal_path, O_WRONLY | O_CREAT));
+  LIBSHARD_ASSIGN_OR_RETURN(s->journal_size, s->journal.Size());
+  std::unique_ptr<Uploader> up(new Uploader(std::move(s)));
+  State* st = up->s_.get();
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, options.threads); ++i)
+    st->threads.emplace_back([st] { st->Worker(); });
+  return up;
+}
+
+void Uploader::Enqueue(const std::string& path, const std::string& name) {
+  auto job = std::make_shared<FileJob>();
+  job->path = path;
+  job->name = name;
+  job->object = s_->ObjectOf(name);
+  {
+    std::lock_guard<std::mutex> g(s_->mu);
+    if (s_->queued.count(name)) return;
+  }
+  // Opened now: the caller may rename the file (a Writer's Finish renames SHARD.tmp) before a
+  // thread gets to it.
+  Result<io::File> f = io::File::Open(path, s_->options.free_uploaded ? O_RDWR : O_RDONLY);
+  if (!f.ok()) {
+    s_->Fail(f.status().WithContext("upload of " + name));
+    return;
+  }
+  job->file = std::move(*f);
+  {
+    std::lock_guard<std::mutex> g(s_->mu);
+    if (!s_->queued.insert(name).second) return;
+    ++s_->pending_files;
+  }
+  State* st = s_.get();
+  s_->Push([st, job](io::S3Client& c) { st->StartFile(c, job); }, /*front=*/false);
+}
+
+Status Uploader::error() const {
+  std::lock_guard<std::mutex> g(s_->mu);
+  return s_->error;
+}
+
+Status Uploader::Wait() {
+  std::unique_lock<std::mutex> lk(s_->mu);
+  s_->done_cv.wait(lk, [&] { return s_->pending_files == 0 || !s_->error.ok(); });
+  return s_->error;
+}
+
+Status Uploader::PutNow(const std::string& name, std::string_view data) {
+  if (!s_->caller_client) {
+    LIBSHARD_ASSIGN_OR_RETURN(s_->caller_client, io::S3Client::Create(s_->config));
+  }
+  Result<std::string> etag = s_->caller_client->Put(s_->ObjectOf(name), data, Md5Base64(data));
+  std::lock_guard<std::mutex> g(s_->mu);
+  if (etag.ok()) {
+    ++s_->stats.parts_uploaded;
+    s_->stats.bytes_uploaded += data.size();
+    ++s_->stats.objects;
+  }
+  return etag.status();
+}
+
+Result<io::ObjectInfo> Uploader::HeadNow(const std::string& name) {
+  if (!s_->caller_client) {
+    LIBSHARD_ASSIGN_OR_RETURN(s_->caller_client, io::S3Client::Create(s_->config));
+  }
+  return s_->caller_client->Head(s_->ObjectOf(name));
+}
+
+void Uploader::AbortLeftovers(const std::vector<std::string>& names) {
+  if (!s_->caller_client) {
+    Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s_->config);
+    if (!c.ok()) return;
+    s_->caller_client = std::move(*c);
+  }
+  // The dataset's prefix without its last '/', so that the listing needs no '/' in the query
+  // when the prefix is one component (some servers sign such values differently).
+  Result<std::vector<io::S3Client::Upload>> uploads =
+      s_->caller_client->ListMultipartUploads(s_->base.bucket, s_->base.key);
+  if (!uploads.ok()) return;
+  std::set<std::string> keys;
+  for (const std::string& n : names) keys.insert(s_->ObjectOf(n).key);
+  for (const io::S3Client::Upload& u : *uploads)
+    if (keys.count(u.key))
+      s_->caller_client->AbortMultipartUpload(io::S3Url{s_->base.bucket, u.key}, u.upload_id)
+          .IgnoreError();
+}
+
+UploadStats Uploader::stats() const {
+  std::lock_guard<std::mutex> g(s_->mu);
+  return s_->stats;
+}
+
+const std::string& Uploader::prefix() const { return s_->prefix; }
+
+}  // namespace libshard::remote

@@ -1,0 +1,94 @@
+// Uploader: puts the files of a dataset written locally (a staging directory) under an s3://
+// prefix, on its own threads, each with its own S3Client made in that thread.
+//
+// A file of at most `part_size` bytes goes up in one PUT; a larger one by multipart upload, its
+// parts (`part_size` bytes, the last one shorter) uploaded in parallel, each with its Content-MD5,
+// and completed once all are up. A multipart object is invisible until completed, so a reader
+// never sees half of one.
+//
+// Resume: the upload journal (`upload.journal` in the staging directory, one text line per event,
+// appended and fsynced) records each multipart upload id when it starts ("upload NAME SIZE ID")
+// and each finished object ("done NAME SIZE ETAG"). A new Uploader on the same directory (the
+// process was killed) skips finished objects (after a HEAD shows them with that size) and
+// continues a recorded upload: ListParts names the parts already up, and a part whose size and
+// ETag (the MD5 of the local bytes) match is not uploaded again.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "io/s3_client.h"
+#include "libshard/status.h"
+
+namespace libshard::remote {
+
+struct UploadOptions {
+  // LIBSHARD_S3_PART_SIZE (default 16 MiB; S3 needs >= 5 MiB for all parts but the last), raised
+  // as needed so that a file has at most 10000 parts.
+  uint64_t part_size = uint64_t{16} << 20;
+  // LIBSHARD_S3_UPLOAD_THREADS (default 8): parts in flight at once.
+  uint32_t threads = 8;
+  // LIBSHARD_S3_CONTENT_MD5 (default 1): send each part's and object's Content-MD5, so that the
+  // server refuses bytes damaged on the way. 0 saves the MD5 (a CPU-second or more per GB on a
+  // busy node) where TLS already protects the transfer; a resume still checks parts by MD5.
+  bool content_md5 = true;
+  // Free the local bytes of a file once it is up, past its first 4 KiB (a shard's header, which
+  // a resumed Writer checks), by punching a hole that keeps the size: the staging directory then
+  // holds only what is not uploaded yet. Never for files that may be links to someone else's
+  // data (merge links its parts' shards).
+  bool free_uploaded = false;
+  // Reads the variables above over the defaults.
+  static UploadOptions FromEnvironment();
+};
+
+struct UploadStats {
+  uint64_t objects = 0;          // objects finished by this Uploader (uploaded or found up)
+  uint64_t parts_uploaded = 0;   // parts (and single PUTs) sent
+  uint64_t parts_skipped = 0;    // parts found up already (resume)
+  uint64_t bytes_uploaded = 0;
+  uint64_t requests = 0;         // every try of every request
+  uint64_t retries = 0;
+};
+
+class Uploader {
+ public:
+  // `prefix` is the dataset's s3:// URL (objects go to PREFIX/NAME); `staging_dir` holds the
+  // files and the upload journal. `fresh`: a new write; a journal left by an earlier one is
+  // dropped (its unfinished uploads aborted, best effort). Otherwise the journal is continued.
+  static Result<std::unique_ptr<Uploader>> Open(const std::string& prefix,
+                                                const std::string& staging_dir, bool fresh,
+                                                UploadOptions options);
+  ~Uploader();  // stops the threads; unfinished uploads stay for a resume
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  // Queues the upload of local file `path` as PREFIX/`name` and returns at once. The file must
+  // not change any more. A name queued before is not queued again. Thread-safe.
+  void Enqueue(const std::string& path, const std::string& name);
+  // The first error of a queued upload so far (OK while none failed). Thread-safe.
+  Status error() const;
+  // Waits until every queued upload is finished or one failed; the first error.
+  [[nodiscard]] Status Wait();
+  // PUT of `data` as PREFIX/`name` now, on the calling thread (index, manifest).
+  [[nodiscard]] Status PutNow(const std::string& name, std::string_view data);
+  // HEAD of PREFIX/`name` on the calling thread.
+  Result<io::ObjectInfo> HeadNow(const std::string& name);
+
+  // Aborts the unfinished multipart uploads of PREFIX/NAME for the `names` given (a run killed
+  // between starting an upload and journaling its id leaves one with no parts). Best effort,
+  // on the calling thread; call after Wait().
+  void AbortLeftovers(const std::vector<std::string>& names);
+
+  UploadStats stats() const;
+  const std::string& prefix() const;
+
+ private:
+  struct State;
+  explicit Uploader(std::unique_ptr<State> state);
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace libshard::remote
