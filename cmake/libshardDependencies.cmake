@@ -39,4 +39,6 @@ libshard_pkg(LIBSHARD_ZSTD libzstd 1.4 "zstd (libzstd)" libzstd-dev libzstd-deve
 libshard_pkg(LIBSHARD_XXHASH libxxhash 0.8 "xxHash (libxxhash)" libxxhash-dev xxhash-devel)
 # s3:// datasets (io/s3_client.cc): CURLOPT_AWS_SIGV4 needs 7.75.
 libshard_pkg(LIBSHARD_CURL libcurl 7.75 "libcurl (s3:// datasets)" libcurl4-openssl-dev libcurl-devel)
+# The MD5 of s3:// uploads (remote/md5.cc): OpenSSL's libcrypto, which libcurl links for TLS.
+libshard_pkg(LIBSHARD_CRYPTO libcrypto 1.1 "OpenSSL libcrypto (s3:// uploads)" libssl-dev openssl-devel)
 find_package(Threads REQUIRED)
