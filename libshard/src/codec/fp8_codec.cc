@@ -33,23 +33,26 @@ Status PrepareFp8(EncodeJob& job) {
 
 Result<ChunkEntry> EncodeFp8Chunk(EncodeJob& job, const ChunkRows& c, bool coded,
                                   std::vector<std::byte>* out) {
-  const FieldGeometry& g = job.g;
+  // Locals, not members: the byte stores below may alias them, which would reload them.
+  const size_t n = c.n, rows = c.rows, row_elems = job.g.row_elems;
   const size_t scales_at = out->size();
-  out->resize(scales_at + kFp8ScaleBytes * c.rows);
-  for (size_t r = 0; r < c.rows; ++r)
+  out->resize(scales_at + kFp8ScaleBytes * rows);
+  for (size_t r = 0; r < rows; ++r)
     format::PutU32(out->data() + scales_at + kFp8ScaleBytes * r,
                    std::bit_cast<uint32_t>(job.scales[c.row0 + r]));
-  job.scratch.a.resize(c.n);
+  job.scratch.a.resize(n);
   auto* a = reinterpret_cast<uint8_t*>(job.scratch.a.data());
-  std::memcpy(a, job.codes + c.row0 * g.row_elems, c.n);
-  if (job.channel_base)
-    for (size_t r = 0; r < c.rows; ++r)
-      for (size_t k = 0; k < g.row_elems; ++k)
-        a[r * g.row_elems + k] = RemoveBase(a[r * g.row_elems + k], job.base[k], true);
+  std::memcpy(a, job.codes + c.row0 * row_elems, n);
+  if (job.channel_base) {
+    const uint8_t* base = job.base.data();
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t k = 0; k < row_elems; ++k)
+        a[r * row_elems + k] = RemoveBase(a[r * row_elems + k], base[k], true);
+  }
   const size_t coded_start = out->size();
   LIBSHARD_ASSIGN_OR_RETURN(uint8_t mode,
                             AppendCoded(job.scratch.cctx.get(), job.options.fp8_entropy,
-                                        job.options.level, job.scratch.a.data(), c.n, coded,
+                                        job.options.level, job.scratch.a.data(), n, coded,
                                         out));
   return ChunkEntry{.coded_size = static_cast<uint32_t>(out->size() - coded_start), .mode = mode};
 }

@@ -32,24 +32,27 @@ Status Prepare(EncodeJob& job) {
 }
 
 Result<ChunkEntry> EncodeChunk(EncodeJob& job, const ChunkRows& c, std::vector<std::byte>* out) {
-  const FieldGeometry& g = job.g;
-  const uint8_t* chunk = job.src + c.row0 * g.row_elems * 2;
-  job.scratch.a.resize(c.n * 2);
+  // Locals, not members: the byte stores below may alias them, which would reload them.
+  const size_t n = c.n, rows = c.rows, row_elems = job.g.row_elems;
+  const uint8_t* chunk = job.src + c.row0 * row_elems * 2;
+  job.scratch.a.resize(n * 2);
   uint8_t* lo = reinterpret_cast<uint8_t*>(job.scratch.a.data());
-  uint8_t* hi = lo + c.n;
-  for (size_t i = 0; i < c.n; ++i) {
+  uint8_t* hi = lo + n;
+  for (size_t i = 0; i < n; ++i) {
     lo[i] = chunk[2 * i];
     hi[i] = chunk[2 * i + 1];
   }
-  if (job.channel_base)
-    for (size_t r = 0; r < c.rows; ++r)
-      for (size_t k = 0; k < g.row_elems; ++k)
-        hi[r * g.row_elems + k] = RemoveBase(hi[r * g.row_elems + k], job.base[k], false);
-  out->insert(out->end(), job.scratch.a.data(), job.scratch.a.data() + c.n);
+  if (job.channel_base) {
+    const uint8_t* base = job.base.data();
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t k = 0; k < row_elems; ++k)
+        hi[r * row_elems + k] = RemoveBase(hi[r * row_elems + k], base[k], false);
+  }
+  out->insert(out->end(), job.scratch.a.data(), job.scratch.a.data() + n);
   const size_t coded_start = out->size();
   LIBSHARD_ASSIGN_OR_RETURN(uint8_t mode,
                             AppendCoded(job.scratch.cctx.get(), job.options.entropy,
-                                        job.options.level, job.scratch.a.data() + c.n, c.n, true,
+                                        job.options.level, job.scratch.a.data() + n, n, true,
                                         out));
   return ChunkEntry{.coded_size = static_cast<uint32_t>(out->size() - coded_start), .mode = mode};
 }

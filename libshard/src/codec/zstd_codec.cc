@@ -11,15 +11,16 @@ namespace {
 uint64_t CodedRowBytes(const FieldGeometry& g) { return g.row_elems * DTypeSize(g.dtype); }
 
 Result<ChunkEntry> EncodeChunk(EncodeJob& job, const ChunkRows& c, std::vector<std::byte>* out) {
-  const size_t w = DTypeSize(job.g.dtype);
+  // Locals, not c.n: the byte stores below may alias a struct member, which would be reloaded.
+  const size_t w = DTypeSize(job.g.dtype), n = c.n;
   const uint8_t* chunk = job.src + c.row0 * job.g.row_elems * w;
-  job.scratch.a.resize(c.n * w);
+  job.scratch.a.resize(n * w);
   auto* a = reinterpret_cast<uint8_t*>(job.scratch.a.data());
   if (w == 1) {
-    std::memcpy(a, chunk, c.n);
+    std::memcpy(a, chunk, n);
   } else {
-    for (size_t i = 0; i < c.n; ++i)
-      for (size_t k = 0; k < w; ++k) a[k * c.n + i] = chunk[i * w + k];
+    for (size_t i = 0; i < n; ++i)
+      for (size_t k = 0; k < w; ++k) a[k * n + i] = chunk[i * w + k];
   }
   const size_t coded_start = out->size();
   // Codec 1 is zstd by definition, whatever options.entropy says (§4.3.3).
@@ -32,13 +33,14 @@ Result<ChunkEntry> EncodeChunk(EncodeJob& job, const ChunkRows& c, std::vector<s
 
 Status DecodeChunk(DecodeScratch& s, const FieldGeometry& g, const ChunkView& c,
                    uint8_t* chunk_out) {
-  const size_t w = DTypeSize(g.dtype);
+  // Locals, not c.n: the byte stores below may alias a struct member, which would be reloaded.
+  const size_t w = DTypeSize(g.dtype), n = c.n;
   const size_t n_need = static_cast<size_t>(c.need * g.row_elems);
   const std::byte* plane = c.coded;
   if (c.mode != kModeStored) {
     std::byte* tmp = (w == 1 && c.need == c.rows) ? reinterpret_cast<std::byte*>(chunk_out)
-                                                   : s.Scratch(c.n * w);
-    LIBSHARD_RETURN_IF_ERROR(s.Unpack(c.mode, c.coded, c.coded_size, tmp, c.n * w));
+                                                   : s.Scratch(n * w);
+    LIBSHARD_RETURN_IF_ERROR(s.Unpack(c.mode, c.coded, c.coded_size, tmp, n * w));
     plane = tmp;
   }
   const auto* pl = reinterpret_cast<const uint8_t*>(plane);
@@ -46,7 +48,7 @@ Status DecodeChunk(DecodeScratch& s, const FieldGeometry& g, const ChunkView& c,
     if (pl != chunk_out) std::memcpy(chunk_out, pl, n_need);
   } else {
     for (size_t i = 0; i < n_need; ++i)
-      for (size_t k = 0; k < w; ++k) chunk_out[i * w + k] = pl[k * c.n + i];
+      for (size_t k = 0; k < w; ++k) chunk_out[i * w + k] = pl[k * n + i];
   }
   return Status::OK();
 }
