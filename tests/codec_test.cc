@@ -13,8 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "codec/codec_table.h"
 #include "codec/float8.h"
 #include "codec/huffman.h"
+#include "codec/region.h"
 #include "format/bytes.h"
 
 namespace libshard::codec {
@@ -652,6 +654,56 @@ TEST(Fp8, RejectsOtherDtypes) {
   EXPECT_EQ(d.DecodeFp8(region, CodecId::kPlanes, {DType::kBFloat16, 2, 4}, UINT64_MAX, codes, scales)
                 .code(),
             StatusCode::kInvalidArgument);
+}
+
+// The codec table (codec/codec_table.h) holds one entry per id, at its id; the region's on-disk
+// structs (codec/region.h) read back what Encode wrote, and write it again byte for byte.
+TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
+  for (int i = 0; i <= kMaxCodecId; ++i) {
+    const CodecEntry* e = FindCodec(static_cast<CodecId>(i));
+    ASSERT_NE(e, nullptr) << i;
+    EXPECT_EQ(static_cast<int>(e->id), i);
+    EXPECT_EQ(e->name, CodecName(e->id));
+    EXPECT_EQ(e->has_region, i != 0);
+    EXPECT_EQ(e->encode_chunk != nullptr && e->decode_chunk != nullptr, e->has_region);
+  }
+  EXPECT_EQ(FindCodec(static_cast<CodecId>(kMaxCodecId + 1)), nullptr);
+
+  const FieldGeometry g{DType::kBFloat16, 300, 128};
+  const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 3));
+  EncodeOptions options;
+  options.chunk_elems = 128 * 100;  // 3 chunks of 100 rows
+  for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy}) {
+    SCOPED_TRACE(std::string(CodecName(id)));
+    const auto region = EncodeOk(id, g, raw, options);
+    ASSERT_GE(region.size(), kRegionHeaderSize + 3 * kChunkEntrySize);
+    RegionHeader h;
+    ASSERT_TRUE(RegionHeader::DecodeFrom(region.data(), &h));
+    EXPECT_EQ(h.codec, static_cast<uint8_t>(id));
+    EXPECT_EQ(h.dtype, static_cast<uint8_t>(g.dtype));
+    EXPECT_EQ(h.reserved, 0);
+    EXPECT_EQ(h.rows, g.rows);
+    EXPECT_EQ(h.row_elems, g.row_elems);
+    EXPECT_EQ(h.chunk_rows, 100u);
+    EXPECT_EQ(h.chunk_count, 3u);
+    std::vector<std::byte> again(kRegionHeaderSize + 3 * kChunkEntrySize);
+    h.EncodeTo(again.data());
+    uint64_t coded_total = 0;
+    for (int c = 0; c < 3; ++c) {
+      const ChunkEntry e = ChunkEntry::DecodeFrom(region.data() + kRegionHeaderSize + 8 * c);
+      EXPECT_EQ(e.reserved, 0u);
+      coded_total += e.coded_size;
+      e.EncodeTo(again.data() + kRegionHeaderSize + 8 * c);
+    }
+    EXPECT_TRUE(std::equal(again.begin(), again.end(), region.begin()));
+    EXPECT_LT(coded_total, region.size());
+    auto info = ParseRegion(region, id, g);
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->chunk_count, 3u);
+  }
+  std::vector<std::byte> junk(kRegionHeaderSize);
+  RegionHeader h;
+  EXPECT_FALSE(RegionHeader::DecodeFrom(junk.data(), &h));
 }
 
 }  // namespace
