@@ -452,6 +452,7 @@ Result<PackSummary> PackJob::Run() {
   // Every worker may inflate a gzip source at once: the default limit shares memory among them.
   if (source_options_.max_decompressed_bytes == 0)
     source_options_.max_decompressed_bytes = DefaultMaxDecompressedBytes(Threads());
+  source_options_.max_decompressed_name = F("max_decompressed");
   LIBSHARD_RETURN_IF_ERROR(ListAndSelect());
   LIBSHARD_RETURN_IF_ERROR(OpenWriter());
   if (finished_already_) {

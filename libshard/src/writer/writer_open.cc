@@ -101,12 +101,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/true));
   if (internal::PathExists(JoinPath(dir, format::kManifestName)))
     return Status::AlreadyExists(dir + " already holds a dataset; add to it with "
-                                 "Writer::OpenForAppend (libshard pack --append) or choose an "
-                                 "empty directory");
+                                 "Writer::OpenForAppend or choose an empty directory");
   if (internal::PathExists(JoinPath(dir, format::kJournalName)))
     return Status::AlreadyExists(dir + " holds an interrupted write (" + format::kJournalName +
-                                 "); continue it with Writer::Resume (libshard pack --resume) "
-                                 "or delete the directory");
+                                 "); continue it with Writer::Resume or delete the directory");
   auto w = std::make_unique<WriterImpl>(dir, schema, options, Mode::kCreate);
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
@@ -248,8 +246,9 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::strin
   w->codecs_ = ds->field_codecs();  // new samples are stored as the dataset's
   if (!AnyCodec(w->codecs_)) w->codecs_.clear();
   if (!w->codecs_.empty() && options.compression != Compression::kNone)
-    return Status::InvalidArgument(dir + " stores its fields with field codecs (FORMAT.md §4.3); "
-                                   "append without --compress zstd");
+    return Status::InvalidArgument(dir + " stores its fields with field codecs (FORMAT.md §4.3), "
+                                   "which exclude whole-sample zstd compression; append without "
+                                   "it");
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
   w->old_index_file_ = manifest.index_file;
