@@ -155,8 +155,8 @@ std::vector<Spec> MakeSpecs() {
                                       "one per CPU", "threads reading and encoding sources"),
                    {"--threads"}));
   t.push_back(With(Parsed("on_error", "on_error", "str", "'raise'", {"raise", "skip", "fail"},
-                          "raise: the first bad source stops the job; skip: left out, listed in "
-                          "OUT/skipped.txt",
+                          "raise: stop at the first bad source ('fail' is an alias); skip: leave it "
+                          "out and list it in OUT/skipped.txt",
                           ApplyOnError),
                    {"--on-error"}));
   t.push_back(With(Bool<O>(kWhat, "resume", "resume", Resume, "False",

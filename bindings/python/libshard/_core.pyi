@@ -183,7 +183,7 @@ class PackOptions(TypedDict, total=False):
     fields: Optional[List[str]]
     # threads reading and encoding sources (default None; 1..1024, None: one per CPU; also spelled --threads)
     threads: Optional[int]
-    # raise: the first bad source stops the job; skip: left out, listed in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
+    # raise: stop at the first bad source ('fail' is an alias); skip: leave it out and list it in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
     on_error: str
     # continue an interrupted job from its journal (default False; also spelled --resume)
     resume: bool
