@@ -1,4 +1,5 @@
 // `libshard pack SRC -o OUT`: see converters/pack/pack.h.
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -80,10 +81,16 @@ std::string Help(const OptionSpec<convert::PackOptions>& s) {
   return help;
 }
 
-// CLI11's name for a row's flag: its aliases, "-o,--output"; "" when the row has no flag.
+// CLI11's name for a row's flag: its aliases that are flags ("-o,--output") or a positional's
+// metavar ("SRC"); "" when the row has neither (other aliases are keywords, "window_bytes").
 std::string FlagNames(const OptionSpec<convert::PackOptions>& s) {
   std::string names;
   for (std::string_view a : s.aliases) {
+    const bool flag = a.starts_with("-");
+    const bool metavar = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return c >= 'A' && c <= 'Z';
+    });
+    if (!flag && !metavar) continue;
     if (!names.empty()) names += ",";
     names += a;
   }

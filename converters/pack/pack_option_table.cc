@@ -194,10 +194,12 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(With(Bool<O>(kWhat, "verify_crc", "source_options.verify_crc32", VerifyCrc,
                            "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
                    {}));
-  t.push_back(With(AutoBytes("window_bytes", "window_bytes", Window,
+  // "in_flight_bytes", not a window: the Loader's consumer window and bucket_window are other
+  // things. "window_bytes" (its former name) stays an alias for existing callers.
+  t.push_back(With(AutoBytes("in_flight_bytes", "window_bytes", Window,
                              "2 x threads x the largest source, at least 64 MiB",
-                             "bytes of samples in flight"),
-                   {"--window"}));
+                             "bytes of samples in flight (formerly window_bytes)"),
+                   {"--window", "window_bytes"}));
   t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
                            "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
                    {}));
