@@ -474,7 +474,7 @@ TEST(PtReaderTest, MultiMemberGzipIsConcatenatedUnderOneLimit) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(r.status().message().find(p.string()), std::string::npos);
-  EXPECT_NE(r.status().message().find("--max-decompressed"), std::string::npos);
+  EXPECT_NE(r.status().message().find("SourceOptions::max_decompressed_bytes"), std::string::npos);
   // Twenty members of 4 MiB zeros (80 MiB) under a 10 MiB limit: refused, and the buffer never
   // grew past the limit (the second member alone would pass it).
   std::string bomb;
@@ -511,7 +511,7 @@ TEST(PtReaderTest, ViewsMaterialisingMoreThanTheFileAreBounded) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted) << r.status().ToString();
   EXPECT_NE(r.status().message().find(views), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find("--max-decompressed"), std::string::npos);
+  EXPECT_NE(r.status().message().find("SourceOptions::max_decompressed_bytes"), std::string::npos);
   opts.max_decompressed_bytes = 1 << 20;
   EXPECT_TRUE(OpenSource(views, opts).ok());
   EXPECT_TRUE(OpenSource(views).ok());

@@ -200,6 +200,9 @@ TEST(WriterTest, MetadataAndProvenanceRoundTrip) {
   EXPECT_EQ(*src, s.input.source);
   EXPECT_TRUE(ds->metadata(1)->empty());
   EXPECT_EQ(*ds->source(1), Provenance{});
+  ASSERT_TRUE(ds->key(0).ok());
+  EXPECT_EQ(*ds->key(0), s.input.source.path);  // key(i) is source(i).path, as in Python
+  EXPECT_EQ(*ds->key(1), "");
   std::string manifest = ReadFileToString(dir / "manifest.json");
   EXPECT_NE(manifest.find("\"created_by\": \"libshard tests\""), std::string::npos) << manifest;
   EXPECT_NE(manifest.find("\"sources\": 1"), std::string::npos) << manifest;

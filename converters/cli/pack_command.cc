@@ -1,5 +1,8 @@
 // `libshard pack SRC -o OUT`: see converters/pack/pack.h.
+#include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,32 +17,85 @@
 namespace libshard::cli {
 namespace {
 
+// The flags generated from the pack option table (PackOptionTable, pack/option_parsing.h): every
+// row with a CLI alias is a flag named by its aliases, its help the row's doc and default. The
+// values are kept as given, by row name, and set through the table when the command runs.
 struct PackArgs {
-  std::string source;
-  std::string output;
-  std::string files_from;
-  std::vector<std::string> include, exclude;
-  std::string shard_size = "4GiB";
-  std::string compress = "none";
-  std::string store_dtype;
-  std::string fields;
-  unsigned threads = 0;
-  std::string on_error = "raise";
-  bool resume = false, append = false;
-  std::string part;
+  std::map<std::string, std::string, std::less<>> values;               // a value (text)
+  std::map<std::string, std::vector<std::string>, std::less<>> lists;   // repeatable (globs)
+  std::map<std::string, bool, std::less<>> switches;                    // kBool rows
+  // The rows converted by the front end itself (no setter in the table).
   std::vector<std::string> attrs;
-  std::string split_layers;
-  bool allow_varying_dims = false;
-  bool no_hash = false;
-  bool no_crc = false;
-  std::string window;
-  bool no_fsync = false;
-  std::string journal_every;
-  std::string max_decompressed;
   std::string progress = "auto";
+  // Not pack options: how this command reports.
   double progress_interval = -1;
   bool quiet = false;
 };
+
+// Rows whose default is true and that the CLI turns off with a flag of its own.
+constexpr std::pair<std::string_view, std::string_view> kNegations[] = {
+    {"hash_sources", "--no-hash"}, {"verify_crc", "--no-crc"}, {"fsync", "--no-fsync"}};
+// kNames rows given on the CLI as one comma-separated word ("a,b,c") instead of repeated.
+constexpr std::string_view kCommaLists[] = {"fields"};
+// Rows the CLI requires.
+constexpr std::string_view kRequired[] = {"out"};
+
+template <size_t N>
+bool In(const std::string_view (&set)[N], std::string_view name) {
+  for (std::string_view s : set)
+    if (s == name) return true;
+  return false;
+}
+
+std::string_view NegationOf(std::string_view name) {
+  for (const auto& [row, flag] : kNegations)
+    if (row == name) return flag;
+  return {};
+}
+
+// The row's doc without its "(CLI: ...)" note, which is for the other front ends.
+std::string Doc(std::string_view doc) { return std::string(doc.substr(0, doc.find(" (CLI:"))); }
+
+// The help of a row's flag: its doc, then its choices and its default ("4GiB"; for an automatic
+// setting what automatic means, and that 0 asks for it).
+std::string Help(const OptionSpec<convert::PackOptions>& s) {
+  std::string help = Doc(s.doc);
+  std::string_view d = s.default_value;
+  if (d.size() >= 2 && d.front() == '\'' && d.back() == '\'') d = d.substr(1, d.size() - 2);
+  std::string notes;
+  if (s.type == OptionType::kChoice && !s.choices.empty()) {
+    notes = "one of:";
+    for (std::string_view c : s.choices) notes += " " + std::string(c);
+  }
+  const auto note = [&notes](std::string text) {
+    notes += (notes.empty() ? "" : "; ") + std::move(text);
+  };
+  if (!s.unset.empty()) {
+    const bool zero = s.type == OptionType::kCount || s.type == OptionType::kBytes;
+    note(std::string(zero ? "default or 0: " : "default: ") + std::string(s.unset));
+  } else if (!d.empty() && d != "None" && d != "False" && d != "True" &&
+             s.type != OptionType::kBool) {
+    note("default: " + std::string(d));
+  }
+  if (!notes.empty()) help += " (" + notes + ")";
+  return help;
+}
+
+// CLI11's name for a row's flag: its aliases that are flags ("-o,--output") or a positional's
+// metavar ("SRC"); "" when the row has neither (other aliases are keywords, "window_bytes").
+std::string FlagNames(const OptionSpec<convert::PackOptions>& s) {
+  std::string names;
+  for (std::string_view a : s.aliases) {
+    const bool flag = a.starts_with("-");
+    const bool metavar = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return c >= 'A' && c <= 'Z';
+    });
+    if (!flag && !metavar) continue;
+    if (!names.empty()) names += ",";
+    names += a;
+  }
+  return names;
+}
 
 void PrintSummary(const convert::PackSummary& s) {
   using convert::FormatBytes;
@@ -70,41 +126,38 @@ void PrintSummary(const convert::PackSummary& s) {
 int RunPack(const PackArgs& a) {
   constexpr std::string_view kCmd = "pack";
   convert::PackOptions o;
-  o.source_root = a.source;
-  o.files_from = a.files_from;
-  o.include = a.include;
-  o.exclude = a.exclude;
-  o.output = a.output;
   o.spelling = convert::OptionSpelling::kCli;
-  // Value flags are read by the pack option table (PackOptionTable; its aliases are these flags),
-  // the one that reads libshard.pack()'s keywords.
+  // Every value is read by the pack option table, the one that reads libshard.pack()'s keywords;
+  // errors name the flag as given ("--part").
   const OptionTable<convert::PackOptions>& table = convert::PackOptionTable();
-  for (const auto& [flag, text] : {std::pair<std::string_view, const std::string*>{
-                                       "--shard-size", &a.shard_size},
-                                   {"--compress", &a.compress},
-                                   {"--store-dtype", &a.store_dtype},
-                                   {"--on-error", &a.on_error},
-                                   {"--part", &a.part},
-                                   {"--window", &a.window},
-                                   {"--journal-every", &a.journal_every},
-                                   {"--max-decompressed", &a.max_decompressed}}) {
-    if (text->empty()) continue;
-    Status st = table.Set(o, flag, OptionValue::Text(*text));
+  for (const auto& s : table.specs()) {
+    if (!s.set) continue;  // attrs, progress: below
+    const std::string flag = convert::PackOptionName(s.name, convert::OptionSpelling::kCli);
+    Status st;
+    if (auto it = a.switches.find(s.name); it != a.switches.end()) {
+      if (it->second) {
+        st = NegationOf(s.name).empty() ? table.Set(o, flag, OptionValue::Bool(true))
+                                        : table.Set(o, s.name, OptionValue::Bool(false));
+      }
+    } else if (auto it = a.lists.find(s.name); it != a.lists.end()) {
+      if (!it->second.empty()) st = table.Set(o, flag, OptionValue::TextList(it->second));
+    } else if (auto it = a.values.find(s.name); it != a.values.end()) {
+      const std::string& text = it->second;
+      if (In(kCommaLists, s.name)) {
+        st = table.Set(o, flag, OptionValue::TextList(convert::SplitList(text)));
+      } else if (!text.empty()) {
+        // 0 asks for the automatic value of a count that has one ("--threads 0": one per CPU).
+        const bool automatic = s.type == OptionType::kCount && !s.unset.empty() && text == "0";
+        st = automatic ? table.Set(o, flag, OptionValue::None())
+                       : table.SetFromText(o, flag, text);
+      }
+    }
     if (!st.ok()) return UsageError(kCmd, st.message());
   }
-  o.fields = convert::SplitList(a.fields);
-  o.threads = a.threads;
-  o.resume = a.resume;
-  o.append = a.append;
   for (const std::string& attr : a.attrs) {
     Status st = convert::ParseAttribute(attr, &o.attributes);
     if (!st.ok()) return UsageError(kCmd, st.message());
   }
-  o.split_layers = a.split_layers;
-  o.allow_varying_dims = a.allow_varying_dims;
-  o.hash_sources = !a.no_hash;
-  o.source_options.verify_crc32 = !a.no_crc;
-  o.fsync = !a.no_fsync;
   ProgressPrinter::Mode mode;
   if (a.quiet || a.progress == "none") {
     mode = ProgressPrinter::Mode::kNone;
@@ -147,74 +200,35 @@ Command AddPackCommand(CLI::App& app) {
       "pack",
       "Convert a directory tree (or list) of per-sample .pt / .pt.gz / .ckpt / .safetensors files "
       "into a dataset. Sample order: natural-sorted relative paths (data_2 before data_10).");
-  c->add_option("SRC", args->source, "Source directory, walked recursively");
-  c->add_option("-o,--output", args->output, "Output dataset directory")->required();
-  c->add_option("--files-from", args->files_from,
-                "Read source paths from this file ('-' = stdin), one a line; relative paths are "
-                "relative to SRC when given");
-  c->add_option("--include", args->include,
-                "Glob of files to take (repeatable; '*' stops at '/', '**' crosses it; a pattern "
-                "without '/' matches file names). Default: .pt .pth .ckpt .bin .safetensors [.gz]");
-  c->add_option("--exclude", args->exclude, "Glob of files to leave out (repeatable)");
-  c->add_option("--shard-size", args->shard_size, "Roll to a new shard past this size (512M, 4GiB, ...)")
-      ->capture_default_str();
-  c->add_option("--compress", args->compress,
-                "none; auto (per field: bf16/fp16 planes, other dtypes zstd); planes (bf16/fp16 "
-                "only); or zstd / zstd:LEVEL (whole samples, 2-byte dtypes byte-shuffled first)")
-      ->capture_default_str();
-  c->add_option("--store-dtype", args->store_dtype,
-                "float8_e4m3fn: store bf16/fp16 hidden states as fp8 with a scale per token "
-                "(lossy; read back as bf16)");
-  c->add_option("--fields", args->fields, "Keep only these tensors: a,b,c");
-  c->add_option("--threads", args->threads, "Worker threads parsing and encoding (0 = one per CPU)")
-      ->capture_default_str();
-  c->add_option("--on-error", args->on_error,
-                "raise: stop at the first bad source ('fail' is an alias); skip: leave it out and "
-                "list it in OUT/skipped.txt")
-      ->capture_default_str();
-  c->add_flag("--resume", args->resume,
-              "Continue an interrupted pack into OUT from its journal, without redoing what was "
-              "written (starts it when nothing was written yet). On a finished OUT: exit 0 "
-              "'nothing to resume' when it holds every source, else exit 1 naming how many "
-              "sources are not in it (add them with --append)");
-  c->add_flag("--append", args->append,
-              "Add the sources whose relative path is not yet in the finished dataset OUT. One "
-              "writer at a time: a pack, --append, --resume or merge into an OUT that another "
-              "process is writing fails at once (exit 1) naming that process");
-  c->add_option("--part", args->part,
-                "I/N: convert only the I-th (0-based) contiguous 1/N of the sorted sources; join "
-                "the parts in order with 'libshard merge'. 'auto' takes I/N from RANK/WORLD_SIZE "
-                "(torchrun), SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT or "
-                "SLURM_PROCID/SLURM_NTASKS");
-  c->add_option("--attr", args->attrs,
-                 "KEY=VALUE recorded in the manifest as what produced the data (repeatable): "
-                 "target_model, hidden_state_layer_ids, aux_hidden_state_layer_ids, hidden_size, "
-                 "tokenizer, ...; 'libshard info' shows them, merge refuses parts that disagree, "
-                 "Loader(expect=...) checks them")
-      ->allow_extra_args(false)
-      ->take_all();
-  c->add_option("--split-layers", args->split_layers,
-                 "NAME: the stacked-layer tensor [tokens, layers, hidden] of vLLM's / speculators' "
-                 "hidden-states files (e.g. hidden_states) becomes aux_hidden_state "
-                 "[1, tokens, (layers-1)*hidden] (every layer but the last, in order) and "
-                 "hidden_state [1, tokens, hidden] (the last), as EAGLE-3 training reads them");
-  c->add_flag("--allow-varying-dims", args->allow_varying_dims,
-              "Accept sources whose dims other than the sequence dim differ");
-  c->add_flag("--no-hash", args->no_hash, "Do not record the xxh3-64 of each source file");
-  c->add_flag("--no-crc", args->no_crc,
-              "Do not verify the zip CRC-32 of .pt records (faster on slow CPUs; the source bytes "
-              "are still hashed into the provenance)");
-  c->add_option("--window", args->window,
-                "Bytes of samples in flight (default: 2 x threads x largest source file)");
-  c->add_flag("--no-fsync", args->no_fsync, "Skip fsync (faster; not crash-safe)");
-  c->add_option("--journal-every", args->journal_every,
-                "Journal checkpoint interval for --resume (default 1GiB)");
-  c->add_option("--max-decompressed", args->max_decompressed,
-                "Refuse a .gz source that inflates past this size (a zip-bomb guard; memory use stays "
-                "below it). Default (or 0): a quarter of physical memory divided by --threads, at "
-                "least 256MiB");
-  c->add_option("--progress", args->progress, "auto (bar on a terminal, else lines), bar, lines or none")
-      ->capture_default_str();
+  for (const auto& s : convert::PackOptionTable().specs()) {
+    const std::string name(s.name);
+    const std::string names = FlagNames(s);
+    if (s.name == "attrs") {
+      c->add_option(names, args->attrs, Help(s) + ": KEY=VALUE (repeatable)")
+          ->allow_extra_args(false)
+          ->take_all();
+    } else if (s.name == "progress") {
+      c->add_option(names, args->progress,
+                    "Report progress on stderr: auto (bar on a terminal, else lines), bar, lines "
+                    "or none")
+          ->capture_default_str();
+    } else if (s.type == OptionType::kBool) {
+      const std::string_view negation = NegationOf(s.name);
+      if (!names.empty()) {
+        c->add_flag(names, args->switches[name], Help(s));
+      } else if (!negation.empty()) {
+        c->add_flag(std::string(negation), args->switches[name], "Do not " + Doc(s.doc));
+      }
+    } else if (names.empty()) {
+      continue;  // not on the command line
+    } else if (s.type == OptionType::kNames && !In(kCommaLists, s.name)) {
+      c->add_option(names, args->lists[name], Help(s) + " (repeatable)");
+    } else {
+      CLI::Option* opt = c->add_option(names, args->values[name],
+                                       In(kCommaLists, s.name) ? Help(s) + ": a,b,c" : Help(s));
+      if (In(kRequired, s.name)) opt->required();
+    }
+  }
   c->add_option("--progress-interval", args->progress_interval,
                 "Seconds between progress updates (default 0.2 for the bar, 10 for lines)");
   c->add_flag("-q,--quiet", args->quiet, "No progress and no summary");

@@ -90,25 +90,37 @@ Status ParseAttribute(std::string_view text, Attributes* attributes) {
   return ValidateAttributes(*attributes).WithContext("--attr");
 }
 
-// --part auto: the library's rank resolver (libshard/world.h) over the process's environment;
+namespace {
+
+// An option and its value as the caller writes them: "--part auto" (a CLI flag) or
+// "part='auto'" (a keyword).
+std::string Spelled(std::string_view option, std::string_view value) {
+  if (option.starts_with("-")) return std::string(option) + " " + std::string(value);
+  return std::string(option) + "='" + std::string(value) + "'";
+}
+
+}  // namespace
+
+// "auto": the library's rank resolver (libshard/world.h) over the process's environment;
 // "auto" with no launcher variables set is a mistake to name, not part 0 of 1.
-Result<PartSpec> PartFromEnvironment() {
+Result<PartSpec> PartFromEnvironment(std::string_view option) {
   Result<World> world = ResolveWorld(WorldRequest{std::nullopt, std::nullopt, ""},
                                      ProcessEnvironment());
-  if (!world.ok()) return world.status().WithContext("--part auto");
+  if (!world.ok()) return world.status().WithContext(Spelled(option, "auto"));
   if (world->source == "default")
     return Status::InvalidArgument(
-        "--part auto: none of RANK/WORLD_SIZE (torchrun), SLURM_ARRAY_TASK_ID/"
-        "SLURM_ARRAY_TASK_COUNT or SLURM_PROCID/SLURM_NTASKS is set; give --part I/N");
+        Spelled(option, "auto") + ": none of RANK/WORLD_SIZE (torchrun), SLURM_ARRAY_TASK_ID/"
+        "SLURM_ARRAY_TASK_COUNT or SLURM_PROCID/SLURM_NTASKS is set; give " +
+        Spelled(option, "I/N"));
   return PartSpec{world->rank, world->world_size};
 }
 
-Result<PartSpec> ParsePart(std::string_view text) {
-  if (text == "auto") return PartFromEnvironment();
+Result<PartSpec> ParsePart(std::string_view text, std::string_view option) {
+  if (text == "auto") return PartFromEnvironment(option);
   const auto bad = [&](std::string_view why) {
-    return Status::InvalidArgument("invalid --part '" + std::string(text) + "': " +
-                                   std::string(why) +
-                                   "; use I/N with 0 <= I < N, e.g. --part 0/4 .. --part 3/4");
+    return Status::InvalidArgument("invalid " + Spelled(option, text) + ": " + std::string(why) +
+                                   "; use I/N with 0 <= I < N, e.g. " + Spelled(option, "0/4") +
+                                   " .. " + Spelled(option, "3/4"));
   };
   const size_t slash = text.find('/');
   if (slash == std::string_view::npos) return bad("missing '/'");

@@ -40,13 +40,14 @@ struct PartSpec {
 Status ParseAttribute(std::string_view text, Attributes* attributes);
 
 // "I/N" with 0 <= I < N (0-based, like SLURM_ARRAY_TASK_ID or a torchrun rank), or "auto":
-// PartFromEnvironment().
-Result<PartSpec> ParsePart(std::string_view text);
+// PartFromEnvironment(). Errors name the setting as `option` (the caller's spelling: "part" for
+// libshard.pack()'s keyword, "--part" for the CLI flag).
+Result<PartSpec> ParsePart(std::string_view text, std::string_view option = "part");
 // I/N from the variables a launcher sets, as libshard.Writer reads them: RANK/WORLD_SIZE
 // (torchrun); a Slurm job array (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN of
 // SLURM_ARRAY_TASK_COUNT, times SLURM_NTASKS tasks each, SLURM_PROCID within one);
 // SLURM_PROCID/SLURM_NTASKS. InvalidArgument when none is set or a value is not an integer.
-Result<PartSpec> PartFromEnvironment();
+Result<PartSpec> PartFromEnvironment(std::string_view option = "part");
 
 // The contiguous slice [begin, end) of `total` items that part `index` of `count` converts:
 // begin = floor(total*index/count). The parts tile [0, total) in order, so merging parts 0..N-1

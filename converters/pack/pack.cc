@@ -56,7 +56,7 @@ auto Guarded(const std::string& path, OptionSpelling spelling, Fn&& fn) noexcept
     return Status::ResourceExhausted(
         "source " + path + ": out of memory while reading it (std::bad_alloc); the file may be "
         "hostile or damaged, or the machine too small for it: check the file, or lower " +
-        PackOptionName("threads", spelling) + " / " + PackOptionName("window_bytes", spelling) +
+        PackOptionName("threads", spelling) + " / " + PackOptionName("in_flight_bytes", spelling) +
         " / " + PackOptionName("max_decompressed", spelling));
   } catch (const std::exception& e) {
     return Status::Internal("source " + path + ": unexpected error while reading it: " + e.what());
@@ -452,6 +452,7 @@ Result<PackSummary> PackJob::Run() {
   // Every worker may inflate a gzip source at once: the default limit shares memory among them.
   if (source_options_.max_decompressed_bytes == 0)
     source_options_.max_decompressed_bytes = DefaultMaxDecompressedBytes(Threads());
+  source_options_.max_decompressed_name = F("max_decompressed");
   LIBSHARD_RETURN_IF_ERROR(ListAndSelect());
   LIBSHARD_RETURN_IF_ERROR(OpenWriter());
   if (finished_already_) {

@@ -73,7 +73,9 @@ struct PackOptions {
   uint32_t part_count = 1;
   bool allow_varying_dims = false;   // let dims other than the sequence dim vary across sources
   bool hash_sources = true;          // record xxh3-64 of each source file's bytes in provenance
-  uint64_t window_bytes = 0;         // bytes of samples in flight; 0 = 2 x threads x largest file
+  // The option `in_flight_bytes` (PackOptionTable; `window_bytes` and `--window` are its other
+  // spellings): bytes of samples in flight; 0 = 2 x threads x largest file.
+  uint64_t window_bytes = 0;
   bool fsync = true;
   uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default
   SourceOptions source_options;

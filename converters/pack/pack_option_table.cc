@@ -35,11 +35,12 @@ Spec With(Spec s, std::vector<std::string_view> aliases) {
   return s;
 }
 
-// A row set from a string by one of the parsers of option_parsing.h; None and "" leave the
-// default.
+// A row set from a string by one of the parsers of option_parsing.h (given the caller's spelling
+// of the option, for its messages); None and "" leave the default.
 Spec Parsed(std::string_view name, std::string_view member, std::string_view py_type,
             std::string_view default_value, std::vector<std::string_view> choices,
-            std::string_view doc, Status (*apply)(PackOptions&, std::string_view text)) {
+            std::string_view doc,
+            Status (*apply)(PackOptions&, std::string_view text, std::string_view spelled)) {
   Spec s;
   s.name = name;
   s.member = member;
@@ -53,7 +54,7 @@ Spec Parsed(std::string_view name, std::string_view member, std::string_view py_
     if (v.kind != Kind::kText)
       return option_table::Bad(kWhat, spelled, "must be a string, got " + v.Describe() + " (" +
                                                    std::string(doc) + ")");
-    Status st = apply(o, v.text);
+    Status st = apply(o, v.text, spelled);
     // The parsers' messages quote the text and show an accepted form.
     if (!st.ok())
       return Status::InvalidArgument(std::string(kWhat) + " '" + std::string(spelled) + "': " +
@@ -89,24 +90,24 @@ uint64_t& Window(PackOptions& o) { return o.window_bytes; }
 uint64_t& JournalEvery(PackOptions& o) { return o.journal_every_bytes; }
 uint64_t& MaxDecompressed(PackOptions& o) { return o.source_options.max_decompressed_bytes; }
 
-Status ApplyCompress(PackOptions& o, std::string_view text) {
+Status ApplyCompress(PackOptions& o, std::string_view text, std::string_view) {
   LIBSHARD_ASSIGN_OR_RETURN(CompressionSpec spec, ParseCompression(text));
   o.compression = spec.compression;
   o.zstd_level = spec.level;
   o.field_codecs = spec.field_codecs;
   return Status::OK();
 }
-Status ApplyStoreDType(PackOptions& o, std::string_view text) {
+Status ApplyStoreDType(PackOptions& o, std::string_view text, std::string_view) {
   LIBSHARD_ASSIGN_OR_RETURN(o.store_fp8, ParseStoreDType(text));
   return Status::OK();
 }
-Status ApplyOnError(PackOptions& o, std::string_view text) {
+Status ApplyOnError(PackOptions& o, std::string_view text, std::string_view) {
   LIBSHARD_ASSIGN_OR_RETURN(o.on_error, ParsePackOnError(text));
   return Status::OK();
 }
-Status ApplyPart(PackOptions& o, std::string_view text) {
+Status ApplyPart(PackOptions& o, std::string_view text, std::string_view spelled) {
   if (text.empty()) return Status::OK();
-  LIBSHARD_ASSIGN_OR_RETURN(PartSpec part, ParsePart(text));
+  LIBSHARD_ASSIGN_OR_RETURN(PartSpec part, ParsePart(text, spelled));
   o.part_index = part.index;
   o.part_count = part.count;
   return Status::OK();
@@ -154,8 +155,8 @@ std::vector<Spec> MakeSpecs() {
                                       "one per CPU", "threads reading and encoding sources"),
                    {"--threads"}));
   t.push_back(With(Parsed("on_error", "on_error", "str", "'raise'", {"raise", "skip", "fail"},
-                          "raise: the first bad source stops the job; skip: left out, listed in "
-                          "OUT/skipped.txt",
+                          "raise: stop at the first bad source ('fail' is an alias); skip: leave it "
+                          "out and list it in OUT/skipped.txt",
                           ApplyOnError),
                    {"--on-error"}));
   t.push_back(With(Bool<O>(kWhat, "resume", "resume", Resume, "False",
@@ -193,10 +194,12 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(With(Bool<O>(kWhat, "verify_crc", "source_options.verify_crc32", VerifyCrc,
                            "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
                    {}));
-  t.push_back(With(AutoBytes("window_bytes", "window_bytes", Window,
+  // "in_flight_bytes", not a window: the Loader's consumer window and bucket_window are other
+  // things. "window_bytes" (its former name) stays an alias for existing callers.
+  t.push_back(With(AutoBytes("in_flight_bytes", "window_bytes", Window,
                              "2 x threads x the largest source, at least 64 MiB",
-                             "bytes of samples in flight"),
-                   {"--window"}));
+                             "bytes of samples in flight (formerly window_bytes)"),
+                   {"--window", "window_bytes"}));
   t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
                            "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
                    {}));

@@ -141,7 +141,8 @@ Status GrowableBuffer::Resize(uint64_t n) {
   return Status::OK();
 }
 
-Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes) {
+Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes,
+                                       std::string_view limit_name) {
   LIBSHARD_ASSIGN_OR_RETURN(auto file, FileByteSource::Open(path));
   z_stream zs;
   std::memset(&zs, 0, sizeof zs);
@@ -155,7 +156,7 @@ Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_byt
     return Status::ResourceExhausted(
         path + ": gzip inflates past the limit of " + std::to_string(max_bytes) +
         " bytes; refusing a possible zip bomb. If the file is genuine, raise the limit "
-        "(libshard pack --max-decompressed SIZE, SourceOptions::max_decompressed_bytes)");
+        "(" + std::string(limit_name) + ")");
   };
 
   // The output grows in steps of at most kGzipGrowStep (mremap: no copy) and never past
@@ -185,7 +186,8 @@ Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_byt
       if (!grown.ok())
         return Status::ResourceExhausted(path + ": inflating the gzip source: " +
                                          grown.message() + " (after " + std::to_string(produced) +
-                                         " bytes); lower --threads or --max-decompressed");
+                                         " bytes); lower the thread count or " +
+                                         std::string(limit_name));
     }
     zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
     zs.avail_out = static_cast<uInt>(std::min<uint64_t>(out.size() - produced, UINT32_MAX));

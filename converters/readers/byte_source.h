@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libshard/status.h"
@@ -99,6 +100,9 @@ class MemoryByteSource final : public ByteSource {
 // (+ one step) of memory; it is refused with ResourceExhausted naming the file and
 // `--max-decompressed` as soon as the output passes max_bytes.
 inline constexpr uint64_t kGzipGrowStep = uint64_t{64} << 20;
-Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes);
+// Messages name the limit as `limit_name` (SourceOptions::max_decompressed_name).
+Result<GrowableBuffer> InflateGzipFile(
+    const std::string& path, uint64_t max_bytes,
+    std::string_view limit_name = "SourceOptions::max_decompressed_bytes");
 
 }  // namespace libshard::convert

@@ -82,7 +82,7 @@ Result<std::unique_ptr<SourceFile>> OpenSource(const std::string& path,
     file.reset();
     const uint64_t limit = options.max_decompressed_bytes != 0 ? options.max_decompressed_bytes
                                                                : DefaultMaxDecompressedBytes(1);
-    LIBSHARD_ASSIGN_OR_RETURN(GrowableBuffer bytes, InflateGzipFile(path, limit));
+    LIBSHARD_ASSIGN_OR_RETURN(GrowableBuffer bytes, InflateGzipFile(path, limit, options.max_decompressed_name));
     return OpenFromBytes(std::make_unique<MemoryByteSource>(path, std::move(bytes)), file_size,
                          true, options);
   }

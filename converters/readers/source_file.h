@@ -35,6 +35,10 @@ struct SourceOptions {
   // (ResourceExhausted) before more memory is taken. 0 = automatic: OpenSource uses
   // DefaultMaxDecompressedBytes(1) (byte_source.h), Pack DefaultMaxDecompressedBytes(threads).
   uint64_t max_decompressed_bytes = 0;
+  // How messages name max_decompressed_bytes, spelled as the caller sets it: Pack gives its
+  // option's name ("--max-decompressed" for `libshard pack`, "'max_decompressed'" for
+  // libshard.pack()).
+  std::string max_decompressed_name = "SourceOptions::max_decompressed_bytes";
   // Largest data.pkl (or safetensors JSON header) accepted; real ones are a few KiB.
   uint64_t max_header_bytes = uint64_t{64} << 20;
   // Largest tensor accepted. A view with zero strides (t.expand) materialises to more bytes than

@@ -136,8 +136,7 @@ Result<std::unique_ptr<TorchZipSource>> TorchZipSource::Open(std::unique_ptr<Byt
           "materialises more than " + std::to_string(excess_limit) + " bytes beyond the " +
           std::to_string(stored) + " the file stores for them (expand() or repeated references "
           "to one storage); refusing a possible memory bomb. Save .contiguous() tensors, or "
-          "raise the limit (libshard pack --max-decompressed, "
-          "SourceOptions::max_decompressed_bytes)");
+          "raise the limit (" + options.max_decompressed_name + ")");
     out->tensors_.push_back(std::move(st));
     out->views_.push_back({it->second, std::move(t)});
   }

@@ -251,3 +251,32 @@ def test_writer_compress_levels_and_codecs_round_trip(tmp_path):
                                                                                dtype=torch.bfloat16)},
                     key="a")
         assert libshard.Dataset(out)[0]["input_ids"].tolist() == list(range(16))
+
+
+def test_pack_flags_are_the_pack_table():
+    """`libshard pack --help` lists a flag for every pack option row with a CLI alias, with the
+    row's doc (the flags are generated from the table, not written again in the CLI)."""
+    cli = os.environ.get("LIBSHARD_CLI")
+    if not cli:
+        pytest.skip("LIBSHARD_CLI is not set")
+    help_text = subprocess.run([cli, "pack", "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    flat = " ".join(help_text.split())
+    rows = list(_core.pack_option_table())
+    flagged = [row for row in rows if any(a.startswith("--") for a in row["aliases"])]
+    assert len(flagged) >= 15
+    for row in flagged:
+        for alias in row["aliases"]:
+            if alias.startswith("-"):
+                assert alias in help_text, (alias, help_text)
+        if row["name"] != "progress":  # the CLI's own modes, not the C++ callback
+            doc = row["doc"].split(" (CLI:")[0]
+            assert " ".join(doc.split()) in flat, (row["name"], doc)
+    for negation in ("--no-hash", "--no-crc", "--no-fsync"):
+        assert negation in help_text
+
+
+def test_pack_in_flight_bytes_keeps_window_bytes_as_an_alias():
+    rows = {row["name"]: row for row in _core.pack_option_table()}
+    assert "window_bytes" not in rows
+    assert {"--window", "window_bytes"} <= set(rows["in_flight_bytes"]["aliases"])

@@ -183,7 +183,7 @@ class PackOptions(TypedDict, total=False):
     fields: Optional[List[str]]
     # threads reading and encoding sources (default None; 1..1024, None: one per CPU; also spelled --threads)
     threads: Optional[int]
-    # raise: the first bad source stops the job; skip: left out, listed in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
+    # raise: stop at the first bad source ('fail' is an alias); skip: leave it out and list it in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
     on_error: str
     # continue an interrupted job from its journal (default False; also spelled --resume)
     resume: bool
@@ -201,8 +201,8 @@ class PackOptions(TypedDict, total=False):
     hash_sources: bool
     # verify the zip CRC-32 of .pt records (CLI: --no-crc) (default True)
     verify_crc: bool
-    # bytes of samples in flight (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --window)
-    window_bytes: Union[int, str, None]
+    # bytes of samples in flight (formerly window_bytes) (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --window, window_bytes)
+    in_flight_bytes: Union[int, str, None]
     # fsync shards, journal, index and manifest (CLI: --no-fsync) (default True)
     fsync: bool
     # bytes between journal checkpoints (default None; 0..18446744073709551615, None: the Writer's 1 GiB; also spelled --journal-every)

@@ -127,6 +127,10 @@ class Dataset {
   // Token lengths of every sample (copied; O(size())).
   virtual std::vector<uint64_t> lengths() const = 0;
   virtual Result<Provenance> source(uint64_t i) const = 0;
+  // Sample i's key, source(i).path: the Writer's key, or for pack the source file's path
+  // relative to the source root; Python's Dataset.key(i), and what MergeOptions::order_by_source
+  // orders by. source(i) is its whole Provenance.
+  Result<std::string> key(uint64_t i) const;
   virtual Result<Metadata> metadata(uint64_t i) const = 0;
 
   // Reads sample i with pread into an owned 4 KiB-aligned buffer and returns views over it.

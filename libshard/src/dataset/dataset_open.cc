@@ -228,6 +228,11 @@ Status Dataset::VerifyFields(uint64_t, const std::byte*, uint64_t, uint64_t,
   return Status::Unsupported(path() + ": the dataset has no field checksums");
 }
 
+Result<std::string> Dataset::key(uint64_t i) const {
+  LIBSHARD_ASSIGN_OR_RETURN(Provenance p, source(i));
+  return std::move(p.path);
+}
+
 Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {
   std::vector<uint64_t> sizes;
   for (size_t f = 0; f < schema().fields.size(); ++f) sizes.push_back(tensor(i, f).nbytes);
