@@ -115,6 +115,22 @@ TEST(IndexV1Test, ValidIndexParses) {
   EXPECT_EQ(format::GetI32(p + 96), 0);
 }
 
+// A version 1 index whose source path holds a NUL byte is refused as the current index refuses
+// one, so `libshard upgrade` never rewrites a version 1 index into one the reader refuses (found
+// by index_fuzz, fuzz/regressions/index_fuzz/v1_nul_in_source_path).
+TEST(IndexV1Test, NulByteInSourcePathIsRejected) {
+  std::string s = ValidIndex();
+  const size_t at = s.find("src/1.pt");
+  ASSERT_NE(at, std::string::npos);
+  s[at + 4] = '\0';
+  FixChecksum(s);
+  auto v = IndexV1View::Parse(Bytes(s), "idx");
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), StatusCode::kCorruption) << v.status().ToString();
+  EXPECT_NE(v.status().message().find("sample 1"), std::string::npos) << v.status().ToString();
+  EXPECT_NE(v.status().message().find("NUL"), std::string::npos) << v.status().ToString();
+}
+
 TEST(IndexV1Test, ForgedSampleCountIsRejectedWithoutAllocating) {
   for (uint64_t forged : {uint64_t{1} << 60, kMaxSamples, uint64_t{1} << 32, uint64_t{4}}) {
     std::string s = ValidIndex();

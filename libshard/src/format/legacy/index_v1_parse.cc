@@ -356,6 +356,10 @@ class IndexV1Parser {
       return BadSample(i, kRecordSourceOffset,
                        "source path range (" + std::to_string(r.source_offset) + ", " +
                            std::to_string(r.source_size) + ") is too long or outside the blob");
+    // As in the current index (§3.8.5): a path never holds a NUL byte, so a version 1 index
+    // `libshard upgrade` accepts always rewrites as one the current reader accepts.
+    if (v_.source_path(i).find('\0') != std::string_view::npos)
+      return BadSample(i, kRecordSourceOffset, "source path contains a NUL byte");
     Status ms = DecodeMetadata(v_.blob(r.meta_offset, r.meta_size), nullptr);
     if (!ms.ok()) return BadSample(i, kRecordMetaOffset, ms.message());
     return Status::OK();
