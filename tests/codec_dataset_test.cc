@@ -4,6 +4,7 @@
 // resumed write with codecs equals an uninterrupted one byte for byte.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -182,6 +183,56 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
     o.verify_checksums = false;
     ExpectLoaderMatchesRead(ds, o, 0, {"loss_mask"});
   }
+}
+
+// The loader reads a compressed dataset only as far ahead as its decoding threads can use: with
+// reads (O_DIRECT where the file system has it) faster than one decoding thread, the samples
+// read and waiting to be decoded hold at most the backlog bound (two items per worker and the
+// smaller of 32 MiB per worker and a quarter of the arena) plus the items started when it was
+// reached (at most queue_depth + 1). Without the bound they held most of the dataset, and the
+// arena grew to its whole budget, each page of it zeroed by the kernel on first use.
+TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
+  TempDir dir;
+  const uint64_t n = 600;
+  WriteActivations(dir / "ds", n, CodecOptions(FieldCodecPolicy::kAuto));
+  auto ds = OpenOrDie(dir / "ds");
+  ASSERT_TRUE(ds);
+  uint64_t largest = 0, footprint = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const SampleLocation loc = ds->location(i);
+    // Arena bytes of the sample's item: its read (alignment skew included) and its decoded slot.
+    const uint64_t item =
+        (loc.stored_size + 2 * 4096) / 4096 * 4096 + (loc.raw_size + 4095) / 4096 * 4096;
+    largest = std::max(largest, item);
+    footprint += item;
+  }
+  LoaderOptions o;
+  o.memory_budget = uint64_t{1} << 30;  // capped at the dataset's footprint
+  o.queue_depth = 16;
+  o.read_size = 1 << 20;  // a sample a read
+  o.pin_memory = PinMemory::kOff;
+  o.worker_threads = 1;
+  o.shuffle = false;
+  auto loader = Loader::Create(ds, o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  uint64_t count = 0;
+  while (true) {
+    auto next = (*loader)->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    if (!next->has_value()) break;
+    ++count;
+  }
+  EXPECT_EQ(count, n);
+  const LoaderStats s = (*loader)->stats();
+  const uint64_t bound = std::max(2 * largest, std::min<uint64_t>(32 << 20, s.arena_budget / 4));
+  EXPECT_GT(s.worker_backlog_peak, 0u);
+  const uint64_t started = (o.queue_depth + 1) * largest;  // items started when it was reached
+  EXPECT_LE(s.worker_backlog_peak, bound + started)
+      << "arena budget " << s.arena_budget << ", largest item " << largest;
+  EXPECT_LE(s.arena_peak, s.arena_budget);
+  // The bound is under a third of this dataset, so the test tells a bounded backlog from none
+  // (unbounded, this one held 26-35 MiB of the 50 MiB dataset; bounded, at most ~15 MiB).
+  EXPECT_LT(bound + started, footprint / 3);
 }
 
 // worker_threads 0 gives a compressed dataset one decoding thread per core (at most

@@ -128,6 +128,7 @@ py::dict StatsToPython(const LoaderStats& s) {
   out["arena_budget"] = s.arena_budget;
   out["arena_in_use"] = s.arena_in_use;
   out["arena_peak"] = s.arena_peak;
+  out["worker_backlog_peak"] = s.worker_backlog_peak;
   out["checksum_failures"] = s.checksum_failures;
   out["samples_skipped"] = s.samples_skipped;
   out["samples_repeated"] = s.samples_repeated;

@@ -1,5 +1,6 @@
 #include "loader/read_scheduler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <span>
@@ -31,6 +32,12 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
   LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
   const uint32_t nworkers = AutoWorkerThreads(*s->dataset_, options);
+  // Two items per worker, and 32 MiB per worker (tens of ms of decoding: the scheduler thread
+  // may wait that long for a core on a busy host), within a quarter of the arena: enough queued
+  // work that no worker waits for a read to land.
+  s->backlog_bound_items_ = uint64_t{2} * nworkers;
+  s->backlog_bound_bytes_ = std::min<uint64_t>(uint64_t{32 << 20} * nworkers,
+                                               std::max<uint64_t>(arena->budget() / 4, kSlotAlign));
   ReadScheduler* raw = s.get();
   for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
   return s;
@@ -167,6 +174,9 @@ void ReadScheduler::StopPipeline() {
     std::unique_lock<std::mutex> lock(window_->mu);
     tasks_.clear();
     idle_cv_.wait(lock, [this] { return active_tasks_ == 0; });
+    backlog_items_ = 0;
+    backlog_bytes_ = 0;
+    blocked_on_backlog_ = false;
     items = window_->TakeItems();
   }
   items.clear();  // returns the slots (outside the lock)
@@ -189,6 +199,10 @@ void ReadScheduler::FillStats(LoaderStats* s) const {
             r.offset, r.length, r.item->sample, age});
       }
     }
+  }
+  {
+    std::lock_guard<std::mutex> lock(window_->mu);
+    s->worker_backlog_peak = backlog_peak_;
   }
   s->engine = std::string(engine_->name());
   s->direct_io = direct_io_;
@@ -300,6 +314,12 @@ Status ReadScheduler::SchedulerStep() {
 Result<bool> ReadScheduler::StartNextItem() {
   std::unique_lock<std::mutex> lock(window_->mu);
   if (plan_done_) return false;
+  // The workers are behind: read nothing more until they take some of the backlog (a worker
+  // wakes the scheduler). They always do, so this never stalls the pipeline for good.
+  if (blocked_on_backlog_ || BacklogFull()) {
+    blocked_on_backlog_ = true;
+    return false;
+  }
   const EpochPlan& plan = *window_->plan;
   while (sched_in_batch_ >= sched_samples_.size()) {
     if (sched_batch_ >= plan.batches_for_rank()) {
@@ -434,6 +454,9 @@ void ReadScheduler::FinishRead(Item* item) {
     {
       std::lock_guard<std::mutex> lock(window_->mu);
       tasks_.push_back(item);
+      ++backlog_items_;
+      backlog_bytes_ += item->slot_bytes;
+      backlog_peak_ = std::max(backlog_peak_, backlog_bytes_);
     }
     work_cv_.notify_one();
     return;
@@ -540,10 +563,17 @@ void ReadScheduler::WorkerLoop() {
     Item* item = tasks_.front();
     tasks_.pop_front();
     ++active_tasks_;
+    const uint64_t bytes = item->slot_bytes;  // the item may be consumed once Complete returns
     lock.unlock();
     Status s = VerifyAndDecode(item);
     Complete(item, std::move(s));
     lock.lock();
+    --backlog_items_;
+    backlog_bytes_ -= bytes;
+    if (blocked_on_backlog_ && BacklogLow()) {
+      blocked_on_backlog_ = false;
+      engine_->Wake();
+    }
     --active_tasks_;
     if (active_tasks_ == 0) idle_cv_.notify_all();
   }

@@ -119,6 +119,31 @@ class ReadScheduler {
   std::condition_variable idle_cv_;    // pipeline reset: workers went idle
   std::deque<Item*> tasks_;
   uint32_t active_tasks_ = 0;
+  // The worker backlog: items whose reads are done and that wait for (or are in) verification
+  // or decoding, their count and their arena bytes. When decoding is slower than the reads,
+  // reading further ahead only parks more read and decoded slots in the arena - a compressed
+  // dataset's arena then grew to its whole budget, each new page zeroed by the kernel (a third
+  // of the loader's CPU on small datasets) - so the scheduler starts no new item while the
+  // backlog holds both backlog_bound_items_ items (work for every worker) and
+  // backlog_bound_bytes_, until the workers have taken half of it. The items already started then land on top of it (at most
+  // queue_depth + 1: one sub-read each at least, and the one being issued), so the backlog
+  // stays below the bound plus those, as the reads of a raw dataset stay below queue_depth.
+  // backlog_peak_ is LoaderStats::worker_backlog_peak.
+  uint64_t backlog_items_ = 0;
+  uint64_t backlog_bytes_ = 0;
+  uint64_t backlog_peak_ = 0;
+  uint64_t backlog_bound_items_ = 0;
+  uint64_t backlog_bound_bytes_ = 0;
+  bool blocked_on_backlog_ = false;   // the scheduler waits for a worker to take items
+  // Requires Window::mu. Full: the scheduler blocks (blocked_on_backlog_); low: half of it,
+  // where a worker unblocks it, so reads resume as a batch at full queue depth rather than one
+  // per decoded item (each then waited for the scheduler thread to get a core twice).
+  bool BacklogFull() const {
+    return backlog_items_ >= backlog_bound_items_ && backlog_bytes_ >= backlog_bound_bytes_;
+  }
+  bool BacklogLow() const {
+    return 2 * backlog_items_ < backlog_bound_items_ || 2 * backlog_bytes_ < backlog_bound_bytes_;
+  }
   bool workers_exit_ = false;
   bool pipeline_stop_ = false;
   bool plan_done_ = false;             // every item of the epoch was created
