@@ -45,10 +45,26 @@ Status DatasetImpl::DecodeSelected(uint64_t i, std::span<const std::byte> stored
     Status st = format::ZstdDecompress(stored, raw);
     return st.ok() ? st : damaged(st);
   }
-  auto scratch = internal::AllocateAligned(r.raw_size, kTensorAlignment);
-  if (!scratch)
-    return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
-                                     std::to_string(r.raw_size) + " bytes");
+  // The shuffled bytes go to a scratch this thread keeps and reuses (a loader worker decodes
+  // sample after sample): a fresh buffer per sample was fresh pages, zeroed by the kernel, for
+  // every decoded byte. One above kKeptScratchBytes is freed after use, so a thread keeps at
+  // most that much.
+  constexpr uint64_t kKeptScratchBytes = uint64_t{64} << 20;
+  thread_local std::shared_ptr<std::byte[]> kept;
+  thread_local uint64_t kept_size = 0;
+  std::shared_ptr<std::byte[]> scratch;
+  if (kept != nullptr && kept_size >= r.raw_size) {
+    scratch = kept;
+  } else {
+    scratch = internal::AllocateAligned(r.raw_size, kTensorAlignment);
+    if (!scratch)
+      return Status::ResourceExhausted(Where(i, r) + ": cannot allocate " +
+                                       std::to_string(r.raw_size) + " bytes");
+    if (r.raw_size <= kKeptScratchBytes) {
+      kept = scratch;
+      kept_size = r.raw_size;
+    }
+  }
   Status st = format::ZstdDecompress(stored, {scratch.get(), r.raw_size});
   if (!st.ok()) return damaged(st);
   format::PayloadLayout layout;
