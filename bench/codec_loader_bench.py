@@ -5,7 +5,7 @@ thread, then loads each packed dataset with the loader, shuffled, and prints rat
 thread, loader decoded GB/s (and x the uncompressed dataset) and CPU-s per decoded GB.
 
     sudo python3 bench/codec_loader_bench.py [NAME=]SRC [[NAME=]SRC ...] [--work /var/tmp/libshard_codecs]
-        [--rounds 3] [--choices none,auto,fp8-entropy]
+        [--rounds 3] [--choices none,auto,fp8-entropy] [--before OLD_CLI] [--reuse]
 
 The corpus of issue 26 (bench/make_codec_corpus.py):
 
@@ -18,6 +18,11 @@ ratios compare runs taken side by side on the same disk. As root the page cache 
 before each pack and each bench. Pack MB/s: source bytes per wall second. Ratio: stored bytes
 of the uncompressed dataset / stored bytes. Figures from a shared machine are noisy: compare
 rows within one run.
+
+--before OLD_CLI also loads every dataset with another build's CLI, alternated with this one's
+within each round (same datasets, same page-cache drops), and adds its GB/s and CPU-s columns:
+a before/after of a loader or decoder change measured side by side. --reuse loads the datasets
+already packed under --work (pack MB/s is then not measured).
 """
 from __future__ import annotations
 
@@ -61,22 +66,36 @@ def bench_corpus(name: str, src: Path, args) -> None:
         if key != "none" and args.choices and key not in args.choices:
             continue
         out = args.work / f"{name}_ds{i}"
-        shutil.rmtree(out, ignore_errors=True)
-        drop_caches()
-        t0 = time.perf_counter()
-        subprocess.run([args.cli, "pack", str(src), "-o", str(out), "--threads", "1", *flags],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        rows.append({"name": label, "out": out, "pack_mbps": src_bytes / (time.perf_counter() - t0) / 1e6,
-                     "stored": stored_bytes(out), "gbps": [], "cpu": [], "ratio": []})
+        pack_mbps = None
+        if not (args.reuse and (out / "index.lsi").exists()):
+            shutil.rmtree(out, ignore_errors=True)
+            drop_caches()
+            t0 = time.perf_counter()
+            subprocess.run([args.cli, "pack", str(src), "-o", str(out), "--threads", "1", *flags],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pack_mbps = src_bytes / (time.perf_counter() - t0) / 1e6
+        rows.append({"name": label, "out": out, "pack_mbps": pack_mbps,
+                     "stored": stored_bytes(out), "gbps": [], "cpu": [], "ratio": [],
+                     "old_gbps": [], "old_cpu": []})
     # Rounds: every dataset once per round, in turn, so each ratio to none compares runs taken
     # side by side; the per-round ratio's spread says how noisy the wall clock was.
-    for _ in range(args.rounds):
+    def load(cli, out):
+        drop_caches()
+        text = subprocess.run([cli, "bench", str(out), "--shuffle", "--epochs", "3",
+                               "--skip-raw"], check=True, capture_output=True, text=True).stdout
+        return [(float(g), float(c)) for e, g, c in EPOCH.findall(text) if int(e) >= 1]
+
+    for rnd in range(args.rounds):
         for row in rows:
-            drop_caches()
-            text = subprocess.run([args.cli, "bench", str(row["out"]), "--shuffle", "--epochs",
-                                   "3", "--skip-raw"], check=True, capture_output=True,
-                                  text=True).stdout
-            got = [(float(g), float(c)) for e, g, c in EPOCH.findall(text) if int(e) >= 1]
+            # The old build first in odd rounds, second in even ones.
+            if args.before and rnd % 2 == 1:
+                old = load(args.before, row["out"])
+            got = load(args.cli, row["out"])
+            if args.before and rnd % 2 == 0:
+                old = load(args.before, row["out"])
+            if args.before:
+                row["old_gbps"] += [g for g, _ in old]
+                row["old_cpu"] += [c for _, c in old]
             row["gbps"] += [g for g, _ in got]
             row["cpu"] += [c for _, c in got]
             row["round"] = sorted(g for g, _ in got)[len(got) // 2]
@@ -85,16 +104,21 @@ def bench_corpus(name: str, src: Path, args) -> None:
     raw = rows[0]
     base = sorted(raw["gbps"])[len(raw["gbps"]) // 2]
     print(f"\n{name}: {src} ({src_bytes / 1e9:.2f} GB); {args.rounds} rounds, epochs 1-2 each")
+    med = lambda v: sorted(v)[len(v) // 2]
+    extra = " before: GB/s (median) | before: CPU-s per GB (median) |" if args.before else ""
     print("| storage | ratio | pack MB/s, 1 thread | loader decoded GB/s (min-max) | x none "
-          "(median; per-round min-max) | CPU-s per decoded GB (median) |")
-    print("|---|---|---|---|---|---|")
+          "(median; per-round min-max) | CPU-s per decoded GB (median) |" + extra)
+    print("|---|---|---|---|---|---|" + ("---|---|" if args.before else ""))
     for row in rows:
         g = sorted(row["gbps"])
-        c = sorted(row["cpu"])
         r = sorted(row["ratio"])
-        print(f"| {row['name']} | {raw['stored'] / row['stored']:.2f} | {row['pack_mbps']:.0f} | "
-              f"{g[0]:.2f}-{g[-1]:.2f} | {g[len(g) // 2] / base:.2f} ({r[0]:.2f}-{r[-1]:.2f}) | "
-              f"{c[len(c) // 2]:.3f} |")
+        pack = "-" if row["pack_mbps"] is None else f"{row['pack_mbps']:.0f}"
+        line = (f"| {row['name']} | {raw['stored'] / row['stored']:.2f} | {pack} | "
+                f"{g[0]:.2f}-{g[-1]:.2f} | {med(g) / base:.2f} ({r[0]:.2f}-{r[-1]:.2f}) | "
+                f"{med(row['cpu']):.3f} |")
+        if args.before:
+            line += f" {med(row['old_gbps']):.2f} | {med(row['old_cpu']):.3f} |"
+        print(line)
     sys.stdout.flush()
 
 
@@ -107,6 +131,8 @@ def main() -> int:
     p.add_argument("--choices", type=lambda v: [c for c in v.split(",") if c], default=[],
                    help="keys of the rows besides none (default all): " +
                         ",".join(c[0] for c in CHOICES[1:]))
+    p.add_argument("--before", default="", help="another build's CLI, loaded alternately with --cli")
+    p.add_argument("--reuse", action="store_true", help="load the datasets already under --work")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("not root: the page cache is not dropped between runs", file=sys.stderr)
