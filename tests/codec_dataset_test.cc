@@ -188,7 +188,7 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
 // The loader reads a compressed dataset only as far ahead as its decoding threads can use: with
 // reads (O_DIRECT where the file system has it) faster than one decoding thread, the samples
 // read and waiting to be decoded hold at most the backlog bound (two items per worker and the
-// smaller of 32 MiB per worker and a quarter of the arena) plus the items started when it was
+// smaller of 64 MiB per worker and a quarter of the arena) plus the items started when it was
 // reached (at most queue_depth + 1). Without the bound they held most of the dataset, and the
 // arena grew to its whole budget, each page of it zeroed by the kernel on first use.
 TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
@@ -224,7 +224,7 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   }
   EXPECT_EQ(count, n);
   const LoaderStats s = (*loader)->stats();
-  const uint64_t bound = std::max(2 * largest, std::min<uint64_t>(32 << 20, s.arena_budget / 4));
+  const uint64_t bound = std::max(2 * largest, std::min<uint64_t>(64 << 20, s.arena_budget / 4));
   EXPECT_GT(s.worker_backlog_peak, 0u);
   const uint64_t started = (o.queue_depth + 1) * largest;  // items started when it was reached
   EXPECT_LE(s.worker_backlog_peak, bound + started)

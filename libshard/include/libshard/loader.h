@@ -244,9 +244,9 @@ struct LoaderStats {
   uint64_t arena_budget = 0;
   uint64_t arena_in_use = 0;
   uint64_t arena_peak = 0;
-  // The most arena bytes (read and decoded slots) held at once by samples read and waiting for,
-  // or in, checksum verification or decoding on the worker threads. The loader starts no read
-  // while that backlog holds two samples per worker and the smaller of 32 MiB per worker and a
+  // The most arena bytes (read and decoded slots) held at once by compressed samples read and
+  // waiting for, or in, decoding on the worker threads. The loader starts no read while that
+  // backlog holds two samples per worker and the smaller of 64 MiB per worker and a
   // quarter of the arena, so it stays below that plus the samples already started then (at
   // most queue_depth + 1).
   uint64_t worker_backlog_peak = 0;

@@ -32,11 +32,11 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
   LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
   const uint32_t nworkers = AutoWorkerThreads(*s->dataset_, options);
-  // Two items per worker, and 32 MiB per worker (tens of ms of decoding: the scheduler thread
-  // may wait that long for a core on a busy host), within a quarter of the arena: enough queued
-  // work that no worker waits for a read to land.
+  // Two items per worker, and 64 MiB per worker (tens of ms of decoding: on a busy host the
+  // scheduler thread may wait that long for a core, and a smaller backlog ran dry), within a
+  // quarter of the arena: enough queued work that no worker waits for a read to land.
   s->backlog_bound_items_ = uint64_t{2} * nworkers;
-  s->backlog_bound_bytes_ = std::min<uint64_t>(uint64_t{32 << 20} * nworkers,
+  s->backlog_bound_bytes_ = std::min<uint64_t>(uint64_t{64 << 20} * nworkers,
                                                std::max<uint64_t>(arena->budget() / 4, kSlotAlign));
   ReadScheduler* raw = s.get();
   for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
@@ -454,9 +454,11 @@ void ReadScheduler::FinishRead(Item* item) {
     {
       std::lock_guard<std::mutex> lock(window_->mu);
       tasks_.push_back(item);
-      ++backlog_items_;
-      backlog_bytes_ += item->slot_bytes;
-      backlog_peak_ = std::max(backlog_peak_, backlog_bytes_);
+      if (compressed) {  // a checksum alone keeps up with the reads
+        ++backlog_items_;
+        backlog_bytes_ += item->slot_bytes;
+        backlog_peak_ = std::max(backlog_peak_, backlog_bytes_);
+      }
     }
     work_cv_.notify_one();
     return;
@@ -563,13 +565,17 @@ void ReadScheduler::WorkerLoop() {
     Item* item = tasks_.front();
     tasks_.pop_front();
     ++active_tasks_;
-    const uint64_t bytes = item->slot_bytes;  // the item may be consumed once Complete returns
+    // In the backlog (FinishRead); read now: the item may be consumed once Complete returns.
+    const bool counted = SampleNeedsDecode(item->location.flags);
+    const uint64_t bytes = item->slot_bytes;
     lock.unlock();
     Status s = VerifyAndDecode(item);
     Complete(item, std::move(s));
     lock.lock();
-    --backlog_items_;
-    backlog_bytes_ -= bytes;
+    if (counted) {
+      --backlog_items_;
+      backlog_bytes_ -= bytes;
+    }
     if (blocked_on_backlog_ && BacklogLow()) {
       blocked_on_backlog_ = false;
       engine_->Wake();

@@ -119,8 +119,8 @@ class ReadScheduler {
   std::condition_variable idle_cv_;    // pipeline reset: workers went idle
   std::deque<Item*> tasks_;
   uint32_t active_tasks_ = 0;
-  // The worker backlog: items whose reads are done and that wait for (or are in) verification
-  // or decoding, their count and their arena bytes. When decoding is slower than the reads,
+  // The worker backlog: items of samples stored compressed whose reads are done and that wait
+  // for (or are in) decoding, their count and their arena bytes. When decoding is slower than the reads,
   // reading further ahead only parks more read and decoded slots in the arena - a compressed
   // dataset's arena then grew to its whole budget, each new page zeroed by the kernel (a third
   // of the loader's CPU on small datasets) - so the scheduler starts no new item while the
