@@ -359,46 +359,6 @@ TEST(Huffman, RoundTripsAnyDistribution) {
   }
 }
 
-// The decoder keeps the tables of the last code lengths it saw (per thread): planes with the
-// same lengths but other symbols, planes with other lengths in between, and a plane whose
-// lengths are refused between two with the same lengths all decode as built afresh.
-TEST(Huffman, ReusedTablesDecodeLikeFreshOnes) {
-  std::mt19937 rng(8);
-  std::geometric_distribution<int> narrow(0.5), wide(0.2);
-  auto plane = [&](std::geometric_distribution<int>& geo, size_t n) {
-    std::vector<uint8_t> v(n);
-    for (auto& x : v) x = static_cast<uint8_t>(std::min(geo(rng), 255));
-    return v;
-  };
-  const std::vector<uint8_t> a = plane(narrow, 5000), b = plane(wide, 5000);
-  std::vector<uint8_t> a2 = a;  // the same symbol counts, so the same lengths; other streams
-  std::shuffle(a2.begin(), a2.end(), rng);
-  ASSERT_NE(a2, a);
-  std::vector<std::byte> ca, ca2, cb;
-  huffman::Encode(a.data(), a.size(), &ca);
-  huffman::Encode(a2.data(), a2.size(), &ca2);
-  huffman::Encode(b.data(), b.size(), &cb);
-  ASSERT_EQ(std::memcmp(ca.data(), ca2.data(), 128), 0);
-  ASSERT_NE(std::memcmp(ca.data(), cb.data(), 128), 0);
-  std::vector<std::byte> refused = ca;
-  for (int k = 0; k < 128; ++k) refused[k] = std::byte{0x11};  // 256 codes of 1 bit
-  std::vector<uint8_t> out(5000);
-  auto decodes_to = [&](const std::vector<std::byte>& coded, const std::vector<uint8_t>& want) {
-    std::fill(out.begin(), out.end(), 0xEE);
-    const Status st = huffman::Decode(coded.data(), coded.size(), out.data(), out.size());
-    return st.ok() && out == want;
-  };
-  EXPECT_TRUE(decodes_to(ca, a));
-  EXPECT_TRUE(decodes_to(ca2, a2));
-  EXPECT_TRUE(decodes_to(ca, a));
-  EXPECT_TRUE(decodes_to(cb, b));
-  EXPECT_TRUE(decodes_to(ca2, a2));
-  EXPECT_FALSE(huffman::Decode(refused.data(), refused.size(), out.data(), out.size()).ok());
-  EXPECT_TRUE(decodes_to(ca2, a2));
-  EXPECT_TRUE(decodes_to(cb, b));
-  EXPECT_TRUE(decodes_to(cb, b));
-}
-
 TEST(Huffman, CorruptStreamsAreRejectedOrBounded) {
   std::mt19937 rng(6);
   std::geometric_distribution<int> geo(0.4);

@@ -157,11 +157,6 @@ struct Tables {
   uint8_t sym_len[256];
   uint32_t sym_code[256];
   int present = 0;
-  // The 128 bytes of code lengths the tables were last built from (valid: they were): planes of
-  // one field in consecutive samples often share their code, and the tables depend on nothing
-  // else, so such a plane skips the build (~20 KB of stores).
-  uint8_t built_from[128];
-  bool valid = false;
 
   // Fills every window whose low `pos` bits are `code` with `value`.
   void Fill(uint32_t code, uint32_t pos, uint64_t value) {
@@ -178,10 +173,11 @@ struct Tables {
   }
 };
 
-// Checks the 128 bytes of code lengths at `c` and builds t's tables from them.
-Status BuildTables(const uint8_t* c, Tables* tables) {
-  Tables& t = *tables;
-  t.valid = false;
+}  // namespace
+
+Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
+  if (size < kHeaderSize) return Status::Corruption("huffman plane shorter than its header");
+  const auto* c = reinterpret_cast<const uint8_t*>(coded);
   uint8_t len[256];
   for (int k = 0; k < 128; ++k) {
     len[2 * k] = c[k] & 0xF;
@@ -192,6 +188,10 @@ Status BuildTables(const uint8_t* c, Tables* tables) {
   uint32_t rcode[256] = {};
   if (!CanonicalCodes(len, rcode))
     return Status::Corruption("huffman code lengths over-subscribe the code space");
+  // The tables: ~20 KB, built per plane. Building `multi` by enumerating the symbol runs costs
+  // about one store per entry and level, where probing 4 windows per entry mispredicted a
+  // branch per entry (the fixed cost that dominated planes of ~10^5 symbols).
+  thread_local Tables t;
   std::fill(t.single, t.single + kTableSize, static_cast<uint16_t>(kMaxBits << 8));
   t.present = 0;
   for (int l = 1; l <= kMaxBits; ++l)
@@ -208,24 +208,6 @@ Status BuildTables(const uint8_t* c, Tables* tables) {
   t.Fill(0, 0, Entry(0, 1, kMaxBits));
   for (int i = 0; i < t.present; ++i)
     t.Build(t.sym_code[i], t.sym_len[i], t.sym[i], 1);
-  std::memcpy(t.built_from, c, sizeof t.built_from);
-  t.valid = true;
-  return Status::OK();
-}
-
-}  // namespace
-
-Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
-  if (size < kHeaderSize) return Status::Corruption("huffman plane shorter than its header");
-  const auto* c = reinterpret_cast<const uint8_t*>(coded);
-  // The tables: ~20 KB, built per plane unless this thread's last plane had the same code
-  // lengths. Building `multi` by enumerating the symbol runs costs about one store per entry and
-  // level, where probing 4 windows per entry mispredicted a branch per entry (the fixed cost
-  // that dominated planes of ~10^5 symbols).
-  thread_local Tables t;
-  if (!t.valid || std::memcmp(t.built_from, c, sizeof t.built_from) != 0) {
-    LIBSHARD_RETURN_IF_ERROR(BuildTables(c, &t));
-  }
   const uint64_t* multi = t.multi;
 
   struct Stream {
