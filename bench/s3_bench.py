@@ -67,9 +67,10 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
 
 
-def make_dataset(out: Path, n: int, seq: int, hidden: int) -> None:
+def make_dataset(out: Path, n: int, seq: int, hidden: int, shard_size=None) -> None:
     gen = torch.Generator().manual_seed(0)
-    with libshard.Writer(out, fsync=False) as w:
+    opts = {} if shard_size is None else {"shard_size": shard_size}
+    with libshard.Writer(out, fsync=False, **opts) as w:
         for i in range(n):
             length = max(1, int(seq * (0.75 + 0.5 * ((i * 37) % 100) / 100)))
             w.write({
@@ -505,6 +506,8 @@ def main() -> None:
                          "(`make bench-deps` installs the peers in .venv-peers)")
     ap.add_argument("--peers-python", default=None,
                     help="the interpreter that has the peers (--peers; default .venv-peers/bin/python)")
+    ap.add_argument("--shard-size", default=None,
+                    help="libshard shard size (default: the Writer's, 4GiB)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of cold+warm epochs (--peers)")
     ap.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--peer-write", nargs=3, default=None, help=argparse.SUPPRESS)
@@ -520,7 +523,7 @@ def main() -> None:
     local = work / "ds"
     if local.exists():
         shutil.rmtree(local)
-    make_dataset(local, a.samples, a.seq, a.hidden)
+    make_dataset(local, a.samples, a.seq, a.hidden, a.shard_size)
     total = sum(p.stat().st_size for p in local.glob("*.lss"))
     if a.upload:
         upload_bench(a, work, local, total)
