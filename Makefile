@@ -7,7 +7,7 @@ TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefi
 CMAKE_ARGS ?=
 DEMO_DIR  ?= demo_data
 
-.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench fuzz fuzz-replay wheel test-wheel sdist clean
+.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
 
 all: build
 
@@ -66,6 +66,11 @@ demo: build
 
 bench: build
 	@echo "see bench/README.md"
+
+# Bench-only: Mosaic Streaming and LitData in .venv-peers for `bench/s3_bench.py --peers`
+# (bench/peers_env.sh; idempotent, torch kept at the system's 2.13.0). Not part of deps or CI.
+bench-deps: deps
+	@PYTHON=$(PYTHON) bash bench/peers_env.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz $(DEMO_DIR)
