@@ -48,6 +48,7 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
 
   // The dataset's directory in the cache: one per endpoint and URL (docs/CACHE.md §1).
   const std::string root = CacheRoot(options);
+  ds->root_ = root;
   const std::string id = ds->config_.endpoint + " " + ds->url_;
   ds->cache_dir_ = internal::JoinPath(
       root, Sanitize(base.bucket, 63) + "/" + Sanitize(base.key, 80) + "-" +
