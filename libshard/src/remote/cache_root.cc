@@ -93,6 +93,7 @@ Result<uint64_t> RootCache::Walk(std::vector<std::string>* state_files) const {
 }
 
 Result<uint64_t> RootCache::Measure() {
+  std::lock_guard<std::mutex> in_process(count_mu_);
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
                             RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path()));
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t used, Walk(nullptr));
@@ -108,6 +109,7 @@ Result<uint64_t> RootCache::Measure() {
 
 void RootCache::Unreserve(uint64_t bytes) {
   if (bytes == 0) return;
+  std::lock_guard<std::mutex> in_process(count_mu_);
   Result<RangeLock> lock = RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path());
   if (!lock.ok()) return;  // the next measure corrects the count
   std::byte rec[kUsageBytes] = {};
@@ -126,6 +128,7 @@ Status RootCache::Reserve(uint64_t len, uint64_t cache_size, uint64_t min_free, 
   for (int round = 0; round < 32; ++round) {
     uint64_t need = 0, used = 0, free_bytes = UINT64_MAX;
     {
+      std::lock_guard<std::mutex> in_process(count_mu_);
       LIBSHARD_ASSIGN_OR_RETURN(
           RangeLock lock, RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path()));
       std::byte rec[kUsageBytes] = {};
@@ -146,7 +149,7 @@ Status RootCache::Reserve(uint64_t len, uint64_t cache_size, uint64_t min_free, 
       }
       used = format::GetU64(rec + 16);
       struct statvfs vfs {};
-      if (fstatvfs(fs_fd, &vfs) == 0) free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+      if (fs_fd >= 0 && fstatvfs(fs_fd, &vfs) == 0) free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
       if (free_bytes < want + min_free) need = want + min_free - free_bytes;
       if (cache_size > 0 && used + want > cache_size)
         need = std::max(need, used + want - cache_size);

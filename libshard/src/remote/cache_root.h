@@ -45,7 +45,7 @@ class RootCache {
   void Unregister(EvictSource* source);
 
   // Room for a block of `len` bytes: the free-space floor (`min_free` bytes left free on the
-  // file system of `fs_fd`) and, when `cache_size` > 0, the bound (the running count plus the
+  // file system of `fs_fd`; -1: not checked) and, when `cache_size` > 0, the bound (the running count plus the
   // block within cache_size). Evicts by the victim order first when needed, then adds the block
   // to the running count. Error: ResourceExhausted "the cache is full", naming the root, the
   // bound and why nothing could be evicted.
@@ -73,6 +73,9 @@ class RootCache {
   io::File usage_;           // this process's own open file description of ROOT/.usage
   uint64_t measure_ns_ = 0;  // re-measure at most this often (LIBSHARD_CACHE_MEASURE_SECONDS)
   std::mutex mu_;            // sources_ and eviction (one evictor per process and root)
+  // The count's critical sections: the OFD lock excludes other processes only (this process's
+  // threads share usage_'s description, so their locks would merge).
+  std::mutex count_mu_;
   std::vector<EvictSource*> sources_;
 };
 
