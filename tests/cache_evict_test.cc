@@ -6,7 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -113,15 +116,20 @@ TEST_F(CacheEvictTest, PinnedBlockIsNotEvictedThenIs) {
 TEST_F(CacheEvictTest, PinFailsOnAbsentOrLockedBlock) {
   auto s = MakeShard("shard-0", 3);
   io::File pin = Own(s->state_path), fetch = Own(s->state_path);
-  // A block being fetched (or evicted): the exclusive lock is held, so no pin.
+  // A block being fetched (or evicted): the exclusive lock is held, so the pin waits for it.
   Result<RangeLock> excl =
       RangeLock::Acquire(fetch.fd(), kStateHeader + kEntryBytes, kEntryBytes, true, "x");
   ASSERT_TRUE(excl.ok());
-  Result<RangeLock> p = PinEntry(pin.fd(), s->state, 1);
-  ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->held());
+  std::atomic<bool> done{false};
+  Result<RangeLock> p = Status::Internal("unset");
+  std::thread reader([&] {
+    p = PinEntry(pin.fd(), s->state, 1);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done.load()) << "pinned a block while it was held exclusively";
   excl->Release();
-  p = PinEntry(pin.fd(), s->state, 1);
+  reader.join();
   ASSERT_TRUE(p.ok());
   EXPECT_TRUE(p->held());
   p->Release();

@@ -76,6 +76,13 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
                     : FetchBlock(client->get(), id, buffer.get(),
                                  f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd()
                                                                  : shards_[id.shard]->state.fd());
+    if (st.ok()) {
+      // Fetched for a read not yet made (announced or not): not evicted by this process before
+      // that read (docs/CACHE.md §5), or a read could lose its block between fetch and pin.
+      std::lock_guard<std::mutex> lock(f->pins->mu);
+      PinTable::Use& u = f->pins->uses[id];
+      u.fetched = true;
+    }
     {
       std::lock_guard<std::mutex> lock(f->mu);
       if (st.ok()) {
@@ -262,6 +269,7 @@ void PinTable::Unpin(uint32_t shard, uint64_t b0, uint64_t b1, bool consumed) {
     if (it == uses.end() || it->second.pins == 0) continue;
     Use& u = it->second;
     if (--u.pins == 0) u.lock.Release();
+    if (consumed) u.fetched = false;
     if (consumed && u.wanted > 0 && --u.wanted == 0) --window_blocks;
     if (consumed && u.wanted == 0) {
       if (u.consumed) consumed_lru.erase(u.lru);
@@ -275,7 +283,7 @@ void PinTable::Unpin(uint32_t shard, uint64_t b0, uint64_t b1, bool consumed) {
 void PinTable::MaybeErase(std::map<BlockId, Use>::iterator it) {
   if (it == uses.end()) return;
   const Use& u = it->second;
-  if (u.pins == 0 && u.wanted == 0 && !u.consumed) uses.erase(it);
+  if (u.pins == 0 && u.wanted == 0 && !u.fetched && !u.consumed) uses.erase(it);
 }
 
 void RemoteDataset::ForgetReadAhead() {
@@ -285,11 +293,12 @@ void RemoteDataset::ForgetReadAhead() {
   std::lock_guard<std::mutex> lock(t.mu);
   for (auto it = t.uses.begin(); it != t.uses.end();) {
     auto next = std::next(it);
+    it->second.fetched = false;
     if (it->second.wanted > 0) {
       it->second.wanted = 0;
       --t.window_blocks;
-      t.MaybeErase(it);
     }
+    t.MaybeErase(it);
     it = next;
   }
 }
@@ -319,7 +328,7 @@ Result<uint64_t> RemoteDataset::EvictTier(int tier, uint64_t need) {
     for (auto it = t.consumed_lru.begin(); it != t.consumed_lru.end() && freed < need;) {
       const BlockId id = *it;
       auto use = t.uses.find(id);
-      if (use != t.uses.end() && use->second.pins > 0) {  // being read again
+      if (use != t.uses.end() && (use->second.pins > 0 || use->second.fetched)) {  // read again
         ++it;
         continue;
       }
@@ -343,7 +352,9 @@ Result<uint64_t> RemoteDataset::EvictTier(int tier, uint64_t need) {
       for (uint64_t b = 0; b < s.blocks && freed < need; ++b) {
         if (format::GetU64(entries.data() + b * kEntryBytes) != kPresent) continue;
         auto use = t.uses.find({k, b});
-        if (use != t.uses.end() && (use->second.pins > 0 || use->second.wanted > 0)) continue;
+        if (use != t.uses.end() &&
+            (use->second.pins > 0 || use->second.wanted > 0 || use->second.fetched))
+          continue;
         LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, evict({k, b}));
         freed += got;
       }

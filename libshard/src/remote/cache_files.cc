@@ -142,9 +142,10 @@ Status CachedShard::Init(uint64_t wanted_block) {
 
 Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b) {
   const uint64_t entry = kStateHeader + b * kEntryBytes;
+  // Waits while a process holds the entry exclusively: it is fetching or evicting the block,
+  // which takes one download at most and never waits for a reader, so this cannot deadlock.
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
-                            RangeLock::Try(pin_fd, entry, kEntryBytes, false, state.path()));
-  if (!lock.held()) return lock;
+                            RangeLock::Acquire(pin_fd, entry, kEntryBytes, false, state.path()));
   uint64_t word = 0;
   LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, entry));
   if (word != kPresent) lock.Release();

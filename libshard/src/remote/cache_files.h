@@ -158,10 +158,10 @@ struct CachedShard {
 };
 
 // docs/CACHE.md §3, "Read": a shared lock on block b's entry through `pin_fd` (this process's
-// own open file description of the state file, never one that takes exclusive locks), taken
-// without waiting, then the state word read again. Held only when the block is present: while
-// it is held no process evicts the block. Not held: the block is being fetched or evicted, or is
-// absent; fetch it (again).
+// own open file description of the state file, never one that takes exclusive locks), waiting
+// while a process fetches or evicts the block, then the state word read again. Held only when
+// the block is present: while it is held no process evicts the block. Not held: the block is
+// absent (evicted); fetch it again.
 Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b);
 
 // docs/CACHE.md §3, "Evict": evicts block b of a shard's cache (`state`, `data`; block size

@@ -47,6 +47,7 @@ struct PinTable {
   struct Use {
     uint32_t pins = 0;    // reads in progress holding the block
     uint32_t wanted = 0;  // announced reads not yet made
+    bool fetched = false; // fetched by this process for a read not yet made
     bool consumed = false;
     std::list<BlockId>::iterator lru;  // in `consumed_lru` when consumed
     RangeLock lock;       // the shared lock while pins > 0
@@ -60,7 +61,7 @@ struct PinTable {
   std::vector<io::File> pin_files, evict_files;
 
   // Pins blocks [b0, b1] of `shard` (PinEntry for each not pinned here yet). False, nothing
-  // held: one of them is absent, or being fetched or evicted (*absent is set to it).
+  // held: one of them is absent (evicted since; *absent is set to it).
   Result<bool> Pin(const CachedShard& s, uint32_t shard, uint64_t b0, uint64_t b1,
                    uint64_t* absent);
   // Releases the pins of [b0, b1]; `consumed`: the read completed (the blocks join tier 1
