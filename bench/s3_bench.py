@@ -594,5 +594,66 @@ def main() -> None:
               f"over {len(block_gets)} of {nblocks} blocks")
 
 
+def evict_main() -> None:
+    """`s3_bench.py --evict [--cache-fraction F]`: epochs through a cache smaller than the
+    dataset (cache_size = F x the shards' bytes), GETs per block counted at the proxy: about 1
+    per block per epoch with eviction by the schedule; more is thrash (docs/CACHE.md §5)."""
+    ap = argparse.ArgumentParser(description=evict_main.__doc__.split("\n")[0])
+    ap.add_argument("--evict", action="store_true")
+    ap.add_argument("--cache-fraction", type=float, default=0.25)
+    ap.add_argument("--samples", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--block", default=str(4 << 20), help="cache block bytes")
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--work", default=None)
+    a = ap.parse_args()
+    work = Path(a.work or tempfile.mkdtemp(prefix="s3_evict_bench_"))
+    local = work / "ds"
+    if local.exists():
+        shutil.rmtree(local)
+    make_dataset(local, a.samples, a.seq, a.hidden)
+    total = sum(p.stat().st_size for p in local.glob("*.lss"))
+    block = int(a.block)
+    nblocks = sum((p.stat().st_size + block - 1) // block for p in local.glob("*.lss"))
+    bound = int(total * a.cache_fraction)
+    server = MotoServer()
+    proxy = FaultProxy(server.port)
+    rows = []
+    try:
+        server.upload_dir(BUCKET, "ds", local)
+        url = f"s3://{BUCKET}/ds"
+        os.environ.update(s3_env(proxy.endpoint, server.access_key, server.secret_key,
+                                 LIBSHARD_CACHE_BLOCK_SIZE=a.block,
+                                 LIBSHARD_S3_CONNECTIONS=str(a.connections),
+                                 LIBSHARD_S3_MAX_ATTEMPTS="8", LIBSHARD_S3_STALL_SECONDS="30",
+                                 LIBSHARD_S3_TIMEOUT_SECONDS="300"))
+        cache = work / "cache"
+        if cache.exists():
+            shutil.rmtree(cache)
+        for name, shuffle in (("sequential", False), ("sequential again", False),
+                              ("shuffled", True)):
+            proxy.reset_counts()
+            t0, c0 = time.perf_counter(), cpu()
+            n = sum(1 for _ in libshard.Loader(url, cache=cache, cache_size=bound,
+                                               shuffle=shuffle, seed=0, pin_memory=False))
+            secs, c = time.perf_counter() - t0, cpu() - c0
+            gets = [v for k, v in proxy.shard_gets().items() if k[1] != "bytes=0-4095"]
+            rows.append((name, n, secs, c, sum(gets) / nblocks))
+    finally:
+        proxy.stop()
+        server.stop()
+    gb = total / 1e9
+    print(f"dataset: {a.samples} samples, {gb:.2f} GB, {nblocks} blocks of {block} B; "
+          f"cache_size {bound} B ({a.cache_fraction:.2f} of it), {a.connections} connections")
+    print(f"{'epoch':<18} {'samples':>7} {'seconds':>8} {'GB/s':>7} {'CPU-s/GB':>9} "
+          f"{'GETs/block':>10}")
+    for name, n, secs, c, per in rows:
+        print(f"{name:<18} {n:7d} {secs:8.2f} {gb / secs:7.3f} {c / gb:9.2f} {per:10.2f}")
+
+
 if __name__ == "__main__":
-    main()
+    if "--evict" in sys.argv:
+        evict_main()
+    else:
+        main()

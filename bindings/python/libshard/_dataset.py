@@ -94,8 +94,9 @@ class Dataset(torch.utils.data.Dataset):
           metadata: add the sample's non-tensor entries to the dicts ``ds[i]`` returns.
           cache: s3:// only: the node-local cache directory, shared by every process of the node
             (default ``$LIBSHARD_CACHE_DIR``, else ``~/.cache/libshard``).
-          cache_size: s3:// only: bytes the dataset's cache may hold (int or "500GiB"); default
-            no bound but the free-space floor.
+          cache_size: s3:// only: bytes the whole cache directory may hold, every dataset under
+            it together (int or "500GiB"); blocks are evicted to stay within it (docs/CACHE.md);
+            default no bound but the free-space floor.
         """
         from ._units import parse_bytes
         self._path = os.fspath(path)

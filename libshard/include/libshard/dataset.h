@@ -27,7 +27,8 @@ struct DatasetOptions {
   // The node-local cache directory: "" is $LIBSHARD_CACHE_DIR, else $XDG_CACHE_HOME/libshard,
   // else ~/.cache/libshard. Shared by every process of the node that reads the dataset.
   std::string cache_dir;
-  uint64_t cache_size = 0;         // bytes the dataset's cache may hold; 0: no bound but the floor
+  uint64_t cache_size = 0;         // bytes the whole cache directory may hold (every dataset under
+                                   // it; docs/CACHE.md §4); 0: no bound but the free-space floor
   uint32_t fetch_connections = 0;  // parallel range GETs; 0: $LIBSHARD_S3_CONNECTIONS, else 8
 };
 

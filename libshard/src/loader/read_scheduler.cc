@@ -159,6 +159,9 @@ void ReadScheduler::Start() {
   pf_seq_ = 0;
   pipeline_stop_ = false;
   plan_done_ = false;
+  if (ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_)) {
+    filler->ForgetReadAhead();  // a new pass of the plan
+  }
   scheduler_ = std::thread([this] { SchedulerLoop(); });
 }
 
@@ -247,11 +250,11 @@ Status ReadScheduler::SchedulerStep() {
       Result<bool> ready = true;
       if (engine_->in_flight() == 0) {
         Status st = filler->Ensure(item->location.shard, item->layout.file_offset,
-                                   item->layout.read_length);
+                                   item->layout.read_length, &item->cache_hold);
         if (!st.ok()) ready = st;
       } else {
         ready = filler->Request(item->location.shard, item->layout.file_offset,
-                                item->layout.read_length);
+                                item->layout.read_length, &item->cache_hold);
       }
       if (ready.ok() && !*ready) break;  // reap meanwhile
       awaiting_ = nullptr;
@@ -445,6 +448,7 @@ void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint6
 }
 
 void ReadScheduler::FinishRead(Item* item) {
+  item->cache_hold.reset();  // every sub-read of the cache file has completed (docs/CACHE.md §3)
   if (!item->error.ok()) {
     Complete(item, item->error);
     return;

@@ -17,6 +17,7 @@
 #include "libshard/status.h"
 #include "loader/order.h"
 #include "loader/read_layout.h"
+#include "remote/shard_filler.h"
 
 namespace libshard {
 
@@ -46,6 +47,9 @@ struct Item {
   uint32_t subs_pending = 0;
   uint64_t bytes_read = 0;   // sum over finished sub-reads (short only at EOF)
   Status error;
+  // s3:// datasets: the pin on the cache blocks the reads cover, from before the first sub-read
+  // is submitted until the last one completes (FinishRead) or the item is dropped.
+  std::unique_ptr<ShardFiller::Hold> cache_hold;
   // Guarded by Window::mu:
   bool ready = false;
   std::optional<Sample> result;

@@ -1,5 +1,6 @@
 // Fetching shard blocks into the node-local cache (docs/CACHE.md §3): the process's fetcher
-// threads, the ShardFiller calls (Ensure, Request, Prefetch) and the cache's room check.
+// threads, the ShardFiller calls (Ensure, Request, Prefetch), the readers' pins and this
+// process's part of eviction (EvictSource, docs/CACHE.md §5).
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "format/bytes.h"
 #include "format/checksum.h"
 #include "io/filesystem.h"
 #include "remote/remote_dataset_impl.h"
@@ -26,9 +28,21 @@ Fetcher* RemoteDataset::GetFetcher() const {
   auto fresh = std::make_unique<Fetcher>();
   fresh->pid = pid;
   fresh->max_queue = std::max<size_t>(4 * connections_, 16);
+  fresh->max_window = 2 * fresh->max_queue;
+  fresh->pins = std::make_shared<PinTable>();
+  auto own = [](const std::string& path) {
+    Result<io::File> f = io::File::Open(path, O_RDWR | O_CLOEXEC);
+    return f.ok() ? std::move(f).value() : io::File();
+  };
   for (const auto& s : shards_) {
-    Result<io::File> lf = io::File::Open(s->state_path, O_RDWR | O_CLOEXEC);
-    fresh->lock_files.push_back(lf.ok() ? std::move(lf).value() : io::File());
+    fresh->lock_files.push_back(own(s->state_path));
+    fresh->pins->pin_files.push_back(own(s->state_path));
+    fresh->pins->evict_files.push_back(own(s->state_path));
+  }
+  Result<std::shared_ptr<RootCache>> root = RootCache::Get(root_);
+  if (root.ok()) {
+    fresh->root = std::move(root).value();
+    fresh->root->Register(const_cast<RemoteDataset*>(this));
   }
   Fetcher* raw = fresh.get();
   auto* self = const_cast<RemoteDataset*>(this);
@@ -62,6 +76,13 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
                     : FetchBlock(client->get(), id, buffer.get(),
                                  f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd()
                                                                  : shards_[id.shard]->state.fd());
+    if (st.ok()) {
+      // Fetched for a read not yet made (announced or not): not evicted by this process before
+      // that read (docs/CACHE.md §5), or a read could lose its block between fetch and pin.
+      std::lock_guard<std::mutex> lock(f->pins->mu);
+      PinTable::Use& u = f->pins->uses[id];
+      u.fetched = true;
+    }
     {
       std::lock_guard<std::mutex> lock(f->mu);
       if (st.ok()) {
@@ -74,46 +95,31 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
   }
 }
 
-Status RemoteDataset::CheckRoom(const CachedShard& s, uint64_t bytes) {
-  struct statvfs vfs {};
-  if (fstatvfs(s.state.fd(), &vfs) == 0) {
-    const uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-    if (free_bytes < bytes + min_free_)
-      return Status::ResourceExhausted(
-          cache_dir_ + ": the cache is full: " + std::to_string(free_bytes) +
-          " bytes free on its file system, which must keep " + std::to_string(min_free_) +
-          " free (LIBSHARD_CACHE_MIN_FREE); free space or point cache= at a larger disk");
-  }
-  if (options_.cache_size == 0) return Status::OK();
-  uint64_t used = 0;
-  for (const auto& other : shards_) {
-    struct stat st {};
-    if (fstat(other->data.fd(), &st) == 0) used += uint64_t(st.st_blocks) * 512;
-  }
-  if (used + bytes > options_.cache_size)
-    return Status::ResourceExhausted(
-        cache_dir_ + ": the cache is full: it holds " + std::to_string(used) +
-        " bytes of cache_size " + std::to_string(options_.cache_size) + " and a block of " +
-        std::to_string(bytes) + " bytes does not fit; raise cache_size (at least the dataset's " +
-        std::to_string(inner_ ? inner_->total_stored_bytes() : 0) + " bytes)");
-  return Status::OK();
-}
-
 Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer,
                                  int lock_fd) {
   CachedShard& s = *shards_[id.shard];
-  LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresent(id.block));
+  // The state word itself, not the hint: another process may have evicted the block.
+  LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresentOnDisk(id.block));
   if (here) return Status::OK();
   const uint64_t entry = kStateHeader + id.block * kEntryBytes;
   // One process of the node downloads the block; the others wait here, then find it present.
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
                             RangeLock::Acquire(lock_fd, entry, kEntryBytes, true, s.state_path));
-  LIBSHARD_ASSIGN_OR_RETURN(here, s.IsPresent(id.block));
+  LIBSHARD_ASSIGN_OR_RETURN(here, s.IsPresentOnDisk(id.block));
   if (here) return Status::OK();
   const uint64_t start = id.block * s.block_size;
   const uint64_t len = s.BlockLength(id.block);
-  LIBSHARD_RETURN_IF_ERROR(CheckRoom(s, len));
-  LIBSHARD_RETURN_IF_ERROR(client->GetRange(s.object, start, len, s.etag, buffer));
+  // Room first (evicting by the schedule when the bound or the floor says so), counted in the
+  // root's running count before the bytes arrive (docs/CACHE.md §4).
+  RootCache* root = GetFetcher()->root.get();
+  if (root == nullptr)
+    return Status::IoError(root_ + ": cannot open the cache's usage file " + kUsageName +
+                           " (set cache= / LIBSHARD_CACHE_DIR to a writable node-local disk)");
+  LIBSHARD_RETURN_IF_ERROR(root->Reserve(len, options_.cache_size, min_free_, s.state.fd()));
+  if (Status st = client->GetRange(s.object, start, len, s.etag, buffer); !st.ok()) {
+    root->Unreserve(Allocated(len));
+    return st;
+  }
   // Present only once the bytes are written in full and durable: data, fdatasync, then entry.
   LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer, len, start));
   if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
@@ -125,7 +131,8 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
   return Status::OK();
 }
 
-Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait) {
+Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait,
+                                 std::unique_ptr<Hold>* hold) {
   if (shard >= shards_.size())
     return Status::InvalidArgument(url_ + ": shard " + std::to_string(shard) + " out of range");
   CachedShard& s = *shards_[shard];
@@ -133,12 +140,46 @@ Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t lengt
   const uint64_t end = std::min(s.size, offset + length);
   if (offset >= end) return true;
   const uint64_t b0 = offset / s.block_size, b1 = (end - 1) / s.block_size;
-  std::vector<BlockId> missing;
-  for (uint64_t b = b0; b <= b1; ++b) {
-    LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresent(b));
-    if (!here) missing.push_back({shard, b});
+  // Fetch what is missing, then pin it; a block evicted between the two (by another process)
+  // is fetched again. A read is never served from a block that is not pinned and present.
+  for (int round = 0; round < 64; ++round) {
+    std::vector<BlockId> missing;
+    for (uint64_t b = b0; b <= b1; ++b) {
+      LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresent(b));
+      if (!here) missing.push_back({shard, b});
+    }
+    if (!missing.empty()) {
+      LIBSHARD_ASSIGN_OR_RETURN(bool done, Fetch(missing, wait));
+      if (!done) return false;
+      continue;  // fetched: check and pin
+    }
+    if (hold == nullptr) return true;
+    Fetcher* f = GetFetcher();
+    uint64_t absent = 0;
+    LIBSHARD_ASSIGN_OR_RETURN(bool pinned, f->pins->Pin(s, shard, b0, b1, &absent));
+    if (pinned) {
+      struct Pinned final : Hold {
+        std::shared_ptr<PinTable> table;
+        uint32_t shard = 0;
+        uint64_t b0 = 0, b1 = 0;
+        ~Pinned() override { table->Unpin(shard, b0, b1, /*consumed=*/true); }
+      };
+      auto p = std::make_unique<Pinned>();
+      p->table = f->pins;
+      p->shard = shard;
+      p->b0 = b0;
+      p->b1 = b1;
+      *hold = std::move(p);
+      return true;
+    }
+    s.present[absent].store(0, std::memory_order_release);  // evicted meanwhile, or in flux
   }
-  if (missing.empty()) return true;
+  return Status::ResourceExhausted(
+      BlockWhere({shard, b0}) + ": evicted again each time it was fetched; the cache (" + root_ +
+      ") is too small for the reads of this node's processes: raise cache_size");
+}
+
+Result<bool> RemoteDataset::Fetch(const std::vector<BlockId>& missing, bool wait) {
   Fetcher* f = GetFetcher();
   std::unique_lock<std::mutex> lock(f->mu);
   if (!wait) {
@@ -193,12 +234,157 @@ Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t lengt
   return true;
 }
 
+Result<bool> PinTable::Pin(const CachedShard& s, uint32_t shard, uint64_t b0, uint64_t b1,
+                           uint64_t* absent) {
+  std::lock_guard<std::mutex> lock(mu);
+  for (uint64_t b = b0; b <= b1; ++b) {
+    Use& u = uses[{shard, b}];
+    if (u.pins == 0) {
+      Result<RangeLock> got = shard < pin_files.size() && pin_files[shard].valid()
+                                  ? PinEntry(pin_files[shard].fd(), s.state, b)
+                                  : Result<RangeLock>(Status::IoError(s.state_path + ": not open"));
+      if (!got.ok() || !got->held()) {
+        MaybeErase(uses.find({shard, b}));
+        // Release what this call pinned (not a read: nothing consumed).
+        for (uint64_t c = b0; c < b; ++c) {
+          auto it = uses.find({shard, c});
+          if (--it->second.pins == 0) it->second.lock.Release();
+          MaybeErase(it);
+        }
+        if (!got.ok()) return got.status();
+        *absent = b;
+        return false;
+      }
+      u.lock = std::move(got).value();
+    }
+    ++u.pins;
+  }
+  return true;
+}
+
+void PinTable::Unpin(uint32_t shard, uint64_t b0, uint64_t b1, bool consumed) {
+  std::lock_guard<std::mutex> lock(mu);
+  for (uint64_t b = b0; b <= b1; ++b) {
+    auto it = uses.find({shard, b});
+    if (it == uses.end() || it->second.pins == 0) continue;
+    Use& u = it->second;
+    if (--u.pins == 0) u.lock.Release();
+    if (consumed) u.fetched = false;
+    if (consumed && u.wanted > 0 && --u.wanted == 0) --window_blocks;
+    if (consumed && u.wanted == 0) {
+      if (u.consumed) consumed_lru.erase(u.lru);
+      u.lru = consumed_lru.insert(consumed_lru.end(), it->first);
+      u.consumed = true;
+    }
+    MaybeErase(it);
+  }
+}
+
+void PinTable::MaybeErase(std::map<BlockId, Use>::iterator it) {
+  if (it == uses.end()) return;
+  const Use& u = it->second;
+  if (u.pins == 0 && u.wanted == 0 && !u.fetched && !u.consumed) uses.erase(it);
+}
+
+void RemoteDataset::ForgetReadAhead() {
+  Fetcher* f = GetFetcher();
+  if (f == nullptr) return;
+  PinTable& t = *f->pins;
+  std::lock_guard<std::mutex> lock(t.mu);
+  for (auto it = t.uses.begin(); it != t.uses.end();) {
+    auto next = std::next(it);
+    it->second.fetched = false;
+    if (it->second.wanted > 0) {
+      it->second.wanted = 0;
+      --t.window_blocks;
+    }
+    t.MaybeErase(it);
+    it = next;
+  }
+}
+
+bool RemoteDataset::OwnsDataFile(dev_t dev, ino_t ino) const {
+  for (const auto& s : shards_)
+    if (s->dev == dev && s->ino == ino) return true;
+  return false;
+}
+
+Result<uint64_t> RemoteDataset::EvictTier(int tier, uint64_t need) {
+  Fetcher* f = fetcher_.load(std::memory_order_acquire);
+  if (f == nullptr || f->pid != getpid() || shards_.empty()) return uint64_t{0};
+  PinTable& t = *f->pins;
+  uint64_t freed = 0;
+  auto evict = [&](BlockId id) -> Result<uint64_t> {
+    CachedShard& s = *shards_[id.shard];
+    if (!t.evict_files[id.shard].valid()) return uint64_t{0};
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, EvictEntry(t.evict_files[id.shard].fd(), s.state,
+                                                       s.data, id.block, s.block_size, s.size));
+    if (got > 0) s.present[id.block].store(0, std::memory_order_release);
+    return got;
+  };
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (tier == 1) {
+    // Read by this process and not announced again, least recently read first.
+    for (auto it = t.consumed_lru.begin(); it != t.consumed_lru.end() && freed < need;) {
+      const BlockId id = *it;
+      auto use = t.uses.find(id);
+      if (use != t.uses.end() && (use->second.pins > 0 || use->second.fetched)) {  // read again
+        ++it;
+        continue;
+      }
+      LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, evict(id));
+      freed += got;
+      it = t.consumed_lru.erase(it);  // evicted, or in use elsewhere, or gone already
+      if (use != t.uses.end()) {
+        use->second.consumed = false;
+        t.MaybeErase(use);
+      }
+    }
+    return freed;
+  }
+  // Tier 3: the other present blocks of this dataset that this process neither pins nor has
+  // announced, from a cursor that goes round the shards (their future use is unknown here).
+  for (size_t n = 0; n < shards_.size() && freed < need; ++n) {
+    const uint32_t k = evict_shard_ % shards_.size();
+    CachedShard& s = *shards_[k];
+    std::vector<std::byte> entries(s.blocks * kEntryBytes);
+    if (s.state.PReadExact(entries.data(), entries.size(), kStateHeader).ok()) {
+      for (uint64_t b = 0; b < s.blocks && freed < need; ++b) {
+        if (format::GetU64(entries.data() + b * kEntryBytes) != kPresent) continue;
+        auto use = t.uses.find({k, b});
+        if (use != t.uses.end() &&
+            (use->second.pins > 0 || use->second.wanted > 0 || use->second.fetched))
+          continue;
+        LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, evict({k, b}));
+        freed += got;
+      }
+    }
+    if (freed < need) ++evict_shard_;
+  }
+  return freed;
+}
+
 void RemoteDataset::Prefetch(uint32_t shard, uint64_t offset, uint64_t length) {
   if (shard >= shards_.size() || length == 0) return;
   CachedShard& s = *shards_[shard];
   const uint64_t end = std::min(s.size, offset + length);
   if (offset >= end) return;
   Fetcher* f = GetFetcher();
+  const uint64_t b0 = offset / s.block_size, b1 = (end - 1) / s.block_size;
+  {
+    // The read-ahead window: announced, so this process evicts none of these until read.
+    PinTable& t = *f->pins;
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (uint64_t b = b0; b <= b1; ++b) {
+      auto [it, fresh] = t.uses.try_emplace(BlockId{shard, b});
+      PinTable::Use& u = it->second;
+      if (u.wanted++ == 0) ++t.window_blocks;
+      if (u.consumed) {
+        t.consumed_lru.erase(u.lru);
+        u.consumed = false;
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(f->mu);
   bool queued = false;
   for (uint64_t b = offset / s.block_size; b <= (end - 1) / s.block_size; ++b) {

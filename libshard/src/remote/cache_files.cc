@@ -98,7 +98,7 @@ Status CachedShard::Init(uint64_t wanted_block) {
     block_size = wanted_block;
     blocks = (size + block_size - 1) / block_size;
     std::memcpy(header, kStateMagic, 8);
-    format::PutU32(header + 8, 1);
+    format::PutU32(header + 8, kStateVersion);
     format::PutU32(header + 12, kStateHeader);
     format::PutU64(header + 16, block_size);
     format::PutU64(header + 24, size);
@@ -112,7 +112,8 @@ Status CachedShard::Init(uint64_t wanted_block) {
     block_size = format::GetU64(header + 16);
     blocks = format::GetU64(header + 32);
     LIBSHARD_ASSIGN_OR_RETURN(uint64_t data_size, data.Size());
-    if (std::memcmp(header, kStateMagic, 8) != 0 || format::GetU32(header + 8) != 1 ||
+    const uint32_t version = format::GetU32(header + 8);
+    if (std::memcmp(header, kStateMagic, 8) != 0 || (version != 1 && version != kStateVersion) ||
         block_size == 0 || block_size % 4096 != 0 || block_size > (uint64_t{1} << 32) ||
         format::GetU64(header + 24) != size ||
         blocks != (size + block_size - 1) / block_size ||
@@ -121,9 +122,56 @@ Status CachedShard::Init(uint64_t wanted_block) {
       return Status::Corruption(state_path + ": not a valid cache state file for " + url +
                                 " (docs/CACHE.md); delete the dataset's cache directory " +
                                 std::filesystem::path(state_path).parent_path().string());
+    if (version == 1) {
+      // Version 1 to 2 in place, under the header lock: the entries are the same; a version 1
+      // library (which reads without pins) then refuses the file instead of reading a block
+      // another process may evict.
+      std::byte v2[4];
+      format::PutU32(v2, kStateVersion);
+      LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(v2, 4, 8));
+      LIBSHARD_RETURN_IF_ERROR(state.Sync());
+    }
   }
+  struct stat st {};
+  if (fstat(data.fd(), &st) != 0) return Errno(data_path + ": fstat");
+  dev = st.st_dev;
+  ino = st.st_ino;
   present = std::make_unique<std::atomic<uint8_t>[]>(blocks);
   return Status::OK();
+}
+
+Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b) {
+  const uint64_t entry = kStateHeader + b * kEntryBytes;
+  // Waits while a process holds the entry exclusively: it is fetching or evicting the block,
+  // which takes one download at most and never waits for a reader, so this cannot deadlock.
+  LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
+                            RangeLock::Acquire(pin_fd, entry, kEntryBytes, false, state.path()));
+  uint64_t word = 0;
+  LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, entry));
+  if (word != kPresent) lock.Release();
+  return lock;
+}
+
+Result<uint64_t> EvictEntry(int evict_fd, io::File& state, io::File& data, uint64_t b,
+                            uint64_t block_size, uint64_t size) {
+  const uint64_t entry = kStateHeader + b * kEntryBytes;
+  if (b * block_size >= size) return uint64_t{0};
+  LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
+                            RangeLock::Try(evict_fd, entry, kEntryBytes, true, state.path()));
+  if (!lock.held()) return uint64_t{0};  // pinned by a reader, or being fetched or evicted
+  uint64_t word = 0;
+  LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, entry));
+  if (word != kPresent) return uint64_t{0};
+  // Absent first, durably; only then the bytes go. Killed in between: an absent block whose
+  // bytes are still there, which nobody reads (CACHE.md §3).
+  const uint64_t zero = 0;
+  LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(&zero, 8, entry));
+  if (fdatasync(state.fd()) != 0) return Errno(state.path() + ": fdatasync");
+  uint64_t start = b * block_size;
+  const uint64_t end = std::min(size, start + block_size);
+  if (b == 0) start = std::min(end, kKeptHead);
+  if (end > start) LIBSHARD_RETURN_IF_ERROR(data.PunchHole(start, end - start));
+  return end > start ? Allocated(end - start) : uint64_t{0};
 }
 
 }  // namespace libshard::remote

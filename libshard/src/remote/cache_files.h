@@ -4,6 +4,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -25,6 +26,10 @@ constexpr char kStateMagic[8] = {'L', 'S', 'C', 'A', 'C', 'H', 'E', '1'};
 constexpr uint64_t kStateHeader = 64;
 constexpr uint64_t kEntryBytes = 16;
 constexpr uint64_t kPresent = 0x31544E4553455250ull;  // "PRESENT1"
+constexpr uint32_t kStateVersion = 2;  // version 1 files are upgraded in place (CACHE.md §2)
+// Eviction keeps the first 4096 bytes of block 0: the shard header the local reader checks when
+// a process opens the dataset (CACHE.md §3, "Evict").
+constexpr uint64_t kKeptHead = 4096;
 constexpr uint64_t kDefaultBlock = uint64_t{4} << 20;
 constexpr uint64_t kMaxSmallObject = uint64_t{256} << 20;  // manifest
 constexpr uint64_t kMaxIndexObject = uint64_t{16} << 30;
@@ -69,6 +74,28 @@ class RangeLock {
     l.len_ = len;
     return l;
   }
+  // The same without waiting (F_OFD_SETLK): a lock that is not held() when another open file
+  // description holds a conflicting one.
+  static Result<RangeLock> Try(int fd, uint64_t start, uint64_t len, bool exclusive,
+                               const std::string& path) {
+    struct flock fl {};
+    fl.l_type = exclusive ? F_WRLCK : F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(start);
+    fl.l_len = static_cast<off_t>(len);
+    while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EACCES) return RangeLock();
+      return Errno(path + ": fcntl(F_OFD_SETLK) at " + std::to_string(start) +
+                   " (the cache directory must be on a file system with local locks)");
+    }
+    RangeLock l;
+    l.fd_ = fd;
+    l.start_ = start;
+    l.len_ = len;
+    return l;
+  }
+  bool held() const { return fd_ >= 0; }
   RangeLock(RangeLock&& o) noexcept { *this = std::move(o); }
   RangeLock& operator=(RangeLock&& o) noexcept {
     Release();
@@ -104,23 +131,50 @@ struct CachedShard {
   uint64_t blocks = 0;
   std::string data_path, state_path;
   io::File data, state;
-  // In-process knowledge that a block is present (it never becomes absent while open).
+  dev_t dev = 0;  // the data file's, for the evictor's walk (Init)
+  ino_t ino = 0;
+  // In-process hint that a block is present. Another process may evict it since (CACHE.md §3):
+  // a read trusts only a pin (PinEntry), a download only the entry under its lock.
   std::unique_ptr<std::atomic<uint8_t>[]> present;
 
   uint64_t BlockLength(uint64_t b) const {
     return std::min(block_size, size - b * block_size);
   }
+  // The hint, else the state word.
   Result<bool> IsPresent(uint64_t b) {
     if (present[b].load(std::memory_order_acquire)) return true;
+    return IsPresentOnDisk(b);
+  }
+  // The state word itself (refreshes the hint).
+  Result<bool> IsPresentOnDisk(uint64_t b) {
     uint64_t word = 0;
     LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, kStateHeader + b * kEntryBytes));
-    if (word != kPresent) return false;
-    present[b].store(1, std::memory_order_release);
-    return true;
+    present[b].store(word == kPresent ? 1 : 0, std::memory_order_release);
+    return word == kPresent;
   }
 
   // Creates or checks both files under the header lock.
   Status Init(uint64_t wanted_block);
 };
+
+// docs/CACHE.md §3, "Read": a shared lock on block b's entry through `pin_fd` (this process's
+// own open file description of the state file, never one that takes exclusive locks), waiting
+// while a process fetches or evicts the block, then the state word read again. Held only when
+// the block is present: while it is held no process evicts the block. Not held: the block is
+// absent (evicted); fetch it again.
+Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b);
+
+// docs/CACHE.md §3, "Evict": evicts block b of a shard's cache (`state`, `data`; block size
+// `block_size`, object size `size`) unless in use. Takes the entry's exclusive lock through
+// `evict_fd` without waiting (held elsewhere: a reader pins it or a process fetches or evicts
+// it: skipped), reads the word again (absent: skipped), clears it, fdatasyncs the state file,
+// then punches the block's bytes out of the data file (all but the first kKeptHead bytes of
+// block 0). Returns the bytes freed, 0 when skipped.
+Result<uint64_t> EvictEntry(int evict_fd, io::File& state, io::File& data, uint64_t b,
+                            uint64_t block_size, uint64_t size);
+
+// The bytes a block of `len` bytes allocates in its data file (whole 4096-byte file-system
+// blocks), as the cache's running count adds and subtracts them.
+inline uint64_t Allocated(uint64_t len) { return (len + 4095) / 4096 * 4096; }
 
 }  // namespace libshard::remote

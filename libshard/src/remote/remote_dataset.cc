@@ -48,6 +48,7 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
 
   // The dataset's directory in the cache: one per endpoint and URL (docs/CACHE.md §1).
   const std::string root = CacheRoot(options);
+  ds->root_ = root;
   const std::string id = ds->config_.endpoint + " " + ds->url_;
   ds->cache_dir_ = internal::JoinPath(
       root, Sanitize(base.bucket, 63) + "/" + Sanitize(base.key, 80) + "-" +
@@ -62,6 +63,13 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
             : 0;
     ds->min_free_ = EnvBytes("LIBSHARD_CACHE_MIN_FREE", fallback);
   }
+
+  // Every file the open creates is counted in the root's running count before it is written,
+  // evicting to make room like a block (docs/CACHE.md §4).
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<RootCache> root_cache, RootCache::Get(root));
+  auto reserve = [&](uint64_t bytes) {
+    return root_cache->Reserve(bytes, options.cache_size, 0, -1);
+  };
 
   // Manifest and index first; no listing.
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client,
@@ -80,6 +88,7 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   const std::string manifest_path = internal::JoinPath(
       objects, std::string(format::kManifestName) + "." + EtagTag(manifest_etag));
   if (!internal::PathExists(manifest_path)) {
+    LIBSHARD_RETURN_IF_ERROR(reserve(manifest_body->data.size()));
     const std::string tmp = manifest_path + ".tmp-" + std::to_string(getpid());
     {
       LIBSHARD_ASSIGN_OR_RETURN(io::File f,
@@ -110,6 +119,7 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
                               " (the dataset is being rewritten, or damaged); reopen it later");
   const std::string index_path = internal::JoinPath(
       objects, Sanitize(manifest.index_file, 200) + "." + EtagTag(index_info.etag));
+  if (!internal::PathExists(index_path)) LIBSHARD_RETURN_IF_ERROR(reserve(index_info.size));
   LIBSHARD_RETURN_IF_ERROR(
       FetchWhole(client.get(), index_obj, index_info, kMaxIndexObject, index_path));
 
@@ -137,6 +147,10 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
                                                    s->object.key.rfind('/') + 1), 200) +
                                                    "." + EtagTag(s->etag));
     s->state_path = s->data_path + ".blocks";
+    if (!internal::PathExists(s->state_path)) {  // its state file and the header written below
+      const uint64_t n = (s->size + block - 1) / block;
+      LIBSHARD_RETURN_IF_ERROR(reserve(Allocated(kStateHeader + n * kEntryBytes) + kKeptHead));
+    }
     LIBSHARD_RETURN_IF_ERROR(s->Init(block));
     if (s->size < format::kShardHeaderSize) return Status::OK();  // the local reader says why
     LIBSHARD_ASSIGN_OR_RETURN(bool here, s->IsPresent(0));

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "io/s3_client.h"
 #include "libshard/dataset.h"
 #include "remote/cache_files.h"
+#include "remote/cache_root.h"
 #include "remote/remote_dataset.h"
 #include "remote/shard_filler.h"
 
@@ -36,6 +38,38 @@ struct BlockId {
   }
 };
 
+// What this process knows of its use of a dataset's blocks (docs/CACHE.md §3 and §5): the pins
+// of the reads in progress (one shared OFD lock per pinned block, counted, since a second lock
+// through the same description would merge with the first and one release would drop both),
+// the read-ahead window (blocks announced by Prefetch and not yet read) and the blocks read,
+// least recently read first. Shared by the Holds it hands out, which may outlive the dataset.
+struct PinTable {
+  struct Use {
+    uint32_t pins = 0;    // reads in progress holding the block
+    uint32_t wanted = 0;  // announced reads not yet made
+    bool fetched = false; // fetched by this process for a read not yet made
+    bool consumed = false;
+    std::list<BlockId>::iterator lru;  // in `consumed_lru` when consumed
+    RangeLock lock;       // the shared lock while pins > 0
+  };
+  std::mutex mu;
+  std::map<BlockId, Use> uses;
+  std::list<BlockId> consumed_lru;  // read and not wanted again: tier 1, oldest first
+  size_t window_blocks = 0;         // blocks with wanted > 0
+  // Per shard, this process's own descriptions of the state file: one for the readers' shared
+  // locks, one for the evictor's exclusive ones (never the fetcher's, CACHE.md §3).
+  std::vector<io::File> pin_files, evict_files;
+
+  // Pins blocks [b0, b1] of `shard` (PinEntry for each not pinned here yet). False, nothing
+  // held: one of them is absent (evicted since; *absent is set to it).
+  Result<bool> Pin(const CachedShard& s, uint32_t shard, uint64_t b0, uint64_t b1,
+                   uint64_t* absent);
+  // Releases the pins of [b0, b1]; `consumed`: the read completed (the blocks join tier 1
+  // unless still wanted).
+  void Unpin(uint32_t shard, uint64_t b0, uint64_t b1, bool consumed);
+  // Requires mu: drops `id`'s entry when nothing is left to remember.
+  void MaybeErase(std::map<BlockId, Use>::iterator it);
+};
 
 // The fetcher threads of one process (remote_dataset.h). Created on first use in the process
 // that uses it: a copy inherited through fork is never used by the child (its threads do not
@@ -54,9 +88,14 @@ struct Fetcher {
   // an open file description, which a forked child shares with its parent, so a child locking
   // through an inherited descriptor would not exclude the parent.
   std::vector<io::File> lock_files;
+  // This process's pins, window and reads of the dataset's blocks.
+  std::shared_ptr<PinTable> pins;
+  // The process's count and evictor of the cache root (docs/CACHE.md §4).
+  std::shared_ptr<RootCache> root;
+  size_t max_window = 128;  // blocks announced and not yet read (Hungry)
 };
 
-class RemoteDataset final : public Dataset, public ShardFiller {
+class RemoteDataset final : public Dataset, public ShardFiller, public EvictSource {
  public:
   RemoteDataset() = default;
   ~RemoteDataset() override {
@@ -67,6 +106,7 @@ class RemoteDataset final : public Dataset, public ShardFiller {
       (void)owned_fetcher_.release();
       return;
     }
+    if (f->root != nullptr) f->root->Unregister(this);  // waits for an eviction in progress
     {
       std::lock_guard<std::mutex> lock(f->mu);
       f->stop = true;
@@ -101,12 +141,15 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   std::vector<uint64_t> lengths() const override { return inner_->lengths(); }
   Result<Provenance> source(uint64_t i) const override { return inner_->source(i); }
   Result<Metadata> metadata(uint64_t i) const override { return inner_->metadata(i); }
+  // Each read of the cached bytes is pinned until it returns (docs/CACHE.md §3).
   Result<Sample> Read(uint64_t i) const override {
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i));
+    std::unique_ptr<Hold> hold;
+    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
     return inner_->Read(i);
   }
   Status Verify(uint64_t i) const override {
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i));
+    std::unique_ptr<Hold> hold;
+    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
     return inner_->Verify(i);
   }
   // Field checksums (FORMAT.md §3.9): from the cached index; the bytes they cover are read
@@ -124,7 +167,8 @@ class RemoteDataset final : public Dataset, public ShardFiller {
     return inner_->FieldRegions(i, offsets, sizes);
   }
   Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const override {
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i));
+    std::unique_ptr<Hold> hold;
+    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
     return inner_->ComputeFieldChecksums(i);
   }
   Status Decode(uint64_t i, std::span<const std::byte> stored,
@@ -142,34 +186,51 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   }
 
   // ---- ShardFiller ----
-  Status Ensure(uint32_t shard, uint64_t offset, uint64_t length) override {
-    return Wait(shard, offset, length, /*wait=*/true).status();
+  Status Ensure(uint32_t shard, uint64_t offset, uint64_t length,
+                std::unique_ptr<Hold>* hold) override {
+    return Wait(shard, offset, length, /*wait=*/true, hold).status();
   }
-  Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length) override {
-    return Wait(shard, offset, length, /*wait=*/false);
+  Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length,
+                       std::unique_ptr<Hold>* hold) override {
+    return Wait(shard, offset, length, /*wait=*/false, hold);
   }
   void Prefetch(uint32_t shard, uint64_t offset, uint64_t length) override;
   bool Hungry() const override {
     Fetcher* f = GetFetcher();
     if (f == nullptr) return false;
+    {
+      std::lock_guard<std::mutex> lock(f->pins->mu);
+      if (f->pins->window_blocks >= f->max_window) return false;
+    }
     std::lock_guard<std::mutex> lock(f->mu);
     return f->queue.size() < f->max_queue;
   }
+  void ForgetReadAhead() override;
+
+  // ---- EvictSource (the process's evictor of the cache root) ----
+  Result<uint64_t> EvictTier(int tier, uint64_t need) override;
+  bool OwnsDataFile(dev_t dev, ino_t ino) const override;
 
  private:
-  Status EnsureSample(uint64_t i) const {
+  // Ensure for sample i's stored bytes, pinned in *hold while the caller reads them.
+  Status EnsureSample(uint64_t i, std::unique_ptr<Hold>* hold) const {
     LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, inner_->Locate(i));
-    Status st = const_cast<RemoteDataset*>(this)->Ensure(loc.shard, loc.offset, loc.stored_size);
+    Status st =
+        const_cast<RemoteDataset*>(this)->Ensure(loc.shard, loc.offset, loc.stored_size, hold);
     return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
   }
-  // Ensure (wait) or Request (no wait).
-  Result<bool> Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait);
+  // Ensure (wait) or Request (no wait), then the pin.
+  Result<bool> Wait(uint32_t shard, uint64_t offset, uint64_t length, bool wait,
+                    std::unique_ptr<Hold>* hold);
+  // Queues the missing blocks at the front and, with `wait`, waits for them. True when none is
+  // queued or fetching any more.
+  Result<bool> Fetch(const std::vector<BlockId>& missing, bool wait);
   // The fetcher of this process, started on first use (nullptr only when threads cannot start).
   Fetcher* GetFetcher() const;
   void FetcherLoop(Fetcher* f);
   // Downloads one block unless present (in this or another process); docs/CACHE.md §3.
   Status FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer, int lock_fd);
-  Status CheckRoom(const CachedShard& s, uint64_t bytes);
+
   // "block 3 (bytes 12582912-16777215) of s3://b/p/shard-00000.lss"
   std::string BlockWhere(BlockId id) const {
     const CachedShard& s = *shards_[id.shard];
@@ -179,6 +240,7 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   }
 
   std::string url_;
+  std::string root_;       // the cache root (CacheRoot): the bound covers all of it
   std::string cache_dir_;  // this dataset's directory in the cache
   io::S3Config config_;
   DatasetOptions options_;
@@ -191,6 +253,8 @@ class RemoteDataset final : public Dataset, public ShardFiller {
   mutable std::unique_ptr<Fetcher> owned_fetcher_;
   // Blocks a Request queued and has not yet seen finish (guarded by the fetcher's mu).
   std::set<BlockId> requested_;
+  // Tier 3's cursor over this process's shards (guarded by the root's eviction lock).
+  uint32_t evict_shard_ = 0;
 };
 
 }  // namespace libshard::remote

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "libshard/dataset.h"
 #include "libshard/status.h"
@@ -11,19 +12,36 @@ namespace libshard {
 
 class ShardFiller {
  public:
+  // A pin on the cache blocks of one read (docs/CACHE.md §3, "Read"): while it lives, no process
+  // of the node evicts them. Destroy it once the read of the bytes has completed (for io_uring:
+  // after the completion is reaped), never before. Any thread.
+  class Hold {
+   public:
+    virtual ~Hold() = default;
+  };
+
   virtual ~ShardFiller() = default;
   // Returns once bytes [offset, offset + length) of shard `shard` are present in its cache file
   // (fetched, written in full, synced and recorded; docs/CACHE.md), fetching the missing blocks
-  // first. The error names the URL, the block and the HTTP status. Thread-safe.
-  [[nodiscard]] virtual Status Ensure(uint32_t shard, uint64_t offset, uint64_t length) = 0;
+  // first, and pinned in *hold (when `hold` is not null) until the caller destroys it. The
+  // error names the URL, the block and the HTTP status. Thread-safe.
+  [[nodiscard]] virtual Status Ensure(uint32_t shard, uint64_t offset, uint64_t length,
+                                      std::unique_ptr<Hold>* hold) = 0;
   // Ensure without the wait: queues the missing blocks of the range at the front and returns
-  // whether all are present now (false: ask again later), or the error of a failed block.
-  virtual Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length) = 0;
-  // Queues the missing blocks of that range behind the ones queued before (read-ahead in the
-  // order the reader will read). Never blocks; a no-op while the queue is full (see Hungry).
+  // whether all are present (and pinned in *hold) now (false: ask again later), or the error of
+  // a failed block.
+  virtual Result<bool> Request(uint32_t shard, uint64_t offset, uint64_t length,
+                               std::unique_ptr<Hold>* hold) = 0;
+  // Announces a read the reader will make (read-ahead, in the order it will read) and queues
+  // the missing blocks of that range behind the ones queued before. The announced blocks are
+  // this process's read-ahead window: it evicts none of them until they are read (CACHE.md §5).
+  // Never blocks; a no-op while the queue is full (see Hungry).
   virtual void Prefetch(uint32_t shard, uint64_t offset, uint64_t length) = 0;
-  // Whether the read-ahead queue has room for more.
+  // Whether the read-ahead has room for more (the fetch queue and the window).
   virtual bool Hungry() const = 0;
+  // The reader starts a new pass (an epoch): what it announced before and did not read is no
+  // longer its read-ahead.
+  virtual void ForgetReadAhead() = 0;
 };
 
 }  // namespace libshard
