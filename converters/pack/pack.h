@@ -74,8 +74,8 @@ struct PackOptions {
   bool allow_varying_dims = false;   // let dims other than the sequence dim vary across sources
   bool hash_sources = true;          // record xxh3-64 of each source file's bytes in provenance
   // Bytes of samples in flight; 0 = 2 x threads x largest file. The option `in_flight_bytes`
-  // (PackOptionTable; `window_bytes`, this member's former name, and `--window` are its other
-  // spellings).
+  // (PackOptionTable), `--in-flight-bytes` on the CLI; `window_bytes`, this member's former name,
+  // and `--window` are its other spellings.
   uint64_t in_flight_bytes = 0;
   bool fsync = true;
   uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default

@@ -195,11 +195,11 @@ std::vector<Spec> MakeSpecs() {
                            "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
                    {}));
   // "in_flight_bytes", not a window: "window" is the Loader's bucket_window alone.
-  // "window_bytes" (its former name) stays an alias for existing callers.
+  // "window_bytes" and "--window" (its former names) stay aliases for existing callers.
   t.push_back(With(AutoBytes("in_flight_bytes", "in_flight_bytes", InFlightBytes,
                              "2 x threads x the largest source, at least 64 MiB",
                              "bytes of samples in flight (formerly window_bytes)"),
-                   {"--window", "window_bytes"}));
+                   {"--in-flight-bytes", "--window", "window_bytes"}));
   t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
                            "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
                    {}));

@@ -154,3 +154,17 @@ def test_the_cli_names_pack_resume(tmp_path):
     assert r.returncode != 0, r.stderr
     assert "unfinished write" in r.stderr and "resume it with `libshard pack --resume`" in r.stderr, \
         r.stderr
+
+
+def test_the_cli_spells_in_flight_bytes_and_keeps_window(tmp_path):
+    cli = os.environ.get("LIBSHARD_CLI")
+    if not cli:
+        pytest.skip("LIBSHARD_CLI is not set")
+    src = tmp_path / "src"
+    write_sources(src)
+    for flag in ("--in-flight-bytes", "--window"):
+        out = tmp_path / flag.strip("-")
+        subprocess.run([cli, "pack", str(src), "-o", str(out), "-q", flag, "64MiB"], check=True)
+        assert len(libshard.open(out)) == 2
+    r = subprocess.run([cli, "pack", "--help"], capture_output=True, text=True)
+    assert "--in-flight-bytes" in r.stdout, r.stdout

@@ -201,7 +201,7 @@ class PackOptions(TypedDict, total=False):
     hash_sources: bool
     # verify the zip CRC-32 of .pt records (CLI: --no-crc) (default True)
     verify_crc: bool
-    # bytes of samples in flight (formerly window_bytes) (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --window, window_bytes)
+    # bytes of samples in flight (formerly window_bytes) (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --in-flight-bytes, --window, window_bytes)
     in_flight_bytes: Union[int, str, None]
     # fsync shards, journal, index and manifest (CLI: --no-fsync) (default True)
     fsync: bool

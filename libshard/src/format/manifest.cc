@@ -145,9 +145,10 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
         !(index_version->is_number_unsigned() && index_version->get<uint64_t>() >= 1 &&
           index_version->get<uint64_t>() <= kIndexVersion))
       return Status::Unsupported(
-          file + ": \"version\" (the index version) " +
+          file + ": index version " +
           index_version->dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 64) +
-          " is not supported (this libshard reads index versions 1 to 3); upgrade libshard");
+          " (\"version\") is not supported (this libshard reads index versions 1 to 3); "
+          "upgrade libshard");
     m.index_version = index_version ? static_cast<uint32_t>(index_version->get<uint64_t>()) : 1;
   }
   top.Only({"format", "version", "schema", "index", "shards", "totals", "provenance"});
