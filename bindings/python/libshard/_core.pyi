@@ -91,7 +91,7 @@ class LoaderOptions(TypedDict, total=False):
     world_size: int
     # drop the epoch's tail instead of wrapping around (default False)
     drop_last: bool
-    # the shuffle's version: 2, O(1) per position; 1, the order of libshard before versions (default 2; 1..2)
+    # the shuffle's order version: 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
     order: int
     # a state() to continue from (overrides seed, epoch and order) (default None)
     resume: Optional[Dict[str, Any]]

@@ -131,8 +131,8 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(Bool<O>(kWhat, "drop_last", "drop_last", Member<&O::drop_last>, "False",
                       "drop the epoch's tail instead of wrapping around"));
   t.push_back(Count<O>(kWhat, "order", "order", Member<&O::order>, "2", 1, 2, "",
-                       "the shuffle's version: 2, O(1) per position; 1, the order of libshard "
-                       "before versions"));
+                       "the shuffle's order version: 2, O(1) per position; 1, the order of "
+                       "libshard before order versions"));
   t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[Dict[str, Any]]", "None",
                      "a state() to continue from (overrides seed, epoch and order)", nullptr));
   // What to read.
