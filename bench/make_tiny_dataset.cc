@@ -77,7 +77,7 @@ libshard::Status WriteSamples(const std::string& out, uint64_t first, uint64_t n
     std::snprintf(path, sizeof path, "sharegpt/part_%04llu/conversation_%08llu.pt",
                   static_cast<unsigned long long>(i / 10000), static_cast<unsigned long long>(i));
     // As a hidden-state dump of H = 4096 would be: 8·H bytes a token, plus a pickle header.
-    s.source = Provenance{path, length * 8 * 4096 + 1024 + rng() % 1024,
+    s.source = SourceFileInfo{path, length * 8 * 4096 + 1024 + rng() % 1024,
                           int64_t{1764547200} * 1000000000 + static_cast<int64_t>(i) * 1000003,
                           rng()};
     Status st = w->Append(s);

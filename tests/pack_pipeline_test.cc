@@ -158,7 +158,7 @@ TEST_F(PackPipelineTest, TinyWindowAndOneThreadGiveTheSameDataset) {
   for (unsigned threads : {1u, 4u}) {
     PackOptions o = Options("out" + std::to_string(threads));
     o.threads = threads;
-    o.window_bytes = 1;  // admits one sample at a time: must still make progress, in order
+    o.in_flight_bytes = 1;  // admits one sample at a time: must still make progress, in order
     o.compression = Compression::kZstd;
     auto r = Pack(o);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -464,7 +464,7 @@ TEST_F(PackPipelineTest, SourceReplacedByAFifoAfterListingIsRefusedNotWaitedFor)
   PackOptions o = Options("out");
   o.on_error = OnError::kSkip;
   o.threads = 1;
-  o.window_bytes = 1;
+  o.in_flight_bytes = 1;
   const fs::path last = Rel(5);
   bool replaced = false;
   o.progress = [&](const PackProgress& p) {

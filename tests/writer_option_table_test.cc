@@ -68,9 +68,9 @@ TEST(PackOptionTableTest, CliFlagsAreAliases) {
   EXPECT_EQ(o.part_index, 2u);
   EXPECT_EQ(o.part_count, 5u);
   ASSERT_TRUE(t.Set(o, "window_bytes", OptionValue::Text("64MiB")).ok());
-  EXPECT_EQ(o.window_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(o.in_flight_bytes, uint64_t{64} << 20);
   ASSERT_TRUE(t.Set(o, "window_bytes", OptionValue::Integer(0)).ok());  // 0 or None: automatic
-  EXPECT_EQ(o.window_bytes, 0u);
+  EXPECT_EQ(o.in_flight_bytes, 0u);
   ExpectError(t.Set(o, "--on-error", OptionValue::Text("ignore")), StatusCode::kInvalidArgument,
               {"pack option '--on-error'", "'ignore'"});
   EXPECT_EQ(convert::PackOptionName("append", convert::OptionSpelling::kCli), "--append");

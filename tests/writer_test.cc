@@ -186,7 +186,7 @@ TEST(WriterTest, MetadataAndProvenanceRoundTrip) {
     ASSERT_TRUE((*w)->Append(s.input).ok());
     OwnedSample bare = StandardSample(8);
     bare.input.metadata.clear();
-    bare.input.source = Provenance{};
+    bare.input.source = SourceFileInfo{};
     ASSERT_TRUE((*w)->Append(bare.input).ok());
     ASSERT_TRUE((*w)->Finish().ok());
   }
@@ -199,7 +199,7 @@ TEST(WriterTest, MetadataAndProvenanceRoundTrip) {
   ASSERT_TRUE(src.ok());
   EXPECT_EQ(*src, s.input.source);
   EXPECT_TRUE(ds->metadata(1)->empty());
-  EXPECT_EQ(*ds->source(1), Provenance{});
+  EXPECT_EQ(*ds->source(1), SourceFileInfo{});
   ASSERT_TRUE(ds->key(0).ok());
   EXPECT_EQ(*ds->key(0), s.input.source.path);  // key(i) is source(i).path, as in Python
   EXPECT_EQ(*ds->key(1), "");
@@ -311,8 +311,13 @@ TEST(WriterTest, UnfinishedWriteNeverOpens) {
   }  // destroyed without Finish
   EXPECT_TRUE(std::filesystem::exists(dir / "shard-00000.lss.tmp"));
   EXPECT_TRUE(std::filesystem::exists(dir / "_journal.lsj"));
+  // The advice is in the caller's spelling (DatasetOptions::caller): C++ by default, the CLI's.
   ExpectError(Dataset::Open(dir.path().string()).status(), StatusCode::kNotFound,
-              {"no manifest.json", "--resume"});
+              {"no manifest.json", "resume it with Writer::Resume"});
+  DatasetOptions cli;
+  cli.caller = Caller::kCli;
+  ExpectError(Dataset::Open(dir.path().string(), cli).status(), StatusCode::kNotFound,
+              {"no manifest.json", "resume it with `libshard pack --resume`"});
   ExpectError(Writer::Create(dir.path().string(), EagleSchema(), FastOptions()).status(),
               StatusCode::kAlreadyExists, {"Resume"});
 }
@@ -538,7 +543,9 @@ TEST(WriterTest, AttributesRecordedMergedAndKeptOnAppend) {
 void ExpectBusy(const Status& st, const std::filesystem::path& dir) {
   ExpectError(st, StatusCode::kAlreadyExists,
               {dir.string() + " is being written by another process",
-               "pid " + std::to_string(::getpid()), "host ", "since 20", "wait for it"});
+               "pid " + std::to_string(::getpid()), "host ", "since 20", "wait for it",
+               // A C++ caller (WriterOptions::caller's default) is told its own spelling.
+               "continue its work with Writer::Resume;"});
 }
 
 TEST(WriterLockTest, OneWriterAtATimePerDirectory) {

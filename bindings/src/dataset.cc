@@ -29,7 +29,7 @@ uint64_t CheckIndex(const Dataset& dataset, int64_t index) {
   return static_cast<uint64_t>(resolved);
 }
 
-py::dict ProvenanceToPython(const Provenance& p) {
+py::dict SourceFileInfoToPython(const SourceFileInfo& p) {
   py::dict out;
   out["path"] = DecodeDatasetString(p.path);
   out["size"] = p.size;
@@ -62,7 +62,7 @@ void RegisterDataset(py::module_& m) {
       [](const std::string& path) {
         Result<bool> upgraded = [&] {
           py::gil_scoped_release release;
-          return UpgradeIndex(path);
+          return UpgradeIndex(path, Caller::kPython);
         }();
         return ValueOrThrow(std::move(upgraded));
       },
@@ -74,6 +74,7 @@ void RegisterDataset(py::module_& m) {
           [](const std::string& path, bool verify_checksums, const std::string& cache_dir,
              uint64_t cache_size) {
             DatasetOptions options;
+            options.caller = Caller::kPython;
             options.verify_checksums = verify_checksums;
             options.cache_dir = cache_dir;    // s3:// only (docs/guide/object-storage.md)
             options.cache_size = cache_size;
@@ -128,9 +129,9 @@ void RegisterDataset(py::module_& m) {
              out["length"] = loc.length;
              return out;
            })
-      .def("source",
+      .def("source_file",
            [](const Dataset& d, int64_t i) {
-             return ProvenanceToPython(ValueOrThrow(d.source(CheckIndex(d, i))));
+             return SourceFileInfoToPython(ValueOrThrow(d.source_file(CheckIndex(d, i))));
            })
       .def("metadata",
            [](const Dataset& d, int64_t i) {

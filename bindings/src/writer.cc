@@ -165,7 +165,7 @@ class PyWriter {
 
   py::list ExistingKeys() {
     py::list out;
-    for (const Provenance& p : Get().writer().existing_sources())
+    for (const SourceFileInfo& p : Get().writer().existing_sources())
       out.append(DecodeDatasetString(p.path));
     return out;
   }
@@ -226,6 +226,7 @@ void RegisterWriter(py::module_& m) {
           [](const std::string& dir, const py::object& schema, const py::dict& options,
              bool resume) -> std::unique_ptr<PyWriter> {
             WriterConfig o = OptionsFromPython(options);
+            o.writer.caller = Caller::kPython;
             Result<std::unique_ptr<Writer>> w = Status::Internal("unset");
             if (resume) {
               py::gil_scoped_release release;
@@ -261,6 +262,7 @@ void RegisterWriter(py::module_& m) {
         MergeOptions o;
         o.link = link;
         o.by_key = by_key;
+        o.caller = Caller::kPython;
         Status st;
         {
           py::gil_scoped_release release;
@@ -334,6 +336,20 @@ void RegisterWriter(py::module_& m) {
   m.def("dataset_attributes", [](const std::shared_ptr<Dataset>& ds) {
     return AttributesToPython(ds->provenance().attributes);
   });
+  m.def(
+      "dataset_provenance",
+      [](const std::shared_ptr<Dataset>& ds) {
+        const DatasetProvenance& p = ds->provenance();
+        py::dict d;
+        d["source_root"] = DecodeDatasetString(p.source_root);
+        d["sources"] = p.sources;
+        d["created_by"] = DecodeDatasetString(p.created_by);
+        d["created_at"] = DecodeDatasetString(p.created_at);
+        d["attributes"] = AttributesToPython(p.attributes);
+        return d;
+      },
+      "Dataset::provenance() (libshard/dataset.h): how the dataset was made, as its manifest "
+      "records it (FORMAT.md §2.2).");
   m.def(
       "check_attributes",
       [](const std::shared_ptr<Dataset>& ds, const py::dict& expected) {

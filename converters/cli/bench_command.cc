@@ -61,7 +61,9 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 }
 
 int RunBench(const BenchArgs& a) {
-  auto opened = Dataset::Open(a.dir);
+  DatasetOptions opts;
+  opts.caller = Caller::kCli;
+  auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail("bench", opened.status());
   std::shared_ptr<Dataset> ds = *opened;
 

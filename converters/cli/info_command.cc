@@ -232,7 +232,7 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
   uint64_t source_bytes = 0, hashed = 0;
   std::string first, last;
   for (uint64_t i = 0; i < ds.size(); ++i) {
-    LIBSHARD_ASSIGN_OR_RETURN(Provenance p, ds.source(i));
+    LIBSHARD_ASSIGN_OR_RETURN(SourceFileInfo p, ds.source(i));
     source_bytes += p.size;
     hashed += p.content_hash != 0;
     if (i == 0) first = p.path;
@@ -332,6 +332,7 @@ void PrintText(const nlohmann::json& j) {
 int RunInfo(const InfoArgs& a) {
   DatasetOptions opts;
   opts.verify_checksums = false;
+  opts.caller = Caller::kCli;
   auto ds = Dataset::Open(a.dir, opts);
   if (!ds.ok()) return Fail("info", ds.status());
   auto j = Describe(**ds);

@@ -23,7 +23,8 @@ int RunMerge(const MergeArgs& a) {
   if (a.parts.empty()) return UsageError("merge", "give at least one PART_DIR");
   MergeOptions options;
   options.link = !a.copy;
-  options.order_by_source = a.by_key;
+  options.by_key = a.by_key;
+  options.caller = Caller::kCli;
   Status st = MergeDatasets(a.output, a.parts, options);
   if (!st.ok()) return Fail("merge", st);
   if (!a.quiet) {

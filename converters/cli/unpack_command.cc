@@ -52,7 +52,9 @@ int RunUnpack(const UnpackArgs& a) {
   if (a.naming != "source" && a.naming != "index") {
     return UsageError(kCmd, "--naming must be source or index");
   }
-  auto opened = Dataset::Open(a.dir);
+  DatasetOptions opts;
+  opts.caller = Caller::kCli;
+  auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;
   std::vector<uint64_t> selection;

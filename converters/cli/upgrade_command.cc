@@ -16,7 +16,7 @@ struct UpgradeArgs {
 };
 
 int RunUpgrade(const UpgradeArgs& a) {
-  Result<bool> upgraded = UpgradeIndex(a.dir);
+  Result<bool> upgraded = UpgradeIndex(a.dir, Caller::kCli);
   if (!upgraded.ok()) return Fail("upgrade", upgraded.status());
   if (!a.quiet)
     std::printf(*upgraded ? "%s: every sample checked; index rewritten as version 3 with field "

@@ -23,6 +23,7 @@ int RunVerify(const VerifyArgs& a) {
   constexpr std::string_view kCmd = "verify";
   DatasetOptions opts;
   opts.verify_checksums = true;
+  opts.caller = Caller::kCli;
   auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;

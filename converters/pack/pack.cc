@@ -115,6 +115,11 @@ class PackJob {
   WriterOptions MakeWriterOptions() const;
   // A setting as this job's messages name it (PackOptions::spelling).
   std::string F(std::string_view name) const { return PackOptionName(name, o_.spelling); }
+  // The library's name for this job's front end (libshard/caller.h): the CLI, or Python's
+  // libshard.pack() (the only other caller that spells options by their keywords).
+  Caller LibraryCaller() const {
+    return o_.spelling == OptionSpelling::kCli ? Caller::kCli : Caller::kPython;
+  }
 
   const PackOptions& o_;
   const std::string target_;
@@ -136,6 +141,7 @@ class PackJob {
 
 WriterOptions PackJob::MakeWriterOptions() const {
   WriterOptions w;
+  w.caller = LibraryCaller();
   w.shard_size = o_.shard_size;
   w.compression = o_.compression;
   w.zstd_level = o_.zstd_level;
@@ -182,7 +188,8 @@ Status PackJob::OpenWriter() {
     std::error_code ec;
     // --append needs an existing dataset: a missing OUT is left to OpenForAppend's message.
     if (!o_.append || fs::exists(o_.output, ec)) {
-      auto lock = DatasetLock::Acquire(o_.output, /*create_directory=*/!o_.append);
+      auto lock =
+          DatasetLock::Acquire(o_.output, /*create_directory=*/!o_.append, LibraryCaller());
       if (!lock.ok()) return lock.status();
       lock_ = std::move(*lock);
     }
@@ -216,15 +223,15 @@ Status PackJob::OpenWriter() {
   // Sources already in the dataset are not redone. Resume keeps the source order of an
   // uninterrupted run: everything up to the last journaled source was handled by the earlier run
   // (sources it skipped are already in skipped.txt).
-  const std::vector<Provenance>& existing = writer_->existing_sources();
+  const std::vector<SourceFileInfo>& existing = writer_->existing_sources();
   std::unordered_set<std::string> present;
-  for (const Provenance& p : existing) present.insert(p.path);
+  for (const SourceFileInfo& p : existing) present.insert(p.path);
   std::vector<SourceEntry> todo;
   if (o_.resume) {
     std::unordered_map<std::string, size_t> position;
     for (size_t i = 0; i < sources_.size(); ++i) position.emplace(sources_[i].rel_path, i);
     size_t resume_at = 0;
-    for (const Provenance& p : existing) {
+    for (const SourceFileInfo& p : existing) {
       auto it = position.find(p.path);
       if (it == position.end()) {
         return Status::InvalidArgument(
@@ -257,7 +264,7 @@ Status PackJob::CheckComplete() {
   auto w = Writer::Resume(target_, MakeWriterOptions());
   if (!w.ok()) return w.status().WithContext(F("resume") + ": cannot open " + o_.output);
   std::unordered_set<std::string> handled;
-  for (const Provenance& p : (*w)->existing_sources()) handled.insert(p.path);
+  for (const SourceFileInfo& p : (*w)->existing_sources()) handled.insert(p.path);
   const uint64_t samples = (*w)->samples_written();
   // Sources the job left out with --on-error skip were handled too (skipped.txt: "PATH\tWHY").
   if (FILE* f = std::fopen((fs::path(o_.output) / kSkippedReport).c_str(), "r")) {
@@ -476,9 +483,10 @@ Result<PackSummary> PackJob::Run() {
     largest = std::max(largest, e.size);
   }
   const unsigned threads = Threads();
-  const uint64_t window =
-      o_.window_bytes != 0 ? o_.window_bytes
-                           : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
+  const uint64_t in_flight =
+      o_.in_flight_bytes != 0
+          ? o_.in_flight_bytes
+          : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
 
   // The parallel writer (libshard/parallel_writer.h): encode threads open, read and encode the
   // sources; this thread's Submit and Flush append them in source order and run OnSourceDone.
@@ -489,7 +497,7 @@ Result<PackSummary> PackJob::Run() {
   if (!sources_.empty()) {
     ParallelWriterOptions po;
     po.threads = static_cast<unsigned>(std::min<uint64_t>(threads, sources_.size()));
-    po.max_inflight_bytes = window;
+    po.max_inflight_bytes = in_flight;
     po.commit_thread = false;  // this thread appends (and reports progress), as it always did
     po.on_job_error = o_.on_error == OnError::kRaise ? ParallelWriterOptions::OnJobError::kStop
                                                     : ParallelWriterOptions::OnJobError::kReport;

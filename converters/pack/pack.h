@@ -5,7 +5,7 @@
 // C++ generators use too. Its encode threads open and parse sources and Writer::Encode them (the
 // readers' pread goes straight into the writer's aligned buffer: one copy); the calling thread
 // appends encoded samples in source order. Samples in flight are bounded in bytes
-// (`window_bytes`), so memory stays bounded whatever the file sizes.
+// (`in_flight_bytes`), so memory stays bounded whatever the file sizes.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +73,10 @@ struct PackOptions {
   uint32_t part_count = 1;
   bool allow_varying_dims = false;   // let dims other than the sequence dim vary across sources
   bool hash_sources = true;          // record xxh3-64 of each source file's bytes in provenance
-  // The option `in_flight_bytes` (PackOptionTable; `window_bytes` and `--window` are its other
-  // spellings): bytes of samples in flight; 0 = 2 x threads x largest file.
-  uint64_t window_bytes = 0;
+  // Bytes of samples in flight; 0 = 2 x threads x largest file. The option `in_flight_bytes`
+  // (PackOptionTable), `--in-flight-bytes` on the CLI; `window_bytes`, this member's former name,
+  // and `--window` are its other spellings.
+  uint64_t in_flight_bytes = 0;
   bool fsync = true;
   uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default
   SourceOptions source_options;

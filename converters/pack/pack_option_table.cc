@@ -86,7 +86,7 @@ Spec AutoBytes(std::string_view name, std::string_view member, uint64_t& (*ref)(
   return s;
 }
 
-uint64_t& Window(PackOptions& o) { return o.window_bytes; }
+uint64_t& InFlightBytes(PackOptions& o) { return o.in_flight_bytes; }
 uint64_t& JournalEvery(PackOptions& o) { return o.journal_every_bytes; }
 uint64_t& MaxDecompressed(PackOptions& o) { return o.source_options.max_decompressed_bytes; }
 
@@ -194,12 +194,12 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(With(Bool<O>(kWhat, "verify_crc", "source_options.verify_crc32", VerifyCrc,
                            "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
                    {}));
-  // "in_flight_bytes", not a window: the Loader's consumer window and bucket_window are other
-  // things. "window_bytes" (its former name) stays an alias for existing callers.
-  t.push_back(With(AutoBytes("in_flight_bytes", "window_bytes", Window,
+  // "in_flight_bytes", not a window: "window" is the Loader's bucket_window alone.
+  // "window_bytes" and "--window" (its former names) stay aliases for existing callers.
+  t.push_back(With(AutoBytes("in_flight_bytes", "in_flight_bytes", InFlightBytes,
                              "2 x threads x the largest source, at least 64 MiB",
                              "bytes of samples in flight (formerly window_bytes)"),
-                   {"--window", "window_bytes"}));
+                   {"--in-flight-bytes", "--window", "window_bytes"}));
   t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
                            "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
                    {}));

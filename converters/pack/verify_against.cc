@@ -89,7 +89,7 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
                                                 const std::string& source_root,
                                                 const SourceOptions& options) {
   const std::string sample = "sample " + std::to_string(i);
-  LIBSHARD_ASSIGN_OR_RETURN(Provenance prov, dataset.source(i));
+  LIBSHARD_ASSIGN_OR_RETURN(SourceFileInfo prov, dataset.source(i));
   if (prov.path.empty()) {
     return Status::InvalidArgument(sample + " records no source path; nothing to compare against");
   }

@@ -66,7 +66,7 @@ def test_schema_lengths_sources(eagle_dataset, eagle_src, eagle_sources):
         assert lengths[i] == torch.load(src, weights_only=True)["input_ids"].shape[0]
         # Natural order: data_2 before data_10, across the rows_* groups.
         assert ds.source(i) == str(src.relative_to(eagle_src))
-        prov = ds.provenance(i)
+        prov = ds.source_file(i)
         assert prov["size"] == src.stat().st_size
         assert ds.metadata(i) == {}
 

@@ -1,11 +1,16 @@
 """Library errors name a setting the way the caller spells it: libshard.pack()'s keywords from
 Python ("part='4/4'", "'max_decompressed'", "'append'"), the flags from `libshard pack`
-("--part 4/4", "--max-decompressed"). No CLI syntax reaches a Python caller."""
+("--part 4/4", "--max-decompressed"). No CLI syntax reaches a Python caller. The advice to
+resume an interrupted write (a dataset another writer holds, an unfinished write opened, an
+interrupted s3:// write) names libshard.Writer / resume=True to Python and `libshard pack
+--resume` to the CLI (libshard/caller.h)."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -87,3 +92,79 @@ def test_the_cli_still_names_its_flags(tmp_path):
     subprocess.run([cli, "pack", str(src), "-o", str(out), "-q"], check=True)
     r = subprocess.run([cli, "pack", str(src), "-o", str(out), "-q"], capture_output=True, text=True)
     assert r.returncode != 0 and "--append" in r.stderr, r.stderr
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+PYTHON_RESUME = "libshard.Writer on the same directory (it resumes by itself), or " \
+    "libshard.pack(..., resume=True)"
+
+
+def hold_lock(out: Path):
+    """Holds OUT's dataset lock as another writer would (its note left empty)."""
+    out.mkdir(parents=True, exist_ok=True)
+    f = open(out / ".libshard.lock", "a+")
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return f
+
+
+def unfinished_write(tmp_path: Path) -> Path:
+    """A directory with the journal of an interrupted write and no manifest (FORMAT.md §6)."""
+    out = tmp_path / "unfinished"
+    shutil.copytree(DATA / "golden_v3_journal", out)
+    return out
+
+
+def test_a_held_dataset_names_the_python_ways_to_resume(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    write_sources(src)
+    with hold_lock(out):
+        with pytest.raises(libshard.AlreadyExistsError) as writer_info:
+            with libshard.Writer(out) as w:
+                w.write({"input_ids": torch.arange(4)}, key="a")
+        with pytest.raises(libshard.AlreadyExistsError) as pack_info:
+            libshard.pack(src, out)
+    for info in (writer_info, pack_info):
+        msg = python_wording(info.value, tmp_path)
+        assert "is being written by another process" in msg, msg
+        assert "continue its work with " + PYTHON_RESUME in msg, msg
+
+
+def test_opening_an_unfinished_write_names_the_python_ways_to_resume(tmp_path):
+    out = unfinished_write(tmp_path)
+    with pytest.raises(FileNotFoundError) as info:
+        libshard.open(out)
+    msg = python_wording(info.value, tmp_path)
+    assert "this is an unfinished write" in msg and "resume it with " + PYTHON_RESUME in msg, msg
+
+
+def test_the_cli_names_pack_resume(tmp_path):
+    cli = os.environ.get("LIBSHARD_CLI")
+    if not cli:
+        pytest.skip("LIBSHARD_CLI is not set")
+    src, out = tmp_path / "src", tmp_path / "out"
+    write_sources(src)
+    with hold_lock(out):
+        r = subprocess.run([cli, "pack", str(src), "-o", str(out), "-q"], capture_output=True,
+                           text=True)
+    assert r.returncode != 0, r.stderr
+    assert "continue its work with `libshard pack --resume`;" in r.stderr, r.stderr
+    assert "libshard.Writer" not in r.stderr and "Writer::Resume" not in r.stderr, r.stderr
+    unfinished = unfinished_write(tmp_path)
+    r = subprocess.run([cli, "info", str(unfinished)], capture_output=True, text=True)
+    assert r.returncode != 0, r.stderr
+    assert "unfinished write" in r.stderr and "resume it with `libshard pack --resume`" in r.stderr, \
+        r.stderr
+
+
+def test_the_cli_spells_in_flight_bytes_and_keeps_window(tmp_path):
+    cli = os.environ.get("LIBSHARD_CLI")
+    if not cli:
+        pytest.skip("LIBSHARD_CLI is not set")
+    src = tmp_path / "src"
+    write_sources(src)
+    for flag in ("--in-flight-bytes", "--window"):
+        out = tmp_path / flag.strip("-")
+        subprocess.run([cli, "pack", str(src), "-o", str(out), "-q", flag, "64MiB"], check=True)
+        assert len(libshard.open(out)) == 2
+    r = subprocess.run([cli, "pack", "--help"], capture_output=True, text=True)
+    assert "--in-flight-bytes" in r.stdout, r.stdout

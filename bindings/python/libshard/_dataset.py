@@ -184,9 +184,9 @@ class Dataset(torch.utils.data.Dataset):
 
     def key(self, index: int) -> str:
         """Sample ``index``'s key: ``libshard.Writer``'s ``key``, or for ``pack`` the source file's
-        path relative to the source root (C++ ``Provenance::path``); what :meth:`find` looks up
-        and ``merge(by_key=True)`` orders by."""
-        return self._core.source(operator.index(index))["path"]
+        path relative to the source root (``source_file(index)["path"]``, C++ ``Dataset::key``);
+        what :meth:`find` looks up and ``merge(by_key=True)`` orders by."""
+        return self._core.source_file(operator.index(index))["path"]
 
     def source(self, index: int) -> str:
         """The former name of :meth:`key` (the same string)."""
@@ -219,9 +219,20 @@ class Dataset(torch.utils.data.Dataset):
         except KeyError:
             raise KeyError(f"no sample with key {key!r} in {self._path}") from None
 
-    def provenance(self, index: int) -> Dict[str, Any]:
-        """``{"path", "size", "mtime_ns", "content_hash"}`` of sample ``index``'s source file."""
-        return self._core.source(operator.index(index))
+    def source_file(self, index: int) -> Dict[str, Any]:
+        """``{"path", "size", "mtime_ns", "content_hash"}`` of the file sample ``index`` came from
+        (C++ ``Dataset::source_file``); ``path`` is its :meth:`key`."""
+        return self._core.source_file(operator.index(index))
+
+    def provenance(self, index: Optional[int] = None) -> Dict[str, Any]:
+        """How the dataset was made, as its manifest records it (C++ ``Dataset::provenance()``):
+        ``{"source_root", "sources", "created_by", "created_at", "attributes"}``.
+
+        ``provenance(i)``, with a sample index, is the former spelling of :meth:`source_file`
+        and still returns sample ``i``'s source file."""
+        if index is not None:
+            return self.source_file(index)
+        return _core.dataset_provenance(self._core)
 
     def location(self, index: int) -> Dict[str, Any]:
         """Where sample ``index`` is stored: ``{"shard", "offset", "stored_size", "raw_size",

@@ -71,10 +71,11 @@ class Loader:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
       shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
-      order: the shuffle's version (``libshard/src/loader/order.h``). 2 (default): evaluated per
-        position in O(1), so a rank of a large world starts at once; 1: the Fisher-Yates order of
-        libshard before versions (O(n) per epoch), to reproduce an earlier run. A state dict
-        carries its version, and one without ``"order"`` (saved by an earlier libshard) resumes
+      order: the shuffle's order version (``libshard/src/loader/order.h``). 2 (default):
+        evaluated per position in O(1), so a rank of a large world starts at once; 1: the
+        Fisher-Yates order of libshard before order versions (O(n) per epoch), to reproduce an
+        earlier run. A state dict carries its order version, and one without ``"order"`` (saved
+        by an earlier libshard) resumes
         onto order 1 exactly.
       rank, world_size: default to torch.distributed when initialised, else torchrun's
         RANK/WORLD_SIZE, else a Slurm array or SLURM_PROCID/SLURM_NTASKS, else 0/1 (the one rule
@@ -426,7 +427,7 @@ class Loader:
     def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands, after the last step returned: ``{"seed", "epoch",
         "position", "skipped", "order", "bucketing"}`` (ints, a list of ints, and ``None`` or a
-        small dict of ints and a string; ``order`` is the shuffle's version, ``bucketing`` how
+        small dict of ints and a string; ``order`` is the shuffle's order version, ``bucketing`` how
         length-aware batching cut the epoch, which a resume inside the epoch keeps). After a completed epoch it points at the start of the next one. The same on
         every rank after the same number of steps."""
         state = self._require_core().state()

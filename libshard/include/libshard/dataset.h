@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "libshard/attributes.h"
+#include "libshard/caller.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -30,6 +31,8 @@ struct DatasetOptions {
   uint64_t cache_size = 0;         // bytes the whole cache directory may hold (every dataset under
                                    // it; docs/CACHE.md §4); 0: no bound but the free-space floor
   uint32_t fetch_connections = 0;  // parallel range GETs; 0: $LIBSHARD_S3_CONNECTIONS, else 8
+  // The front end opening the dataset: errors give its spelling of what to do (caller.h).
+  Caller caller = Caller::kCpp;
 };
 
 // Fills the shard files of a dataset whose bytes live in object storage (remote/shard_filler.h).
@@ -42,7 +45,8 @@ class RemoteDataset;  // an s3:// dataset, over the cached copy of one (libshard
 }  // namespace remote
 
 // How the dataset was made, as its manifest records it (FORMAT.md §2.2 `provenance`; read and
-// checked by Open). Informational only.
+// checked by Open): Dataset::provenance(), Python's Dataset.provenance(). Informational only. A
+// sample's own origin is its SourceFileInfo (Dataset::source_file(i)).
 struct DatasetProvenance {
   std::string source_root;  // the directory the sources were relative to, as given to the writer
   uint64_t sources = 0;     // samples with a non-empty source path
@@ -127,10 +131,14 @@ class Dataset {
   virtual uint64_t length(uint64_t i) const = 0;
   // Token lengths of every sample (copied; O(size())).
   virtual std::vector<uint64_t> lengths() const = 0;
-  virtual Result<Provenance> source(uint64_t i) const = 0;
-  // Sample i's key, source(i).path: the Writer's key, or for pack the source file's path
-  // relative to the source root; Python's Dataset.key(i), and what MergeOptions::order_by_source
-  // orders by. source(i) is its whole Provenance.
+  // The file sample i came from (path, size, mtime, content hash); Python's
+  // Dataset.source_file(i). provenance() is the dataset's, not a sample's.
+  Result<SourceFileInfo> source_file(uint64_t i) const { return source(i); }
+  // The former name of source_file(i), and what a Dataset implements.
+  virtual Result<SourceFileInfo> source(uint64_t i) const = 0;
+  // Sample i's key, source_file(i).path: the Writer's key, or for pack the source file's path
+  // relative to the source root; Python's Dataset.key(i), and what MergeOptions::by_key orders
+  // by.
   Result<std::string> key(uint64_t i) const;
   virtual Result<Metadata> metadata(uint64_t i) const = 0;
 

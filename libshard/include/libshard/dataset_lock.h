@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 
+#include "libshard/caller.h"
 #include "libshard/status.h"
 
 namespace libshard {
@@ -37,9 +38,11 @@ class DatasetLock {
   // Takes the lock of dataset directory `dir`, creating the directory first when
   // `create_directory` (else a missing `dir` is NotFound). Fails at once with AlreadyExists,
   // "DIR is being written by another process (pid N, host H, since T); ...", when another writer
-  // holds it, including another DatasetLock of this process.
+  // holds it, including another DatasetLock of this process; its advice is in `caller`'s
+  // spelling (ResumeAdvice).
   static Result<std::shared_ptr<const DatasetLock>> Acquire(const std::string& dir,
-                                                            bool create_directory = true);
+                                                            bool create_directory = true,
+                                                            Caller caller = Caller::kCpp);
 
   DatasetLock(Key, std::unique_ptr<Impl> impl);
   ~DatasetLock();

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libshard/caller.h"
 #include "libshard/status.h"
 
 namespace libshard {
@@ -24,15 +25,18 @@ namespace libshard {
 
 struct MergeOptions {
   bool link = true;  // as above
-  // Order the merged samples by their key (Provenance::path: a Python `libshard.Writer`'s `key`,
-  // pack's source path; Dataset::key), compared byte-wise, instead of part order: the result then
-  // does not depend on which part holds which sample or in which order the parts are given.
+  // Order the merged samples by their key (Dataset::key, SourceFileInfo::path: a Python
+  // `libshard.Writer`'s `key`, pack's source path), compared byte-wise, instead of part order:
+  // the result then does not depend on which part holds which sample or in which order the parts
+  // are given.
   // Every sample must have a non-empty key, and no key may occur twice across the parts (both
   // are InvalidArgument naming the key and the parts). Samples keep pointing into their own
   // shards. Python `merge(by_key=True)`, `libshard merge --by-key`.
   bool by_key = false;
   // The former name of by_key (either one set orders by key); kept for existing callers.
   bool order_by_source = false;
+  // The front end merging: errors give its spelling of what to do (caller.h).
+  Caller caller = Caller::kCpp;
 };
 
 [[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,

@@ -1,10 +1,14 @@
-// Row builders for option tables (option_table.h) whose settings live in nested structs: each
-// takes an accessor to the member it sets. The Writer's and pack's tables use them.
+// Row builders for option tables (option_table.h): each takes an accessor to the member it sets
+// (a function, for a member of a nested struct, or Member<&Options::x> for a plain member). The
+// Loader's, the Writer's and pack's tables use them.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "libshard/option_table.h"
@@ -18,6 +22,16 @@ namespace option_rows {
 
 template <typename Options, typename T>
 using Ref = T& (*)(Options&);
+
+// The accessor of a plain member: Member<&LoaderOptions::seed> is a Ref<LoaderOptions, uint64_t>.
+template <auto kMember>
+struct MemberOf;
+template <typename Options, typename T, T Options::*kMember>
+struct MemberOf<kMember> {
+  static T& Get(Options& o) { return o.*kMember; }
+};
+template <auto kMember>
+constexpr auto Member = &MemberOf<kMember>::Get;
 
 template <typename Options, typename T>
 OptionSpec<Options> Count(std::string_view what, std::string_view name, std::string_view member,
@@ -127,6 +141,58 @@ OptionSpec<Options> Names(std::string_view what, std::string_view name, std::str
     } else {
       return option_table::Bad(what, spelled, "must be a list of names (str), got " + v.Describe());
     }
+    return Status::OK();
+  };
+  return s;
+}
+
+// A real number; `non_negative` refuses one below 0.
+template <typename Options>
+OptionSpec<Options> Number(std::string_view what, std::string_view name, std::string_view member,
+                           Ref<Options, double> ref, std::string_view default_value,
+                           bool non_negative, std::string_view doc) {
+  OptionSpec<Options> s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kNumber;
+  s.py_type = "float";
+  s.default_value = default_value;
+  s.doc = doc;
+  s.set = [what, ref, non_negative, doc](Options& o, const OptionValue& v,
+                                         std::string_view spelled) {
+    return option_table::ToNumber(what, spelled, v, non_negative, doc, &ref(o));
+  };
+  return s;
+}
+
+// One of `choices`, parsed by the library's Parse* function; None gives `none` when set.
+template <typename Options, typename E>
+OptionSpec<Options> Choice(std::string_view what, std::string_view name, std::string_view member,
+                           Ref<Options, E> ref, Result<E> (*parse)(std::string_view),
+                           std::string_view default_value, std::vector<std::string_view> choices,
+                           std::type_identity_t<std::optional<E>> none, std::string_view doc) {
+  OptionSpec<Options> s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kChoice;
+  s.py_type = none ? "Optional[str]" : "str";
+  s.default_value = default_value;
+  s.choices = std::move(choices);
+  s.doc = doc;
+  s.set = [what, ref, parse, none, doc](Options& o, const OptionValue& v,
+                                        std::string_view spelled) -> Status {
+    if (v.kind == OptionValue::Kind::kNone && none) {
+      ref(o) = *none;
+      return Status::OK();
+    }
+    if (v.kind != OptionValue::Kind::kText)
+      return option_table::Bad(what, spelled, "must be a string, got " + v.Describe() + " (" +
+                                                  std::string(doc) + ")");
+    Result<E> parsed = parse(v.text);
+    if (!parsed.ok())
+      return option_table::Bad(what, spelled, "= " + parsed.status().message() + " (" +
+                                                  std::string(doc) + ")");
+    ref(o) = *parsed;
     return Status::OK();
   };
   return s;

@@ -30,14 +30,17 @@ struct MetaEntry {
 };
 using Metadata = std::vector<MetaEntry>;
 
-// Where a sample came from (docs/FORMAT.md §3.4).
-struct Provenance {
+// The file a sample came from (docs/FORMAT.md §3.4, the per-sample provenance): its path is the
+// sample's key. "Provenance" alone is the dataset's (DatasetProvenance, Dataset::provenance()).
+struct SourceFileInfo {
   std::string path;           // relative to the source root, '/'-separated, UTF-8
   uint64_t size = 0;          // bytes of the source file
   int64_t mtime_ns = 0;       // modification time of the source file, ns since the epoch
   uint64_t content_hash = 0;  // xxh3-64 of the source file's bytes (0 = not computed)
-  bool operator==(const Provenance&) const = default;
+  bool operator==(const SourceFileInfo&) const = default;
 };
+// The former name of SourceFileInfo.
+using Provenance = SourceFileInfo;
 
 // One tensor handed to Writer. Exactly one of `data` and `fill` is set (an empty tensor may have
 // neither).
@@ -55,7 +58,7 @@ struct TensorInput {
 struct SampleInput {
   std::vector<TensorInput> tensors;  // matched to the schema's fields by name; all must be present
   Metadata metadata;
-  Provenance source;
+  SourceFileInfo source;
 };
 
 // A read-only view of one tensor of a sample. `data` is at least 64-byte aligned.

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "libshard/caller.h"
 #include "libshard/status.h"
 
 namespace libshard {
@@ -15,7 +16,8 @@ namespace libshard {
 // written under the name the manifest does not use, then the manifest is committed, then the old
 // index removed (§7), so a crash at any point leaves a dataset that opens, old or new. Shard
 // files are never touched. Returns true when the index was rewritten, false when it already was
-// current. The dataset must open cleanly.
-[[nodiscard]] Result<bool> UpgradeIndex(const std::string& dir);
+// current. The dataset must open cleanly. Errors give `caller`'s spelling of what to do
+// (caller.h).
+[[nodiscard]] Result<bool> UpgradeIndex(const std::string& dir, Caller caller = Caller::kCpp);
 
 }  // namespace libshard

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "libshard/attributes.h"
+#include "libshard/caller.h"
 #include "libshard/dataset_lock.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
@@ -73,6 +74,8 @@ struct WriterOptions {
   // Writer takes the lock itself. Either way the Writer holds it until Finish() returns or the
   // Writer is destroyed; a lock for another directory is InvalidArgument.
   std::shared_ptr<const DatasetLock> lock;
+  // The front end writing: errors give its spelling of what to do (caller.h).
+  Caller caller = Caller::kCpp;
   // Shard uids (FORMAT.md §4.1): 0 draws each new shard's uid at random (getrandom), which is
   // what makes a shard of another write detectable at open. Non-zero derives them from this
   // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
@@ -108,7 +111,7 @@ struct EncodedSample {
   // Per field, the field checksum (FORMAT.md §3.9).
   std::vector<uint64_t> field_checksums;
   Metadata metadata;
-  Provenance source;
+  SourceFileInfo source;
 };
 
 struct WriteSummary {
@@ -152,8 +155,8 @@ class Writer {
 
   virtual const Schema& schema() const = 0;
   virtual uint64_t samples_written() const = 0;
-  // Provenance of every sample already in the dataset (Resume / OpenForAppend), in order.
-  virtual const std::vector<Provenance>& existing_sources() const = 0;
+  // The source file of every sample already in the dataset (Resume / OpenForAppend), in order.
+  virtual const std::vector<SourceFileInfo>& existing_sources() const = 0;
 };
 
 }  // namespace libshard

@@ -34,7 +34,7 @@ class DatasetImpl final : public Dataset {
   uint64_t total_raw_bytes() const override { return index_->total_raw_bytes(); }
   const DatasetProvenance& provenance() const override { return provenance_; }
   std::vector<uint8_t> field_codecs() const override { return codecs_; }
-  uint32_t index_version() const override { return index_->version(); }
+  uint32_t index_version() const override { return index_->index_version(); }
   Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const override {
     format::SampleRecord r;
     std::vector<uint64_t> dims;
@@ -79,12 +79,12 @@ class DatasetImpl final : public Dataset {
     index_->Lengths(&out);
     return out;
   }
-  Result<Provenance> source(uint64_t i) const override {
+  Result<SourceFileInfo> source(uint64_t i) const override {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
     format::SampleRecord r;
     LIBSHARD_RETURN_IF_ERROR(index_->Lookup(i, &r, nullptr));
     LIBSHARD_ASSIGN_OR_RETURN(std::string path, index_->SourcePath(i));
-    return Provenance{std::move(path), r.source_bytes, r.source_mtime_ns, r.source_hash};
+    return SourceFileInfo{std::move(path), r.source_bytes, r.source_mtime_ns, r.source_hash};
   }
   Result<Metadata> metadata(uint64_t i) const override {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));

@@ -124,7 +124,8 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
       return Status::NotFound(dir + ": no such directory");
     if (internal::PathExists(internal::JoinPath(dir, format::kJournalName)))
       return Status::NotFound(dir + ": no manifest.json: this is an unfinished write (a journal "
-                                    "is present); resume it with libshard pack --resume");
+                                    "is present); resume it with " +
+                              std::string(ResumeAdvice(options.caller)));
     return Status::NotFound(dir + ": no manifest.json; not a libshard dataset");
   }
   LIBSHARD_ASSIGN_OR_RETURN(std::string manifest_text,
@@ -169,9 +170,9 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   auto disagree = [&](const std::string& what) {
     return Status::Corruption(manifest_path + ": " + what + " disagrees with " + ip + kRepack);
   };
-  if (manifest.index_version != index.version())
+  if (manifest.index_version != index.index_version())
     return disagree("version " + std::to_string(manifest.index_version) + " (index version " +
-                    std::to_string(index.version()) + ")");
+                    std::to_string(index.index_version()) + ")");
   if (manifest.index_xxh3 != index.checksum())
     return disagree("index.xxh3 " + format::Hex16(manifest.index_xxh3) + " (index has " +
                     format::Hex16(index.checksum()) + ")");
@@ -229,7 +230,7 @@ Status Dataset::VerifyFields(uint64_t, const std::byte*, uint64_t, uint64_t,
 }
 
 Result<std::string> Dataset::key(uint64_t i) const {
-  LIBSHARD_ASSIGN_OR_RETURN(Provenance p, source(i));
+  LIBSHARD_ASSIGN_OR_RETURN(SourceFileInfo p, source(i));
   return std::move(p.path);
 }
 

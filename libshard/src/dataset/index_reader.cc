@@ -50,7 +50,7 @@ class IndexReaderV1 final : public IndexReader {
     return std::unique_ptr<IndexReader>(std::move(r));
   }
 
-  uint32_t version() const override { return format::kIndexVersion1; }
+  uint32_t index_version() const override { return format::kIndexVersion1; }
   uint64_t sample_count() const override { return view_.sample_count(); }
   const Schema& schema() const override { return view_.schema(); }
   const std::vector<format::IndexShard>& shards() const override { return view_.shards(); }
@@ -119,7 +119,7 @@ class CurrentIndexReader final : public IndexReader {
     return std::unique_ptr<IndexReader>(std::move(r));
   }
 
-  uint32_t version() const override { return index_.version(); }
+  uint32_t index_version() const override { return index_.version(); }
   uint64_t sample_count() const override { return index_.sample_count(); }
   const Schema& schema() const override { return index_.schema(); }
   const std::vector<format::IndexShard>& shards() const override { return index_.shards(); }
@@ -226,8 +226,8 @@ Result<std::unique_ptr<IndexReader>> IndexReader::Open(const std::string& path,
                               " recorded in manifest.json (truncated or replaced)" + kRepack);
   std::vector<std::byte> first(std::min<uint64_t>(size, format::kIndexHeaderSize));
   LIBSHARD_RETURN_IF_ERROR(file.PReadExact(first.data(), first.size(), 0));
-  LIBSHARD_ASSIGN_OR_RETURN(uint32_t version, format::PeekIndexVersion(first, path));
-  if (version == format::kIndexVersion1) return IndexReaderV1::Open(file, path, size);
+  LIBSHARD_ASSIGN_OR_RETURN(uint32_t index_version, format::PeekIndexVersion(first, path));
+  if (index_version == format::kIndexVersion1) return IndexReaderV1::Open(file, path, size);
   return CurrentIndexReader::Open(std::move(file), path, size);
 }
 

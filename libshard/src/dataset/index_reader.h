@@ -23,7 +23,7 @@ class IndexReader {
                                                    uint64_t expected_size);
   virtual ~IndexReader() = default;
 
-  virtual uint32_t version() const = 0;
+  virtual uint32_t index_version() const = 0;
   virtual uint64_t sample_count() const = 0;
   virtual const Schema& schema() const = 0;
   virtual const std::vector<format::IndexShard>& shards() const = 0;

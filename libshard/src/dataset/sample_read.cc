@@ -184,7 +184,7 @@ Status DatasetImpl::VerifyFields(uint64_t i, const std::byte* base, uint64_t bas
   LIBSHARD_RETURN_IF_ERROR(Lookup(i, &r, &dims));
   if (!has_field_checksums())
     return Status::Unsupported(index_path_ + ": the index has no field checksums (index version " +
-                               std::to_string(index_->version()) +
+                               std::to_string(index_->index_version()) +
                                "); check the whole sample, or add them with libshard upgrade");
   if (r.flags & format::kFlagZstd)
     return Status::InvalidArgument(Where(i, r) + ": VerifyFields of a zstd-compressed sample "

@@ -10,6 +10,9 @@
 
 namespace libshard::format {
 
+inline void PutU16(std::byte* p, uint16_t v) {
+  for (int k = 0; k < 2; ++k) p[k] = static_cast<std::byte>(v >> (8 * k));
+}
 inline void PutU32(std::byte* p, uint32_t v) {
   for (int k = 0; k < 4; ++k) p[k] = static_cast<std::byte>(v >> (8 * k));
 }

@@ -64,7 +64,7 @@ struct FieldCodec {
 // Dim kinds (§3.8.3).
 enum class DimKind : uint8_t { kConstant = 0, kLength = 1, kColumn = 2 };
 
-// Encodes a complete index of `version` 2 or 3 (§3.8, §3.9). `codecs` is empty (every field
+// Encodes a complete index of `index_version` 2 or 3 (§3.8, §3.9). `codecs` is empty (every field
 // raw) or one per field; a sample's `field_stored_sizes` then holds, for each field with a
 // non-raw codec, its stored region's size (entries of raw fields are ignored). Version 3 records
 // the samples' `field_checksums` (header flags bit 1) when every sample has one per field.
@@ -75,7 +75,7 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
                           const std::vector<IndexSample>& samples,
                           std::span<const FieldCodec> codecs = {},
                           uint32_t block_samples = kDefaultBlockSamples,
-                          uint32_t version = kIndexVersion);
+                          uint32_t index_version = kIndexVersion);
 
 // Where the parts of a version 2 index lie, from its header alone (§3.8.1).
 struct IndexLayout {

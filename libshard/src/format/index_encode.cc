@@ -3,12 +3,12 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <unordered_set>
 
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_internal.h"
+#include "format/index_records.h"
 #include "format/metadata_codec.h"
 #include "format/payload.h"
 #include "format/shard_format.h"
@@ -23,10 +23,10 @@ using index_internal::StoredSize;
 std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& shards,
                           const std::vector<IndexSample>& samples,
                           std::span<const FieldCodec> codecs, uint32_t block_samples,
-                          uint32_t version) {
+                          uint32_t index_version) {
   const uint64_t n = samples.size();
   const size_t f_count = schema.fields.size();
-  bool field_sums = version >= kIndexVersion3;  // §3.9: only when every sample has them
+  bool field_sums = index_version >= kIndexVersion3;  // §3.9: only when every sample has them
   for (const IndexSample& s : samples)
     field_sums = field_sums && s.field_checksums.size() == f_count;
   const uint64_t d = schema.DimsPerSample();
@@ -146,33 +146,41 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
   bool uids = false;
   for (const IndexShard& sh : shards) uids = uids || sh.uid != 0;
 
-  // Head.
+  // Head: the header (written last, when its sizes and checksums are known), the field, dim and
+  // shard tables, the block directory, the strings.
   std::string out(kIndexHeaderSize, '\0');
-  ByteWriter w(&out);
+  auto append = [&out](const auto& record, uint64_t size) {
+    out.resize(out.size() + size);
+    record.EncodeTo(reinterpret_cast<std::byte*>(out.data() + out.size() - size));
+  };
   for (size_t f = 0; f < f_count; ++f) {
     const Field& field = schema.fields[f];
-    w.U32(static_cast<uint32_t>(field.dtype));
-    w.U16(static_cast<uint16_t>(field.rank));
-    w.U16(codec[f].codec);
-    w.I32(field.seq_dim);
-    w.U16(static_cast<uint16_t>(field.name.size()));
-    w.U8(stored_width[f]);
-    w.U8(0);
-    w.U64(name_at[f]);
-    for (uint8_t p : codec[f].params) w.U8(codec[f].codec ? p : 0);
+    FieldRecord r;
+    r.dtype = static_cast<uint32_t>(field.dtype);
+    r.rank = static_cast<uint16_t>(field.rank);
+    r.codec = codec[f].codec;
+    r.seq_dim = field.seq_dim;
+    r.name_size = static_cast<uint16_t>(field.name.size());
+    r.stored_width = stored_width[f];
+    r.name_offset = name_at[f];
+    if (codec[f].codec != 0) r.codec_params = codec[f].params;
+    append(r, kFieldRecordSize);
   }
   for (uint64_t j = 0; j < d; ++j) {
-    w.U8(static_cast<uint8_t>(kind[j]));
-    w.U8(dim_width[j]);
-    for (int k = 0; k < 6; ++k) w.U8(0);
-    w.U64(value[j]);
+    DimRecord r;
+    r.kind = static_cast<uint8_t>(kind[j]);
+    r.width = dim_width[j];
+    r.value = value[j];
+    append(r, kDimRecordSize);
   }
   for (size_t k = 0; k < shards.size(); ++k) {
-    w.U64(shard_name_at[k]);
-    w.U64(shards[k].name.size());
-    w.U64(shards[k].file_size);
-    w.U64(counts[k]);
-    w.U64(shards[k].uid);
+    ShardRecord r;
+    r.name_offset = shard_name_at[k];
+    r.name_size = shards[k].name.size();
+    r.file_size = shards[k].file_size;
+    r.sample_count = counts[k];
+    r.uid = shards[k].uid;
+    append(r, kShardRecordSize);
   }
   const uint64_t directory_at = out.size();
   out.resize(out.size() + kBlockEntrySize * k_count);
@@ -218,24 +226,25 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
     PutU64(e + 8, Xxh3(AsBytes(out) + begin, out.size() - begin));
   }
 
+  IndexHeader header;
+  header.version = index_version >= kIndexVersion3 ? kIndexVersion3 : kIndexVersion2;
+  header.flags = (uids ? kIndexFlagShardUids : 0) | (field_sums ? kIndexFlagFieldChecksums : 0);
+  header.sample_count = n;
+  header.field_count = static_cast<uint32_t>(f_count);
+  header.shard_count = static_cast<uint32_t>(shards.size());
+  header.block_samples = block_samples;
+  header.length_field = lf;
+  header.strings_size = strings.size();
+  header.lengths_checksum = lengths_checksum;
+  header.file_size = out.size();
+  header.total_raw_bytes = total_raw;
+  header.length_width = length_width;
+  header.column_widths = width;
+  header.dims_per_sample = static_cast<uint32_t>(d);
   auto* h = reinterpret_cast<std::byte*>(out.data());
-  std::memcpy(h, kIndexMagic, 8);
-  PutU32(h + kHeaderVersion, version >= kIndexVersion3 ? kIndexVersion3 : kIndexVersion2);
-  PutU32(h + kHeaderFlags, (uids ? kIndexFlagShardUids : 0) |
-                               (field_sums ? kIndexFlagFieldChecksums : 0));
-  PutU64(h + kHeaderSampleCount, n);
-  PutU32(h + kHeaderFieldCount, static_cast<uint32_t>(f_count));
-  PutU32(h + kHeaderShardCount, static_cast<uint32_t>(shards.size()));
-  PutU32(h + kHeaderBlockSamples, block_samples);
-  PutI32(h + kHeaderLengthField, lf);
-  PutU64(h + kHeaderStringsSize, strings.size());
-  PutU64(h + kHeaderLengthsChecksum, lengths_checksum);
-  PutU64(h + kHeaderFileSize, out.size());
-  PutU64(h + kHeaderTotalRawBytes, total_raw);
-  h[kHeaderLengthWidth] = std::byte{length_width};
-  for (size_t c = 0; c < kBaseColumns; ++c) h[kHeaderColumnWidths + c] = std::byte{width[c]};
-  PutU32(h + kHeaderDimsPerSample, static_cast<uint32_t>(d));
-  PutU64(h + kIndexChecksumOffset, Xxh3WithHole({h, head_size}, kIndexChecksumOffset));
+  header.EncodeTo(h);  // checksum 0: the checksum's own bytes count as zero (§3.8.2)
+  header.checksum = Xxh3WithHole({h, head_size}, kIndexChecksumOffset);
+  header.EncodeTo(h);
   return out;
 }
 

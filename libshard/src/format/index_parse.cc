@@ -10,6 +10,7 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_internal.h"
+#include "format/index_records.h"
 #include "format/metadata_codec.h"
 #include "format/payload.h"
 #include "format/shard_format.h"
@@ -22,7 +23,8 @@ using index_internal::kMaxKnownCodec;
 namespace {
 
 struct HeadCounts {
-  uint32_t version = 0;
+  IndexHeader header;
+  uint32_t index_version = 0;
   bool field_sums = false;
   uint64_t n = 0, d = 0, k = 0, strings_size = 0;
   uint32_t f = 0, s = 0, b = 0;
@@ -39,33 +41,34 @@ Status HeaderCorrupt(const std::string& file, uint64_t offset, const std::string
 // §3.8.7 up to the minimal size bound: everything the 128-byte header alone decides.
 Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t file_size,
                                     const std::string& file) {
-  LIBSHARD_ASSIGN_OR_RETURN(uint32_t version, PeekIndexVersion(bytes, file));
-  if (version != kIndexVersion2 && version != kIndexVersion3)
-    return HeaderCorrupt(file, kHeaderVersion, "not version 2 or 3");
-  const std::byte* h = bytes.data();
+  LIBSHARD_ASSIGN_OR_RETURN(uint32_t index_version, PeekIndexVersion(bytes, file));
+  if (index_version != kIndexVersion2 && index_version != kIndexVersion3)
+    return HeaderCorrupt(file, kHeaderVersion,
+                         "index version " + std::to_string(index_version) + " is not 2 or 3");
+  const IndexHeader h = IndexHeader::DecodeFrom(bytes.data());
   auto bad = [&](uint64_t at, const std::string& what) { return HeaderCorrupt(file, at, what); };
-  if (GetU64(h + kHeaderFileSize) != file_size)
-    return bad(kHeaderFileSize, "recorded index size " + std::to_string(GetU64(h + kHeaderFileSize)) +
+  if (h.file_size != file_size)
+    return bad(kHeaderFileSize, "recorded index size " + std::to_string(h.file_size) +
                                 " != actual size " + std::to_string(file_size) +
                                 " (truncated or extended)");
-  const uint32_t flags = GetU32(h + kHeaderFlags);
   const uint32_t known =
-      kKnownIndexFlags | (version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
-  if (flags & ~known)
-    return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(flags & ~known).substr(8));
-  if (h[kHeaderReserved83] != std::byte{0}) return bad(kHeaderReserved83, "reserved header byte is not zero");
-  for (uint64_t k = kHeaderReserved; k < kIndexChecksumOffset; ++k)
-    if (h[k] != std::byte{0}) return bad(k, "reserved header byte is not zero");
+      kKnownIndexFlags | (index_version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
+  if (h.flags & ~known)
+    return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(h.flags & ~known).substr(8));
+  if (h.reserved83 != 0) return bad(kHeaderReserved83, "reserved header byte is not zero");
+  for (size_t k = 0; k < h.reserved.size(); ++k)
+    if (h.reserved[k] != 0) return bad(kHeaderReserved + k, "reserved header byte is not zero");
   HeadCounts c;
-  c.version = version;
-  c.field_sums = (flags & kIndexFlagFieldChecksums) != 0;
-  c.n = GetU64(h + kHeaderSampleCount);
-  c.f = GetU32(h + kHeaderFieldCount);
-  c.s = GetU32(h + kHeaderShardCount);
-  c.b = GetU32(h + kHeaderBlockSamples);
-  c.d = GetU32(h + kHeaderDimsPerSample);
-  c.strings_size = GetU64(h + kHeaderStringsSize);
-  c.length_width = std::to_integer<uint8_t>(h[kHeaderLengthWidth]);
+  c.header = h;
+  c.index_version = index_version;
+  c.field_sums = (h.flags & kIndexFlagFieldChecksums) != 0;
+  c.n = h.sample_count;
+  c.f = h.field_count;
+  c.s = h.shard_count;
+  c.b = h.block_samples;
+  c.d = h.dims_per_sample;
+  c.strings_size = h.strings_size;
+  c.length_width = h.length_width;
   if (c.n > kMaxSamples)
     return bad(kHeaderSampleCount, "sample count " + std::to_string(c.n) + " exceeds the limit " +
                                        std::to_string(kMaxSamples));
@@ -84,7 +87,7 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
     return bad(kHeaderDimsPerSample, "dims_per_sample " + std::to_string(c.d) + " exceeds the limit");
   if (c.length_width > 8) return bad(kHeaderLengthWidth, "length width exceeds 8");
   for (size_t col = 0; col < kBaseColumns; ++col) {
-    const uint8_t wd = std::to_integer<uint8_t>(h[kHeaderColumnWidths + col]);
+    const uint8_t wd = h.column_widths[col];
     if (wd > 8 || (col == kColChecksum && wd != 8))
       return bad(kHeaderColumnWidths + col, "column " + std::to_string(col) + " width " +
                                             std::to_string(wd) + " is invalid");
@@ -148,13 +151,13 @@ class IndexParser {
   }
 
   Status CheckChecksum() {
-    v_.checksum_ = GetU64(h_ + kIndexChecksumOffset);
+    v_.checksum_ = c_.header.checksum;
     const uint64_t actual = Xxh3WithHole(v_.head_, kIndexChecksumOffset);
     if (actual != v_.checksum_)
       return Corrupt(kIndexChecksumOffset, "index checksum mismatch: stored " +
                                                Hex16(v_.checksum_) + ", computed " + Hex16(actual));
-    v_.has_shard_uids_ = (GetU32(h_ + kHeaderFlags) & kIndexFlagShardUids) != 0;
-    v_.total_raw_bytes_ = GetU64(h_ + kHeaderTotalRawBytes);
+    v_.has_shard_uids_ = (c_.header.flags & kIndexFlagShardUids) != 0;
+    v_.total_raw_bytes_ = c_.header.total_raw_bytes;
     return Status::OK();
   }
 
@@ -165,48 +168,56 @@ class IndexParser {
     v_.stored_width_.resize(c_.f);
     for (uint32_t f = 0; f < c_.f; ++f) {
       const uint64_t at = c_.fields_at + kFieldRecordSize * f;
-      const std::byte* p = h_ + at;
+      const FieldRecord r = FieldRecord::DecodeFrom(h_ + at);
       const std::string which = "field " + std::to_string(f) + ": ";
       Field field;
-      const uint32_t dtype = GetU32(p);
-      field.rank = GetU16(p + 4);
-      const uint16_t codec = GetU16(p + 6);
-      field.seq_dim = GetI32(p + 8);
-      const uint16_t name_size = GetU16(p + 12);
-      const uint8_t stored_width = std::to_integer<uint8_t>(p[14]);
-      const uint64_t name_offset = GetU64(p + 16);
+      const uint32_t dtype = r.dtype;
+      field.rank = r.rank;
+      const uint16_t codec = r.codec;
+      field.seq_dim = r.seq_dim;
+      const uint16_t name_size = r.name_size;
+      const uint8_t stored_width = r.stored_width;
+      const uint64_t name_offset = r.name_offset;
       if (!IsValidDType(dtype))
         return Corrupt(at, which + "invalid dtype code " + std::to_string(dtype));
       field.dtype = static_cast<DType>(dtype);
       if (field.rank > kMaxRank)
-        return Corrupt(at + 4, which + "rank " + std::to_string(field.rank) + " exceeds the limit");
+        return Corrupt(at + FieldRecord::kRankAt,
+                       which + "rank " + std::to_string(field.rank) + " exceeds the limit");
       if (codec > kMaxKnownCodec)
-        return Status::Unsupported(v_.file_ + ": offset " + std::to_string(at + 6) + ": " + which +
+        return Status::Unsupported(v_.file_ + ": offset " +
+                                   std::to_string(at + FieldRecord::kCodecAt) + ": " + which +
                                    "codec " + std::to_string(codec) +
                                    " is not known to this libshard (written by a newer one); "
                                    "upgrade libshard");
       if (field.seq_dim < -1 ||
           (field.seq_dim >= 0 && static_cast<uint32_t>(field.seq_dim) >= field.rank))
-        return Corrupt(at + 8, which + "seq_dim " + std::to_string(field.seq_dim) +
-                                   " is not -1 or a dimension");
+        return Corrupt(at + FieldRecord::kSeqDimAt,
+                       which + "seq_dim " + std::to_string(field.seq_dim) +
+                       " is not -1 or a dimension");
       if ((codec == 0) != (stored_width == 0) || stored_width > 8)
-        return Corrupt(at + 14, which + "stored size width " + std::to_string(stored_width) +
-                                    " does not fit codec " + std::to_string(codec));
-      if (p[15] != std::byte{0}) return Corrupt(at + 15, which + "reserved byte is not zero");
+        return Corrupt(at + FieldRecord::kStoredWidthAt,
+                       which + "stored size width " + std::to_string(stored_width) +
+                       " does not fit codec " + std::to_string(codec));
+      if (r.reserved != 0)
+        return Corrupt(at + FieldRecord::kReservedAt, which + "reserved byte is not zero");
       FieldCodec fc;
       fc.codec = codec;
-      for (int k = 0; k < 8; ++k) fc.params[k] = std::to_integer<uint8_t>(p[24 + k]);
+      fc.params = r.codec_params;
       if (codec == 0 && fc != FieldCodec{})
-        return Corrupt(at + 24, which + "codec parameters of a raw field are not zero");
+        return Corrupt(at + FieldRecord::kCodecParamsAt,
+                       which + "codec parameters of a raw field are not zero");
       if (name_size == 0 || name_size > kMaxNameBytes || !StringOk(name_offset, name_size))
-        return Corrupt(at + 12, which + "name range (" + std::to_string(name_offset) + ", " +
-                                    std::to_string(name_size) +
-                                    ") is empty, too long or outside the strings");
+        return Corrupt(at + FieldRecord::kNameSizeAt,
+                       which + "name range (" + std::to_string(name_offset) + ", " +
+                       std::to_string(name_size) +
+                       ") is empty, too long or outside the strings");
       const std::string_view name = String(name_offset, name_size);
       if (name.find('\0') != std::string_view::npos)
-        return Corrupt(at + 16, which + "name contains a NUL byte");
+        return Corrupt(at + FieldRecord::kNameOffsetAt, which + "name contains a NUL byte");
       if (!names.insert(name).second)
-        return Corrupt(at + 16, which + "duplicate name '" + std::string(name) + "'");
+        return Corrupt(at + FieldRecord::kNameOffsetAt,
+                       which + "duplicate name '" + std::string(name) + "'");
       field.name = std::string(name);
       d += field.rank;
       v_.codecs_[f] = fc;
@@ -222,7 +233,7 @@ class IndexParser {
   }
 
   Status CheckLengthField() {
-    const int32_t lf = GetI32(h_ + kHeaderLengthField);
+    const int32_t lf = c_.header.length_field;
     if (lf < -1 || lf >= static_cast<int64_t>(c_.f) ||
         (lf >= 0 && v_.schema_.fields[lf].seq_dim < 0))
       return Corrupt(kHeaderLengthField,
@@ -242,24 +253,28 @@ class IndexParser {
     // Record columns: the base columns, then kind-2 dims, then stored sizes (§3.8.6).
     uint64_t col = 0;
     for (size_t c = 0; c < kBaseColumns; ++c) {
-      v_.width_[c] = std::to_integer<uint8_t>(h_[kHeaderColumnWidths + c]);
+      v_.width_[c] = c_.header.column_widths[c];
       v_.column_[c] = col;
       col += v_.width_[c];
     }
     v_.dims_.resize(c_.d);
     for (uint64_t j = 0; j < c_.d; ++j) {
       const uint64_t at = c_.dims_at + kDimRecordSize * j;
-      const std::byte* p = h_ + at;
-      const uint8_t kind = std::to_integer<uint8_t>(p[0]);
-      const uint8_t width = std::to_integer<uint8_t>(p[1]);
-      const uint64_t value = GetU64(p + 8);
+      const DimRecord r = DimRecord::DecodeFrom(h_ + at);
+      const uint8_t kind = r.kind;
+      const uint8_t width = r.width;
+      const uint64_t value = r.value;
       const std::string which = "dim " + std::to_string(j) + ": ";
-      for (int k = 2; k < 8; ++k)
-        if (p[k] != std::byte{0}) return Corrupt(at + k, which + "reserved byte is not zero");
+      for (size_t k = 0; k < r.reserved.size(); ++k)
+        if (r.reserved[k] != 0)
+          return Corrupt(at + DimRecord::kReservedAt + k, which + "reserved byte is not zero");
       if (kind > 2) return Corrupt(at, which + "unknown kind " + std::to_string(kind));
       if ((kind != 2 && width != 0) || width > 8)
-        return Corrupt(at + 1, which + "width " + std::to_string(width) + " is invalid");
-      if (kind != 0 && value != 0) return Corrupt(at + 8, which + "value of a non-constant dim");
+        return Corrupt(at + DimRecord::kWidthAt,
+                       which + "width " + std::to_string(width) + " is invalid");
+      if (kind != 0 && value != 0)
+        return Corrupt(at + DimRecord::kValueAt,
+                       which + "value of a non-constant dim");
       if (kind == 1 && lf < 0) return Corrupt(at, which + "a length dim without a length field");
       if (static_cast<int64_t>(j) == length_dim && kind != 1)
         return Corrupt(at, which + "the length field's sequence dim must be the length");
@@ -286,25 +301,28 @@ class IndexParser {
     v_.shards_.reserve(c_.s);
     for (uint32_t k = 0; k < c_.s; ++k) {
       const uint64_t at = c_.shards_at + kShardRecordSize * k;
-      const std::byte* p = h_ + at;
+      const ShardRecord r = ShardRecord::DecodeFrom(h_ + at);
       const std::string which = "shard " + std::to_string(k) + ": ";
-      const uint64_t name_offset = GetU64(p), name_size = GetU64(p + 8);
+      const uint64_t name_offset = r.name_offset, name_size = r.name_size;
       IndexShard shard;
-      shard.file_size = GetU64(p + 16);
-      shard.sample_count = GetU64(p + 24);
-      shard.uid = GetU64(p + 32);
+      shard.file_size = r.file_size;
+      shard.sample_count = r.sample_count;
+      shard.uid = r.uid;
       if (name_size == 0 || name_size > kMaxShardNameBytes || !StringOk(name_offset, name_size))
         return Corrupt(at, which + "name range outside the strings");
       shard.name = std::string(String(name_offset, name_size));
       if (!IsPlainFileName(shard.name))
         return Corrupt(at, which + "'" + shard.name + "' is not a plain file name");
       if (shard.file_size < kShardHeaderSize)
-        return Corrupt(at + 16, which + "file size " + std::to_string(shard.file_size) +
-                                    " is smaller than its header");
+        return Corrupt(at + ShardRecord::kFileSizeAt,
+                       which + "file size " + std::to_string(shard.file_size) +
+                       " is smaller than its header");
       if (shard.sample_count > c_.n)
-        return Corrupt(at + 24, which + "sample count exceeds the dataset's");
+        return Corrupt(at + ShardRecord::kSampleCountAt,
+                       which + "sample count exceeds the dataset's");
       if (!uids && shard.uid != 0)
-        return Corrupt(at + 32, which + "uid is set but the shard-uid flag is not");
+        return Corrupt(at + ShardRecord::kUidAt,
+                       which + "uid is set but the shard-uid flag is not");
       v_.shards_.push_back(std::move(shard));
     }
     return Status::OK();
@@ -335,9 +353,9 @@ class IndexParser {
 
   Status CheckLengths() {
     const uint64_t sum = Xxh3(v_.lengths_);
-    if (sum != GetU64(h_ + kHeaderLengthsChecksum))
+    if (sum != c_.header.lengths_checksum)
       return Corrupt(c_.head_size, "lengths checksum mismatch: stored " +
-                                       Hex16(GetU64(h_ + kHeaderLengthsChecksum)) + ", computed " +
+                                       Hex16(c_.header.lengths_checksum) + ", computed " +
                                        Hex16(sum));
     return Status::OK();
   }
@@ -363,7 +381,7 @@ Result<Index> Index::Parse(std::vector<std::byte> head, std::vector<std::byte> l
   v.n_ = c.n;
   v.file_size_ = file_size;
   v.block_samples_ = c.b;
-  v.version_ = c.version;
+  v.version_ = c.index_version;
   v.field_checksums_ = c.field_sums;
   LIBSHARD_RETURN_IF_ERROR(IndexParser(&v, c).Run());
   return v;

@@ -14,7 +14,7 @@ constexpr uint32_t kEntryMagic = 0x454A534C;  // "LSJE"
 constexpr uint32_t kKindHeader = 1;
 constexpr uint32_t kKindSamples = 2;
 constexpr char kJournalMagic[8] = {'L', 'S', 'H', 'D', 'J', 'N', 'L', '\0'};
-constexpr uint32_t kJournalVersion = 1;   // every field raw
+constexpr uint32_t kJournalVersion1 = 1;  // every field raw
 constexpr uint32_t kJournalVersion2 = 2;  // field codecs (§6)
 constexpr uint32_t kJournalFlagFieldChecksums = 1u << 0;  // §6 header flags
 
@@ -44,7 +44,7 @@ std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> c
   std::string p;
   ByteWriter w(&p);
   w.Bytes(std::string_view(kJournalMagic, 8));
-  w.U32(v2 ? kJournalVersion2 : kJournalVersion);
+  w.U32(v2 ? kJournalVersion2 : kJournalVersion1);
   w.U32(field_checksums ? kJournalFlagFieldChecksums : 0);
   w.U32(static_cast<uint32_t>(schema.fields.size()));
   w.I32(schema.length_field);
@@ -112,13 +112,14 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
     if (!have_header) {
       if (kind != kKindHeader) break;
       std::string_view jm;
-      uint32_t version = 0, flags = 0, f_count = 0;
+      uint32_t journal_version = 0, flags = 0, f_count = 0;
       int32_t length_field = 0;
-      if (!p.Bytes(8, &jm) || jm != std::string_view(kJournalMagic, 8) || !p.U32(&version) ||
-          !p.U32(&flags) || !p.U32(&f_count) || !p.I32(&length_field))
+      if (!p.Bytes(8, &jm) || jm != std::string_view(kJournalMagic, 8) ||
+          !p.U32(&journal_version) || !p.U32(&flags) || !p.U32(&f_count) ||
+          !p.I32(&length_field))
         break;
-      if (version != kJournalVersion && version != kJournalVersion2)
-        return Status::Unsupported(file + ": journal version " + std::to_string(version) +
+      if (journal_version != kJournalVersion1 && journal_version != kJournalVersion2)
+        return Status::Unsupported(file + ": journal version " + std::to_string(journal_version) +
                                    " is not supported");
       if (flags & ~kJournalFlagFieldChecksums)
         return Status::Unsupported(file + ": journal flags " + std::to_string(flags) +
@@ -137,7 +138,7 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
               Field{std::string(name), static_cast<DType>(dtype), rank, seq_dim});
       }
       out.schema.length_field = length_field;
-      if (ok && version == kJournalVersion2) {
+      if (ok && journal_version == kJournalVersion2) {
         out.codecs.resize(f_count);
         for (uint32_t f = 0; ok && f < f_count; ++f) ok = p.U8(&out.codecs[f]);
         ok = ok && AnyCodec(out.codecs) && p.remaining() == 0;

@@ -139,15 +139,17 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
   if (st.ok()) {
     if (top.Str("format") != "libshard" && st.ok())
       return Status::Corruption(file + ": \"format\" is not \"libshard\"");
-    const json* version = top.Get("version");
-    if (version && !(version->is_number_unsigned() && version->get<uint64_t>() >= 1 &&
-                     version->get<uint64_t>() <= kIndexVersion))
-      return Status::Unsupported(file + ": manifest version " +
-                                 version->dump(-1, ' ', false, json::error_handler_t::replace)
-                                     .substr(0, 64) +
-                                 " is not supported (this libshard reads versions 1 to 3); "
-                                 "upgrade libshard");
-    m.index_version = version ? static_cast<uint32_t>(version->get<uint64_t>()) : 1;
+    // "version" is the version of the index the manifest names (FORMAT.md §2.2).
+    const json* index_version = top.Get("version");
+    if (index_version &&
+        !(index_version->is_number_unsigned() && index_version->get<uint64_t>() >= 1 &&
+          index_version->get<uint64_t>() <= kIndexVersion))
+      return Status::Unsupported(
+          file + ": index version " +
+          index_version->dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 64) +
+          " (\"version\") is not supported (this libshard reads index versions 1 to 3); "
+          "upgrade libshard");
+    m.index_version = index_version ? static_cast<uint32_t>(index_version->get<uint64_t>()) : 1;
   }
   top.Only({"format", "version", "schema", "index", "shards", "totals", "provenance"});
   if (const json* schema = top.Get("schema")) {

@@ -30,9 +30,9 @@ Status CheckShardHeader(std::span<const std::byte> h, const std::string& file, u
                               " of 4096 bytes); the shard is damaged, re-run libshard pack");
   if (std::memcmp(h.data(), kShardMagic, 8) != 0)
     return Status::Corruption(file + ": offset 0: bad shard magic (not a libshard shard)");
-  uint32_t version = GetU32(h.data() + 8);
-  if (version != kShardVersion)
-    return Status::Unsupported(file + ": offset 8: shard version " + std::to_string(version) +
+  const uint32_t shard_version = GetU32(h.data() + 8);
+  if (shard_version != kShardVersion)
+    return Status::Unsupported(file + ": offset 8: shard version " + std::to_string(shard_version) +
                                " (this libshard reads version 1); upgrade libshard");
   uint64_t stored = GetU64(h.data() + kChecksumAt);
   uint64_t actual = Xxh3WithHole(h.first(kShardHeaderSize), kChecksumAt);

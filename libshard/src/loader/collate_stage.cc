@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "loader/window.h"  // kPollMs
+#include "loader/item_queue.h"  // kPollMs
 
 namespace libshard {
 

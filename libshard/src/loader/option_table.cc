@@ -7,11 +7,10 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "libshard/loader.h"
-#include "libshard/option_table.h"
+#include "libshard/option_rows.h"
 
 namespace libshard {
 namespace {
@@ -19,107 +18,6 @@ namespace {
 using Spec = OptionSpec<LoaderOptions>;
 using Kind = OptionValue::Kind;
 constexpr std::string_view kWhat = "Loader option";
-
-template <typename T>
-Spec Count(std::string_view name, T LoaderOptions::*member, std::string_view default_value,
-           uint64_t min, uint64_t max, std::string_view unset, std::string_view doc) {
-  Spec s;
-  s.name = s.member = name;
-  s.type = OptionType::kCount;
-  s.py_type = unset.empty() ? "int" : "Optional[int]";
-  s.default_value = default_value;
-  s.min = min;
-  s.max = max;
-  s.unset = unset;
-  s.doc = doc;
-  s.set = [member, min, max, unset, doc](LoaderOptions& o, const OptionValue& v,
-                                         std::string_view spelled) -> Status {
-    uint64_t x = 0;
-    LIBSHARD_RETURN_IF_ERROR(option_table::ToCount(kWhat, spelled, v, min, max, unset, doc, &x));
-    o.*member = static_cast<T>(x);
-    return Status::OK();
-  };
-  s.get = [member](const LoaderOptions& o) { return static_cast<uint64_t>(o.*member); };
-  return s;
-}
-
-Spec Bytes(std::string_view name, uint64_t LoaderOptions::*member, std::string_view default_value,
-           uint64_t min, uint64_t max, std::string_view doc) {
-  Spec s;
-  s.name = s.member = name;
-  s.type = OptionType::kBytes;
-  s.py_type = "Union[int, str]";
-  s.default_value = default_value;
-  s.min = min;
-  s.max = max;
-  s.doc = doc;
-  s.set = [member, min, max, doc](LoaderOptions& o, const OptionValue& v,
-                                  std::string_view spelled) -> Status {
-    return option_table::ToBytes(kWhat, spelled, v, min, max, doc, &(o.*member));
-  };
-  s.get = [member](const LoaderOptions& o) { return o.*member; };
-  return s;
-}
-
-Spec Bool(std::string_view name, bool LoaderOptions::*member, std::string_view default_value,
-          std::string_view doc) {
-  Spec s;
-  s.name = s.member = name;
-  s.type = OptionType::kBool;
-  s.py_type = "bool";
-  s.default_value = default_value;
-  s.doc = doc;
-  s.set = [member](LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
-    return option_table::ToBool(kWhat, spelled, v, &(o.*member));
-  };
-  return s;
-}
-
-Spec Number(std::string_view name, double LoaderOptions::*member, std::string_view default_value,
-            bool non_negative, std::string_view doc) {
-  Spec s;
-  s.name = s.member = name;
-  s.type = OptionType::kNumber;
-  s.py_type = "float";
-  s.default_value = default_value;
-  s.doc = doc;
-  s.set = [member, non_negative, doc](LoaderOptions& o, const OptionValue& v,
-                                      std::string_view spelled) {
-    return option_table::ToNumber(kWhat, spelled, v, non_negative, doc, &(o.*member));
-  };
-  return s;
-}
-
-// One of `choices`, parsed by the library's Parse* function; None gives `none` when set.
-template <typename E>
-Spec Choice(std::string_view name, E LoaderOptions::*member, Result<E> (*parse)(std::string_view),
-            std::string_view default_value, std::vector<std::string_view> choices,
-            std::type_identity_t<std::optional<E>> none, std::string_view doc) {
-  Spec s;
-  s.name = s.member = name;
-  s.type = OptionType::kChoice;
-  s.py_type = none ? "Optional[str]" : "str";
-  s.default_value = default_value;
-  s.choices = std::move(choices);
-  s.doc = doc;
-  s.set = [member, parse, none, doc](LoaderOptions& o, const OptionValue& v,
-                                     std::string_view spelled) -> Status {
-    if (v.kind == Kind::kNone && none) {
-      o.*member = *none;
-      return Status::OK();
-    }
-    if (v.kind != Kind::kText)
-      return option_table::Bad(kWhat, spelled, "must be a string, got " + v.Describe() + " (" +
-                                                   std::string(doc) + ")");
-    Result<E> parsed = parse(v.text);
-    if (!parsed.ok())
-      return option_table::Bad(kWhat, spelled, "= " + parsed.status().message() + " (" +
-                                                   std::string(doc) + ")");
-    o.*member = *parsed;
-    return Status::OK();
-  };
-  return s;
-}
 
 Status SetFields(LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
   if (v.kind == Kind::kNone) {
@@ -212,42 +110,52 @@ Spec Custom(std::string_view name, std::string_view member, OptionType type,
 
 std::vector<Spec> MakeSpecs() {
   using O = LoaderOptions;
+  using option_rows::Bool;
+  using option_rows::Bytes;
+  using option_rows::Choice;
+  using option_rows::Count;
+  using option_rows::Member;
+  using option_rows::Number;
   std::vector<Spec> t;
   // Order.
-  t.push_back(Bool("shuffle", &O::shuffle, "True", "shuffle the order (False: dataset order)"));
-  t.push_back(Count("seed", &O::seed, "0", 0, UINT64_MAX, "", "the shuffle's seed"));
-  t.push_back(Count("epoch", &O::epoch, "0", 0, UINT64_MAX, "", "the epoch to start with"));
-  t.push_back(Count("rank", &O::rank, "0", 0, UINT32_MAX - 1, "",
-                    "this process's rank, 0 <= rank < world_size"));
-  t.push_back(Count("world_size", &O::world_size, "1", 1, UINT32_MAX, "",
-                    "ranks sharing each epoch"));
-  t.push_back(Bool("drop_last", &O::drop_last, "False",
-                   "drop the epoch's tail instead of wrapping around"));
-  t.push_back(Count("order", &O::order, "2", 1, 2, "",
-                    "the shuffle's version: 2, O(1) per position; 1, the order of libshard "
-                    "before versions"));
+  t.push_back(Bool<O>(kWhat, "shuffle", "shuffle", Member<&O::shuffle>, "True",
+                      "shuffle the order (False: dataset order)"));
+  t.push_back(Count<O>(kWhat, "seed", "seed", Member<&O::seed>, "0", 0, UINT64_MAX, "",
+                       "the shuffle's seed"));
+  t.push_back(Count<O>(kWhat, "epoch", "epoch", Member<&O::epoch>, "0", 0, UINT64_MAX, "",
+                       "the epoch to start with"));
+  t.push_back(Count<O>(kWhat, "rank", "rank", Member<&O::rank>, "0", 0, UINT32_MAX - 1, "",
+                       "this process's rank, 0 <= rank < world_size"));
+  t.push_back(Count<O>(kWhat, "world_size", "world_size", Member<&O::world_size>, "1", 1,
+                       UINT32_MAX, "", "ranks sharing each epoch"));
+  t.push_back(Bool<O>(kWhat, "drop_last", "drop_last", Member<&O::drop_last>, "False",
+                      "drop the epoch's tail instead of wrapping around"));
+  t.push_back(Count<O>(kWhat, "order", "order", Member<&O::order>, "2", 1, 2, "",
+                       "the shuffle's order version: 2, O(1) per position; 1, the order of "
+                       "libshard before order versions"));
   t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[Dict[str, Any]]", "None",
                      "a state() to continue from (overrides seed, epoch and order)", nullptr));
   // What to read.
   t.push_back(Custom("fields", "fields", OptionType::kNames, "Optional[List[str]]", "None",
                      "read only these fields (None: every field)", SetFields));
-  t.push_back(Count("max_len", &O::max_len, "None", 1, UINT64_MAX, "whole samples",
-                    "read only the first max_len positions of each sequence"));
+  t.push_back(Count<O>(kWhat, "max_len", "max_len", Member<&O::max_len>, "None", 1, UINT64_MAX,
+                       "whole samples", "read only the first max_len positions of each sequence"));
   // Batching.
-  t.push_back(Count("batch_size", &O::batch_size, "None", 1, kMaxLoaderBatchSize,
-                    "single samples", "samples per batch"));
-  t.push_back(Count("max_tokens", &O::max_tokens, "None", 1, UINT64_MAX, "no token budget",
-                    "token-budget batches of at most this many tokens"));
+  t.push_back(Count<O>(kWhat, "batch_size", "batch_size", Member<&O::batch_size>, "None", 1,
+                       kMaxLoaderBatchSize, "single samples", "samples per batch"));
+  t.push_back(Count<O>(kWhat, "max_tokens", "max_tokens", Member<&O::max_tokens>, "None", 1,
+                       UINT64_MAX, "no token budget",
+                       "token-budget batches of at most this many tokens"));
   {
-    Spec s = Choice("token_budget", &O::token_budget, ParseTokenBudget, "'auto'",
-                    {"auto", "sum", "padded"}, std::nullopt,
-                    "how max_tokens bounds a batch; auto: padded with padded batches, else sum");
+    Spec s = Choice<O>(kWhat, "token_budget", "token_budget", Member<&O::token_budget>,
+                       ParseTokenBudget, "'auto'", {"auto", "sum", "padded"}, std::nullopt,
+                       "how max_tokens bounds a batch; auto: padded with padded batches, else sum");
     s.aliases = {"budget"};
     t.push_back(std::move(s));
   }
-  t.push_back(Choice("oversized", &O::oversized, ParseOversizedSample, "'batch'",
-                     {"batch", "error"}, std::nullopt,
-                     "a sample longer than max_tokens: a batch of its own, or an error"));
+  t.push_back(Choice<O>(kWhat, "oversized", "oversized", Member<&O::oversized>,
+                        ParseOversizedSample, "'batch'", {"batch", "error"}, std::nullopt,
+                        "a sample longer than max_tokens: a batch of its own, or an error"));
   {
     Spec s = Custom("bucket_window", "bucket_window", OptionType::kCount,
                     "Union[int, str, None]", "'auto'",
@@ -263,29 +171,32 @@ std::vector<Spec> MakeSpecs() {
     t.push_back(std::move(s));
   }
   // Collation.
-  t.push_back(Choice("collate", &O::collate, ParseCollate, "None", {"none", "pad", "pack"},
-                     std::optional<Collate>(Collate::kNone),
-                     "batches assembled in C++: padded or packed; None: lists of samples"));
-  t.push_back(Number("padding_value", &O::padding_value, "0", false,
-                     "collate='pad': the value of padded positions"));
+  t.push_back(Choice<O>(kWhat, "collate", "collate", Member<&O::collate>, ParseCollate, "None",
+                        {"none", "pad", "pack"}, std::optional<Collate>(Collate::kNone),
+                        "batches assembled in C++: padded or packed; None: lists of samples"));
+  t.push_back(Number<O>(kWhat, "padding_value", "padding_value", Member<&O::padding_value>, "0",
+                        false, "collate='pad': the value of padded positions"));
   t.push_back(Custom("padding_values", "padding_values", OptionType::kNumberMap,
                      "Optional[Dict[str, float]]", "None",
                      "collate='pad': per field padding values", SetPaddingValues));
-  t.push_back(Bool("consumer_pads", &O::consumer_pads, "False",
-                   "the caller pads batches itself: auto settings resolve as with collate='pad'"));
+  t.push_back(Bool<O>(kWhat, "consumer_pads", "consumer_pads", Member<&O::consumer_pads>, "False",
+                      "the caller pads batches itself: auto settings resolve as with "
+                      "collate='pad'"));
   // Memory and I/O.
-  t.push_back(Bytes("memory_budget", &O::memory_budget, "'2GiB'", kMinLoaderMemoryBudget,
-                    kMaxLoaderMemoryBudget, "bytes of the pinned arena; a few GiB is typical"));
-  t.push_back(Count("queue_depth", &O::queue_depth, "64", 1, kMaxLoaderQueueDepth, "",
-                    "reads in flight; 64 is a good default"));
-  t.push_back(Bytes("read_size", &O::read_size, "'4MiB'", 0, kMaxLoaderReadSize,
-                    "large samples are read in pieces of this size, rounded up to 4096"));
-  t.push_back(Choice("engine", &O::engine, ParseIoEngineKind, "'auto'",
-                     {"auto", "uring", "pread"}, std::nullopt,
-                     "the I/O engine; env LIBSHARD_ENGINE overrides auto"));
-  t.push_back(Choice("io_mode", &O::io_mode, ParseIoMode, "'auto'",
-                     {"auto", "direct", "buffered"}, std::nullopt,
-                     "O_DIRECT or buffered reads; env LIBSHARD_IO_MODE overrides auto"));
+  t.push_back(Bytes<O>(kWhat, "memory_budget", "memory_budget", Member<&O::memory_budget>,
+                       "'2GiB'", kMinLoaderMemoryBudget, kMaxLoaderMemoryBudget,
+                       "bytes of the pinned arena; a few GiB is typical"));
+  t.push_back(Count<O>(kWhat, "queue_depth", "queue_depth", Member<&O::queue_depth>, "64", 1,
+                       kMaxLoaderQueueDepth, "", "reads in flight; 64 is a good default"));
+  t.push_back(Bytes<O>(kWhat, "read_size", "read_size", Member<&O::read_size>, "'4MiB'", 0,
+                       kMaxLoaderReadSize,
+                       "large samples are read in pieces of this size, rounded up to 4096"));
+  t.push_back(Choice<O>(kWhat, "engine", "engine", Member<&O::engine>, ParseIoEngineKind,
+                        "'auto'", {"auto", "uring", "pread"}, std::nullopt,
+                        "the I/O engine; env LIBSHARD_ENGINE overrides auto"));
+  t.push_back(Choice<O>(kWhat, "io_mode", "io_mode", Member<&O::io_mode>, ParseIoMode, "'auto'",
+                        {"auto", "direct", "buffered"}, std::nullopt,
+                        "O_DIRECT or buffered reads; env LIBSHARD_IO_MODE overrides auto"));
   {
     Spec s = Custom("pin_memory", "pin_memory", OptionType::kBool, "Union[bool, str]", "True",
                     "pin the arena for fast GPU copies, 64 MiB at a time as it is first used: "
@@ -294,21 +205,26 @@ std::vector<Spec> MakeSpecs() {
     s.choices = {"auto", "on", "off"};
     t.push_back(std::move(s));
   }
-  t.push_back(Count("worker_threads", &O::worker_threads, "0", 0, kMaxLoaderWorkerThreads, "",
-                    "checksum and decoding threads; 0 chooses from the dataset and the cores"));
+  t.push_back(Count<O>(kWhat, "worker_threads", "worker_threads", Member<&O::worker_threads>, "0",
+                       0, kMaxLoaderWorkerThreads, "",
+                       "checksum and decoding threads; 0 chooses from the dataset and the cores"));
   t.push_back(Custom("verify", "verify_checksums", OptionType::kBool, "Optional[bool]", "None",
                      "None or True: check every byte served (a fields/max_len read field by "
                      "field); False: check nothing",
                      SetVerify));
-  t.push_back(Bool("verify_checksums", &O::verify_checksums, "True",
-                   "check every byte served against its sample or field checksum"));
-  t.push_back(Choice("on_error", &O::on_error, ParseOnError, "'raise'", {"raise", "skip"},
-                     std::nullopt, "a corrupt sample: raise, or skip it (counted in stats)"));
+  t.push_back(Bool<O>(kWhat, "verify_checksums", "verify_checksums",
+                      Member<&O::verify_checksums>, "True",
+                      "check every byte served against its sample or field checksum"));
+  t.push_back(Choice<O>(kWhat, "on_error", "on_error", Member<&O::on_error>, ParseOnError,
+                        "'raise'", {"raise", "skip"}, std::nullopt,
+                        "a corrupt sample: raise, or skip it (counted in stats)"));
   // Observability.
-  t.push_back(Number("slow_wait_warning_seconds", &O::slow_wait_warning_seconds, "10.0", true,
-                     "a log line when the consumer waits this long; 0 turns it off"));
-  t.push_back(Number("stats_interval_seconds", &O::stats_interval_seconds, "0.0", true,
-                     "periodic stats lines every this many seconds; 0 turns them off"));
+  t.push_back(Number<O>(kWhat, "slow_wait_warning_seconds", "slow_wait_warning_seconds",
+                        Member<&O::slow_wait_warning_seconds>, "10.0", true,
+                        "a log line when the consumer waits this long; 0 turns it off"));
+  t.push_back(Number<O>(kWhat, "stats_interval_seconds", "stats_interval_seconds",
+                        Member<&O::stats_interval_seconds>, "0.0", true,
+                        "periodic stats lines every this many seconds; 0 turns them off"));
   return t;
 }
 

@@ -40,7 +40,7 @@ Status Validate(uint64_t n, std::span<const uint64_t> lengths, const PlanOptions
   if (o.order != kOrderV1 && o.order != kOrderV2) {
     return Status::InvalidArgument("order version " + std::to_string(o.order) +
                                    " is unknown; use 1 (libshard's first order, for states "
-                                   "saved without a version) or 2 (the default)");
+                                   "saved without an order version) or 2 (the default)");
   }
   if (o.start_position > n) {
     return Status::InvalidArgument(

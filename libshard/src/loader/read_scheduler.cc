@@ -1,3 +1,6 @@
+// ReadScheduler (read_scheduler.h): creation, the shard files and the engine, start and stop,
+// stats, and the scheduler thread. Completions, checks, decoding and the worker threads are in
+// read_completion.cc.
 #include "loader/read_scheduler.h"
 
 #include <algorithm>
@@ -24,10 +27,10 @@ std::string EnvOr(const char* name) {
 
 Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
     std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
-    std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+    std::vector<size_t> field_indices, memory::Arena* arena, ItemQueue* queue,
     LoaderDiagnostics* diagnostics) {
   std::unique_ptr<ReadScheduler> s(new ReadScheduler(std::move(dataset), options,
-                                                     std::move(field_indices), arena, window,
+                                                     std::move(field_indices), arena, queue,
                                                      diagnostics));
   LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
@@ -45,7 +48,7 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
 
 ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                              std::vector<size_t> field_indices, memory::Arena* arena,
-                             Window* window, LoaderDiagnostics* diagnostics)
+                             ItemQueue* queue, LoaderDiagnostics* diagnostics)
     : dataset_(std::move(dataset)),
       options_(options),
       field_indices_(std::move(field_indices)),
@@ -53,7 +56,7 @@ ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const Loade
                      : dataset_->has_field_checksums() ? PartialCheck::kFields
                                                        : PartialCheck::kWhole),
       arena_(arena),
-      window_(window),
+      queue_(queue),
       diagnostics_(diagnostics) {
   read_size_ = std::max<uint64_t>(kSlotAlign, SlotBytes(options_.read_size));
   queue_depth_ = options_.queue_depth;  // 1..kMaxLoaderQueueDepth: ValidateLoaderOptions
@@ -61,19 +64,19 @@ ReadScheduler::ReadScheduler(std::shared_ptr<const Dataset> dataset, const Loade
 
 ReadScheduler::~ReadScheduler() {
   {
-    std::lock_guard<std::mutex> lock(window_->mu);
+    std::lock_guard<std::mutex> lock(queue_->mu);
     pipeline_stop_ = true;
   }
   if (engine_ != nullptr) engine_->Wake();
   if (scheduler_.joinable()) scheduler_.join();
   {
-    std::lock_guard<std::mutex> lock(window_->mu);
+    std::lock_guard<std::mutex> lock(queue_->mu);
     workers_exit_ = true;
     tasks_.clear();
   }
   work_cv_.notify_all();
   for (std::thread& t : workers_) t.join();
-  // Items of the window point into nothing owned here, and no thread touches them any more.
+  // Items of the queue point into nothing owned here, and no thread touches them any more.
   engine_.reset();  // before files_ close
 }
 
@@ -146,7 +149,7 @@ Status ReadScheduler::CreateEngine() {
 }
 
 void ReadScheduler::Start() {
-  std::lock_guard<std::mutex> lock(window_->mu);
+  std::lock_guard<std::mutex> lock(queue_->mu);
   sched_batch_ = 0;
   sched_samples_.clear();
   sched_in_batch_ = 0;
@@ -167,20 +170,20 @@ void ReadScheduler::Start() {
 
 void ReadScheduler::StopPipeline() {
   {
-    std::lock_guard<std::mutex> lock(window_->mu);
+    std::lock_guard<std::mutex> lock(queue_->mu);
     pipeline_stop_ = true;
   }
   engine_->Wake();
   if (scheduler_.joinable()) scheduler_.join();
   std::deque<std::unique_ptr<Item>> items;
   {
-    std::unique_lock<std::mutex> lock(window_->mu);
+    std::unique_lock<std::mutex> lock(queue_->mu);
     tasks_.clear();
     idle_cv_.wait(lock, [this] { return active_tasks_ == 0; });
     backlog_items_ = 0;
     backlog_bytes_ = 0;
     blocked_on_backlog_ = false;
-    items = window_->TakeItems();
+    items = queue_->TakeItems();
   }
   items.clear();  // returns the slots (outside the lock)
 }
@@ -204,7 +207,7 @@ void ReadScheduler::FillStats(LoaderStats* s) const {
     }
   }
   {
-    std::lock_guard<std::mutex> lock(window_->mu);
+    std::lock_guard<std::mutex> lock(queue_->mu);
     s->worker_backlog_peak = backlog_peak_;
   }
   s->engine = std::string(engine_->name());
@@ -221,14 +224,14 @@ void ReadScheduler::FillStats(LoaderStats* s) const {
 void ReadScheduler::SchedulerLoop() {
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(window_->mu);
-      if (pipeline_stop_ || window_->stopped.load()) break;
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      if (pipeline_stop_ || queue_->stopped.load()) break;
     }
     Status st = SchedulerStep();
     if (!st.ok()) {
-      std::lock_guard<std::mutex> lock(window_->mu);
-      window_->fatal = std::move(st);
-      window_->ready_cv.notify_all();
+      std::lock_guard<std::mutex> lock(queue_->mu);
+      queue_->fatal = std::move(st);
+      queue_->ready_cv.notify_all();
       break;
     }
     diagnostics_->MaybePrintStats();
@@ -315,7 +318,7 @@ Status ReadScheduler::SchedulerStep() {
 }
 
 Result<bool> ReadScheduler::StartNextItem() {
-  std::unique_lock<std::mutex> lock(window_->mu);
+  std::unique_lock<std::mutex> lock(queue_->mu);
   if (plan_done_) return false;
   // The workers are behind: read nothing more until they take some of the backlog (a worker
   // wakes the scheduler). They always do, so this never stalls the pipeline for good.
@@ -323,7 +326,7 @@ Result<bool> ReadScheduler::StartNextItem() {
     blocked_on_backlog_ = true;
     return false;
   }
-  const EpochPlan& plan = *window_->plan;
+  const EpochPlan& plan = *queue_->plan;
   while (sched_in_batch_ >= sched_samples_.size()) {
     if (sched_batch_ >= plan.batches_for_rank()) {
       plan_done_ = true;
@@ -333,8 +336,8 @@ Result<bool> ReadScheduler::StartNextItem() {
     plan.AppendBatchSamples(sched_batch_++, &sched_samples_);
     sched_in_batch_ = 0;
   }
-  // The consumer's batch may always be completed; later ones respect the window cap.
-  if (window_->items.size() >= kMaxWindowItems && sched_batch_ - 1 > window_->next_batch) {
+  // The consumer's batch may always be completed; later ones respect the queue cap.
+  if (queue_->items.size() >= kMaxQueuedItems && sched_batch_ - 1 > queue_->next_batch) {
     return false;
   }
 
@@ -372,23 +375,23 @@ Result<bool> ReadScheduler::StartNextItem() {
       if (raw == nullptr) slot->reset();
     }
     if (*slot == nullptr) {
-      window_->blocked_on_memory = engine_->in_flight() == 0;
-      window_->blocked_need = std::max(read_bytes, raw_bytes);
-      if (window_->blocked_on_memory) window_->ready_cv.notify_all();
+      queue_->blocked_on_memory = engine_->in_flight() == 0;
+      queue_->blocked_need = std::max(read_bytes, raw_bytes);
+      if (queue_->blocked_on_memory) queue_->ready_cv.notify_all();
       return false;
     }
     item->read_slot = std::move(slot).value();
     item->raw_slot = std::move(raw);
     item->slot_bytes = SlotBytes(read_bytes) + SlotBytes(raw_bytes);
   }
-  window_->blocked_on_memory = false;
-  item->seq = window_->next_seq++;
+  queue_->blocked_on_memory = false;
+  item->seq = queue_->next_seq++;
   ++sched_in_batch_;
   consumer_batch_started_ =
-      sched_in_batch_ == sched_samples_.size() && sched_batch_ - 1 == window_->next_batch;
+      sched_in_batch_ == sched_samples_.size() && sched_batch_ - 1 == queue_->next_batch;
   Item* raw_item = item.get();
-  window_->pipeline_bytes += item->slot_bytes;
-  window_->items.push_back(std::move(item));
+  queue_->pipeline_bytes += item->slot_bytes;
+  queue_->items.push_back(std::move(item));
   ShardFiller* const filler = internal::DatasetAccess::shard_filler(*dataset_);  // s3:// datasets only (remote/)
   if (filler != nullptr) PrefetchAhead(plan, filler);
   lock.unlock();
@@ -414,186 +417,13 @@ void ReadScheduler::PrefetchAhead(const EpochPlan& plan, ShardFiller* filler) {
       pf_in_batch_ = 0;
     }
     const uint64_t sample = pf_samples_[pf_in_batch_++];
-    if (pf_seq_++ < window_->next_seq) continue;  // started already: Ensure fetches it
+    if (pf_seq_++ < queue_->next_seq) continue;  // started already: Ensure fetches it
     Result<SampleLocation> loc = dataset_->Locate(sample);
     if (!loc.ok()) continue;  // its item reports the error
     const ReadLayout layout =
         PlanRead(*dataset_, sample, *loc, field_indices_, options_.max_len, partial_check_);
     filler->Prefetch(loc->shard, layout.file_offset, layout.read_length);
   }
-}
-
-void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset,
-                                  uint64_t length) {
-  --item->subs_pending;
-  item->bytes_read += c.bytes;
-  diagnostics_->AddBytesRead(c.bytes);
-  if (item->error.ok()) {
-    if (!c.status.ok()) {
-      item->error = c.status.WithContext("sample " + std::to_string(item->sample));
-    } else {
-      const uint64_t needed = item->layout.needed;
-      const uint64_t required = needed > offset ? std::min(length, needed - offset) : 0;
-      if (c.bytes < required) {
-        item->error = Status::Corruption(
-            ItemWhere(*item) + ": sample " + std::to_string(item->sample) + ": read only " +
-            std::to_string(c.bytes) + " of " + std::to_string(required) + " bytes at offset " +
-            std::to_string(item->layout.file_offset + offset) +
-            " (end of file); the shard is shorter than the index says; restore it or re-run "
-            "libshard pack");
-      }
-    }
-  }
-  if (item->subs_pending == 0 && item != issuing_) FinishRead(item);
-}
-
-void ReadScheduler::FinishRead(Item* item) {
-  item->cache_hold.reset();  // every sub-read of the cache file has completed (docs/CACHE.md §3)
-  if (!item->error.ok()) {
-    Complete(item, item->error);
-    return;
-  }
-  const bool compressed = SampleNeedsDecode(item->location.flags);
-  if (Verifies(*item) || compressed) {
-    {
-      std::lock_guard<std::mutex> lock(window_->mu);
-      tasks_.push_back(item);
-      if (compressed) {  // a checksum alone keeps up with the reads
-        ++backlog_items_;
-        backlog_bytes_ += item->slot_bytes;
-        backlog_peak_ = std::max(backlog_peak_, backlog_bytes_);
-      }
-    }
-    work_cv_.notify_one();
-    return;
-  }
-  Complete(item, Status::OK());
-}
-
-bool ReadScheduler::Verifies(const Item& item) const {
-  return options_.verify_checksums && (item.layout.whole || item.layout.check_fields);
-}
-
-Status ReadScheduler::VerifyAndDecode(Item* item) {
-  const SampleLocation& loc = item->location;
-  std::span<const std::byte> stored(item->read_slot.get(), loc.stored_size);
-  if (Verifies(*item) && item->layout.check_fields) {
-    // A partial read of a raw sample: the field checksum of every field served (FORMAT.md §3.9).
-    const ReadLayout& l = item->layout;
-    Status st = internal::DatasetAccess::VerifyFields(
-        *dataset_, item->sample, item->read_slot.get() + l.skew, l.payload_begin,
-        l.payload_end - l.payload_begin, field_indices_);
-    if (!st.ok() && st.code() == StatusCode::kCorruption) diagnostics_->OnChecksumFailure();
-    return st;
-  }
-  if (Verifies(*item)) {
-    const uint64_t sum = format::Xxh3(stored);
-    if (sum != loc.checksum) {
-      diagnostics_->OnChecksumFailure();
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "checksum mismatch (xxh3 of the %llu stored bytes is %016llx, "
-                    "the index says %016llx)",
-                    static_cast<unsigned long long>(loc.stored_size),
-                    static_cast<unsigned long long>(sum),
-                    static_cast<unsigned long long>(loc.checksum));
-      return Status::Corruption(ItemWhere(*item) + ": sample " + std::to_string(item->sample) +
-                                ": " + buf + "; the shard is damaged: restore it or re-run "
-                                "libshard pack");
-    }
-  }
-  if (SampleNeedsDecode(loc.flags)) {
-    std::span<std::byte> raw(item->raw_slot.get(), loc.raw_size);
-    // Only the selected fields, and only their max_len prefix where the codec allows it.
-    LIBSHARD_RETURN_IF_ERROR(
-        internal::DatasetAccess::DecodeSelected(*dataset_, item->sample, stored, raw,
-                                                field_indices_, options_.max_len)
-            .WithContext(ItemWhere(*item)));
-  }
-  return Status::OK();
-}
-
-void ReadScheduler::Complete(Item* item, Status status) {
-  std::optional<Sample> sample;
-  if (status.ok()) {
-    const SampleLocation& loc = item->location;
-    Result<Sample> built = Status::Internal("unset");
-    if (item->raw_slot != nullptr) {
-      built = BuildSample(*dataset_, item->sample, item->raw_slot.get(), 0, loc.raw_size,
-                          item->raw_slot, field_indices_, options_.max_len);
-    } else if (item->layout.whole) {
-      built = BuildSample(*dataset_, item->sample, item->read_slot.get(), 0, loc.stored_size,
-                          item->read_slot, field_indices_, options_.max_len);
-    } else {
-      built = BuildSample(*dataset_, item->sample, item->read_slot.get() + item->layout.skew,
-                          item->layout.payload_begin,
-                          item->layout.payload_end - item->layout.payload_begin, item->read_slot,
-                          field_indices_, options_.max_len);
-    }
-    if (built.ok()) {
-      sample = std::move(built).value();
-    } else {
-      status = built.status();
-    }
-  }
-  std::shared_ptr<std::byte> drop;  // the stored bytes of a decoded sample, released unlocked
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(window_->mu);
-    if (item->raw_slot != nullptr && item->read_slot != nullptr) {
-      window_->pipeline_bytes -= SlotBytes(item->layout.read_length);
-      item->slot_bytes -= SlotBytes(item->layout.read_length);
-      drop = std::move(item->read_slot);
-    }
-    if (sample) {
-      item->result = std::move(sample);
-    } else {
-      item->error = std::move(status);
-      window_->pipeline_bytes -= item->slot_bytes;  // the slots go now, not when it is popped
-      item->slot_bytes = 0;
-    }
-    item->read_slot.reset();
-    item->raw_slot.reset();
-    item->ready = true;
-    // Only an item of the batch the consumer waits for can end its wait: completions further
-    // ahead would wake it for nothing (a futex round trip and a context switch each).
-    wake = item->seq < window_->wake_before_seq;
-  }
-  if (wake) window_->ready_cv.notify_all();
-}
-
-void ReadScheduler::WorkerLoop() {
-  std::unique_lock<std::mutex> lock(window_->mu);
-  while (true) {
-    work_cv_.wait(lock, [this] { return workers_exit_ || !tasks_.empty(); });
-    if (tasks_.empty()) return;
-    Item* item = tasks_.front();
-    tasks_.pop_front();
-    ++active_tasks_;
-    // In the backlog (FinishRead); read now: the item may be consumed once Complete returns.
-    const bool counted = SampleNeedsDecode(item->location.flags);
-    const uint64_t bytes = item->slot_bytes;
-    lock.unlock();
-    Status s = VerifyAndDecode(item);
-    Complete(item, std::move(s));
-    lock.lock();
-    if (counted) {
-      --backlog_items_;
-      backlog_bytes_ -= bytes;
-    }
-    if (blocked_on_backlog_ && BacklogLow()) {
-      blocked_on_backlog_ = false;
-      engine_->Wake();
-    }
-    --active_tasks_;
-    if (active_tasks_ == 0) idle_cv_.notify_all();
-  }
-}
-
-std::string ReadScheduler::ItemWhere(const Item& item) const {
-  const auto& shards = dataset_->shards();
-  const std::string file =
-      item.location.shard < shards.size() ? shards[item.location.shard].path : "?";
-  return file + " offset " + std::to_string(item.location.offset);
 }
 
 }  // namespace libshard

@@ -1,13 +1,15 @@
 // ReadScheduler: the producing half of the StreamingLoader. A thread walks this rank's plan
-// (Window::plan) item by item (one item = one sample of one batch), takes an arena slot for
+// (ItemQueue::plan) item by item (one item = one sample of one batch), takes an arena slot for
 // each, splits its read into `read_size` sub-reads and keeps `queue_depth` of them in flight on
 // the IoEngine, never letting the queue drain between samples. Completed items that need a
 // checksum or zstd decoding go to worker threads; the others become Samples on the scheduler
-// thread. Finished items are marked ready in the window, where the consumer takes them. Every
+// thread. Finished items are marked ready in the queue, where the consumer takes them. Every
 // byte in flight or waiting lives in the arena, so the arena budget bounds all queues.
 //
-// It owns the shard files, the engine, the scheduler thread and the worker threads. Its shared state is guarded by Window::mu; the
-// engine is used by the scheduler thread only (plus Wake() from anywhere).
+// It owns the shard files, the engine, the scheduler thread and the worker threads. Its shared
+// state is guarded by ItemQueue::mu; the engine is used by the scheduler thread only (plus Wake()
+// from anywhere). read_scheduler.cc sets it up and runs the scheduler thread; read_completion.cc
+// completes, checks and decodes the items.
 #pragma once
 
 #include <condition_variable>
@@ -25,7 +27,7 @@
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
 #include "loader/diagnostics.h"
-#include "loader/window.h"
+#include "loader/item_queue.h"
 #include "memory/arena.h"
 
 namespace libshard {
@@ -34,26 +36,26 @@ class ReadScheduler {
  public:
   // Opens the shards (io_mode, or LIBSHARD_IO_MODE under kAuto), creates the engine (engine, or
   // LIBSHARD_ENGINE under kAuto), registers the arena with it and starts the worker threads.
-  // `window`, `arena` and `diagnostics` must outlive the scheduler.
+  // `queue`, `arena` and `diagnostics` must outlive the scheduler.
   static Result<std::unique_ptr<ReadScheduler>> Create(
       std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
-      std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+      std::vector<size_t> field_indices, memory::Arena* arena, ItemQueue* queue,
       LoaderDiagnostics* diagnostics);
   // Stops the scheduler thread and joins every thread; reads in flight are cancelled.
   ~ReadScheduler();
   ReadScheduler(const ReadScheduler&) = delete;
   ReadScheduler& operator=(const ReadScheduler&) = delete;
 
-  // Starts the scheduler thread at the beginning of Window::plan. The pipeline must be stopped
-  // (just created, or after StopPipeline()) and the window empty.
+  // Starts the scheduler thread at the beginning of ItemQueue::plan. The pipeline must be stopped
+  // (just created, or after StopPipeline()) and the queue empty.
   void Start();
   // Stops the scheduler thread, cancels the reads in flight, waits until no worker runs and
-  // empties the window (its slots go back to the arena).
+  // empties the queue (its slots go back to the arena).
   void StopPipeline();
   // Makes the scheduler thread re-check its conditions now (memory was released, Stop()).
   // Any thread.
   void Wake();
-  // Requires Window::mu. No item waits for or runs on a worker thread.
+  // Requires ItemQueue::mu. No item waits for or runs on a worker thread.
   bool WorkersIdle() const { return tasks_.empty() && active_tasks_ == 0; }
   // The I/O part of the stats: reads in flight, engine, O_DIRECT. Any thread.
   void FillStats(LoaderStats* s) const;
@@ -69,7 +71,7 @@ class ReadScheduler {
   };
 
   ReadScheduler(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
-                std::vector<size_t> field_indices, memory::Arena* arena, Window* window,
+                std::vector<size_t> field_indices, memory::Arena* arena, ItemQueue* queue,
                 LoaderDiagnostics* diagnostics);
   Status OpenFiles();
   Status CreateEngine();
@@ -79,7 +81,7 @@ class ReadScheduler {
   // Creates the next item of the plan when memory allows; false when blocked or done.
   Result<bool> StartNextItem();
   // s3:// datasets: announces the reads of the samples after the last item started to the cache
-  // filler, in plan order, while it has room (read-ahead). Requires window_->mu.
+  // filler, in plan order, while it has room (read-ahead). Requires queue_->mu.
   void PrefetchAhead(const EpochPlan& plan, ShardFiller* filler);
   // `offset`, `length`: the sub-read's place within the item's read.
   void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);
@@ -99,7 +101,7 @@ class ReadScheduler {
   // What a partial read must cover to be checked (the dataset's field checksums decide).
   const PartialCheck partial_check_;
   memory::Arena* const arena_;
-  Window* const window_;
+  ItemQueue* const queue_;
   LoaderDiagnostics* const diagnostics_;
   uint64_t read_size_ = 0;
   uint32_t queue_depth_ = 0;
@@ -114,7 +116,7 @@ class ReadScheduler {
   std::thread scheduler_;
   std::vector<std::thread> workers_;
 
-  // Guarded by window_->mu:
+  // Guarded by queue_->mu:
   std::condition_variable work_cv_;    // workers: a task, or shutdown
   std::condition_variable idle_cv_;    // pipeline reset: workers went idle
   std::deque<Item*> tasks_;
@@ -135,7 +137,7 @@ class ReadScheduler {
   uint64_t backlog_bound_items_ = 0;
   uint64_t backlog_bound_bytes_ = 0;
   bool blocked_on_backlog_ = false;   // the scheduler waits for a worker to take items
-  // Requires Window::mu. Full: the scheduler blocks (blocked_on_backlog_); low: half of it,
+  // Requires ItemQueue::mu. Full: the scheduler blocks (blocked_on_backlog_); low: half of it,
   // where a worker unblocks it, so reads resume as a batch at full queue depth rather than one
   // per decoded item (each then waited for the scheduler thread to get a core twice).
   bool BacklogFull() const {
@@ -147,7 +149,7 @@ class ReadScheduler {
   bool workers_exit_ = false;
   bool pipeline_stop_ = false;
   bool plan_done_ = false;             // every item of the epoch was created
-  // Scheduler cursor (guarded by window_->mu; reset only while the thread is stopped).
+  // Scheduler cursor (guarded by queue_->mu; reset only while the thread is stopped).
   uint64_t sched_batch_ = 0;
   std::vector<uint64_t> sched_samples_;
   size_t sched_in_batch_ = 0;

@@ -47,8 +47,8 @@ StreamingLoader::~StreamingLoader() {
   scheduler_.reset();  // joins its threads and cancels the reads in flight
   std::deque<std::unique_ptr<Item>> items;
   {
-    std::lock_guard<std::mutex> lock(window_.mu);
-    items = window_.TakeItems();
+    std::lock_guard<std::mutex> lock(queue_.mu);
+    items = queue_.TakeItems();
   }
 }
 
@@ -110,14 +110,14 @@ Status StreamingLoader::Init() {
     read_budget = std::max<uint64_t>(options_.memory_budget - batch_budget, kSlotAlign);
     LIBSHARD_ASSIGN_OR_RETURN(batch_arena_, memory::Arena::Create(batch_budget, arena_options));
     collate_ = std::make_unique<CollateStage>(std::move(collator), batch_arena_, options_,
-                                              &diagnostics_, &window_.stopped);
+                                              &diagnostics_, &queue_.stopped);
     batch_arena_->SetReleaseCallback([stage = collate_.get()] { stage->Wake(); });
   }
   LIBSHARD_ASSIGN_OR_RETURN(
       arena_, memory::Arena::Create(std::min(read_budget, DatasetFootprint()), arena_options));
   LIBSHARD_ASSIGN_OR_RETURN(scheduler_,
                             ReadScheduler::Create(dataset_, options_, std::move(field_indices),
-                                                  arena_.get(), &window_, &diagnostics_));
+                                                  arena_.get(), &queue_, &diagnostics_));
   arena_->SetReleaseCallback([scheduler = scheduler_.get()] { scheduler->Wake(); });
   diagnostics_.SetSnapshot([this] { return stats(); });
 
@@ -129,8 +129,8 @@ Status StreamingLoader::Init() {
   state.position = plan_options.start_position;
   state.order = plan_options.order;
   if (options_.resume) state.skipped = options_.resume->skipped;
-  consumer_ = std::make_unique<ConsumerWindow>(options_, &window_, scheduler_.get(), arena_.get(),
-                                               &diagnostics_, std::move(state));
+  consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
+                                              &diagnostics_, std::move(state));
   return StartEpoch(plan_options);
 }
 
@@ -138,8 +138,8 @@ Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   LIBSHARD_ASSIGN_OR_RETURN(EpochPlan plan,
                             EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
   {
-    std::lock_guard<std::mutex> lock(window_.mu);
-    window_.Reset(std::move(plan));
+    std::lock_guard<std::mutex> lock(queue_.mu);
+    queue_.Reset(std::move(plan));
   }
   scheduler_->Start();
   return Status::OK();
@@ -257,7 +257,7 @@ uint64_t StreamingLoader::SampleLength(uint64_t index) const {
 }
 
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
-  if (window_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
+  if (queue_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
   scheduler_->StopPipeline();
   if (collate_ != nullptr) collate_->Drop();
   const LoaderState current = consumer_->state();
@@ -268,7 +268,7 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
   plan_options.start_position = 0;
   plan_options.bucket_window = options_.bucket_window;  // a resumed epoch's rule ends with it
   {
-    std::lock_guard<std::mutex> lock(window_.mu);
+    std::lock_guard<std::mutex> lock(queue_.mu);
     consumer_->OnNewEpochLocked(epoch);
   }
   return StartEpoch(plan_options);
@@ -276,8 +276,8 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
 
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
-  std::lock_guard<std::mutex> lock(window_.mu);
-  state.bucketing = BucketingOf(window_.plan->options());
+  std::lock_guard<std::mutex> lock(queue_.mu);
+  state.bucketing = BucketingOf(queue_.plan->options());
   return state;
 }
 
@@ -304,16 +304,16 @@ Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
 }
 
 uint64_t StreamingLoader::batches_per_epoch() const {
-  std::lock_guard<std::mutex> lock(window_.mu);
-  return window_.plan->epoch_batches_for_rank();
+  std::lock_guard<std::mutex> lock(queue_.mu);
+  return queue_.plan->epoch_batches_for_rank();
 }
 
 void StreamingLoader::Stop() {
-  window_.stopped.store(true);
+  queue_.stopped.store(true);
   {
-    std::lock_guard<std::mutex> lock(window_.mu);
+    std::lock_guard<std::mutex> lock(queue_.mu);
   }
-  window_.ready_cv.notify_all();
+  queue_.ready_cv.notify_all();
   if (scheduler_ != nullptr) scheduler_->Wake();
   if (collate_ != nullptr) collate_->Wake();
 }

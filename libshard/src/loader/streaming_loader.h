@@ -1,7 +1,7 @@
 // StreamingLoader: the Loader implementation (libshard/loader.h), a composition of
-//   - the window (loader/window.h): the items between the two halves, and the one lock;
+//   - the item queue (loader/item_queue.h): the items between the two halves, and the one lock;
 //   - the read scheduler (loader/read_scheduler.h): plan cursor, arena slots, engine, workers;
-//   - the consumer window (loader/consumer_window.h): Next(), waiting, the error policy;
+//   - the batch consumer (loader/batch_consumer.h): Next(), waiting, the error policy;
 //   - diagnostics (loader/diagnostics.h): stats counters and warnings, on an injectable clock
 //     and log sink;
 //   - with LoaderOptions::collate, the collate stage (loader/collate_stage.h): each batch copied
@@ -17,11 +17,11 @@
 
 #include "libshard/loader.h"
 #include "loader/collate_stage.h"
-#include "loader/consumer_window.h"
+#include "loader/batch_consumer.h"
 #include "loader/diagnostics.h"
 #include "loader/order.h"
 #include "loader/read_scheduler.h"
-#include "loader/window.h"
+#include "loader/item_queue.h"
 #include "memory/arena.h"
 
 namespace libshard {
@@ -62,14 +62,14 @@ class StreamingLoader final : public Loader {
   // Every sample's length clipped to max_len, for token batching and bucketing (else null).
   std::shared_ptr<const std::vector<uint64_t>> lengths_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
-  // and the window they use.
+  // and the item queue they use.
   LogSink log_;  // the diagnostics' sink, for the one line Init may print
   std::string pin_note_;  // why the arena is not pinned when that was decided at Init, else empty
   LoaderDiagnostics diagnostics_;
   std::shared_ptr<memory::Arena> arena_;
-  Window window_;
+  ItemQueue queue_;
   std::unique_ptr<ReadScheduler> scheduler_;
-  std::unique_ptr<ConsumerWindow> consumer_;
+  std::unique_ptr<BatchConsumer> consumer_;
   // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
   std::shared_ptr<memory::Arena> batch_arena_;
   std::unique_ptr<CollateStage> collate_;

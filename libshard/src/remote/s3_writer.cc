@@ -150,8 +150,9 @@ Result<std::unique_ptr<Writer>> CreateS3Writer(const std::string& url, const Sch
   if (internal::PathExists(JoinPath(staging, format::kJournalName)) ||
       internal::PathExists(JoinPath(staging, format::kManifestName)))
     return Status::AlreadyExists(url + " has an interrupted write (staging directory " + staging +
-                                 "); continue it with Writer::Resume (libshard pack --resume, "
-                                 "libshard.Writer resumes by itself) or delete that directory");
+                                 "); continue it with " +
+                                 std::string(ResumeAdvice(options.caller)) +
+                                 " or delete that directory");
   LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(staging));
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Uploader> made,
                             Uploader::Open(url, staging, /*fresh=*/true, WriterUploadOptions()));

@@ -55,7 +55,7 @@ Result<WriteSummary> CommitDataset(const CommitRequest& req) {
 Result<format::IndexSample> SampleEntryFromDataset(const Dataset& ds, uint64_t i) {
   format::IndexSample s;
   const SampleLocation loc = ds.location(i);
-  LIBSHARD_ASSIGN_OR_RETURN(Provenance src, ds.source(i));
+  LIBSHARD_ASSIGN_OR_RETURN(SourceFileInfo src, ds.source(i));
   LIBSHARD_ASSIGN_OR_RETURN(Metadata meta, ds.metadata(i));
   s.record.offset = loc.offset;
   s.record.stored_size = loc.stored_size;

@@ -47,7 +47,8 @@ bool DatasetLock::Covers(const std::string& dir) const {
 }
 
 Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::string& dir,
-                                                                 bool create_directory) {
+                                                                 bool create_directory,
+                                                                 Caller caller) {
   if (dir.empty()) return Status::InvalidArgument("DatasetLock: empty directory name");
   // Every writer (pack, merge, upgrade, Writer) locks its output first: no local "s3:" directory.
   if (io::IsS3Url(dir))
@@ -70,9 +71,10 @@ Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::strin
                   dir + " is being written by another process (pid " + NoteValue(note, "pid") +
                       ", host " + NoteValue(note, "host") + ", since " +
                       NoteValue(note, "since") +
-                      "); wait for it to finish, or stop it and continue its work with "
-                      "`libshard pack --resume`; only one writer at a time may write a dataset "
-                      "(lock file " + impl->lock_path + ")",
+                      "); wait for it to finish, or stop it and continue its work with " +
+                      std::string(ResumeAdvice(caller)) +
+                      "; only one writer at a time may write a dataset (lock file " +
+                      impl->lock_path + ")",
                   lock.status().sys_errno());
   }
   impl->lock = std::move(lock).value();

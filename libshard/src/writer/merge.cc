@@ -67,7 +67,9 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     if (io::IsS3Url(part))
       return Status::Unsupported("merge: part " + part + " is an s3:// URL; merge reads local "
                                  "parts only (download it first)");
-    auto ds = Dataset::Open(part);
+    DatasetOptions open_options;
+    open_options.caller = options.caller;
+    auto ds = Dataset::Open(part, open_options);
     if (!ds.ok()) return ds.status().WithContext("merge: part " + part);
     if (!datasets.empty() && !((*ds)->schema() == datasets.front()->schema()))
       return Status::InvalidArgument("merge: part " + part + " has a different schema than " +
@@ -91,7 +93,7 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
     return Status::ResourceExhausted("merge: the merged dataset would exceed the format limits");
 
   // Held until the merged dataset is committed: one writer at a time per directory.
-  auto lock = DatasetLock::Acquire(out_dir, /*create_directory=*/true);
+  auto lock = DatasetLock::Acquire(out_dir, /*create_directory=*/true, options.caller);
   if (!lock.ok()) return lock.status().WithContext("merge");
   if (internal::PathExists(internal::JoinPath(out_dir, format::kManifestName)) ||
       internal::PathExists(internal::JoinPath(out_dir, format::kJournalName)))

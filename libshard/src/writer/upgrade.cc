@@ -11,15 +11,17 @@
 
 namespace libshard {
 
-Result<bool> UpgradeIndex(const std::string& dir) {
+Result<bool> UpgradeIndex(const std::string& dir, Caller caller) {
   if (io::IsS3Url(dir))
     return Status::Unsupported(dir + ": upgrade rewrites a local directory; an s3:// dataset is "
                                      "upgraded locally, then uploaded again");
-  if (!internal::PathExists(dir)) return Dataset::Open(dir).status();  // its message
+  DatasetOptions open_options;
+  open_options.caller = caller;
+  if (!internal::PathExists(dir)) return Dataset::Open(dir, open_options).status();  // its message
   // Held until the new manifest is committed: one writer at a time per directory.
-  auto lock = DatasetLock::Acquire(dir, /*create_directory=*/false);
+  auto lock = DatasetLock::Acquire(dir, /*create_directory=*/false, caller);
   if (!lock.ok()) return lock.status().WithContext("upgrade");
-  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<Dataset> ds, Dataset::Open(dir));
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<Dataset> ds, Dataset::Open(dir, open_options));
   const std::string mp = internal::JoinPath(dir, format::kManifestName);
   LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(mp, 256u << 20));
   LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, mp));

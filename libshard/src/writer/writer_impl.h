@@ -63,7 +63,7 @@ class WriterImpl final : public Writer {
 
   const Schema& schema() const override { return schema_; }
   uint64_t samples_written() const override { return samples_.size(); }
-  const std::vector<Provenance>& existing_sources() const override { return existing_sources_; }
+  const std::vector<SourceFileInfo>& existing_sources() const override { return existing_sources_; }
 
  private:
   std::string TmpPath(uint32_t shard) const {
@@ -102,7 +102,7 @@ class WriterImpl final : public Writer {
   bool journal_field_checksums_ = false;
   std::vector<format::IndexShard> shards_;
   std::vector<format::IndexSample> samples_;
-  std::vector<Provenance> existing_sources_;
+  std::vector<SourceFileInfo> existing_sources_;
   uint32_t first_new_shard_ = 0;  // shards before this one belong to the existing dataset
   io::OpenedFile shard_;         // the open shard (the last of shards_) when shard_.file.valid()
   uint64_t shard_samples_ = 0;    // samples in the open shard

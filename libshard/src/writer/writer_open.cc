@@ -84,7 +84,7 @@ Status CheckCodecs(const Schema& schema, const std::vector<uint8_t>& codecs,
 // The lock the caller passed in WriterOptions (checked to be `dir`'s), else a fresh one.
 Result<LockPtr> LockDataset(const std::string& dir, const WriterOptions& options,
                             bool create_directory) {
-  if (!options.lock) return DatasetLock::Acquire(dir, create_directory);
+  if (!options.lock) return DatasetLock::Acquire(dir, create_directory, options.caller);
   if (!options.lock->Covers(dir))
     return Status::InvalidArgument("WriterOptions.lock is the lock of " + options.lock->dir() +
                                    ", not of " + dir);
@@ -216,7 +216,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   }
   LIBSHARD_RETURN_IF_ERROR(w->RemoveShardsFrom(shard_count));
   for (const format::IndexSample& s : journal.samples)
-    w->existing_sources_.push_back(Provenance{s.source_path, s.record.source_bytes,
+    w->existing_sources_.push_back(SourceFileInfo{s.source_path, s.record.source_bytes,
                                               s.record.source_mtime_ns, s.record.source_hash});
   w->samples_ = std::move(journal.samples);
   w->journaled_ = w->samples_.size();
@@ -270,7 +270,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::strin
   w->samples_.reserve(ds->size());
   for (uint64_t i = 0; i < ds->size(); ++i) {
     LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(*ds, i));
-    w->existing_sources_.push_back(Provenance{s.source_path, s.record.source_bytes,
+    w->existing_sources_.push_back(SourceFileInfo{s.source_path, s.record.source_bytes,
                                               s.record.source_mtime_ns, s.record.source_hash});
     w->samples_.push_back(std::move(s));
   }

@@ -1,7 +1,8 @@
-// The window: the items between the read scheduler (loader/read_scheduler.h), which creates them
-// in plan order and fills them, and the consumer (loader/consumer_window.h), which takes them
+// The item queue: the items between the read scheduler (loader/read_scheduler.h), which creates
+// them in plan order and fills them, and the consumer (loader/batch_consumer.h), which takes them
 // from the front strictly in plan order, and what the two sides tell each other. Every mutable
-// field is guarded by `mu`, the loader's one lock for the pipeline.
+// field is guarded by `mu`, the loader's one lock for the pipeline. (Not a "window": that word
+// is length-aware batching's, LoaderOptions::bucket_window.)
 #pragma once
 
 #include <atomic>
@@ -28,8 +29,8 @@ inline constexpr uint64_t SlotBytes(uint64_t n) {
   return (n + kSlotAlign - 1) / kSlotAlign * kSlotAlign;
 }
 // Bounds the bookkeeping for tiny samples: the scheduler creates no item of a later batch while
-// the window holds this many.
-inline constexpr size_t kMaxWindowItems = 1 << 16;
+// the queue holds this many.
+inline constexpr size_t kMaxQueuedItems = 1 << 16;
 // How often the scheduler and the consumer re-check their conditions while waiting.
 inline constexpr int kPollMs = 100;
 
@@ -50,12 +51,12 @@ struct Item {
   // s3:// datasets: the pin on the cache blocks the reads cover, from before the first sub-read
   // is submitted until the last one completes (FinishRead) or the item is dropped.
   std::unique_ptr<ShardFiller::Hold> cache_hold;
-  // Guarded by Window::mu:
+  // Guarded by ItemQueue::mu:
   bool ready = false;
   std::optional<Sample> result;
 };
 
-struct Window {
+struct ItemQueue {
   mutable std::mutex mu;
   // The consumer waits on it: an item of the batch it waits for became ready, a fatal scheduler
   // error, the scheduler blocked on memory, or Stop().
@@ -74,7 +75,7 @@ struct Window {
   uint64_t blocked_need = 0;       // the slot it could not get, bytes
   Status fatal;                    // a scheduler failure, returned by Next()
 
-  // Requires `mu`. The start of a new epoch over `epoch_plan` (the window must be empty).
+  // Requires `mu`. The start of a new epoch over `epoch_plan` (the queue must be empty).
   void Reset(EpochPlan epoch_plan) {
     plan = std::move(epoch_plan);
     next_batch = 0;

@@ -1,4 +1,4 @@
-#include "loader/consumer_window.h"
+#include "loader/batch_consumer.h"
 
 #include <algorithm>
 #include <string>
@@ -6,44 +6,44 @@
 
 namespace libshard {
 
-ConsumerWindow::ConsumerWindow(const LoaderOptions& options, Window* window,
-                               ReadScheduler* scheduler, memory::Arena* arena,
-                               LoaderDiagnostics* diagnostics, LoaderState state)
+BatchConsumer::BatchConsumer(const LoaderOptions& options, ItemQueue* queue,
+                             ReadScheduler* scheduler, memory::Arena* arena,
+                             LoaderDiagnostics* diagnostics, LoaderState state)
     : options_(options),
-      window_(window),
+      queue_(queue),
       scheduler_(scheduler),
       arena_(arena),
       diagnostics_(diagnostics),
       state_(std::move(state)) {}
 
-LoaderState ConsumerWindow::state() const {
-  std::lock_guard<std::mutex> lock(window_->mu);
+LoaderState BatchConsumer::state() const {
+  std::lock_guard<std::mutex> lock(queue_->mu);
   return state_;
 }
 
-void ConsumerWindow::OnNewEpochLocked(uint64_t epoch) {
+void BatchConsumer::OnNewEpochLocked(uint64_t epoch) {
   state_.epoch = epoch;
   state_.position = 0;
   state_.skipped.clear();
 }
 
-double ConsumerWindow::HeldMemoryTimeout() const {
+double BatchConsumer::HeldMemoryTimeout() const {
   return std::max(1.0, 2 * options_.slow_wait_warning_seconds);
 }
 
-Status ConsumerWindow::StuckError(uint64_t batch) const {
+Status BatchConsumer::StuckError(uint64_t batch) const {
   return Status::ResourceExhausted(
       "batch " + std::to_string(batch) + " cannot be assembled: its samples need more than the " +
       "loader memory_budget of " + std::to_string(arena_->budget()) + " bytes (" +
-      Mib(arena_->budget()) + ") at once (next sample needs " + Mib(window_->blocked_need) +
-      ", " + Mib(window_->pipeline_bytes) + " already held for this batch); raise memory_budget "
+      Mib(arena_->budget()) + ") at once (next sample needs " + Mib(queue_->blocked_need) +
+      ", " + Mib(queue_->pipeline_bytes) + " already held for this batch); raise memory_budget "
       "or lower batch_size / max_tokens");
 }
 
-Result<std::optional<Batch>> ConsumerWindow::Next() {
+Result<std::optional<Batch>> BatchConsumer::Next() {
   const Clock& clock = diagnostics_->clock();
   diagnostics_->OnNext(clock.Now());
-  Window& w = *window_;
+  ItemQueue& w = *queue_;
   std::unique_lock<std::mutex> lock(w.mu);
   double waited_total = 0;
   while (true) {
@@ -52,7 +52,7 @@ Result<std::optional<Batch>> ConsumerWindow::Next() {
     const uint64_t batch_index = w.next_batch;
     const uint64_t count = w.plan->BatchSamples(batch_index).size();
 
-    // Wait until the batch's items are all ready (they are the front of the window).
+    // Wait until the batch's items are all ready (they are the front of the queue).
     const Clock::TimePoint wait_start = clock.Now();
     bool warned_slow = false;
     bool warned_held = false;
@@ -82,7 +82,7 @@ Result<std::optional<Batch>> ConsumerWindow::Next() {
         lock.lock();
       }
       // Memory: the scheduler cannot get a slot and nothing is in flight or decoding. An item
-      // of the window that is not ready yet is a read that will complete: progress, not stuck.
+      // of the queue that is not ready yet is a read that will complete: progress, not stuck.
       bool pending = false;
       for (const auto& it : w.items) {
         if (!it->ready) {
@@ -144,7 +144,7 @@ Result<std::optional<Batch>> ConsumerWindow::Next() {
     Batch batch;
     batch.samples.reserve(count);
     Status error;
-    const bool window_full = w.items.size() >= kMaxWindowItems;
+    const bool queue_full = w.items.size() >= kMaxQueuedItems;
     for (size_t k = 0; k < count; ++k) {
       std::unique_ptr<Item> item = std::move(w.items.front());
       w.items.pop_front();
@@ -163,7 +163,7 @@ Result<std::optional<Batch>> ConsumerWindow::Next() {
     }
     ++w.next_batch;
     state_.position = w.plan->PositionAfter(batch_index);
-    if (window_full) scheduler_->Wake();
+    if (queue_full) scheduler_->Wake();
     diagnostics_->AddWait(waited_total);
     waited_total = 0;
     if (!error.ok()) return error;

@@ -1,5 +1,5 @@
-// ConsumerWindow: the consuming half of the StreamingLoader. Next() waits until the items of the
-// next batch of the plan are ready at the front of the window (loader/window.h), takes them in
+// BatchConsumer: the consuming half of the StreamingLoader. Next() waits until the items of the
+// next batch of the plan are ready at the front of the queue (loader/item_queue.h), takes them in
 // plan order (which is the reorder stage), and applies the error policy: OnError::kRaise
 // returns a failed sample's error, OnError::kSkip drops it, records it in the state and, for a
 // batch that lost every sample, repeats a stand-in sample in its place. While it waits it tells
@@ -7,7 +7,7 @@
 // consumer itself holds (a warning, then an error), through LoaderDiagnostics.
 //
 // Thread-safety: Next() and OnNewEpochLocked() are called by the consumer thread, state() from
-// any thread; shared fields are guarded by Window::mu.
+// any thread; shared fields are guarded by ItemQueue::mu.
 #pragma once
 
 #include <cstdint>
@@ -16,37 +16,37 @@
 #include "libshard/loader.h"
 #include "loader/diagnostics.h"
 #include "loader/read_scheduler.h"
-#include "loader/window.h"
+#include "loader/item_queue.h"
 #include "memory/arena.h"
 
 namespace libshard {
 
-class ConsumerWindow {
+class BatchConsumer {
  public:
   // Every argument must outlive this object. `state` is where the stream stands at creation.
-  ConsumerWindow(const LoaderOptions& options, Window* window, ReadScheduler* scheduler,
-                 memory::Arena* arena, LoaderDiagnostics* diagnostics, LoaderState state);
+  BatchConsumer(const LoaderOptions& options, ItemQueue* queue, ReadScheduler* scheduler,
+                memory::Arena* arena, LoaderDiagnostics* diagnostics, LoaderState state);
 
   Result<std::optional<Batch>> Next();
   // The state after the last batch returned by Next().
   LoaderState state() const;
-  // Requires Window::mu. The stream restarts at the beginning of epoch `epoch`.
+  // Requires ItemQueue::mu. The stream restarts at the beginning of epoch `epoch`.
   void OnNewEpochLocked(uint64_t epoch);
 
  private:
   using Clock = LoaderClock;
   // How long Next() waits for the consumer to release arena memory before ResourceExhausted.
   double HeldMemoryTimeout() const;
-  // Requires Window::mu.
+  // Requires ItemQueue::mu.
   Status StuckError(uint64_t batch) const;
 
   const LoaderOptions& options_;
-  Window* const window_;
+  ItemQueue* const queue_;
   ReadScheduler* const scheduler_;
   memory::Arena* const arena_;
   LoaderDiagnostics* const diagnostics_;
 
-  // Guarded by Window::mu.
+  // Guarded by ItemQueue::mu.
   LoaderState state_;
   // OnError::kSkip: the first sample of the last batch delivered, repeated in place of a batch
   // that lost every sample. Dropped whenever memory is short.

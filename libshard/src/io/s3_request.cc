@@ -1,0 +1,90 @@
+// The S3 client's request encoding and response parsing helpers (s3_internal.h).
+#include <cctype>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "io/s3_internal.h"
+
+namespace libshard::io::s3_internal {
+
+// Unreserved characters and '/' pass; everything else is %XX (the SigV4 canonical URI).
+std::string EncodeKey(std::string_view key) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : key) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// The <Code> of an S3 XML error body, or "".
+std::string S3ErrorCode(const std::string& body) {
+  const size_t b = body.find("<Code>");
+  const size_t e = body.find("</Code>");
+  if (b == std::string::npos || e == std::string::npos || e < b) return {};
+  return body.substr(b + 6, e - b - 6);
+}
+
+// A query-string value as SigV4 canonicalises it (RFC 3986 unreserved characters pass).
+std::string EncodeQueryValue(std::string_view v) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string XmlUnescape(std::string s) {
+  static const std::pair<const char*, const char*> kEntities[] = {
+      {"&quot;", "\""}, {"&apos;", "'"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&#34;", "\""},
+      {"&amp;", "&"}};
+  for (const auto& [from, to] : kEntities) {
+    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + std::strlen(to)))
+      s.replace(p, std::strlen(from), to);
+  }
+  return s;
+}
+
+// The text of the first <tag>...</tag> at or after `from` (end of it in *next), or nullopt.
+std::optional<std::string> XmlTag(const std::string& xml, const std::string& tag, size_t from,
+                                  size_t* next) {
+  const std::string open = "<" + tag + ">", close = "</" + tag + ">";
+  const size_t b = xml.find(open, from);
+  if (b == std::string::npos) return std::nullopt;
+  const size_t e = xml.find(close, b + open.size());
+  if (e == std::string::npos) return std::nullopt;
+  if (next != nullptr) *next = e + close.size();
+  return XmlUnescape(xml.substr(b + open.size(), e - b - open.size()));
+}
+
+std::string XmlEscape(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace libshard::io::s3_internal
