@@ -329,3 +329,46 @@ def test_s3_parts_append_and_upgrade_are_refused_without_a_local_s3_directory(
                            timeout=60)
         assert r.returncode != 0 and "upgrade rewrites a local directory" in r.stderr, r.stderr
     assert not (tmp_path / "s3:").exists()
+
+
+def _resident_pages(path: Path) -> tuple[int, int]:
+    """(pages of `path` in the page cache, pages of `path`), by mincore(2) over a mapping."""
+    import ctypes
+    import mmap
+    size = path.stat().st_size
+    page = mmap.PAGESIZE
+    pages = (size + page - 1) // page
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            vec = ctypes.create_string_buffer(pages)
+            assert libc.mincore(addr, size, vec) == 0, os.strerror(ctypes.get_errno())
+            return sum(b & 1 for b in vec.raw), pages
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def test_fetched_blocks_leave_no_page_cache_copy(server, proxy, env, local_ds, tmp_path):
+    # The loader reads the cache with O_DIRECT: a page-cache copy of a fetched block is memory
+    # wasted on every rank's node and makes the first O_DIRECT read of it invalidate the pages
+    # on the reading thread. The fetcher drops it once the block is durable.
+    url = upload(server, local_ds, "nocopy")
+    cache = tmp_path / "cache"
+    got = list(libshard.Loader(url, cache=cache, shuffle=False, pin_memory=False))
+    assert len(got) == len(libshard.open(local_ds))
+    data = [p for p in cache.rglob("objects/shard-*.lss.*") if not p.name.endswith(".blocks")]
+    assert data, sorted(str(p) for p in cache.rglob("*"))
+    for p in data:
+        resident, pages = _resident_pages(p)
+        # The shard header page, written at open, may stay; no fetched block does.
+        assert pages > 4 and resident <= 2, f"{p}: {resident} of {pages} pages cached"
