@@ -104,9 +104,19 @@ def _catches_sigint(pid: int) -> bool:
 def test_sigint_stops_a_running_command_at_once(cmd, eagle_src, tmp_path):
     """`pack --files-from -` blocks reading stdin: SIGINT must end it by the signal, as Ctrl-C."""
     argv = [EXE] if cmd == "executable" else ENTRY
-    p = subprocess.Popen([*argv, "pack", str(eagle_src), "--files-from", "-", "-o",
-                          str(tmp_path / "ds")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    # SIGINT at its default in the child, as in a terminal: a test run started in the background
+    # by a shell without job control inherits SIGINT ignored, which a command rightly keeps. A
+    # handled signal (unlike an ignored one) is reset to the default across exec.
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        p = subprocess.Popen([*argv, "pack", str(eagle_src), "--files-from", "-", "-o",
+                              str(tmp_path / "ds")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # The console script is ready once it no longer catches SIGINT (Python's handler gone)
         # and it is asleep (in the command line's read of stdin).
