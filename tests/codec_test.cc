@@ -475,6 +475,46 @@ TEST(Huffman, AgreesWithTheSpecOnArbitraryInput) {
   EXPECT_GT(accepted, 500);
 }
 
+// The decode table's variants (window 11 or 12 bits, runs of 6 or 7 symbols) read the same
+// bytes: the same verdict and symbols as the spec's reference on every input.
+TEST(Huffman, EveryDecoderVariantAgreesWithTheSpec) {
+  std::mt19937 rng(8);
+  int accepted = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    // Low-entropy planes (exponent-like: most codes 1-3 bits) and wider ones.
+    std::geometric_distribution<int> geo(trial % 2 ? 0.6 : 0.2);
+    const size_t n = 1 + rng() % (trial % 4 == 0 ? 5000 : 200);
+    std::vector<uint8_t> v(n);
+    for (auto& x : v) x = static_cast<uint8_t>(std::min(geo(rng), 255));
+    std::vector<std::byte> coded;
+    huffman::Encode(v.data(), n, &coded);
+    switch (trial % 5) {
+      case 1: coded[huffman::kHeaderSize + rng() % (coded.size() - huffman::kHeaderSize)] ^=
+                  std::byte{static_cast<uint8_t>(1u << (rng() % 8))}; break;
+      case 2: coded[rng() % 128] ^= std::byte{static_cast<uint8_t>(rng())}; break;
+      case 3: coded.resize(coded.size() - 1 - rng() % std::min<size_t>(coded.size(), 20)); break;
+      default: break;
+    }
+    std::vector<uint8_t> ref(n);
+    const bool ok = ReferenceHuffmanDecode(coded, &ref);
+    accepted += ok;
+    for (auto variant : {huffman::DecoderVariant::kWindow11Run6, huffman::DecoderVariant::kWindow11Run7,
+                         huffman::DecoderVariant::kWindow12Run6, huffman::DecoderVariant::kWindow12Run7}) {
+      std::vector<uint8_t> got(n);
+      const Status st = huffman::DecodeVariant(variant, coded.data(), coded.size(), got.data(), n);
+      ASSERT_EQ(st.ok(), ok) << "trial " << trial << " variant " << static_cast<int>(variant)
+                             << ": " << st.ToString();
+      if (!ok) {
+        EXPECT_EQ(st.code(), StatusCode::kCorruption);
+        continue;
+      }
+      ASSERT_EQ(got, ref) << "trial " << trial << " variant " << static_cast<int>(variant);
+      if (trial % 5 == 0) ASSERT_EQ(got, v) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(accepted, 500);
+}
+
 // --- fp8 ------------------------------------------------------------------------------------
 
 TEST(Float8, E4M3RoundsToNearestEvenAndSaturates) {
