@@ -3,6 +3,7 @@
 //
 // Input: 8 header bytes, then a payload.
 //   byte 0: bits 0-1 codec (1..4); bit 2 float16 instead of bfloat16; bit 3 round-trip mode;
+//           bit 5 with codec 2: codec 5 (planes2) instead;
 //           bits 4-6 in decode mode with codec 1: another dtype (int64, uint8, float32, ...);
 //           bit 4 in round-trip mode: zstd for planes, Huffman for fp8-entropy (the non-defaults);
 //           bit 7: row_elems = 8 · byte 2
@@ -52,7 +53,8 @@ void DecodeAll(codec::Decoder& d, std::span<const std::byte> region, CodecId id,
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 8) return 0;
-  const auto id = static_cast<CodecId>(1 + (data[0] & 3));
+  auto id = static_cast<CodecId>(1 + (data[0] & 3));
+  if (id == CodecId::kPlanes && (data[0] & 0x20)) id = CodecId::kPlanes2;
   DType dtype = (data[0] & 4) ? DType::kFloat16 : DType::kBFloat16;
   const bool round_trip = (data[0] & 8) != 0;
   // Bit 7: rows 8 times wider, so long-row paths (channel base, fp8 tables) are reached too.

@@ -18,6 +18,7 @@
 #include "codec/huffman.h"
 #include "codec/region.h"
 #include "format/bytes.h"
+#include "format/index_internal.h"
 
 namespace libshard::codec {
 namespace {
@@ -104,10 +105,11 @@ struct Shape {
 // Every lossless codec, bf16 and fp16, many shapes and chunkings: decoding every prefix gives back
 // exactly the first rows of the input, bit for bit.
 TEST(CodecLossless, RoundTripsBitExactWithEveryPrefix) {
-  const Shape shapes[] = {{0, 16}, {5, 0}, {1, 1}, {1, 4096}, {7, 13}, {33, 100}, {3, 577}, {64, 65}};
+  const Shape shapes[] = {{0, 16}, {5, 0}, {1, 1},   {1, 4096}, {7, 13}, {33, 100},
+                          {3, 577}, {64, 65}, {9, 7}, {11, 9},   {5, 384}};
   const uint64_t chunk_elems[] = {1, 300, 1 << 16};
   Decoder d;
-  for (CodecId id : {CodecId::kPlanes, CodecId::kZstd}) {
+  for (CodecId id : {CodecId::kPlanes, CodecId::kPlanes2, CodecId::kZstd}) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
       for (const Shape& s : shapes) {
         for (uint64_t ce : chunk_elems) {
@@ -263,14 +265,17 @@ Sample SmallRegion(CodecId id, EntropyCoder entropy = EntropyCoder::kHuffman) {
 // either rejected (zstd notices) or decodes to other values within the destination's bounds, which
 // the sample checksum (xxh3 of the stored bytes, FORMAT.md §3.3) catches. ASan checks the bounds.
 TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
-  for (int k = 0; k < 6; ++k) {
-    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
-                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
-    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+  for (int k = 0; k < 8; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
+                                  CodecId::kPlanes2,    CodecId::kPlanes2}[k];
+    const EntropyCoder entropy =
+        k == 1 || k == 4 || k == 7 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     SCOPED_TRACE(std::string(CodecName(id)) + " entropy " + std::to_string(static_cast<int>(entropy)));
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
-    const bool has_base = id == CodecId::kPlanes || id == CodecId::kFp8Entropy;
+    const bool has_base =
+        id == CodecId::kPlanes || id == CodecId::kFp8Entropy || id == CodecId::kPlanes2;
     const size_t table_only = kRegionHeaderSize + kChunkEntrySize * 5;
     ASSERT_EQ(s.table_end, table_only + (has_base ? s.g.row_elems : 0));
     size_t rejected = 0, decoded = 0;
@@ -299,10 +304,12 @@ TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
 }
 
 TEST(CodecCorruption, EveryTruncationIsRejected) {
-  for (int k = 0; k < 6; ++k) {
-    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
-                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
-    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+  for (int k = 0; k < 8; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
+                                  CodecId::kPlanes2,    CodecId::kPlanes2}[k];
+    const EntropyCoder entropy =
+        k == 1 || k == 4 || k == 7 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
     for (size_t len = 0; len < s.region.size(); ++len) {
@@ -332,6 +339,205 @@ TEST(CodecCorruption, NamesWhatIsWrong) {
   bad[0] = std::byte{'X'};
   st = d.Decode(bad, CodecId::kPlanes, s.g, UINT64_MAX, out);
   EXPECT_NE(st.message().find("bad magic"), std::string::npos) << st.message();
+}
+
+// --- Codec 5, planes2 (FORMAT.md §4.3.7) ---------------------------------------------------
+
+// Every 16-bit pattern (NaN payloads, ±inf, subnormals, -0 among them), laid out in rows of odd
+// and even widths, with and without the channel base, each entropy coder: bit-exact, every prefix.
+TEST(Planes2, EveryBitPatternRoundTrips) {
+  Decoder d;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (uint64_t row_elems : {1, 7, 9, 64, 65, 384}) {
+      const uint64_t rows = (65536 + row_elems - 1) / row_elems;
+      std::vector<uint16_t> v(rows * row_elems);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(i * 40503u);  // a permutation
+      const auto raw = ToBytes(v);
+      const FieldGeometry g{dtype, rows, row_elems};
+      for (int variant = 0; variant < 4; ++variant) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " row_elems " + std::to_string(row_elems) +
+                     " variant " + std::to_string(variant));
+        EncodeOptions o;
+        o.channel_base = variant & 1;
+        o.entropy = (variant & 2) ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+        o.chunk_elems = 4096;
+        const auto region = EncodeOk(CodecId::kPlanes2, g, raw, o);
+        auto info = ParseRegion(region, CodecId::kPlanes2, g);
+        ASSERT_TRUE(info.ok()) << info.status().ToString();
+        EXPECT_EQ(info->flags, (variant & 1) && row_elems >= 64 ? kFlagChannelBase : 0u);
+        ASSERT_EQ(DecodeOk(d, region, CodecId::kPlanes2, g), raw);
+        for (uint64_t r : {uint64_t{0}, uint64_t{1}, rows / 3, rows - 1}) {
+          const auto prefix = DecodeOk(d, region, CodecId::kPlanes2, g, r);
+          ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), raw.begin())) << "rows " << r;
+        }
+      }
+    }
+  }
+}
+
+// Regions written by hand from FORMAT.md §4.3.2, §4.3.6 and §4.3.7 alone (no libshard code makes
+// their bytes): each must decode to the values the spec gives, and the writer must write the
+// first one (no base table below 64 elements a row, a plane too small to code: mode 0) byte for
+// byte.
+std::vector<std::byte> Hex(std::string_view hex) {
+  std::vector<std::byte> b;
+  for (size_t i = 0; i + 1 < hex.size();) {
+    if (hex[i] == ' ') {
+      ++i;
+      continue;
+    }
+    b.push_back(std::byte{static_cast<uint8_t>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16))});
+    i += 2;
+  }
+  return b;
+}
+
+TEST(Planes2, HandWrittenRegionsDecodeAsTheSpecSays) {
+  // bfloat16, 2 rows of 3: 1.0, -1.0, a NaN with payload; -0, the smallest subnormal, -inf.
+  const std::vector<uint16_t> values = {0x3F80, 0xBF80, 0x7FC1, 0x8000, 0x0001, 0xFF80};
+  const FieldGeometry g{DType::kBFloat16, 2, 3};
+  const auto stored = Hex(
+      "4C534643 05 0B 00 00"            // magic, codec 5, dtype 11 (bfloat16), flags, reserved
+      "0200000000000000 0300000000000000"  // rows 2, row_elems 3
+      "02000000 01000000"               // chunk_rows 2, chunk_count 1
+      "06000000 00 000000"              // chunk 0: coded_size 6, mode 0
+      "80 80 C1 00 01 80"               // low bytes
+      "02 05"                           // sign bitmaps: row 0 {1}, row 1 {0, 2}
+      "3F 3F 7F 00 00 7F");             // hi & 0x7F
+  Decoder d;
+  EXPECT_EQ(ToU16(DecodeOk(d, stored, CodecId::kPlanes2, g)), values);
+  EXPECT_EQ(EncodeOk(CodecId::kPlanes2, g, ToBytes(values)), stored);
+
+  // The same values with a channel base table (flags bit 0) of 0x3F, 0xBF (bit 7 ignored), 0x7F:
+  // plane byte = (hi & 0x7F) - (b & 0x7F) mod 128.
+  const auto based = Hex(
+      "4C534643 05 0B 01 00 0200000000000000 0300000000000000 02000000 01000000"
+      "06000000 00 000000"
+      "3F BF 7F"                        // channel base table
+      "80 80 C1 00 01 80 02 05"
+      "00 00 00 41 41 00");
+  EXPECT_EQ(ToU16(DecodeOk(d, based, CodecId::kPlanes2, g)), values);
+  // Plane bytes of 128 or more (only corruption writes them) are masked to 7 bits.
+  auto high = based;
+  high[based.size() - 6] = std::byte{0x80};  // reads as 0x00
+  EXPECT_EQ(ToU16(DecodeOk(d, high, CodecId::kPlanes2, g)), values);
+  // Pad bits of a sign bitmap are ignored.
+  auto pad = based;
+  pad[based.size() - 8] |= std::byte{0xF8};
+  pad[based.size() - 7] |= std::byte{0xF8};
+  EXPECT_EQ(ToU16(DecodeOk(d, pad, CodecId::kPlanes2, g)), values);
+
+  // A Huffman plane (mode 2, §4.3.6): float16, 2 rows of 100, element k of row r = (lo k,
+  // hi 0x3F with the sign set when k % 3 == r); every plane byte 0x3F, one code of length 1 (an
+  // incomplete code), bits all 0: four streams of 50 codes, 7 bytes each.
+  const FieldGeometry h{DType::kFloat16, 2, 100};
+  std::vector<uint16_t> hv(200);
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 100; ++k)
+      hv[r * 100 + k] = static_cast<uint16_t>(k | (0x3F << 8) | (k % 3 == r ? 0x8000 : 0));
+  std::vector<std::byte> huff = Hex(
+      "4C534643 05 0A 00 00 0200000000000000 6400000000000000 02000000 01000000"
+      "A8000000 02 000000");  // coded_size 168 = 128 + 12 + 4 * 7, mode 2
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 100; ++k) huff.push_back(std::byte{static_cast<uint8_t>(k)});
+  for (int r = 0; r < 2; ++r)
+    for (int byte = 0; byte < 13; ++byte) {  // ceil(100 / 8) bytes a row, pad bits 0
+      uint8_t bits = 0;
+      for (int j = 0; j < 8 && 8 * byte + j < 100; ++j)
+        bits |= static_cast<uint8_t>(((8 * byte + j) % 3 == r) << j);
+      huff.push_back(std::byte{bits});
+    }
+  std::vector<std::byte> lengths(128, std::byte{0});
+  lengths[63 / 2] = std::byte{0x10};  // symbol 63 (odd): high nibble, length 1
+  huff.insert(huff.end(), lengths.begin(), lengths.end());
+  for (const char* size : {"07000000", "07000000", "07000000"}) {
+    const auto b = Hex(size);
+    huff.insert(huff.end(), b.begin(), b.end());
+  }
+  huff.resize(huff.size() + 28, std::byte{0});
+  EXPECT_EQ(ToU16(DecodeOk(d, huff, CodecId::kPlanes2, h)), hv);
+  const auto first = DecodeOk(d, huff, CodecId::kPlanes2, h, 1);
+  EXPECT_EQ(ToU16(first), std::vector<uint16_t>(hv.begin(), hv.begin() + 100));
+}
+
+// Every header, table and size corruption is a Corruption naming codec 5 and, for a chunk's, the
+// chunk.
+TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
+  // 9 rows of 400, 2 rows a chunk: 5 chunks, each plane (800 bytes) Huffman-coded.
+  const FieldGeometry g{DType::kBFloat16, 9, 400};
+  const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 4));
+  const auto region = EncodeOk(CodecId::kPlanes2, g, raw, {.chunk_elems = 800});
+  auto info = ParseRegion(region, CodecId::kPlanes2, g);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_EQ(info->chunk_count, 5u);
+  ASSERT_EQ(info->flags, kFlagChannelBase);
+  Decoder d;
+  std::vector<std::byte> out(DecodedBytes(g, UINT64_MAX));
+  auto expect = [&](const std::vector<std::byte>& bad, std::string_view what) {
+    const Status st = d.Decode(bad, CodecId::kPlanes2, g, UINT64_MAX, out);
+    ASSERT_EQ(st.code(), StatusCode::kCorruption) << what;
+    EXPECT_NE(st.message().find("codec region (planes2)"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+  };
+  const size_t entry2 = kRegionHeaderSize + kChunkEntrySize * 2;
+  ASSERT_EQ(std::to_integer<int>(region[entry2 + 4]), 2);  // Huffman-coded
+  const uint32_t coded2 = format::GetU32(region.data() + entry2);
+  auto bad = region;
+  bad[4] = std::byte{2};
+  expect(bad, "header names codec 2");
+  bad = region;
+  bad[5] = std::byte{10};
+  expect(bad, "header names dtype 10");
+  for (size_t at : {6, 7}) {
+    bad = region;
+    bad[at] = std::byte{2};
+    expect(bad, "reserved header bits");
+  }
+  bad = region;
+  bad[8] ^= std::byte{1};
+  expect(bad, "rows of");
+  bad = region;
+  bad[16] ^= std::byte{1};
+  expect(bad, "rows of");
+  bad = region;
+  format::PutU32(bad.data() + 24, 0);
+  expect(bad, "chunk_rows 0");
+  bad = region;
+  format::PutU32(bad.data() + 28, 4);
+  expect(bad, "chunk_count 4");
+  bad = region;
+  bad[entry2 + 4] = std::byte{7};
+  expect(bad, "chunk 2: unknown mode 7");
+  bad = region;
+  bad[entry2 + 5] = std::byte{1};
+  expect(bad, "chunk 2: reserved bytes");
+  bad = region;
+  bad[entry2 + 4] = std::byte{0};  // stored: coded_size must be the plane's 800 bytes
+  expect(bad, "chunk 2: stored plane of " + std::to_string(coded2) + " bytes; expected 800");
+  bad = region;
+  format::PutU32(bad.data() + entry2, 800);  // coded, but not smaller than the plane
+  expect(bad, "chunk 2: coded plane of 800 bytes");
+  bad = region;
+  format::PutU32(bad.data() + entry2, coded2 + 1);
+  expect(bad, "chunks end at byte");
+  bad = region;
+  bad.pop_back();
+  expect(bad, "chunks end at byte");
+  // A Huffman plane whose stream 0 runs past the plane: the chunk is named.
+  size_t at = info->chunks_offset;
+  for (int c = 0; c < 2; ++c)
+    at += 2 * (400 + 50) + format::GetU32(region.data() + kRegionHeaderSize + kChunkEntrySize * c);
+  at += 2 * (400 + 50);  // chunk 2's coded plane
+  bad = region;
+  format::PutU32(bad.data() + at + 128, 0xFFFF);
+  expect(bad, "chunk 2: huffman stream 0 runs past the plane");
+  bad = region;
+  bad[at] = std::byte{0xCC};  // code lengths above 11 bits
+  expect(bad, "chunk 2: huffman code length");
+  // Chunks before the damaged one still decode alone (a prefix).
+  std::vector<std::byte> prefix(DecodedBytes(g, 4));
+  EXPECT_TRUE(d.Decode(bad, CodecId::kPlanes2, g, 4, prefix).ok());
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), raw.begin()));
 }
 
 // --- Huffman planes ----------------------------------------------------------------------
@@ -698,6 +904,9 @@ TEST(Fp8, RejectsOtherDtypes) {
 
 // The codec table (codec/codec_table.h) holds one entry per id, at its id; the region's on-disk
 // structs (codec/region.h) read back what Encode wrote, and write it again byte for byte.
+// The index parser (format/, which depends on nothing) knows the same codec ids.
+static_assert(format::index_internal::kMaxKnownCodec == kMaxCodecId);
+
 TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
   for (int i = 0; i <= kMaxCodecId; ++i) {
     const CodecEntry* e = FindCodec(static_cast<CodecId>(i));
@@ -713,7 +922,8 @@ TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
   const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 3));
   EncodeOptions options;
   options.chunk_elems = 128 * 100;  // 3 chunks of 100 rows
-  for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy}) {
+  for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy,
+                     CodecId::kPlanes2}) {
     SCOPED_TRACE(std::string(CodecName(id)));
     const auto region = EncodeOk(id, g, raw, options);
     ASSERT_GE(region.size(), kRegionHeaderSize + 3 * kChunkEntrySize);

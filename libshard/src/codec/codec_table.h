@@ -1,6 +1,6 @@
 // The codec table (FORMAT.md §4.3.1): one entry per codec id, each codec in its own file
 // (raw and the table in codec_table.cc, zstd_codec.cc, planes_codec.cc, fp8_codec.cc,
-// fp8_entropy_codec.cc). A codec says which dtypes it takes, how many fixed and coded bytes a row
+// fp8_entropy_codec.cc, planes2_codec.cc). A codec says which dtypes it takes, how many fixed and coded bytes a row
 // holds in a chunk, which chunk modes and header flags it allows, and how to encode and decode
 // one chunk; the chunk walker (chunk_walker.{h,cc}) does everything else (header, chunk table,
 // channel base table, bounds, error messages) once for all of them. Internal to codec/.
@@ -126,6 +126,7 @@ extern const CodecEntry kZstdCodec;
 extern const CodecEntry kPlanesCodec;
 extern const CodecEntry kFp8Codec;
 extern const CodecEntry kFp8EntropyCodec;
+extern const CodecEntry kPlanes2Codec;
 
 // Shared by the codecs.
 bool AcceptsAny(DType dtype);

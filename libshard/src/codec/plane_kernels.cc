@@ -109,6 +109,58 @@ void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_
 
 namespace {
 
+// One row of codec 5 (§4.3.7): m elements, their channel bases (or null) and sign bitmap.
+void InterleaveSignedRow(const uint8_t* lo, const uint8_t* plane, const uint8_t* signs,
+                         const uint8_t* base, size_t m, uint8_t* d) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  // As InterleaveRun: non-temporal stores where the output is 16-byte aligned.
+  const bool aligned = (reinterpret_cast<uintptr_t>(d) & 15) == 0;
+  const __m128i low7 = _mm_set1_epi8(0x7F), top = _mm_set1_epi8(static_cast<char>(0x80));
+  // Bit j of each byte of a bitmap byte broadcast 8 times, j = 0..7, twice.
+  const __m128i bit = _mm_set_epi8(static_cast<char>(0x80), 0x40, 0x20, 0x10, 8, 4, 2, 1,
+                                   static_cast<char>(0x80), 0x40, 0x20, 0x10, 8, 4, 2, 1);
+  for (; i + 16 <= m; i += 16) {
+    const __m128i vl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo + i));
+    __m128i vh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(plane + i));
+    if (base != nullptr)
+      vh = _mm_add_epi8(vh, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i)));
+    // Signs of elements i..i+15: bitmap bytes i/8 and i/8 + 1, each spread over 8 bytes.
+    __m128i sb = _mm_cvtsi32_si128(signs[i / 8] | (signs[i / 8 + 1] << 8));
+    sb = _mm_unpacklo_epi8(sb, sb);
+    sb = _mm_unpacklo_epi16(sb, sb);
+    sb = _mm_unpacklo_epi32(sb, sb);
+    const __m128i sign = _mm_and_si128(_mm_cmpeq_epi8(_mm_and_si128(sb, bit), bit), top);
+    vh = _mm_or_si128(_mm_and_si128(vh, low7), sign);
+    if (aligned) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i), _mm_unpacklo_epi8(vl, vh));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 2 * i + 16), _mm_unpackhi_epi8(vl, vh));
+    }
+  }
+#endif
+  for (; i < m; ++i) {
+    const uint8_t b = base != nullptr ? base[i] : 0;
+    const uint8_t sign = static_cast<uint8_t>(((signs[i / 8] >> (i % 8)) & 1) << 7);
+    d[2 * i] = lo[i];
+    d[2 * i + 1] = static_cast<uint8_t>(((plane[i] + b) & 0x7F) | sign);
+  }
+}
+
+}  // namespace
+
+void InterleaveSigned(const uint8_t* lo, const uint8_t* plane, const uint8_t* signs,
+                      const uint8_t* base, size_t row_elems, size_t rows, uint8_t* dst) {
+  const size_t sign_row = SignRowBytes(row_elems);
+  for (size_t r = 0; r < rows; ++r)
+    InterleaveSignedRow(lo + r * row_elems, plane + r * row_elems, signs + r * sign_row, base,
+                        row_elems, dst + 2 * r * row_elems);
+}
+
+namespace {
+
 // float32 values of the 256 e4m3fn codes.
 struct E4M3Table {
   float v[256];

@@ -24,6 +24,17 @@ uint8_t RemoveBase(uint8_t v, uint8_t b, bool fp8);
 void Interleave(const uint8_t* lo, const uint8_t* hi, const uint8_t* base, size_t row_elems,
                 size_t n, uint8_t* dst);
 
+// Codec 5 (§4.3.7): the bytes of one sign bitmap row, ceil(row_elems / 8).
+inline size_t SignRowBytes(size_t row_elems) { return (row_elems + 7) / 8; }
+
+// Codec 5's decode of `rows` whole rows (§4.3.7), fused: for element i of row r,
+// hi = ((plane[i] + b) & 0x7F) | sign << 7 (b = base[i mod row_elems], 0 when base is null; the
+// sign from bit i mod 8 of byte i / 8 of the row's bitmap at signs + r · SignRowBytes) and
+// dst gets (lo[i], hi), 2 bytes per element. Aligned output is written with non-temporal stores,
+// as Interleave's: the caller fences.
+void InterleaveSigned(const uint8_t* lo, const uint8_t* plane, const uint8_t* signs,
+                      const uint8_t* base, size_t row_elems, size_t rows, uint8_t* dst);
+
 // Dequantizes n e4m3fn codes of one row into 2-byte floats of `dtype` (bfloat16 or float16)
 // with `scale` (§4.3.5). `base` is null or the channel base table. dst may overlap q when q lies
 // at or after dst + n (each block of codes is copied before its output is written).
