@@ -1,5 +1,5 @@
 // Field codecs end to end (FORMAT.md §3.8.4, §4.3, §6): the writer stores each field under its
-// codec, Dataset::Read and the loader decode them (bit-exact for codecs 1 and 2, within the
+// codec, Dataset::Read and the loader decode them (bit-exact for codecs 1, 2 and 5, within the
 // §4.3.5 bound for fp8), a damaged region is a Corruption naming sample, shard and offset, and a
 // resumed write with codecs equals an uninterrupted one byte for byte.
 #include <gtest/gtest.h>
@@ -80,9 +80,12 @@ std::shared_ptr<Dataset> OpenOrDie(const std::filesystem::path& dir,
 TEST(CodecDatasetTest, ChooseFieldCodecsFollowsThePolicy) {
   const Schema s = EagleSchema();
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kNone, false), (std::vector<uint8_t>{0, 0, 0}));
-  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, false), (std::vector<uint8_t>{1, 1, 2}));
+  // auto: planes2 (codec 5) for bf16/fp16; codec 2 only when asked for by name.
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, false), (std::vector<uint8_t>{1, 1, 5}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes, false),
             (std::vector<uint8_t>{0, 0, 2}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes2, false),
+            (std::vector<uint8_t>{0, 0, 5}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kNone, true), (std::vector<uint8_t>{0, 0, 3}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, true), (std::vector<uint8_t>{1, 1, 4}));
 }
@@ -95,10 +98,11 @@ TEST(CodecDatasetTest, FieldCodecsAndWholeSampleZstdAreExclusive) {
               StatusCode::kInvalidArgument, {"exclusive"});
 }
 
-// Codecs 1 and 2: Read returns the written bytes exactly, the stored bytes are smaller, and the
+// Codecs 1, 2 and 5: Read returns the written bytes exactly, the stored bytes are smaller, and the
 // per-field stored sizes add up to the stored size (§3.8.4).
 TEST(CodecDatasetTest, AutoRoundTripsBitExact) {
-  for (FieldCodecPolicy p : {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes}) {
+  for (FieldCodecPolicy p :
+       {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes, FieldCodecPolicy::kPlanes2}) {
     SCOPED_TRACE(static_cast<int>(p));
     TempDir dir;
     const uint64_t n = 12;
@@ -399,10 +403,13 @@ TEST(CodecDatasetTest, ResumeWithCodecsEqualsUninterruptedWrite) {
   }
 }
 
-// Append onto a dataset with codecs stores the new samples under the dataset's codecs.
+// Append onto a dataset with codecs stores the new samples under the dataset's codecs: one
+// written with codec 2 (before planes2) keeps codec 2.
 TEST(CodecDatasetTest, AppendKeepsTheDatasetsCodecs) {
+ for (FieldCodecPolicy p : {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes}) {
+  SCOPED_TRACE(static_cast<int>(p));
   TempDir dir;
-  WriteActivations(dir / "ds", 4, CodecOptions(FieldCodecPolicy::kAuto));
+  WriteActivations(dir / "ds", 4, CodecOptions(p));
   {
     auto w = Writer::OpenForAppend((dir / "ds").string(), FastOptions());
     ASSERT_TRUE(w.ok()) << w.status().ToString();
@@ -412,9 +419,11 @@ TEST(CodecDatasetTest, AppendKeepsTheDatasetsCodecs) {
   }
   auto ds = OpenOrDie(dir / "ds");
   ASSERT_TRUE(ds);
-  EXPECT_EQ(ds->field_codecs(), (std::vector<uint8_t>{1, 1, 2}));
+  EXPECT_EQ(ds->field_codecs(), p == FieldCodecPolicy::kAuto ? (std::vector<uint8_t>{1, 1, 5})
+                                                              : (std::vector<uint8_t>{0, 0, 2}));
   ASSERT_EQ(ds->size(), 7u);
   for (uint64_t i = 0; i < 7; ++i) ExpectSampleEq(*ds->Read(i), ActivationSample(i, LenOf(i)));
+ }
 }
 
 }  // namespace

@@ -18,13 +18,17 @@
 // golden_by_hand_v3 (the same script) with one of version 3 (§3.9).
 //
 // golden_v2_codecs is golden_v2 written with field codecs chosen by `--compress auto` (FORMAT.md
-// §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16).
+// §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16). golden_v3_codecs
+// is the same with index version 3, written before codec 5: frozen, it keeps codec 2 datasets
+// reading. golden_v3_planes2 is what `auto` writes now (planes2, codec 5, for bfloat16/float16,
+// FORMAT.md §4.3.7).
 //
-// Regenerate golden_v3, golden_v3_zstd, golden_v3_codecs, golden_v3_append and golden_v3_journal
+// Regenerate golden_v3, golden_v3_zstd, golden_v3_planes2, golden_v3_append and golden_v3_journal
 // (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -118,17 +122,25 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v3", false);
   ExpectGoldenContents(kGoldenDir / "golden_v3_zstd", true);
   ExpectGoldenContents(kGoldenDir / "golden_v3_codecs", false);
-  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs"}) {
+  ExpectGoldenContents(kGoldenDir / "golden_v3_planes2", false);
+  // `auto` before codec 5 chose codec 2 where it now chooses codec 5.
+  std::vector<uint8_t> auto_before = ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false);
+  ASSERT_EQ(std::count(auto_before.begin(), auto_before.end(), 5), 2);  // hidden, half
+  std::replace(auto_before.begin(), auto_before.end(), uint8_t{5}, uint8_t{2});
+  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs", "golden_v3_planes2"}) {
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     EXPECT_EQ((*ds)->field_codecs(),
-              ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false));
+              std::string_view(name) == "golden_v3_planes2"
+                  ? ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false)
+                  : auto_before)
+        << name;
   }
   // Field checksums (§3.9): in every version 3 golden, equal to what the bytes give, and in no
   // older one; Verify checks both levels.
   for (const char* name : {"golden_v1", "golden_v1_zstd", "golden_v1_uids", "golden_v2",
                            "golden_v2_zstd", "golden_v2_codecs", "golden_v3", "golden_v3_zstd",
-                           "golden_v3_codecs", "golden_v3_append"}) {
+                           "golden_v3_codecs", "golden_v3_planes2", "golden_v3_append"}) {
     SCOPED_TRACE(name);
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -184,7 +196,7 @@ TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   ExpectSameFiles(kGoldenDir / "golden_v3_zstd", zstd.path());
   TempDir codecs;
   WriteGolden(codecs.path(), false, /*codecs=*/true);
-  ExpectSameFiles(kGoldenDir / "golden_v3_codecs", codecs.path());
+  ExpectSameFiles(kGoldenDir / "golden_v3_planes2", codecs.path());
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -542,8 +554,8 @@ TEST(FormatGoldenTest, Regenerate) {
   std::filesystem::remove(kGoldenDir / "golden_v3" / ".libshard.lock");
   WriteGolden(kGoldenDir / "golden_v3_zstd", true);
   std::filesystem::remove(kGoldenDir / "golden_v3_zstd" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v3_codecs", false, /*codecs=*/true);
-  std::filesystem::remove(kGoldenDir / "golden_v3_codecs" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v3_planes2", false, /*codecs=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v3_planes2" / ".libshard.lock");
   WriteAppendedGolden(kGoldenDir / "golden_v3_append");
   std::filesystem::remove(kGoldenDir / "golden_v3_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).

@@ -89,12 +89,12 @@ def test_compress_auto_loader_bit_exact_vs_torch_load(src, tmp_path):
     info = json.loads(run("info", out, "--json").stdout)
     assert info["totals"]["stored_bytes"] < info["totals"]["raw_bytes"]
     fields = {f["name"]: f for f in info["schema"]["fields"]}
-    assert fields["hidden_state"]["codec"] == "planes"
+    assert fields["hidden_state"]["codec"] == "planes2"  # codec 5 (FORMAT.md §4.3.7)
     assert fields["input_ids"]["codec"] == "zstd"
     assert fields["hidden_state"]["stored_bytes"] < fields["hidden_state"]["raw_bytes"]
     assert fields["input_ids"]["raw_bytes"] == sum(8 * w["input_ids"].numel() for w in want)
     text = run("info", out).stdout
-    assert "planes" in text and "stored of" in text
+    assert "planes2" in text and "stored of" in text
     v = run("verify", out, "--against", src).stdout
     assert "bit-exact" in v and "fp8" not in v
 
@@ -142,9 +142,29 @@ def test_writer_compress_auto_round_trips(src, tmp_path):
             w.write(d, key=f"k{i:03d}")
     ds = libshard.Dataset(tmp_path / "w")
     info = json.loads(run("info", tmp_path / "w", "--json").stdout)
-    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "planes"
+    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "planes2"
     for i in range(N):
         assert_sample_equal(ds[i], want[i], f"sample {i}")
+
+
+@pytest.mark.parametrize("spec,codec", [("planes", "planes"), ("planes2", "planes2")])
+def test_planes_codecs_by_name_round_trip(src, tmp_path, spec, codec):
+    # "planes" keeps meaning codec 2 (datasets written with it keep loading); "planes2" is codec 5.
+    out = pack_dir(src, tmp_path / spec, compress=spec)
+    want = sources(src)
+    info = json.loads(run("info", out, "--json").stdout)
+    fields = {f["name"]: f for f in info["schema"]["fields"]}
+    assert fields["hidden_state"]["codec"] == codec
+    assert fields["input_ids"]["codec"] == "raw"
+    assert fields["hidden_state"]["stored_bytes"] < fields["hidden_state"]["raw_bytes"]
+    ds = libshard.Dataset(out)
+    for i in range(N):
+        assert_sample_equal(ds[i], want[i], f"sample {i}")
+    loader = libshard.Loader(out, shuffle=False, return_index=True, memory_budget="16MiB",
+                             max_len=41, fields=["hidden_state"])
+    for s in loader:
+        i = s.pop("__index__")
+        assert tensor_bytes(s["hidden_state"]) == tensor_bytes(want[i]["hidden_state"][:, :41])
 
 
 def test_resume_after_sigkill_with_codecs_equals_uninterrupted(src, tmp_path):

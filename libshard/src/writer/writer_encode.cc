@@ -219,7 +219,10 @@ std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy po
     } else if (policy == FieldCodecPolicy::kNone) {
       out[f] = 0;
     } else if (half) {
-      out[f] = static_cast<uint8_t>(codec::CodecId::kPlanes);
+      // Codec 5 unless codec 2 was asked for by name: its exponent plane decodes faster for
+      // ~0.8% more bytes (FORMAT.md §4.3.7).
+      out[f] = static_cast<uint8_t>(policy == FieldCodecPolicy::kPlanes ? codec::CodecId::kPlanes
+                                                                        : codec::CodecId::kPlanes2);
     } else if (policy == FieldCodecPolicy::kAuto &&
                codec::CodecAccepts(codec::CodecId::kZstd, field.dtype)) {
       out[f] = static_cast<uint8_t>(codec::CodecId::kZstd);
