@@ -334,6 +334,11 @@ Status DecodeWith(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
 
 }  // namespace
 
+// Window 11, runs of 6, 5 lookups a refill: measured (codec_bench huffman-variants, real hidden
+// states of MiniLM, SmolLM2 and MPNet, 2026-12-02) the fastest or tied on both the codec 2 and the
+// codec 5 planes. Runs of 7 gained nothing (a lookup yields ~5.8 of the exponent plane's symbols
+// at most 6, few windows hold 7 codes), and the 12-bit window lost 3-10%: its 32 KiB table and
+// 4 lookups a refill cost more than the longer runs give.
 Status Decode(const std::byte* coded, size_t size, uint8_t* dst, size_t n) {
   return DecodeWith<kMaxBits, 6, 5>(coded, size, dst, n);
 }
