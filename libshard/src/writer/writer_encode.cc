@@ -220,7 +220,7 @@ std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy po
       out[f] = 0;
     } else if (half) {
       // Codec 5 unless codec 2 was asked for by name: its exponent plane decodes faster for
-      // ~0.8% more bytes (FORMAT.md §4.3.7).
+      // ~1% more bytes (FORMAT.md §4.3.7).
       out[f] = static_cast<uint8_t>(policy == FieldCodecPolicy::kPlanes ? codec::CodecId::kPlanes
                                                                         : codec::CodecId::kPlanes2);
     } else if (policy == FieldCodecPolicy::kAuto &&
