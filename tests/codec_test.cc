@@ -265,17 +265,18 @@ Sample SmallRegion(CodecId id, EntropyCoder entropy = EntropyCoder::kHuffman) {
 // either rejected (zstd notices) or decodes to other values within the destination's bounds, which
 // the sample checksum (xxh3 of the stored bytes, FORMAT.md §3.3) catches. ASan checks the bounds.
 TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 10; ++k) {
     const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
                                   CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
-                                  CodecId::kPlanes2,    CodecId::kPlanes2}[k];
+                                  CodecId::kPlanes2,    CodecId::kPlanes2,    CodecId::kFp8Planes,
+                                  CodecId::kFp8Planes}[k];
     const EntropyCoder entropy =
-        k == 1 || k == 4 || k == 7 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+        k == 1 || k == 4 || k == 7 || k == 9 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     SCOPED_TRACE(std::string(CodecName(id)) + " entropy " + std::to_string(static_cast<int>(entropy)));
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
-    const bool has_base =
-        id == CodecId::kPlanes || id == CodecId::kFp8Entropy || id == CodecId::kPlanes2;
+    const bool has_base = id == CodecId::kPlanes || id == CodecId::kFp8Entropy ||
+                          id == CodecId::kPlanes2 || id == CodecId::kFp8Planes;
     const size_t table_only = kRegionHeaderSize + kChunkEntrySize * 5;
     ASSERT_EQ(s.table_end, table_only + (has_base ? s.g.row_elems : 0));
     size_t rejected = 0, decoded = 0;
@@ -304,12 +305,13 @@ TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
 }
 
 TEST(CodecCorruption, EveryTruncationIsRejected) {
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < 10; ++k) {
     const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
                                   CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
-                                  CodecId::kPlanes2,    CodecId::kPlanes2}[k];
+                                  CodecId::kPlanes2,    CodecId::kPlanes2,    CodecId::kFp8Planes,
+                                  CodecId::kFp8Planes}[k];
     const EntropyCoder entropy =
-        k == 1 || k == 4 || k == 7 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+        k == 1 || k == 4 || k == 7 || k == 9 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
     for (size_t len = 0; len < s.region.size(); ++len) {
@@ -460,24 +462,37 @@ TEST(Planes2, HandWrittenRegionsDecodeAsTheSpecSays) {
   EXPECT_EQ(ToU16(first), std::vector<uint16_t>(hv.begin(), hv.begin() + 100));
 }
 
-// Every header, table and size corruption is a Corruption naming codec 5 and, for a chunk's, the
-// chunk.
-TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
+// Every header, table and size corruption is a Corruption naming the codec (5 or 6) and, for a
+// chunk's, the chunk.
+void ExpectCorruptionNamesTheCodecAndTheChunk(CodecId id) {
   // 9 rows of 400, 2 rows a chunk: 5 chunks, each plane (800 bytes) Huffman-coded.
   const FieldGeometry g{DType::kBFloat16, 9, 400};
   const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 4));
-  const auto region = EncodeOk(CodecId::kPlanes2, g, raw, {.chunk_elems = 800});
-  auto info = ParseRegion(region, CodecId::kPlanes2, g);
+  const auto region = EncodeOk(id, g, raw, {.chunk_elems = 800});
+  auto info = ParseRegion(region, id, g);
+  const std::string name(CodecName(id));
+  // Fixed bytes a row: planes2's low bytes and sign bitmap, fp8-planes' scale and nibble row.
+  const size_t fixed_row = id == CodecId::kPlanes2 ? 400 + 50 : 4 + 200;
+  Decoder ref;
+  const auto want = DecodeOk(ref, region, id, g);
   ASSERT_TRUE(info.ok()) << info.status().ToString();
   ASSERT_EQ(info->chunk_count, 5u);
   ASSERT_EQ(info->flags, kFlagChannelBase);
   Decoder d;
   std::vector<std::byte> out(DecodedBytes(g, UINT64_MAX));
   auto expect = [&](const std::vector<std::byte>& bad, std::string_view what) {
-    const Status st = d.Decode(bad, CodecId::kPlanes2, g, UINT64_MAX, out);
+    const Status st = d.Decode(bad, id, g, UINT64_MAX, out);
     ASSERT_EQ(st.code(), StatusCode::kCorruption) << what;
-    EXPECT_NE(st.message().find("codec region (planes2)"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("codec region (" + name + ")"), std::string::npos) << st.message();
     EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+    if (IsLossy(id)) {  // the fp8 API checks the same
+      std::vector<uint8_t> codes(g.elements());
+      std::vector<float> scales(g.rows);
+      const Status st8 = d.DecodeFp8(bad, id, g, UINT64_MAX, codes, scales);
+      ASSERT_EQ(st8.code(), StatusCode::kCorruption) << what;
+      EXPECT_NE(st8.message().find("codec region (" + name + ")"), std::string::npos);
+      EXPECT_NE(st8.message().find(what), std::string::npos) << st8.message();
+    }
   };
   const size_t entry2 = kRegionHeaderSize + kChunkEntrySize * 2;
   ASSERT_EQ(std::to_integer<int>(region[entry2 + 4]), 2);  // Huffman-coded
@@ -485,6 +500,9 @@ TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
   auto bad = region;
   bad[4] = std::byte{2};
   expect(bad, "header names codec 2");
+  bad = region;
+  bad[4] = std::byte{7};
+  expect(bad, "header names codec 7");
   bad = region;
   bad[5] = std::byte{10};
   expect(bad, "header names dtype 10");
@@ -526,8 +544,8 @@ TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
   // A Huffman plane whose stream 0 runs past the plane: the chunk is named.
   size_t at = info->chunks_offset;
   for (int c = 0; c < 2; ++c)
-    at += 2 * (400 + 50) + format::GetU32(region.data() + kRegionHeaderSize + kChunkEntrySize * c);
-  at += 2 * (400 + 50);  // chunk 2's coded plane
+    at += 2 * fixed_row + format::GetU32(region.data() + kRegionHeaderSize + kChunkEntrySize * c);
+  at += 2 * fixed_row;  // chunk 2's coded plane
   bad = region;
   format::PutU32(bad.data() + at + 128, 0xFFFF);
   expect(bad, "chunk 2: huffman stream 0 runs past the plane");
@@ -536,8 +554,12 @@ TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
   expect(bad, "chunk 2: huffman code length");
   // Chunks before the damaged one still decode alone (a prefix).
   std::vector<std::byte> prefix(DecodedBytes(g, 4));
-  EXPECT_TRUE(d.Decode(bad, CodecId::kPlanes2, g, 4, prefix).ok());
-  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), raw.begin()));
+  EXPECT_TRUE(d.Decode(bad, id, g, 4, prefix).ok());
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), want.begin()));
+}
+
+TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
+  ExpectCorruptionNamesTheCodecAndTheChunk(CodecId::kPlanes2);
 }
 
 // --- Huffman planes ----------------------------------------------------------------------
@@ -774,7 +796,7 @@ double Fp8Bound(double x, double s, DType dtype) {
 
 TEST(Fp8, ErrorWithinTheBoundOfE4M3AndTheRowScale) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+    for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy, CodecId::kFp8Planes}) {
      for (uint64_t cols : {100, 300, 600}) {  // short rows convert per element, long ones by table
       const FieldGeometry g{dtype, 40, cols};
       const auto v = HiddenLike(dtype, g.rows, g.row_elems, 17, false);
@@ -873,7 +895,7 @@ TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
                                          : E4M3ToF32(static_cast<uint8_t>(c)) * factors[r];
       v[r * 256 + c] = F32ToBF16(x);
     }
-  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy, CodecId::kFp8Planes}) {
     const auto region = EncodeOk(id, g, ToBytes(v), EncodeOptions{});
     Decoder d;
     const auto out = ToU16(DecodeOk(d, region, id, g));
@@ -887,6 +909,173 @@ TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
     }
     EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);
   }
+}
+
+// --- Codec 6, fp8-planes (FORMAT.md §4.3.8) ------------------------------------------------
+
+// The same codes and scales as codec 3 (so the same decoded values, bit for bit), for odd and
+// even row widths, with and without a channel base, Huffman or zstd planes, every prefix; the
+// inputs carry NaN payloads, ±inf, subnormals and -0.
+TEST(Fp8Planes, SameCodesScalesAndValuesAsFp8) {
+  Decoder d;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (uint64_t cols : {1, 3, 7, 9, 65, 384}) {
+      for (uint64_t rows : {1, 5, 19}) {
+        const FieldGeometry g{dtype, rows, cols};
+        const auto raw = ToBytes(HiddenLike(dtype, rows, cols, static_cast<uint32_t>(cols + rows)));
+        const auto plain = EncodeOk(CodecId::kFp8, g, raw);
+        const auto want = DecodeOk(d, plain, CodecId::kFp8, g);
+        std::vector<uint8_t> want_codes(g.elements()), codes(g.elements());
+        std::vector<float> want_scales(rows), scales(rows);
+        ASSERT_TRUE(d.DecodeFp8(plain, CodecId::kFp8, g, UINT64_MAX, want_codes, want_scales).ok());
+        for (uint64_t ce : {1, 300, 1 << 16}) {
+          for (int variant = 0; variant < 4; ++variant) {
+            EncodeOptions o;
+            o.chunk_elems = ce;
+            o.channel_base = variant & 1;
+            o.entropy = (variant & 2) ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+            SCOPED_TRACE(std::string(DTypeName(dtype)) + " " + std::to_string(rows) + "x" +
+                         std::to_string(cols) + " chunk_elems " + std::to_string(ce) +
+                         " variant " + std::to_string(variant));
+            const auto region = EncodeOk(CodecId::kFp8Planes, g, raw, o);
+            auto info = ParseRegion(region, CodecId::kFp8Planes, g);
+            ASSERT_TRUE(info.ok()) << info.status().ToString();
+            EXPECT_EQ(info->flags, (variant & 1) && cols >= 64 ? kFlagChannelBase : 0u);
+            ASSERT_EQ(DecodeOk(d, region, CodecId::kFp8Planes, g), want);
+            ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+            ASSERT_EQ(codes, want_codes);
+            ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), 4 * rows), 0);
+            for (uint64_t r = 0; r <= rows; ++r) {
+              const auto prefix = DecodeOk(d, region, CodecId::kFp8Planes, g, r);
+              ASSERT_EQ(prefix.size(), r * cols * 2);
+              ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), want.begin())) << "rows " << r;
+              std::vector<uint8_t> pc(r * cols);
+              std::vector<float> ps(r);
+              ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, r, pc, ps).ok());
+              ASSERT_TRUE(std::equal(pc.begin(), pc.end(), want_codes.begin())) << "rows " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Fp8Planes, HiddenStatesShrinkAndCodeWithHuffman) {
+  const FieldGeometry g{DType::kBFloat16, 64, 512};
+  const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 9, false));
+  const auto plain = EncodeOk(CodecId::kFp8, g, raw);
+  const auto planes = EncodeOk(CodecId::kFp8Planes, g, raw);
+  Decoder d;
+  EXPECT_EQ(DecodeOk(d, plain, CodecId::kFp8, g), DecodeOk(d, planes, CodecId::kFp8Planes, g));
+  // 4 stored bits a value and ~2-3 coded ones, against codec 3's 8.
+  EXPECT_LT(planes.size() * 100, plain.size() * 90) << planes.size() << " of " << plain.size();
+  EXPECT_EQ(std::to_integer<int>(planes[kRegionHeaderSize + 4]), 2);  // Huffman-coded (mode 2)
+}
+
+TEST(Fp8Planes, HandWrittenRegionsDecodeAsTheSpecSays) {
+  // bfloat16, 2 rows of 3, each row's absmax 448 (scale 1.0): 448, -1, a NaN with payload; -0,
+  // 2^-9 (e4m3's smallest subnormal), -448. Codes 7E B8 7F; 80 01 FE.
+  const std::vector<uint16_t> values = {0x43E0, 0xBF80, 0x7FC1, 0x8000, 0x3B00, 0xC3E0};
+  const std::vector<uint16_t> decoded = {0x43E0, 0xBF80, 0x7FC0, 0x8000, 0x3B00, 0xC3E0};
+  const std::vector<uint8_t> want_codes = {0x7E, 0xB8, 0x7F, 0x80, 0x01, 0xFE};
+  const FieldGeometry g{DType::kBFloat16, 2, 3};
+  const auto stored = Hex(
+      "4C534643 06 0B 00 00"               // magic, codec 6, dtype 11 (bfloat16), flags, reserved
+      "0200000000000000 0300000000000000"  // rows 2, row_elems 3
+      "02000000 01000000"                  // chunk_rows 2, chunk_count 1
+      "06000000 00 000000"                 // chunk 0: coded_size 6, mode 0
+      "0000803F 0000803F"                  // row scales 1.0, 1.0
+      "86 07"                              // row 0 nibbles: 6 (7E), 8 (B8); 7 (7F), pad 0
+      "18 0E"                              // row 1 nibbles: 8 (80), 1 (01); E (FE), pad 0
+      "0F 07 0F 00 00 0F");                // exponent fields
+  Decoder d;
+  EXPECT_EQ(ToU16(DecodeOk(d, stored, CodecId::kFp8Planes, g)), decoded);
+  EXPECT_EQ(EncodeOk(CodecId::kFp8Planes, g, ToBytes(values)), stored);
+  std::vector<uint8_t> codes(6);
+  std::vector<float> scales(2);
+  ASSERT_TRUE(d.DecodeFp8(stored, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+  EXPECT_EQ(codes, want_codes);
+  EXPECT_EQ(scales, (std::vector<float>{1.0f, 1.0f}));
+  const auto first = DecodeOk(d, stored, CodecId::kFp8Planes, g, 1);
+  EXPECT_EQ(ToU16(first), std::vector<uint16_t>(decoded.begin(), decoded.begin() + 3));
+
+  // With a channel base table (flags bit 0) of 0x0F, 0xF7, 0x3F (bits 4-7 ignored): plane byte =
+  // exponent field - (b & 0x0F) mod 16.
+  const auto based = Hex(
+      "4C534643 06 0B 01 00 0200000000000000 0300000000000000 02000000 01000000"
+      "06000000 00 000000"
+      "0F F7 3F"                           // channel base table
+      "0000803F 0000803F 86 07 18 0E"
+      "00 00 00 01 09 00");
+  EXPECT_EQ(ToU16(DecodeOk(d, based, CodecId::kFp8Planes, g)), decoded);
+  ASSERT_TRUE(d.DecodeFp8(based, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+  EXPECT_EQ(codes, want_codes);
+  // Plane bytes of 16 or more (only corruption writes them) are masked to 4 bits.
+  auto high = based;
+  high[based.size() - 6] = std::byte{0xF0};  // reads as 0x00
+  EXPECT_EQ(ToU16(DecodeOk(d, high, CodecId::kFp8Planes, g)), decoded);
+  // The pad nibble of an odd row is ignored.
+  auto pad = based;
+  pad[based.size() - 9] |= std::byte{0xF0};
+  pad[based.size() - 7] |= std::byte{0xF0};
+  EXPECT_EQ(ToU16(DecodeOk(d, pad, CodecId::kFp8Planes, g)), decoded);
+}
+
+// Every plane byte and nibble byte value decodes as §4.3.8's formula says (the SSE2 kernel and the
+// scalar tail alike), with and without a base table.
+TEST(Fp8Planes, AnyBytesDecodeAsTheFormulaSays) {
+  for (bool with_base : {false, true}) {
+    for (uint64_t cols : {256, 255}) {
+      SCOPED_TRACE(std::to_string(cols) + (with_base ? " base" : ""));
+      const FieldGeometry g{DType::kFloat16, 2, cols};
+      const size_t nib_row = (cols + 1) / 2;
+      std::vector<std::byte> region(kRegionHeaderSize + kChunkEntrySize);
+      RegionHeader h;
+      h.codec = 6;
+      h.dtype = static_cast<uint8_t>(DType::kFloat16);
+      h.flags = with_base ? kFlagChannelBase : 0;
+      h.rows = 2;
+      h.row_elems = cols;
+      h.chunk_rows = 2;
+      h.chunk_count = 1;
+      h.EncodeTo(region.data());
+      ChunkEntry{.coded_size = static_cast<uint32_t>(2 * cols), .mode = kModeStored}.EncodeTo(
+          region.data() + kRegionHeaderSize);
+      std::vector<uint8_t> base(cols);
+      for (uint64_t k = 0; k < cols; ++k) base[k] = static_cast<uint8_t>(k * 37 + 11);
+      if (with_base)
+        for (uint8_t b : base) region.push_back(std::byte{b});
+      for (float s : {0.5f, 3.0f}) {
+        const uint32_t bits = std::bit_cast<uint32_t>(s);
+        for (int k = 0; k < 4; ++k) region.push_back(std::byte{static_cast<uint8_t>(bits >> (8 * k))});
+      }
+      std::vector<uint8_t> nib(2 * nib_row), plane(2 * cols);
+      for (size_t k = 0; k < nib.size(); ++k) nib[k] = static_cast<uint8_t>(k * 13 + (k >= nib_row ? 128 : 0));
+      for (size_t k = 0; k < plane.size(); ++k) plane[k] = static_cast<uint8_t>(k * 7 + 3);
+      for (uint8_t b : nib) region.push_back(std::byte{b});
+      for (uint8_t b : plane) region.push_back(std::byte{b});
+      Decoder d;
+      std::vector<uint8_t> codes(g.elements());
+      std::vector<float> scales(2);
+      ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+      EXPECT_EQ(scales, (std::vector<float>{0.5f, 3.0f}));
+      const auto out = ToU16(DecodeOk(d, region, CodecId::kFp8Planes, g));
+      for (uint64_t r = 0; r < 2; ++r)
+        for (uint64_t k = 0; k < cols; ++k) {
+          const uint8_t n = (nib[r * nib_row + k / 2] >> (4 * (k % 2))) & 0x0F;
+          const uint8_t b = with_base ? base[k] : 0;
+          const uint8_t q = static_cast<uint8_t>(((n & 8) << 4) |
+                                                 (((plane[r * cols + k] + b) & 0x0F) << 3) | (n & 7));
+          ASSERT_EQ(codes[r * cols + k], q) << r << " " << k;
+          ASSERT_EQ(out[r * cols + k], F32ToF16(E4M3ToF32(q) * scales[r])) << r << " " << k;
+        }
+    }
+  }
+}
+
+TEST(Fp8Planes, CorruptionNamesTheCodecAndTheChunk) {
+  ExpectCorruptionNamesTheCodecAndTheChunk(CodecId::kFp8Planes);
 }
 
 TEST(Fp8, RejectsOtherDtypes) {
@@ -915,6 +1104,7 @@ TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
     EXPECT_EQ(e->name, CodecName(e->id));
     EXPECT_EQ(e->has_region, i != 0);
     EXPECT_EQ(e->encode_chunk != nullptr && e->decode_chunk != nullptr, e->has_region);
+    EXPECT_EQ(e->decode_codes != nullptr, e->lossy);  // the fp8 codecs hand out codes
   }
   EXPECT_EQ(FindCodec(static_cast<CodecId>(kMaxCodecId + 1)), nullptr);
 
@@ -923,7 +1113,7 @@ TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
   EncodeOptions options;
   options.chunk_elems = 128 * 100;  // 3 chunks of 100 rows
   for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy,
-                     CodecId::kPlanes2}) {
+                     CodecId::kPlanes2, CodecId::kFp8Planes}) {
     SCOPED_TRACE(std::string(CodecName(id)));
     const auto region = EncodeOk(id, g, raw, options);
     ASSERT_GE(region.size(), kRegionHeaderSize + 3 * kChunkEntrySize);

@@ -201,10 +201,55 @@ void Bf16Table(const float* value, float scale, uint16_t* lut) {
 
 }  // namespace
 
-// Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
-// channel base table. dst may overlap q as Interleave describes.
-void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
-                   uint8_t* dst) {
+// Codec 6 (§4.3.8): m codes from their nibbles (element 2j low, 2j + 1 high nibble of byte j),
+// their plane bytes and channel bases (or null).
+void Fp8PlanesCodes(const uint8_t* nibbles, const uint8_t* plane, const uint8_t* base, size_t m,
+                    uint8_t* codes) {
+  size_t i = 0;
+#if defined(__SSE2__)
+  const __m128i low4 = _mm_set1_epi8(0x0F), low3 = _mm_set1_epi8(0x07);
+  const __m128i top = _mm_set1_epi8(static_cast<char>(0x80));
+  for (; i + 16 <= m; i += 16) {
+    // 8 nibble bytes -> 16 nibbles in element order. Every byte stays below 16 (nibbles, the
+    // masked plane), so the 16-bit shifts below never carry into a neighbouring byte.
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles + i / 2));
+    const __m128i nib =
+        _mm_unpacklo_epi8(_mm_and_si128(x, low4), _mm_and_si128(_mm_srli_epi16(x, 4), low4));
+    __m128i p = _mm_loadu_si128(reinterpret_cast<const __m128i*>(plane + i));
+    if (base != nullptr)
+      p = _mm_add_epi8(p, _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i)));
+    p = _mm_and_si128(p, low4);
+    const __m128i code = _mm_or_si128(
+        _mm_or_si128(_mm_and_si128(_mm_slli_epi16(nib, 4), top), _mm_slli_epi16(p, 3)),
+        _mm_and_si128(nib, low3));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), code);
+  }
+#endif
+  for (; i < m; ++i) {
+    const uint8_t nib = static_cast<uint8_t>((nibbles[i / 2] >> (4 * (i & 1))) & 0x0F);
+    const uint8_t e = static_cast<uint8_t>((plane[i] + (base != nullptr ? base[i] : 0)) & 0x0F);
+    codes[i] = static_cast<uint8_t>(((nib & 8) << 4) | (e << 3) | (nib & 7));
+  }
+}
+
+void SplitFp8Planes(const uint8_t* codes, const uint8_t* base, size_t m, uint8_t* nibbles,
+                    uint8_t* plane) {
+  for (size_t j = 0; j < m / 2; ++j) {
+    const uint8_t a = codes[2 * j], b = codes[2 * j + 1];
+    nibbles[j] = static_cast<uint8_t>(((a >> 4) & 8) | (a & 7) | ((((b >> 4) & 8) | (b & 7)) << 4));
+  }
+  if (m % 2 != 0) nibbles[m / 2] = static_cast<uint8_t>(((codes[m - 1] >> 4) & 8) | (codes[m - 1] & 7));
+  for (size_t k = 0; k < m; ++k)
+    plane[k] = static_cast<uint8_t>((((codes[k] >> 3) & 0x0F) - (base != nullptr ? base[k] : 0)) &
+                                    0x0F);
+}
+
+namespace {
+
+// Dequantizes n codes of one row (§4.3.5), block by block: fill(start, m, block) puts the codes
+// of elements [start, start + m) into block (m <= kBlock, start a multiple of kBlock).
+template <typename Fill>
+void DequantizeBlocks(size_t n, float scale, DType dtype, uint8_t* dst, Fill&& fill) {
   const float* value = E4M3Values().v;
   const bool bf16 = dtype == DType::kBFloat16;
   // Rows of 128 elements or more (every hidden size in use): the 256 results of this row's scale
@@ -221,8 +266,7 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
   uint8_t block[kBlock];
   for (size_t start = 0; start < n; start += kBlock) {
     const size_t m = std::min(kBlock, n - start);
-    std::memcpy(block, q + start, m);
-    if (base != nullptr) ApplyBase(block, base + start, m, true);
+    fill(start, m, block);
     uint8_t* d = dst + 2 * start;
     if (use_lut) {
       // Four codes a step, one 8-byte store (little-endian hosts, as the format's bytes).
@@ -252,6 +296,27 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
       }
     }
   }
+}
+
+}  // namespace
+
+// Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
+// channel base table. dst may overlap q as Interleave describes.
+void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
+                   uint8_t* dst) {
+  DequantizeBlocks(n, scale, dtype, dst, [&](size_t start, size_t m, uint8_t* block) {
+    std::memcpy(block, q + start, m);
+    if (base != nullptr) ApplyBase(block, base + start, m, true);
+  });
+}
+
+void DequantizeFp8PlanesRow(const uint8_t* nibbles, const uint8_t* plane, const uint8_t* base,
+                            size_t n, float scale, DType dtype, uint8_t* dst) {
+  DequantizeBlocks(n, scale, dtype, dst, [&](size_t start, size_t m, uint8_t* block) {
+    // start is a multiple of kBlock, so even: its nibbles begin at byte start / 2.
+    Fp8PlanesCodes(nibbles + start / 2, plane + start, base != nullptr ? base + start : nullptr,
+                   m, block);
+  });
 }
 
 // Per row: scale = absmax of the finite values / 448 and the e4m3fn codes of x / scale (§4.3.5).
