@@ -87,7 +87,8 @@ TEST(CodecDatasetTest, ChooseFieldCodecsFollowsThePolicy) {
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes2, false),
             (std::vector<uint8_t>{0, 0, 5}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kNone, true), (std::vector<uint8_t>{0, 0, 3}));
-  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, true), (std::vector<uint8_t>{1, 1, 4}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, true), (std::vector<uint8_t>{1, 1, 6}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes, true), (std::vector<uint8_t>{0, 0, 6}));
 }
 
 TEST(CodecDatasetTest, FieldCodecsAndWholeSampleZstdAreExclusive) {
@@ -257,7 +258,7 @@ TEST(CodecDatasetTest, AutoWorkerThreadsFollowTheStorage) {
   EXPECT_EQ(AutoWorkerThreads(*plain, o), 5u);
 }
 
-// fp8 (codec 3) and fp8-entropy (codec 4): lossy within the §4.3.5 bound, the other fields
+// fp8 (codec 3) and fp8-planes (codec 6): lossy within the §4.3.5 bound, the other fields
 // bit-exact, at least 2x smaller hidden states.
 TEST(CodecDatasetTest, Fp8IsWithinTheBound) {
   for (FieldCodecPolicy p : {FieldCodecPolicy::kNone, FieldCodecPolicy::kAuto}) {
@@ -267,7 +268,7 @@ TEST(CodecDatasetTest, Fp8IsWithinTheBound) {
     WriteActivations(dir / "ds", n, CodecOptions(p, /*fp8=*/true));
     auto ds = OpenOrDie(dir / "ds");
     ASSERT_TRUE(ds);
-    EXPECT_EQ(ds->field_codecs()[2], p == FieldCodecPolicy::kNone ? 3 : 4);
+    EXPECT_EQ(ds->field_codecs()[2], p == FieldCodecPolicy::kNone ? 3 : 6);
     double max_rel = 0;
     for (uint64_t i = 0; i < n; ++i) {
       SCOPED_TRACE("sample " + std::to_string(i));

@@ -23,6 +23,9 @@
 // reading. golden_v3_planes2 is what `auto` writes now (planes2, codec 5, for bfloat16/float16,
 // FORMAT.md §4.3.7).
 //
+// golden_v3_fp8_entropy (codec 4, lossy fp8 hidden states) is frozen: see
+// CheckedInDatasetsStillRead.
+//
 // Regenerate golden_v3, golden_v3_zstd, golden_v3_planes2, golden_v3_append and golden_v3_journal
 // (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
@@ -135,6 +138,23 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
                   ? ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false)
                   : auto_before)
         << name;
+  }
+  // golden_v3_fp8_entropy: an EAGLE-3 directory (tests/python/conftest.py write_eagle_dir(root, 6))
+  // packed with `--compress auto --store-dtype float8_e4m3fn` before codec 6, so its hidden
+  // states are codec 4 (fp8-entropy); frozen, it keeps codec 4 datasets reading (test_codecs.py
+  // compares its values with what codec 6 decodes the same sources to).
+  {
+    auto ds = Dataset::Open((kGoldenDir / "golden_v3_fp8_entropy").string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    EXPECT_EQ((*ds)->field_codecs(), (std::vector<uint8_t>{1, 1, 4, 4}));
+    ASSERT_EQ((*ds)->size(), 6u);
+    for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+      auto s = (*ds)->Read(i);  // sample and field checksums verified
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      const TensorView* h = s->Find("hidden_state");
+      ASSERT_NE(h, nullptr);
+      EXPECT_EQ(h->dtype, DType::kBFloat16);
+    }
   }
   // Field checksums (§3.9): in every version 3 golden, equal to what the bytes give, and in no
   // older one; Verify checks both levels.

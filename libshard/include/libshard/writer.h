@@ -39,7 +39,8 @@ enum class FieldCodecPolicy : uint32_t {
 
 // The codec id (FORMAT.md §4.3.1) of each field of `schema` under `policy`; with `store_fp8`,
 // bfloat16/float16 fields with a sequence dimension and rank >= 2 (hidden states) get fp8
-// (codec 3, lossy) or, with a policy other than kNone, fp8-entropy (codec 4). All zeros: raw.
+// (codec 3, lossy) or, with a policy other than kNone, fp8-planes (codec 6: codec 3's codes, the
+// exponent bits entropy-coded; codec 4, fp8-entropy, is no longer chosen). All zeros: raw.
 std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
                                        bool store_fp8);
 
