@@ -141,7 +141,7 @@ TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
   std::string s = ReadFileToString(Index());
   auto* p = reinterpret_cast<std::byte*>(s.data());
   const uint64_t field2 = 128 + 32 * 2;
-  format::PutU32(p + field2 + 4, format::GetU32(p + field2 + 4) | (uint32_t{6} << 16));  // codec 6
+  format::PutU32(p + field2 + 4, format::GetU32(p + field2 + 4) | (uint32_t{7} << 16));  // codec 7
   p[field2 + 14] = std::byte{4};  // its stored-size column width
   const uint64_t old_sum = format::GetU64(p + 120);
   format::PutU64(p + 120, format::Xxh3WithHole({p, head_size_}, 120));
@@ -150,7 +150,7 @@ TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
   m.replace(m.find(format::Hex16(old_sum)), 16, format::Hex16(format::GetU64(p + 120)));
   WriteStringToFile(dir_ / "ds" / "manifest.json", m);
   ExpectError(Dataset::Open(Dir()).status(), StatusCode::kUnsupported,
-              {Index().string(), "field 2", "codec 6", "upgrade libshard"});
+              {Index().string(), "field 2", "codec 7", "upgrade libshard"});
 }
 
 TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {

@@ -106,8 +106,9 @@ def test_store_dtype_fp8_within_bound(src, tmp_path):
     raw = sum(sum(t.numel() * t.element_size() for t in w.values()) for w in want)
     info = json.loads(run("info", out, "--json").stdout)
     fields = {f["name"]: f for f in info["schema"]["fields"]}
-    assert fields["hidden_state"]["codec"] == "fp8-entropy"
-    assert fields["aux_hidden_state"]["codec"] == "fp8-entropy"
+    # fp8 + compression writes codec 6 (FORMAT.md §4.3.8), no longer codec 4 (fp8-entropy).
+    assert fields["hidden_state"]["codec"] == "fp8-planes"
+    assert fields["aux_hidden_state"]["codec"] == "fp8-planes"
     assert fields["input_ids"]["codec"] == "zstd"
     assert fields["hidden_state"]["stored_bytes"] * 2 <= fields["hidden_state"]["raw_bytes"]
     assert sum(f["raw_bytes"] for f in fields.values()) == raw  # tensors, no padding
@@ -123,9 +124,39 @@ def test_store_dtype_fp8_within_bound(src, tmp_path):
             bound = torch.maximum(x.abs() / 16, s / 1024) + g.abs() / 256 + 1e-6 * s
             assert bool(((g - x).abs() <= bound).all()), f"sample {i} {key}"
             assert bool((g != x).any()), "fp8 is lossy: something must differ"
+    # The same codes and scales as plain fp8 (codec 3): the same values, bit for bit.
+    plain = pack_dir(src, tmp_path / "fp8_plain", store_dtype="float8_e4m3fn")
+    info3 = json.loads(run("info", plain, "--json").stdout)
+    assert {f["name"]: f["codec"] for f in info3["schema"]["fields"]}["hidden_state"] == "fp8"
+    ds3 = libshard.Dataset(plain)
+    for i in range(N):
+        for key in ("hidden_state", "aux_hidden_state"):
+            assert tensor_bytes(ds[i][key]) == tensor_bytes(ds3[i][key]), f"sample {i} {key}"
     v = run("verify", out, "--against", src).stdout
     assert "fp8 field hidden_state: relative error max" in v
     assert "within the FORMAT.md §4.3.5 bound" in v
+
+
+def test_fp8_entropy_datasets_keep_loading(tmp_path):
+    # tests/data/golden_v3_fp8_entropy: write_eagle_dir(root, 6) packed with `--compress auto
+    # --store-dtype float8_e4m3fn` before codec 6, i.e. as codec 4 (fp8-entropy); frozen. It reads,
+    # checksums verified, to exactly what codec 6 (fp8-planes, written now) decodes the same
+    # sources to: the same codes and scales (FORMAT.md §4.3.8).
+    frozen = REPO / "tests" / "data" / "golden_v3_fp8_entropy"
+    info = json.loads(run("info", frozen, "--json").stdout)
+    codecs = {f["name"]: f["codec"] for f in info["schema"]["fields"]}
+    assert codecs["hidden_state"] == codecs["aux_hidden_state"] == "fp8-entropy"
+    src = tmp_path / "src"
+    write_eagle_dir(src, 6)
+    now = pack_dir(src, tmp_path / "now", compress="auto", store_dtype="float8_e4m3fn")
+    info = json.loads(run("info", now, "--json").stdout)
+    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "fp8-planes"
+    old, new = libshard.Dataset(str(frozen)), libshard.Dataset(str(now))
+    assert len(old) == len(new) == 6
+    for i in range(6):
+        a, b = old[i], new[i]
+        for key in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state"):
+            assert tensor_bytes(a[key]) == tensor_bytes(b[key]), f"sample {i} {key}"
 
 
 def test_compress_zstd_and_store_dtype_exclude_each_other(src, tmp_path):

@@ -43,7 +43,8 @@ def pack(src: Optional[PathLike], out: PathLike, *,
         codec 2, the layout before planes2); or "zstd" / "zstd:LEVEL" (whole samples, 2-byte
         dtypes byte-shuffled first).
       store_dtype: "float8_e4m3fn" stores bf16/fp16 hidden states as fp8 with a scale per token
-        (lossy; read back as bf16).
+        (lossy; read back as bf16); with a compress other than "none", as fp8-planes (codec 6:
+        the same values, the codes' exponent bits entropy-coded).
       fields: keep only these tensors.
       threads: conversion threads (None: the number of CPUs).
       on_error: "raise" (the first bad file raises; nothing that opens as complete is left) or
