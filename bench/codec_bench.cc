@@ -321,8 +321,11 @@ Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOpt
         const size_t coded = format::GetU32(e);
         const uint64_t rc = std::min<uint64_t>(info->chunk_rows, f.g.rows - c * info->chunk_rows);
         const size_t n = rc * f.g.row_elems;
-        // The fixed part: the low bytes, and for codec 5 a sign bitmap per row (§4.3.7).
-        const size_t fixed = n + (id == CodecId::kPlanes2 ? rc * ((f.g.row_elems + 7) / 8) : 0);
+        // The fixed part: the low bytes, and for codec 5 a sign bitmap per row (§4.3.7); codec 6:
+        // the row scales and a nibble row per row (§4.3.8).
+        const size_t fixed =
+            id == CodecId::kFp8Planes ? rc * (4 + (f.g.row_elems + 1) / 2)
+            : n + (id == CodecId::kPlanes2 ? rc * ((f.g.row_elems + 7) / 8) : 0);
         const uint8_t mode = std::to_integer<uint8_t>(e[4]);
         if (mode != 0) planes.push_back({p + fixed, coded, n, mode});
         largest = std::max(largest, n);
@@ -425,5 +428,12 @@ int main(int argc, char** argv) {
                         ? "fp8 + entropy, zstd (mode 1)"
                         : "fp8 + entropy, Huffman (mode 2)",
                     fp8_other));
+  if (want("fp8-planes"))
+    Print(label, V2(samples, CodecId::kFp8Planes, "fp8-planes (v2 codec 6)", planes));
+  if (want("fp8-planes-entropy-only"))
+    Print(label, PlanesEntropyOnly(samples, planes, CodecId::kFp8Planes));
+  if (want("fp8-planes-zstd"))
+    Print(label, V2(samples, CodecId::kFp8Planes, "fp8-planes, zstd:1 as the entropy coder",
+                    planes_zstd));
   return 0;
 }
