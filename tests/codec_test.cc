@@ -16,6 +16,7 @@
 #include "codec/codec_table.h"
 #include "codec/float8.h"
 #include "codec/huffman.h"
+#include "codec/plane_kernels.h"
 #include "codec/region.h"
 #include "format/bytes.h"
 #include "format/index_internal.h"
@@ -350,7 +351,7 @@ TEST(CodecCorruption, NamesWhatIsWrong) {
 TEST(Planes2, EveryBitPatternRoundTrips) {
   Decoder d;
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (uint64_t row_elems : {1, 7, 9, 64, 65, 384}) {
+    for (uint64_t row_elems : {1, 7, 9, 40, 48, 64, 65, 100, 384}) {
       const uint64_t rows = (65536 + row_elems - 1) / row_elems;
       std::vector<uint16_t> v(rows * row_elems);
       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(i * 40503u);  // a permutation
@@ -372,6 +373,43 @@ TEST(Planes2, EveryBitPatternRoundTrips) {
           const auto prefix = DecodeOk(d, region, CodecId::kPlanes2, g, r);
           ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), raw.begin())) << "rows " << r;
         }
+      }
+    }
+  }
+}
+
+// The fused codec 5 kernel (the AVX2 one where the CPU has it; LIBSHARD_PLANES_KERNEL=sse2 runs
+// the baseline) against the formula of §4.3.7, element by element: row widths around its 32- and
+// 16-element steps, with and without bases, the output 32-byte aligned (non-temporal stores) or not.
+TEST(Planes2, InterleaveSignedMatchesTheFormula) {
+  std::mt19937 rng(26);
+  auto bytes = [&](size_t n) {
+    std::vector<uint8_t> v(n);
+    for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+    return v;
+  };
+  for (size_t row_elems : {1, 8, 15, 16, 17, 31, 32, 33, 40, 48, 63, 64, 65, 96, 100, 384}) {
+    const size_t rows = 3, n = rows * row_elems, sign_row = SignRowBytes(row_elems);
+    const auto lo = bytes(n), plane = bytes(n), signs = bytes(rows * sign_row),
+               base = bytes(row_elems);
+    for (bool with_base : {false, true}) {
+      for (size_t skew : {0, 2, 16, 32}) {
+        SCOPED_TRACE("row_elems " + std::to_string(row_elems) + " base " +
+                     std::to_string(with_base) + " skew " + std::to_string(skew));
+        alignas(64) static uint8_t out[2 * 3 * 384 + 64];
+        std::memset(out, 0xEE, sizeof out);
+        InterleaveSigned(lo.data(), plane.data(), signs.data(), with_base ? base.data() : nullptr,
+                         row_elems, rows, out + skew);
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t k = 0; k < row_elems; ++k) {
+            const size_t i = r * row_elems + k;
+            const uint8_t b = with_base ? base[k] : 0;
+            const uint8_t sign = static_cast<uint8_t>(((signs[r * sign_row + k / 8] >> (k % 8)) & 1) << 7);
+            ASSERT_EQ(out[skew + 2 * i], lo[i]) << "row " << r << " element " << k;
+            ASSERT_EQ(out[skew + 2 * i + 1], static_cast<uint8_t>(((plane[i] + b) & 0x7F) | sign))
+                << "row " << r << " element " << k;
+          }
+        EXPECT_EQ(out[skew + 2 * n], 0xEE) << "wrote past the rows";
       }
     }
   }

@@ -2,6 +2,7 @@
 #include "codec/plane_kernels.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <limits>
@@ -11,6 +12,10 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LIBSHARD_PLANES_AVX2 1
 #endif
 
 namespace libshard::codec {
@@ -149,11 +154,75 @@ void InterleaveSignedRow(const uint8_t* lo, const uint8_t* plane, const uint8_t*
   }
 }
 
+#if defined(LIBSHARD_PLANES_AVX2)
+// InterleaveSignedRow, 32 elements a step on CPUs with AVX2 (the library is built for baseline
+// x86-64, so this is chosen at run time): the same bytes, half the instructions per element.
+// The loader's decode of codec 5 spends most of its time here.
+__attribute__((target("avx2"))) void InterleaveSignedRowAvx2(const uint8_t* lo,
+                                                             const uint8_t* plane,
+                                                             const uint8_t* signs,
+                                                             const uint8_t* base, size_t m,
+                                                             uint8_t* d) {
+  size_t i = 0;
+  const bool aligned = (reinterpret_cast<uintptr_t>(d) & 31) == 0;
+  const __m256i low7 = _mm256_set1_epi8(0x7F), top = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  // Byte k of the 4 bitmap bytes (broadcast to both lanes) spread over bytes 8k..8k+7.
+  const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  for (; i + 32 <= m; i += 32) {
+    const __m256i vl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + i));
+    __m256i vh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane + i));
+    if (base != nullptr)
+      vh = _mm256_add_epi8(vh, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i)));
+    // Signs of elements i..i+31: bitmap bytes i/8 .. i/8 + 3 (within the row: i + 32 <= m).
+    uint32_t s4;
+    std::memcpy(&s4, signs + i / 8, 4);
+    const __m256i sb = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(s4)), spread);
+    const __m256i sign = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(sb, bit), bit), top);
+    vh = _mm256_or_si256(_mm256_and_si256(vh, low7), sign);
+    // Per 128-bit lane: a = elements 0-7 | 16-23, b = 8-15 | 24-31; put them back in order.
+    const __m256i a = _mm256_unpacklo_epi8(vl, vh), b = _mm256_unpackhi_epi8(vl, vh);
+    const __m256i out0 = _mm256_permute2x128_si256(a, b, 0x20);
+    const __m256i out1 = _mm256_permute2x128_si256(a, b, 0x31);
+    if (aligned) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 2 * i), out0);
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 2 * i + 32), out1);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * i), out0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 2 * i + 32), out1);
+    }
+  }
+  // The rest (fewer than 32 elements) as the baseline kernel does them; i is a multiple of 8,
+  // so the sign bitmap continues at byte i / 8.
+  if (i < m) InterleaveSignedRow(lo + i, plane + i, signs + i / 8,
+                                 base != nullptr ? base + i : nullptr, m - i, d + 2 * i);
+}
+
+bool HaveAvx2() {
+  static const bool have = [] {
+    if (const char* v = std::getenv("LIBSHARD_PLANES_KERNEL"); v != nullptr && v[0] != 0)
+      return std::strcmp(v, "sse2") != 0;  // LIBSHARD_PLANES_KERNEL=sse2: the baseline kernel
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return have;
+}
+#endif
+
 }  // namespace
 
 void InterleaveSigned(const uint8_t* lo, const uint8_t* plane, const uint8_t* signs,
                       const uint8_t* base, size_t row_elems, size_t rows, uint8_t* dst) {
   const size_t sign_row = SignRowBytes(row_elems);
+#if defined(LIBSHARD_PLANES_AVX2)
+  if (HaveAvx2()) {
+    for (size_t r = 0; r < rows; ++r)
+      InterleaveSignedRowAvx2(lo + r * row_elems, plane + r * row_elems, signs + r * sign_row,
+                              base, row_elems, dst + 2 * r * row_elems);
+    return;
+  }
+#endif
   for (size_t r = 0; r < rows; ++r)
     InterleaveSignedRow(lo + r * row_elems, plane + r * row_elems, signs + r * sign_row, base,
                         row_elems, dst + 2 * r * row_elems);
