@@ -280,11 +280,18 @@ Row V2(const std::vector<Sample>& samples, CodecId half_codec, const std::string
   return row;
 }
 
-// What the planes decode spends in its entropy decoder alone: every chunk's sign+exponent plane
-// decoded into a scratch buffer, nothing interleaved (per decoded byte of the whole tensors).
-Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOptions& options) {
+// What the planes decode (codec 2, or 5) spends in its entropy decoder alone: every chunk's
+// sign+exponent (codec 5: exponent) plane decoded into a scratch buffer, nothing interleaved (per
+// decoded byte of the whole tensors).
+// With `variant` >= 0, the Huffman planes are decoded by that decode table variant
+// (huffman::DecoderVariant) instead of huffman::Decode.
+Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOptions& options,
+                      CodecId id = CodecId::kPlanes, int variant = -1) {
+  static const char* const kVariants[] = {"window 11, run 6", "window 11, run 7",
+                                          "window 12, run 6", "window 12, run 7"};
   Row row;
-  row.method = "  of which entropy decoding";
+  row.method = variant < 0 ? std::string("  of which entropy decoding")
+                           : std::string("  of which entropy decoding, ") + kVariants[variant];
   struct Plane {
     const std::byte* p;
     size_t coded, n;
@@ -297,7 +304,7 @@ Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOpt
     for (const auto& f : s) {
       if (!IsHalf(f.g.dtype)) continue;
       regions.emplace_back();
-      if (!codec::Encode(CodecId::kPlanes, f.g, f.bytes, options, &regions.back()).ok())
+      if (!codec::Encode(id, f.g, f.bytes, options, &regions.back()).ok())
         Die("encode failed");
       row.raw += f.bytes.size();
     }
@@ -306,7 +313,7 @@ Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOpt
     for (const auto& f : s) {
       if (!IsHalf(f.g.dtype)) continue;
       const auto& region = regions[k++];
-      auto info = codec::ParseRegion(region, CodecId::kPlanes, f.g);
+      auto info = codec::ParseRegion(region, id, f.g);
       if (!info.ok()) Die(info.status().ToString());
       const std::byte* p = region.data() + info->chunks_offset;
       for (uint64_t c = 0; c < info->chunk_count; ++c) {
@@ -314,10 +321,15 @@ Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOpt
         const size_t coded = format::GetU32(e);
         const uint64_t rc = std::min<uint64_t>(info->chunk_rows, f.g.rows - c * info->chunk_rows);
         const size_t n = rc * f.g.row_elems;
+        // The fixed part: the low bytes, and for codec 5 a sign bitmap per row (§4.3.7); codec 6:
+        // the row scales and a nibble row per row (§4.3.8).
+        const size_t fixed =
+            id == CodecId::kFp8Planes ? rc * (4 + (f.g.row_elems + 1) / 2)
+            : n + (id == CodecId::kPlanes2 ? rc * ((f.g.row_elems + 7) / 8) : 0);
         const uint8_t mode = std::to_integer<uint8_t>(e[4]);
-        if (mode != 0) planes.push_back({p + n, coded, n, mode});
+        if (mode != 0) planes.push_back({p + fixed, coded, n, mode});
         largest = std::max(largest, n);
-        p += n + coded;
+        p += fixed + coded;
       }
     }
   row.stored = 1;
@@ -327,8 +339,13 @@ Row PlanesEntropyOnly(const std::vector<Sample>& samples, const codec::EncodeOpt
   TimeDecode(&row, row.raw, [&] {
     for (const Plane& pl : planes) {
       if (pl.mode == 2) {
-        if (!codec::huffman::Decode(pl.p, pl.coded, reinterpret_cast<uint8_t*>(scratch.data()), pl.n).ok())
-          Die("huffman failed");
+        auto* out = reinterpret_cast<uint8_t*>(scratch.data());
+        const Status st =
+            variant < 0 ? codec::huffman::Decode(pl.p, pl.coded, out, pl.n)
+                        : codec::huffman::DecodeVariant(
+                              static_cast<codec::huffman::DecoderVariant>(variant), pl.p, pl.coded,
+                              out, pl.n);
+        if (!st.ok()) Die("huffman failed");
       } else if (ZSTD_decompressDCtx(dctx, scratch.data(), pl.n, pl.p, pl.coded) != pl.n) {
         Die("zstd failed");
       }
@@ -384,6 +401,16 @@ int main(int argc, char** argv) {
     Print(label, V2(samples, CodecId::kPlanes, "planes, zstd:1 as the entropy coder", planes_zstd));
     if (want("planes-entropy-only")) Print(label, PlanesEntropyOnly(samples, planes_zstd));
   }
+  if (want("planes2")) Print(label, V2(samples, CodecId::kPlanes2, "planes2 (v2 codec 5)", planes));
+  if (want("planes2-entropy-only"))
+    Print(label, PlanesEntropyOnly(samples, planes, CodecId::kPlanes2));
+  // The Huffman decode table's variants on both planes (issue 26): what the decoder keeps.
+  if (want("huffman-variants"))
+    for (CodecId id : {CodecId::kPlanes, CodecId::kPlanes2}) {
+      Print(label, V2(samples, id, id == CodecId::kPlanes ? "planes (v2 codec 2)" : "planes2 (v2 codec 5)",
+                      planes));
+      for (int v = 0; v < 4; ++v) Print(label, PlanesEntropyOnly(samples, planes, id, v));
+    }
   if (want("planes-nobase"))
     Print(label, V2(samples, CodecId::kPlanes, "planes, no channel base", no_base));
   if (want("zstd-field"))
@@ -401,5 +428,12 @@ int main(int argc, char** argv) {
                         ? "fp8 + entropy, zstd (mode 1)"
                         : "fp8 + entropy, Huffman (mode 2)",
                     fp8_other));
+  if (want("fp8-planes"))
+    Print(label, V2(samples, CodecId::kFp8Planes, "fp8-planes (v2 codec 6)", planes));
+  if (want("fp8-planes-entropy-only"))
+    Print(label, PlanesEntropyOnly(samples, planes, CodecId::kFp8Planes));
+  if (want("fp8-planes-zstd"))
+    Print(label, V2(samples, CodecId::kFp8Planes, "fp8-planes, zstd:1 as the entropy coder",
+                    planes_zstd));
   return 0;
 }

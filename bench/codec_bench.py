@@ -65,8 +65,10 @@ def main(argv=None) -> int:
     p.add_argument("sets", nargs="+", help="NAME=DIR")
     p.add_argument("--bench", default="build/bench/codec_bench")
     p.add_argument("--methods", nargs="*", default=[],
-                   help="none zstd:1 zstd:3 zstd:9 zstd:19 planes planes-entropy-only planes-zstd planes-nobase "
-                        "zstd-field fp8 fp8-entropy (default: all)")
+                   help="none zstd:1 zstd:3 zstd:9 zstd:19 planes planes-entropy-only planes2 planes2-entropy-only "
+                        "huffman-variants planes-zstd planes-nobase "
+                        "zstd-field fp8 fp8-entropy fp8-entropy-other fp8-planes fp8-planes-entropy-only "
+                        "fp8-planes-zstd (default: all)")
     args = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

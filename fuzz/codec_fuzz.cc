@@ -3,14 +3,16 @@
 //
 // Input: 8 header bytes, then a payload.
 //   byte 0: bits 0-1 codec (1..4); bit 2 float16 instead of bfloat16; bit 3 round-trip mode;
+//           bit 5 with codec 2: codec 5 (planes2) instead; with codec 4: codec 6 (fp8-planes);
 //           bits 4-6 in decode mode with codec 1: another dtype (int64, uint8, float32, ...);
-//           bit 4 in round-trip mode: zstd for planes, Huffman for fp8-entropy (the non-defaults);
+//           bit 4 in round-trip mode: zstd for planes and fp8-planes, Huffman for fp8-entropy (the
+//           non-defaults);
 //           bit 7: row_elems = 8 · byte 2
 //   byte 1: rows (0..255)      byte 2: row_elems (0..255, or 8 times that)     byte 3: max_rows for a prefix decode
 //   byte 4: chunk_elems / 8 (round trip)   bytes 5-6: u16 position, byte 7: xor mask (mutation)
 // Decode mode: the payload is the region. Round-trip mode: the payload is the tensor's bytes
 // (rows clamped to what it holds); lossless codecs must give back every bit, fp8 must decode and
-// agree with its codes; then one byte of the region is xored and decoded again.
+// agree with its codes (fp8-planes' codes and scales: codec 3's); then one byte of the region is xored and decoded again.
 // Every decode must succeed or fail with Corruption, within the destination's bounds.
 #include <cstddef>
 #include <cstdint>
@@ -52,7 +54,9 @@ void DecodeAll(codec::Decoder& d, std::span<const std::byte> region, CodecId id,
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 8) return 0;
-  const auto id = static_cast<CodecId>(1 + (data[0] & 3));
+  auto id = static_cast<CodecId>(1 + (data[0] & 3));
+  if (id == CodecId::kPlanes && (data[0] & 0x20)) id = CodecId::kPlanes2;
+  if (id == CodecId::kFp8Entropy && (data[0] & 0x20)) id = CodecId::kFp8Planes;
   DType dtype = (data[0] & 4) ? DType::kFloat16 : DType::kBFloat16;
   const bool round_trip = (data[0] & 8) != 0;
   // Bit 7: rows 8 times wider, so long-row paths (channel base, fp8 tables) are reached too.
@@ -97,6 +101,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const uint16_t got = static_cast<uint16_t>(std::to_integer<uint16_t>(out[2 * i]) |
                                                  (std::to_integer<uint16_t>(out[2 * i + 1]) << 8));
       if (got != want) __builtin_trap();
+    }
+    if (id == CodecId::kFp8Planes) {  // the same codes and scales as codec 3 (FORMAT.md §4.3.8)
+      std::vector<std::byte> plain;
+      if (!codec::Encode(CodecId::kFp8, g, raw, options, &plain).ok()) __builtin_trap();
+      std::vector<uint8_t> codes3(g.elements());
+      std::vector<float> scales3(g.rows);
+      if (!decoder.DecodeFp8(plain, CodecId::kFp8, g, UINT64_MAX, codes3, scales3).ok())
+        __builtin_trap();
+      if (codes3 != codes ||
+          !Same(reinterpret_cast<const std::byte*>(scales3.data()),
+                reinterpret_cast<const std::byte*>(scales.data()), 4 * scales.size()))
+        __builtin_trap();
     }
   }
   std::vector<std::byte> prefix(codec::DecodedBytes(g, max_rows));

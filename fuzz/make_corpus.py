@@ -362,6 +362,48 @@ def codec_region(codec: int, dtype: int, rows: int, row_elems: int, chunk_rows: 
     return head + table + body
 
 
+def planes2_region(dtype: int, rows: int, row_elems: int, chunk_rows: int, values) -> bytes:
+    """A FORMAT.md §4.3.7 (codec 5) region, every chunk stored (mode 0), no channel base: fixed
+    part the low bytes then a sign bitmap per row, plane the 7 exponent bits."""
+    count = (rows + chunk_rows - 1) // chunk_rows
+    head = b"LSFC" + bytes([5, dtype, 0, 0]) + struct.pack("<QQII", rows, row_elems, chunk_rows, count)
+    table, body = b"", b""
+    for c in range(count):
+        vals = values[c * chunk_rows * row_elems:(c + 1) * chunk_rows * row_elems]
+        signs = b""
+        for r in range(len(vals) // row_elems):
+            row = vals[r * row_elems:(r + 1) * row_elems]
+            bits = bytearray((row_elems + 7) // 8)
+            for k, v in enumerate(row):
+                bits[k // 8] |= (v >> 15) << (k % 8)
+            signs += bytes(bits)
+        table += struct.pack("<IB3x", len(vals), 0)
+        body += bytes(v & 0xFF for v in vals) + signs + bytes((v >> 8) & 0x7F for v in vals)
+    return head + table + body
+
+
+def fp8_planes_region(dtype: int, rows: int, row_elems: int, chunk_rows: int, codes, scales) -> bytes:
+    """A FORMAT.md §4.3.8 (codec 6) region, every chunk stored (mode 0), no channel base: fixed
+    part the row scales then a nibble row per row (sign and mantissa bits), plane the exponent
+    fields."""
+    count = (rows + chunk_rows - 1) // chunk_rows
+    head = b"LSFC" + bytes([6, dtype, 0, 0]) + struct.pack("<QQII", rows, row_elems, chunk_rows, count)
+    table, body = b"", b""
+    for c in range(count):
+        r0, r1 = c * chunk_rows, min(rows, (c + 1) * chunk_rows)
+        nibbles = b""
+        for r in range(r0, r1):
+            row = codes[r * row_elems:(r + 1) * row_elems]
+            nib = bytearray((row_elems + 1) // 2)
+            for k, q in enumerate(row):
+                nib[k // 2] |= (((q >> 4) & 8) | (q & 7)) << (4 * (k % 2))
+            nibbles += bytes(nib)
+        plane = bytes((q >> 3) & 0x0F for q in codes[r0 * row_elems:r1 * row_elems])
+        table += struct.pack("<IB3x", len(plane), 0)
+        body += struct.pack(f"<{r1 - r0}f", *scales[r0:r1]) + nibbles + plane
+    return head + table + body
+
+
 def codec_corpus():
     import random
     c = Corpus("codec_fuzz")
@@ -384,6 +426,30 @@ def codec_corpus():
     for codec in (2, 4):  # rows of 640: channel base and fp8 tables
         c.add(f"roundtrip_wide_codec{codec}", bytes([0x80 | 8 | (codec - 1), 3, 80, 2, 64, 9, 1, 0x04]) +
               struct.pack(f"<{len(wide)}H", *wide))
+    # Codec 5 (planes2): byte 0 bit 5 with codec 2's selector.
+    c.add("region_codec5", bytes([0x20 | 1, 4, 40, 2, 0, 0, 0, 0]) + planes2_region(11, 4, 40, 3, hidden))
+    c.add("region_codec5_odd_rows", bytes([0x20 | 4 | 1, 3, 9, 1, 0, 0, 0, 0]) +
+          planes2_region(10, 3, 9, 2, hidden[:27]))
+    for fp16 in (0, 4):
+        c.add(f"roundtrip_codec5_{'f16' if fp16 else 'bf16'}",
+              bytes([0x20 | 1 | fp16 | 8, 4, 40, 3, 5, 7, 0, 0x10]) + struct.pack(f"<{len(hidden)}H", *hidden))
+    c.add("roundtrip_codec5_specials", bytes([0x20 | 8 | 1, 9, 7, 4, 2, 3, 0, 0x80]) +
+          struct.pack("<72H", *specials))
+    c.add("roundtrip_wide_codec5", bytes([0x20 | 0x80 | 8 | 1, 3, 80, 2, 64, 9, 1, 0x04]) +
+          struct.pack(f"<{len(wide)}H", *wide))
+    # Codec 6 (fp8-planes): byte 0 bit 5 with codec 4's selector.
+    codes = [rng.randrange(256) for _ in range(4 * 40)]
+    c.add("region_codec6", bytes([0x20 | 3, 4, 40, 2, 0, 0, 0, 0]) +
+          fp8_planes_region(11, 4, 40, 3, codes, [0.5, 1.0, 0.0, 3.0]))
+    c.add("region_codec6_odd_rows", bytes([0x20 | 4 | 3, 3, 9, 1, 0, 0, 0, 0]) +
+          fp8_planes_region(10, 3, 9, 2, codes[:27], [0.25, 2.0, 1.0]))
+    for fp16 in (0, 4):
+        c.add(f"roundtrip_codec6_{'f16' if fp16 else 'bf16'}",
+              bytes([0x20 | 3 | fp16 | 8, 4, 40, 3, 5, 7, 0, 0x10]) + struct.pack(f"<{len(hidden)}H", *hidden))
+    c.add("roundtrip_codec6_specials", bytes([0x20 | 8 | 3, 9, 7, 4, 2, 3, 0, 0x80]) +
+          struct.pack("<72H", *specials))
+    c.add("roundtrip_wide_codec6", bytes([0x20 | 0x80 | 8 | 3, 3, 80, 2, 64, 9, 1, 0x04]) +
+          struct.pack(f"<{len(wide)}H", *wide))
     return c
 
 

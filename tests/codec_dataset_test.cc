@@ -1,5 +1,5 @@
 // Field codecs end to end (FORMAT.md §3.8.4, §4.3, §6): the writer stores each field under its
-// codec, Dataset::Read and the loader decode them (bit-exact for codecs 1 and 2, within the
+// codec, Dataset::Read and the loader decode them (bit-exact for codecs 1, 2 and 5, within the
 // §4.3.5 bound for fp8), a damaged region is a Corruption naming sample, shard and offset, and a
 // resumed write with codecs equals an uninterrupted one byte for byte.
 #include <gtest/gtest.h>
@@ -80,11 +80,15 @@ std::shared_ptr<Dataset> OpenOrDie(const std::filesystem::path& dir,
 TEST(CodecDatasetTest, ChooseFieldCodecsFollowsThePolicy) {
   const Schema s = EagleSchema();
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kNone, false), (std::vector<uint8_t>{0, 0, 0}));
-  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, false), (std::vector<uint8_t>{1, 1, 2}));
+  // auto: planes2 (codec 5) for bf16/fp16; codec 2 only when asked for by name.
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, false), (std::vector<uint8_t>{1, 1, 5}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes, false),
             (std::vector<uint8_t>{0, 0, 2}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes2, false),
+            (std::vector<uint8_t>{0, 0, 5}));
   EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kNone, true), (std::vector<uint8_t>{0, 0, 3}));
-  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, true), (std::vector<uint8_t>{1, 1, 4}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kAuto, true), (std::vector<uint8_t>{1, 1, 6}));
+  EXPECT_EQ(ChooseFieldCodecs(s, FieldCodecPolicy::kPlanes, true), (std::vector<uint8_t>{0, 0, 6}));
 }
 
 TEST(CodecDatasetTest, FieldCodecsAndWholeSampleZstdAreExclusive) {
@@ -95,10 +99,11 @@ TEST(CodecDatasetTest, FieldCodecsAndWholeSampleZstdAreExclusive) {
               StatusCode::kInvalidArgument, {"exclusive"});
 }
 
-// Codecs 1 and 2: Read returns the written bytes exactly, the stored bytes are smaller, and the
+// Codecs 1, 2 and 5: Read returns the written bytes exactly, the stored bytes are smaller, and the
 // per-field stored sizes add up to the stored size (§3.8.4).
 TEST(CodecDatasetTest, AutoRoundTripsBitExact) {
-  for (FieldCodecPolicy p : {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes}) {
+  for (FieldCodecPolicy p :
+       {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes, FieldCodecPolicy::kPlanes2}) {
     SCOPED_TRACE(static_cast<int>(p));
     TempDir dir;
     const uint64_t n = 12;
@@ -253,7 +258,7 @@ TEST(CodecDatasetTest, AutoWorkerThreadsFollowTheStorage) {
   EXPECT_EQ(AutoWorkerThreads(*plain, o), 5u);
 }
 
-// fp8 (codec 3) and fp8-entropy (codec 4): lossy within the §4.3.5 bound, the other fields
+// fp8 (codec 3) and fp8-planes (codec 6): lossy within the §4.3.5 bound, the other fields
 // bit-exact, at least 2x smaller hidden states.
 TEST(CodecDatasetTest, Fp8IsWithinTheBound) {
   for (FieldCodecPolicy p : {FieldCodecPolicy::kNone, FieldCodecPolicy::kAuto}) {
@@ -263,7 +268,7 @@ TEST(CodecDatasetTest, Fp8IsWithinTheBound) {
     WriteActivations(dir / "ds", n, CodecOptions(p, /*fp8=*/true));
     auto ds = OpenOrDie(dir / "ds");
     ASSERT_TRUE(ds);
-    EXPECT_EQ(ds->field_codecs()[2], p == FieldCodecPolicy::kNone ? 3 : 4);
+    EXPECT_EQ(ds->field_codecs()[2], p == FieldCodecPolicy::kNone ? 3 : 6);
     double max_rel = 0;
     for (uint64_t i = 0; i < n; ++i) {
       SCOPED_TRACE("sample " + std::to_string(i));
@@ -399,10 +404,13 @@ TEST(CodecDatasetTest, ResumeWithCodecsEqualsUninterruptedWrite) {
   }
 }
 
-// Append onto a dataset with codecs stores the new samples under the dataset's codecs.
+// Append onto a dataset with codecs stores the new samples under the dataset's codecs: one
+// written with codec 2 (before planes2) keeps codec 2.
 TEST(CodecDatasetTest, AppendKeepsTheDatasetsCodecs) {
+ for (FieldCodecPolicy p : {FieldCodecPolicy::kAuto, FieldCodecPolicy::kPlanes}) {
+  SCOPED_TRACE(static_cast<int>(p));
   TempDir dir;
-  WriteActivations(dir / "ds", 4, CodecOptions(FieldCodecPolicy::kAuto));
+  WriteActivations(dir / "ds", 4, CodecOptions(p));
   {
     auto w = Writer::OpenForAppend((dir / "ds").string(), FastOptions());
     ASSERT_TRUE(w.ok()) << w.status().ToString();
@@ -412,9 +420,11 @@ TEST(CodecDatasetTest, AppendKeepsTheDatasetsCodecs) {
   }
   auto ds = OpenOrDie(dir / "ds");
   ASSERT_TRUE(ds);
-  EXPECT_EQ(ds->field_codecs(), (std::vector<uint8_t>{1, 1, 2}));
+  EXPECT_EQ(ds->field_codecs(), p == FieldCodecPolicy::kAuto ? (std::vector<uint8_t>{1, 1, 5})
+                                                              : (std::vector<uint8_t>{0, 0, 2}));
   ASSERT_EQ(ds->size(), 7u);
   for (uint64_t i = 0; i < 7; ++i) ExpectSampleEq(*ds->Read(i), ActivationSample(i, LenOf(i)));
+ }
 }
 
 }  // namespace

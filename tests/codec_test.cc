@@ -16,8 +16,10 @@
 #include "codec/codec_table.h"
 #include "codec/float8.h"
 #include "codec/huffman.h"
+#include "codec/plane_kernels.h"
 #include "codec/region.h"
 #include "format/bytes.h"
+#include "format/index_internal.h"
 
 namespace libshard::codec {
 namespace {
@@ -104,10 +106,11 @@ struct Shape {
 // Every lossless codec, bf16 and fp16, many shapes and chunkings: decoding every prefix gives back
 // exactly the first rows of the input, bit for bit.
 TEST(CodecLossless, RoundTripsBitExactWithEveryPrefix) {
-  const Shape shapes[] = {{0, 16}, {5, 0}, {1, 1}, {1, 4096}, {7, 13}, {33, 100}, {3, 577}, {64, 65}};
+  const Shape shapes[] = {{0, 16}, {5, 0}, {1, 1},   {1, 4096}, {7, 13}, {33, 100},
+                          {3, 577}, {64, 65}, {9, 7}, {11, 9},   {5, 384}};
   const uint64_t chunk_elems[] = {1, 300, 1 << 16};
   Decoder d;
-  for (CodecId id : {CodecId::kPlanes, CodecId::kZstd}) {
+  for (CodecId id : {CodecId::kPlanes, CodecId::kPlanes2, CodecId::kZstd}) {
     for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
       for (const Shape& s : shapes) {
         for (uint64_t ce : chunk_elems) {
@@ -263,14 +266,18 @@ Sample SmallRegion(CodecId id, EntropyCoder entropy = EntropyCoder::kHuffman) {
 // either rejected (zstd notices) or decodes to other values within the destination's bounds, which
 // the sample checksum (xxh3 of the stored bytes, FORMAT.md §3.3) catches. ASan checks the bounds.
 TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
-  for (int k = 0; k < 6; ++k) {
-    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
-                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
-    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+  for (int k = 0; k < 10; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
+                                  CodecId::kPlanes2,    CodecId::kPlanes2,    CodecId::kFp8Planes,
+                                  CodecId::kFp8Planes}[k];
+    const EntropyCoder entropy =
+        k == 1 || k == 4 || k == 7 || k == 9 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     SCOPED_TRACE(std::string(CodecName(id)) + " entropy " + std::to_string(static_cast<int>(entropy)));
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
-    const bool has_base = id == CodecId::kPlanes || id == CodecId::kFp8Entropy;
+    const bool has_base = id == CodecId::kPlanes || id == CodecId::kFp8Entropy ||
+                          id == CodecId::kPlanes2 || id == CodecId::kFp8Planes;
     const size_t table_only = kRegionHeaderSize + kChunkEntrySize * 5;
     ASSERT_EQ(s.table_end, table_only + (has_base ? s.g.row_elems : 0));
     size_t rejected = 0, decoded = 0;
@@ -299,10 +306,13 @@ TEST(CodecCorruption, EverySingleBitFlipIsRejectedOrBounded) {
 }
 
 TEST(CodecCorruption, EveryTruncationIsRejected) {
-  for (int k = 0; k < 6; ++k) {
-    const CodecId id = std::array{CodecId::kPlanes, CodecId::kPlanes, CodecId::kZstd,
-                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8}[k];
-    const EntropyCoder entropy = k == 1 || k == 4 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+  for (int k = 0; k < 10; ++k) {
+    const CodecId id = std::array{CodecId::kPlanes,     CodecId::kPlanes,     CodecId::kZstd,
+                                  CodecId::kFp8Entropy, CodecId::kFp8Entropy, CodecId::kFp8,
+                                  CodecId::kPlanes2,    CodecId::kPlanes2,    CodecId::kFp8Planes,
+                                  CodecId::kFp8Planes}[k];
+    const EntropyCoder entropy =
+        k == 1 || k == 4 || k == 7 || k == 9 ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
     const Sample s = SmallRegion(id, entropy);
     Decoder d;
     for (size_t len = 0; len < s.region.size(); ++len) {
@@ -332,6 +342,262 @@ TEST(CodecCorruption, NamesWhatIsWrong) {
   bad[0] = std::byte{'X'};
   st = d.Decode(bad, CodecId::kPlanes, s.g, UINT64_MAX, out);
   EXPECT_NE(st.message().find("bad magic"), std::string::npos) << st.message();
+}
+
+// --- Codec 5, planes2 (FORMAT.md §4.3.7) ---------------------------------------------------
+
+// Every 16-bit pattern (NaN payloads, ±inf, subnormals, -0 among them), laid out in rows of odd
+// and even widths, with and without the channel base, each entropy coder: bit-exact, every prefix.
+TEST(Planes2, EveryBitPatternRoundTrips) {
+  Decoder d;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (uint64_t row_elems : {1, 7, 9, 40, 48, 64, 65, 100, 384}) {
+      const uint64_t rows = (65536 + row_elems - 1) / row_elems;
+      std::vector<uint16_t> v(rows * row_elems);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint16_t>(i * 40503u);  // a permutation
+      const auto raw = ToBytes(v);
+      const FieldGeometry g{dtype, rows, row_elems};
+      for (int variant = 0; variant < 4; ++variant) {
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " row_elems " + std::to_string(row_elems) +
+                     " variant " + std::to_string(variant));
+        EncodeOptions o;
+        o.channel_base = variant & 1;
+        o.entropy = (variant & 2) ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+        o.chunk_elems = 4096;
+        const auto region = EncodeOk(CodecId::kPlanes2, g, raw, o);
+        auto info = ParseRegion(region, CodecId::kPlanes2, g);
+        ASSERT_TRUE(info.ok()) << info.status().ToString();
+        EXPECT_EQ(info->flags, (variant & 1) && row_elems >= 64 ? kFlagChannelBase : 0u);
+        ASSERT_EQ(DecodeOk(d, region, CodecId::kPlanes2, g), raw);
+        for (uint64_t r : {uint64_t{0}, uint64_t{1}, rows / 3, rows - 1}) {
+          const auto prefix = DecodeOk(d, region, CodecId::kPlanes2, g, r);
+          ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), raw.begin())) << "rows " << r;
+        }
+      }
+    }
+  }
+}
+
+// The fused codec 5 kernel (the AVX2 one where the CPU has it; LIBSHARD_PLANES_KERNEL=sse2 runs
+// the baseline) against the formula of §4.3.7, element by element: row widths around its 32- and
+// 16-element steps, with and without bases, the output 32-byte aligned (non-temporal stores) or not.
+TEST(Planes2, InterleaveSignedMatchesTheFormula) {
+  std::mt19937 rng(26);
+  auto bytes = [&](size_t n) {
+    std::vector<uint8_t> v(n);
+    for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+    return v;
+  };
+  for (size_t row_elems : {1, 8, 15, 16, 17, 31, 32, 33, 40, 48, 63, 64, 65, 96, 100, 384}) {
+    const size_t rows = 3, n = rows * row_elems, sign_row = SignRowBytes(row_elems);
+    const auto lo = bytes(n), plane = bytes(n), signs = bytes(rows * sign_row),
+               base = bytes(row_elems);
+    for (bool with_base : {false, true}) {
+      for (size_t skew : {0, 2, 16, 32}) {
+        SCOPED_TRACE("row_elems " + std::to_string(row_elems) + " base " +
+                     std::to_string(with_base) + " skew " + std::to_string(skew));
+        alignas(64) static uint8_t out[2 * 3 * 384 + 64];
+        std::memset(out, 0xEE, sizeof out);
+        InterleaveSigned(lo.data(), plane.data(), signs.data(), with_base ? base.data() : nullptr,
+                         row_elems, rows, out + skew);
+        for (size_t r = 0; r < rows; ++r)
+          for (size_t k = 0; k < row_elems; ++k) {
+            const size_t i = r * row_elems + k;
+            const uint8_t b = with_base ? base[k] : 0;
+            const uint8_t sign = static_cast<uint8_t>(((signs[r * sign_row + k / 8] >> (k % 8)) & 1) << 7);
+            ASSERT_EQ(out[skew + 2 * i], lo[i]) << "row " << r << " element " << k;
+            ASSERT_EQ(out[skew + 2 * i + 1], static_cast<uint8_t>(((plane[i] + b) & 0x7F) | sign))
+                << "row " << r << " element " << k;
+          }
+        EXPECT_EQ(out[skew + 2 * n], 0xEE) << "wrote past the rows";
+      }
+    }
+  }
+}
+
+// Regions written by hand from FORMAT.md §4.3.2, §4.3.6 and §4.3.7 alone (no libshard code makes
+// their bytes): each must decode to the values the spec gives, and the writer must write the
+// first one (no base table below 64 elements a row, a plane too small to code: mode 0) byte for
+// byte.
+std::vector<std::byte> Hex(std::string_view hex) {
+  std::vector<std::byte> b;
+  for (size_t i = 0; i + 1 < hex.size();) {
+    if (hex[i] == ' ') {
+      ++i;
+      continue;
+    }
+    b.push_back(std::byte{static_cast<uint8_t>(std::stoi(std::string(hex.substr(i, 2)), nullptr, 16))});
+    i += 2;
+  }
+  return b;
+}
+
+TEST(Planes2, HandWrittenRegionsDecodeAsTheSpecSays) {
+  // bfloat16, 2 rows of 3: 1.0, -1.0, a NaN with payload; -0, the smallest subnormal, -inf.
+  const std::vector<uint16_t> values = {0x3F80, 0xBF80, 0x7FC1, 0x8000, 0x0001, 0xFF80};
+  const FieldGeometry g{DType::kBFloat16, 2, 3};
+  const auto stored = Hex(
+      "4C534643 05 0B 00 00"            // magic, codec 5, dtype 11 (bfloat16), flags, reserved
+      "0200000000000000 0300000000000000"  // rows 2, row_elems 3
+      "02000000 01000000"               // chunk_rows 2, chunk_count 1
+      "06000000 00 000000"              // chunk 0: coded_size 6, mode 0
+      "80 80 C1 00 01 80"               // low bytes
+      "02 05"                           // sign bitmaps: row 0 {1}, row 1 {0, 2}
+      "3F 3F 7F 00 00 7F");             // hi & 0x7F
+  Decoder d;
+  EXPECT_EQ(ToU16(DecodeOk(d, stored, CodecId::kPlanes2, g)), values);
+  EXPECT_EQ(EncodeOk(CodecId::kPlanes2, g, ToBytes(values)), stored);
+
+  // The same values with a channel base table (flags bit 0) of 0x3F, 0xBF (bit 7 ignored), 0x7F:
+  // plane byte = (hi & 0x7F) - (b & 0x7F) mod 128.
+  const auto based = Hex(
+      "4C534643 05 0B 01 00 0200000000000000 0300000000000000 02000000 01000000"
+      "06000000 00 000000"
+      "3F BF 7F"                        // channel base table
+      "80 80 C1 00 01 80 02 05"
+      "00 00 00 41 41 00");
+  EXPECT_EQ(ToU16(DecodeOk(d, based, CodecId::kPlanes2, g)), values);
+  // Plane bytes of 128 or more (only corruption writes them) are masked to 7 bits.
+  auto high = based;
+  high[based.size() - 6] = std::byte{0x80};  // reads as 0x00
+  EXPECT_EQ(ToU16(DecodeOk(d, high, CodecId::kPlanes2, g)), values);
+  // Pad bits of a sign bitmap are ignored.
+  auto pad = based;
+  pad[based.size() - 8] |= std::byte{0xF8};
+  pad[based.size() - 7] |= std::byte{0xF8};
+  EXPECT_EQ(ToU16(DecodeOk(d, pad, CodecId::kPlanes2, g)), values);
+
+  // A Huffman plane (mode 2, §4.3.6): float16, 2 rows of 100, element k of row r = (lo k,
+  // hi 0x3F with the sign set when k % 3 == r); every plane byte 0x3F, one code of length 1 (an
+  // incomplete code), bits all 0: four streams of 50 codes, 7 bytes each.
+  const FieldGeometry h{DType::kFloat16, 2, 100};
+  std::vector<uint16_t> hv(200);
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 100; ++k)
+      hv[r * 100 + k] = static_cast<uint16_t>(k | (0x3F << 8) | (k % 3 == r ? 0x8000 : 0));
+  std::vector<std::byte> huff = Hex(
+      "4C534643 05 0A 00 00 0200000000000000 6400000000000000 02000000 01000000"
+      "A8000000 02 000000");  // coded_size 168 = 128 + 12 + 4 * 7, mode 2
+  for (int r = 0; r < 2; ++r)
+    for (int k = 0; k < 100; ++k) huff.push_back(std::byte{static_cast<uint8_t>(k)});
+  for (int r = 0; r < 2; ++r)
+    for (int byte = 0; byte < 13; ++byte) {  // ceil(100 / 8) bytes a row, pad bits 0
+      uint8_t bits = 0;
+      for (int j = 0; j < 8 && 8 * byte + j < 100; ++j)
+        bits |= static_cast<uint8_t>(((8 * byte + j) % 3 == r) << j);
+      huff.push_back(std::byte{bits});
+    }
+  std::vector<std::byte> lengths(128, std::byte{0});
+  lengths[63 / 2] = std::byte{0x10};  // symbol 63 (odd): high nibble, length 1
+  huff.insert(huff.end(), lengths.begin(), lengths.end());
+  for (const char* size : {"07000000", "07000000", "07000000"}) {
+    const auto b = Hex(size);
+    huff.insert(huff.end(), b.begin(), b.end());
+  }
+  huff.resize(huff.size() + 28, std::byte{0});
+  EXPECT_EQ(ToU16(DecodeOk(d, huff, CodecId::kPlanes2, h)), hv);
+  const auto first = DecodeOk(d, huff, CodecId::kPlanes2, h, 1);
+  EXPECT_EQ(ToU16(first), std::vector<uint16_t>(hv.begin(), hv.begin() + 100));
+}
+
+// Every header, table and size corruption is a Corruption naming the codec (5 or 6) and, for a
+// chunk's, the chunk.
+void ExpectCorruptionNamesTheCodecAndTheChunk(CodecId id) {
+  // 9 rows of 400, 2 rows a chunk: 5 chunks, each plane (800 bytes) Huffman-coded.
+  const FieldGeometry g{DType::kBFloat16, 9, 400};
+  const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 4));
+  const auto region = EncodeOk(id, g, raw, {.chunk_elems = 800});
+  auto info = ParseRegion(region, id, g);
+  const std::string name(CodecName(id));
+  // Fixed bytes a row: planes2's low bytes and sign bitmap, fp8-planes' scale and nibble row.
+  const size_t fixed_row = id == CodecId::kPlanes2 ? 400 + 50 : 4 + 200;
+  Decoder ref;
+  const auto want = DecodeOk(ref, region, id, g);
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_EQ(info->chunk_count, 5u);
+  ASSERT_EQ(info->flags, kFlagChannelBase);
+  Decoder d;
+  std::vector<std::byte> out(DecodedBytes(g, UINT64_MAX));
+  auto expect = [&](const std::vector<std::byte>& bad, std::string_view what) {
+    const Status st = d.Decode(bad, id, g, UINT64_MAX, out);
+    ASSERT_EQ(st.code(), StatusCode::kCorruption) << what;
+    EXPECT_NE(st.message().find("codec region (" + name + ")"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.message();
+    if (IsLossy(id)) {  // the fp8 API checks the same
+      std::vector<uint8_t> codes(g.elements());
+      std::vector<float> scales(g.rows);
+      const Status st8 = d.DecodeFp8(bad, id, g, UINT64_MAX, codes, scales);
+      ASSERT_EQ(st8.code(), StatusCode::kCorruption) << what;
+      EXPECT_NE(st8.message().find("codec region (" + name + ")"), std::string::npos);
+      EXPECT_NE(st8.message().find(what), std::string::npos) << st8.message();
+    }
+  };
+  const size_t entry2 = kRegionHeaderSize + kChunkEntrySize * 2;
+  ASSERT_EQ(std::to_integer<int>(region[entry2 + 4]), 2);  // Huffman-coded
+  const uint32_t coded2 = format::GetU32(region.data() + entry2);
+  auto bad = region;
+  bad[4] = std::byte{2};
+  expect(bad, "header names codec 2");
+  bad = region;
+  bad[4] = std::byte{7};
+  expect(bad, "header names codec 7");
+  bad = region;
+  bad[5] = std::byte{10};
+  expect(bad, "header names dtype 10");
+  for (size_t at : {6, 7}) {
+    bad = region;
+    bad[at] = std::byte{2};
+    expect(bad, "reserved header bits");
+  }
+  bad = region;
+  bad[8] ^= std::byte{1};
+  expect(bad, "rows of");
+  bad = region;
+  bad[16] ^= std::byte{1};
+  expect(bad, "rows of");
+  bad = region;
+  format::PutU32(bad.data() + 24, 0);
+  expect(bad, "chunk_rows 0");
+  bad = region;
+  format::PutU32(bad.data() + 28, 4);
+  expect(bad, "chunk_count 4");
+  bad = region;
+  bad[entry2 + 4] = std::byte{7};
+  expect(bad, "chunk 2: unknown mode 7");
+  bad = region;
+  bad[entry2 + 5] = std::byte{1};
+  expect(bad, "chunk 2: reserved bytes");
+  bad = region;
+  bad[entry2 + 4] = std::byte{0};  // stored: coded_size must be the plane's 800 bytes
+  expect(bad, "chunk 2: stored plane of " + std::to_string(coded2) + " bytes; expected 800");
+  bad = region;
+  format::PutU32(bad.data() + entry2, 800);  // coded, but not smaller than the plane
+  expect(bad, "chunk 2: coded plane of 800 bytes");
+  bad = region;
+  format::PutU32(bad.data() + entry2, coded2 + 1);
+  expect(bad, "chunks end at byte");
+  bad = region;
+  bad.pop_back();
+  expect(bad, "chunks end at byte");
+  // A Huffman plane whose stream 0 runs past the plane: the chunk is named.
+  size_t at = info->chunks_offset;
+  for (int c = 0; c < 2; ++c)
+    at += 2 * fixed_row + format::GetU32(region.data() + kRegionHeaderSize + kChunkEntrySize * c);
+  at += 2 * fixed_row;  // chunk 2's coded plane
+  bad = region;
+  format::PutU32(bad.data() + at + 128, 0xFFFF);
+  expect(bad, "chunk 2: huffman stream 0 runs past the plane");
+  bad = region;
+  bad[at] = std::byte{0xCC};  // code lengths above 11 bits
+  expect(bad, "chunk 2: huffman code length");
+  // Chunks before the damaged one still decode alone (a prefix).
+  std::vector<std::byte> prefix(DecodedBytes(g, 4));
+  EXPECT_TRUE(d.Decode(bad, id, g, 4, prefix).ok());
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), want.begin()));
+}
+
+TEST(Planes2, CorruptionNamesTheCodecAndTheChunk) {
+  ExpectCorruptionNamesTheCodecAndTheChunk(CodecId::kPlanes2);
 }
 
 // --- Huffman planes ----------------------------------------------------------------------
@@ -475,6 +741,46 @@ TEST(Huffman, AgreesWithTheSpecOnArbitraryInput) {
   EXPECT_GT(accepted, 500);
 }
 
+// The decode table's variants (window 11 or 12 bits, runs of 6 or 7 symbols) read the same
+// bytes: the same verdict and symbols as the spec's reference on every input.
+TEST(Huffman, EveryDecoderVariantAgreesWithTheSpec) {
+  std::mt19937 rng(8);
+  int accepted = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    // Low-entropy planes (exponent-like: most codes 1-3 bits) and wider ones.
+    std::geometric_distribution<int> geo(trial % 2 ? 0.6 : 0.2);
+    const size_t n = 1 + rng() % (trial % 4 == 0 ? 5000 : 200);
+    std::vector<uint8_t> v(n);
+    for (auto& x : v) x = static_cast<uint8_t>(std::min(geo(rng), 255));
+    std::vector<std::byte> coded;
+    huffman::Encode(v.data(), n, &coded);
+    switch (trial % 5) {
+      case 1: coded[huffman::kHeaderSize + rng() % (coded.size() - huffman::kHeaderSize)] ^=
+                  std::byte{static_cast<uint8_t>(1u << (rng() % 8))}; break;
+      case 2: coded[rng() % 128] ^= std::byte{static_cast<uint8_t>(rng())}; break;
+      case 3: coded.resize(coded.size() - 1 - rng() % std::min<size_t>(coded.size(), 20)); break;
+      default: break;
+    }
+    std::vector<uint8_t> ref(n);
+    const bool ok = ReferenceHuffmanDecode(coded, &ref);
+    accepted += ok;
+    for (auto variant : {huffman::DecoderVariant::kWindow11Run6, huffman::DecoderVariant::kWindow11Run7,
+                         huffman::DecoderVariant::kWindow12Run6, huffman::DecoderVariant::kWindow12Run7}) {
+      std::vector<uint8_t> got(n);
+      const Status st = huffman::DecodeVariant(variant, coded.data(), coded.size(), got.data(), n);
+      ASSERT_EQ(st.ok(), ok) << "trial " << trial << " variant " << static_cast<int>(variant)
+                             << ": " << st.ToString();
+      if (!ok) {
+        EXPECT_EQ(st.code(), StatusCode::kCorruption);
+        continue;
+      }
+      ASSERT_EQ(got, ref) << "trial " << trial << " variant " << static_cast<int>(variant);
+      if (trial % 5 == 0) ASSERT_EQ(got, v) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(accepted, 500);
+}
+
 // --- fp8 ------------------------------------------------------------------------------------
 
 TEST(Float8, E4M3RoundsToNearestEvenAndSaturates) {
@@ -528,7 +834,7 @@ double Fp8Bound(double x, double s, DType dtype) {
 
 TEST(Fp8, ErrorWithinTheBoundOfE4M3AndTheRowScale) {
   for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+    for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy, CodecId::kFp8Planes}) {
      for (uint64_t cols : {100, 300, 600}) {  // short rows convert per element, long ones by table
       const FieldGeometry g{dtype, 40, cols};
       const auto v = HiddenLike(dtype, g.rows, g.row_elems, 17, false);
@@ -627,7 +933,7 @@ TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
                                          : E4M3ToF32(static_cast<uint8_t>(c)) * factors[r];
       v[r * 256 + c] = F32ToBF16(x);
     }
-  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy}) {
+  for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy, CodecId::kFp8Planes}) {
     const auto region = EncodeOk(id, g, ToBytes(v), EncodeOptions{});
     Decoder d;
     const auto out = ToU16(DecodeOk(d, region, id, g));
@@ -641,6 +947,173 @@ TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
     }
     EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 256);
   }
+}
+
+// --- Codec 6, fp8-planes (FORMAT.md §4.3.8) ------------------------------------------------
+
+// The same codes and scales as codec 3 (so the same decoded values, bit for bit), for odd and
+// even row widths, with and without a channel base, Huffman or zstd planes, every prefix; the
+// inputs carry NaN payloads, ±inf, subnormals and -0.
+TEST(Fp8Planes, SameCodesScalesAndValuesAsFp8) {
+  Decoder d;
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (uint64_t cols : {1, 3, 7, 9, 65, 384}) {
+      for (uint64_t rows : {1, 5, 19}) {
+        const FieldGeometry g{dtype, rows, cols};
+        const auto raw = ToBytes(HiddenLike(dtype, rows, cols, static_cast<uint32_t>(cols + rows)));
+        const auto plain = EncodeOk(CodecId::kFp8, g, raw);
+        const auto want = DecodeOk(d, plain, CodecId::kFp8, g);
+        std::vector<uint8_t> want_codes(g.elements()), codes(g.elements());
+        std::vector<float> want_scales(rows), scales(rows);
+        ASSERT_TRUE(d.DecodeFp8(plain, CodecId::kFp8, g, UINT64_MAX, want_codes, want_scales).ok());
+        for (uint64_t ce : {1, 300, 1 << 16}) {
+          for (int variant = 0; variant < 4; ++variant) {
+            EncodeOptions o;
+            o.chunk_elems = ce;
+            o.channel_base = variant & 1;
+            o.entropy = (variant & 2) ? EntropyCoder::kZstd : EntropyCoder::kHuffman;
+            SCOPED_TRACE(std::string(DTypeName(dtype)) + " " + std::to_string(rows) + "x" +
+                         std::to_string(cols) + " chunk_elems " + std::to_string(ce) +
+                         " variant " + std::to_string(variant));
+            const auto region = EncodeOk(CodecId::kFp8Planes, g, raw, o);
+            auto info = ParseRegion(region, CodecId::kFp8Planes, g);
+            ASSERT_TRUE(info.ok()) << info.status().ToString();
+            EXPECT_EQ(info->flags, (variant & 1) && cols >= 64 ? kFlagChannelBase : 0u);
+            ASSERT_EQ(DecodeOk(d, region, CodecId::kFp8Planes, g), want);
+            ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+            ASSERT_EQ(codes, want_codes);
+            ASSERT_EQ(std::memcmp(scales.data(), want_scales.data(), 4 * rows), 0);
+            for (uint64_t r = 0; r <= rows; ++r) {
+              const auto prefix = DecodeOk(d, region, CodecId::kFp8Planes, g, r);
+              ASSERT_EQ(prefix.size(), r * cols * 2);
+              ASSERT_TRUE(std::equal(prefix.begin(), prefix.end(), want.begin())) << "rows " << r;
+              std::vector<uint8_t> pc(r * cols);
+              std::vector<float> ps(r);
+              ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, r, pc, ps).ok());
+              ASSERT_TRUE(std::equal(pc.begin(), pc.end(), want_codes.begin())) << "rows " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Fp8Planes, HiddenStatesShrinkAndCodeWithHuffman) {
+  const FieldGeometry g{DType::kBFloat16, 64, 512};
+  const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 9, false));
+  const auto plain = EncodeOk(CodecId::kFp8, g, raw);
+  const auto planes = EncodeOk(CodecId::kFp8Planes, g, raw);
+  Decoder d;
+  EXPECT_EQ(DecodeOk(d, plain, CodecId::kFp8, g), DecodeOk(d, planes, CodecId::kFp8Planes, g));
+  // 4 stored bits a value and ~2-3 coded ones, against codec 3's 8.
+  EXPECT_LT(planes.size() * 100, plain.size() * 90) << planes.size() << " of " << plain.size();
+  EXPECT_EQ(std::to_integer<int>(planes[kRegionHeaderSize + 4]), 2);  // Huffman-coded (mode 2)
+}
+
+TEST(Fp8Planes, HandWrittenRegionsDecodeAsTheSpecSays) {
+  // bfloat16, 2 rows of 3, each row's absmax 448 (scale 1.0): 448, -1, a NaN with payload; -0,
+  // 2^-9 (e4m3's smallest subnormal), -448. Codes 7E B8 7F; 80 01 FE.
+  const std::vector<uint16_t> values = {0x43E0, 0xBF80, 0x7FC1, 0x8000, 0x3B00, 0xC3E0};
+  const std::vector<uint16_t> decoded = {0x43E0, 0xBF80, 0x7FC0, 0x8000, 0x3B00, 0xC3E0};
+  const std::vector<uint8_t> want_codes = {0x7E, 0xB8, 0x7F, 0x80, 0x01, 0xFE};
+  const FieldGeometry g{DType::kBFloat16, 2, 3};
+  const auto stored = Hex(
+      "4C534643 06 0B 00 00"               // magic, codec 6, dtype 11 (bfloat16), flags, reserved
+      "0200000000000000 0300000000000000"  // rows 2, row_elems 3
+      "02000000 01000000"                  // chunk_rows 2, chunk_count 1
+      "06000000 00 000000"                 // chunk 0: coded_size 6, mode 0
+      "0000803F 0000803F"                  // row scales 1.0, 1.0
+      "86 07"                              // row 0 nibbles: 6 (7E), 8 (B8); 7 (7F), pad 0
+      "18 0E"                              // row 1 nibbles: 8 (80), 1 (01); E (FE), pad 0
+      "0F 07 0F 00 00 0F");                // exponent fields
+  Decoder d;
+  EXPECT_EQ(ToU16(DecodeOk(d, stored, CodecId::kFp8Planes, g)), decoded);
+  EXPECT_EQ(EncodeOk(CodecId::kFp8Planes, g, ToBytes(values)), stored);
+  std::vector<uint8_t> codes(6);
+  std::vector<float> scales(2);
+  ASSERT_TRUE(d.DecodeFp8(stored, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+  EXPECT_EQ(codes, want_codes);
+  EXPECT_EQ(scales, (std::vector<float>{1.0f, 1.0f}));
+  const auto first = DecodeOk(d, stored, CodecId::kFp8Planes, g, 1);
+  EXPECT_EQ(ToU16(first), std::vector<uint16_t>(decoded.begin(), decoded.begin() + 3));
+
+  // With a channel base table (flags bit 0) of 0x0F, 0xF7, 0x3F (bits 4-7 ignored): plane byte =
+  // exponent field - (b & 0x0F) mod 16.
+  const auto based = Hex(
+      "4C534643 06 0B 01 00 0200000000000000 0300000000000000 02000000 01000000"
+      "06000000 00 000000"
+      "0F F7 3F"                           // channel base table
+      "0000803F 0000803F 86 07 18 0E"
+      "00 00 00 01 09 00");
+  EXPECT_EQ(ToU16(DecodeOk(d, based, CodecId::kFp8Planes, g)), decoded);
+  ASSERT_TRUE(d.DecodeFp8(based, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+  EXPECT_EQ(codes, want_codes);
+  // Plane bytes of 16 or more (only corruption writes them) are masked to 4 bits.
+  auto high = based;
+  high[based.size() - 6] = std::byte{0xF0};  // reads as 0x00
+  EXPECT_EQ(ToU16(DecodeOk(d, high, CodecId::kFp8Planes, g)), decoded);
+  // The pad nibble of an odd row is ignored.
+  auto pad = based;
+  pad[based.size() - 9] |= std::byte{0xF0};
+  pad[based.size() - 7] |= std::byte{0xF0};
+  EXPECT_EQ(ToU16(DecodeOk(d, pad, CodecId::kFp8Planes, g)), decoded);
+}
+
+// Every plane byte and nibble byte value decodes as §4.3.8's formula says (the SSE2 kernel and the
+// scalar tail alike), with and without a base table.
+TEST(Fp8Planes, AnyBytesDecodeAsTheFormulaSays) {
+  for (bool with_base : {false, true}) {
+    for (uint64_t cols : {256, 255}) {
+      SCOPED_TRACE(std::to_string(cols) + (with_base ? " base" : ""));
+      const FieldGeometry g{DType::kFloat16, 2, cols};
+      const size_t nib_row = (cols + 1) / 2;
+      std::vector<std::byte> region(kRegionHeaderSize + kChunkEntrySize);
+      RegionHeader h;
+      h.codec = 6;
+      h.dtype = static_cast<uint8_t>(DType::kFloat16);
+      h.flags = with_base ? kFlagChannelBase : 0;
+      h.rows = 2;
+      h.row_elems = cols;
+      h.chunk_rows = 2;
+      h.chunk_count = 1;
+      h.EncodeTo(region.data());
+      ChunkEntry{.coded_size = static_cast<uint32_t>(2 * cols), .mode = kModeStored}.EncodeTo(
+          region.data() + kRegionHeaderSize);
+      std::vector<uint8_t> base(cols);
+      for (uint64_t k = 0; k < cols; ++k) base[k] = static_cast<uint8_t>(k * 37 + 11);
+      if (with_base)
+        for (uint8_t b : base) region.push_back(std::byte{b});
+      for (float s : {0.5f, 3.0f}) {
+        const uint32_t bits = std::bit_cast<uint32_t>(s);
+        for (int k = 0; k < 4; ++k) region.push_back(std::byte{static_cast<uint8_t>(bits >> (8 * k))});
+      }
+      std::vector<uint8_t> nib(2 * nib_row), plane(2 * cols);
+      for (size_t k = 0; k < nib.size(); ++k) nib[k] = static_cast<uint8_t>(k * 13 + (k >= nib_row ? 128 : 0));
+      for (size_t k = 0; k < plane.size(); ++k) plane[k] = static_cast<uint8_t>(k * 7 + 3);
+      for (uint8_t b : nib) region.push_back(std::byte{b});
+      for (uint8_t b : plane) region.push_back(std::byte{b});
+      Decoder d;
+      std::vector<uint8_t> codes(g.elements());
+      std::vector<float> scales(2);
+      ASSERT_TRUE(d.DecodeFp8(region, CodecId::kFp8Planes, g, UINT64_MAX, codes, scales).ok());
+      EXPECT_EQ(scales, (std::vector<float>{0.5f, 3.0f}));
+      const auto out = ToU16(DecodeOk(d, region, CodecId::kFp8Planes, g));
+      for (uint64_t r = 0; r < 2; ++r)
+        for (uint64_t k = 0; k < cols; ++k) {
+          const uint8_t n = (nib[r * nib_row + k / 2] >> (4 * (k % 2))) & 0x0F;
+          const uint8_t b = with_base ? base[k] : 0;
+          const uint8_t q = static_cast<uint8_t>(((n & 8) << 4) |
+                                                 (((plane[r * cols + k] + b) & 0x0F) << 3) | (n & 7));
+          ASSERT_EQ(codes[r * cols + k], q) << r << " " << k;
+          ASSERT_EQ(out[r * cols + k], F32ToF16(E4M3ToF32(q) * scales[r])) << r << " " << k;
+        }
+    }
+  }
+}
+
+TEST(Fp8Planes, CorruptionNamesTheCodecAndTheChunk) {
+  ExpectCorruptionNamesTheCodecAndTheChunk(CodecId::kFp8Planes);
 }
 
 TEST(Fp8, RejectsOtherDtypes) {
@@ -658,6 +1131,9 @@ TEST(Fp8, RejectsOtherDtypes) {
 
 // The codec table (codec/codec_table.h) holds one entry per id, at its id; the region's on-disk
 // structs (codec/region.h) read back what Encode wrote, and write it again byte for byte.
+// The index parser (format/, which depends on nothing) knows the same codec ids.
+static_assert(format::index_internal::kMaxKnownCodec == kMaxCodecId);
+
 TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
   for (int i = 0; i <= kMaxCodecId; ++i) {
     const CodecEntry* e = FindCodec(static_cast<CodecId>(i));
@@ -666,6 +1142,7 @@ TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
     EXPECT_EQ(e->name, CodecName(e->id));
     EXPECT_EQ(e->has_region, i != 0);
     EXPECT_EQ(e->encode_chunk != nullptr && e->decode_chunk != nullptr, e->has_region);
+    EXPECT_EQ(e->decode_codes != nullptr, e->lossy);  // the fp8 codecs hand out codes
   }
   EXPECT_EQ(FindCodec(static_cast<CodecId>(kMaxCodecId + 1)), nullptr);
 
@@ -673,7 +1150,8 @@ TEST(CodecTable, OneEntryPerIdAndTheStructsReadWhatEncodeWrote) {
   const auto raw = ToBytes(HiddenLike(DType::kBFloat16, g.rows, g.row_elems, 3));
   EncodeOptions options;
   options.chunk_elems = 128 * 100;  // 3 chunks of 100 rows
-  for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy}) {
+  for (CodecId id : {CodecId::kZstd, CodecId::kPlanes, CodecId::kFp8, CodecId::kFp8Entropy,
+                     CodecId::kPlanes2, CodecId::kFp8Planes}) {
     SCOPED_TRACE(std::string(CodecName(id)));
     const auto region = EncodeOk(id, g, raw, options);
     ASSERT_GE(region.size(), kRegionHeaderSize + 3 * kChunkEntrySize);

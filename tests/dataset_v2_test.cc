@@ -134,14 +134,14 @@ TEST_F(DatasetV2Test, DamagedHeadOrLengthsFailOpen) {
               {Index().string(), "lengths checksum"});
 }
 
-// A codec id this reader does not know (FORMAT.md §4.3.1 defines 0..4) is refused at Open rather
-// than its stored regions handed out as raw tensors. (Codecs 1..4 are decoded:
+// A codec id this reader does not know (FORMAT.md §4.3.1 defines 0..5) is refused at Open rather
+// than its stored regions handed out as raw tensors. (Codecs 1..5 are decoded:
 // codec_dataset_test.cc.)
 TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
   std::string s = ReadFileToString(Index());
   auto* p = reinterpret_cast<std::byte*>(s.data());
   const uint64_t field2 = 128 + 32 * 2;
-  format::PutU32(p + field2 + 4, format::GetU32(p + field2 + 4) | (uint32_t{5} << 16));  // codec 5
+  format::PutU32(p + field2 + 4, format::GetU32(p + field2 + 4) | (uint32_t{7} << 16));  // codec 7
   p[field2 + 14] = std::byte{4};  // its stored-size column width
   const uint64_t old_sum = format::GetU64(p + 120);
   format::PutU64(p + 120, format::Xxh3WithHole({p, head_size_}, 120));
@@ -150,7 +150,7 @@ TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
   m.replace(m.find(format::Hex16(old_sum)), 16, format::Hex16(format::GetU64(p + 120)));
   WriteStringToFile(dir_ / "ds" / "manifest.json", m);
   ExpectError(Dataset::Open(Dir()).status(), StatusCode::kUnsupported,
-              {Index().string(), "field 2", "codec 5", "upgrade libshard"});
+              {Index().string(), "field 2", "codec 7", "upgrade libshard"});
 }
 
 TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {

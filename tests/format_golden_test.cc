@@ -18,13 +18,20 @@
 // golden_by_hand_v3 (the same script) with one of version 3 (§3.9).
 //
 // golden_v2_codecs is golden_v2 written with field codecs chosen by `--compress auto` (FORMAT.md
-// §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16).
+// §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16). golden_v3_codecs
+// is the same with index version 3, written before codec 5: frozen, it keeps codec 2 datasets
+// reading. golden_v3_planes2 is what `auto` writes now (planes2, codec 5, for bfloat16/float16,
+// FORMAT.md §4.3.7).
 //
-// Regenerate golden_v3, golden_v3_zstd, golden_v3_codecs, golden_v3_append and golden_v3_journal
+// golden_v3_fp8_entropy (codec 4, lossy fp8 hidden states) is frozen: see
+// CheckedInDatasetsStillRead.
+//
+// Regenerate golden_v3, golden_v3_zstd, golden_v3_planes2, golden_v3_append and golden_v3_journal
 // (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -118,17 +125,42 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v3", false);
   ExpectGoldenContents(kGoldenDir / "golden_v3_zstd", true);
   ExpectGoldenContents(kGoldenDir / "golden_v3_codecs", false);
-  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs"}) {
+  ExpectGoldenContents(kGoldenDir / "golden_v3_planes2", false);
+  // `auto` before codec 5 chose codec 2 where it now chooses codec 5.
+  std::vector<uint8_t> auto_before = ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false);
+  ASSERT_EQ(std::count(auto_before.begin(), auto_before.end(), 5), 2);  // hidden, half
+  std::replace(auto_before.begin(), auto_before.end(), uint8_t{5}, uint8_t{2});
+  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs", "golden_v3_planes2"}) {
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     EXPECT_EQ((*ds)->field_codecs(),
-              ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false));
+              std::string_view(name) == "golden_v3_planes2"
+                  ? ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false)
+                  : auto_before)
+        << name;
+  }
+  // golden_v3_fp8_entropy: an EAGLE-3 directory (tests/python/conftest.py write_eagle_dir(root, 6))
+  // packed with `--compress auto --store-dtype float8_e4m3fn` before codec 6, so its hidden
+  // states are codec 4 (fp8-entropy); frozen, it keeps codec 4 datasets reading (test_codecs.py
+  // compares its values with what codec 6 decodes the same sources to).
+  {
+    auto ds = Dataset::Open((kGoldenDir / "golden_v3_fp8_entropy").string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    EXPECT_EQ((*ds)->field_codecs(), (std::vector<uint8_t>{1, 1, 4, 4}));
+    ASSERT_EQ((*ds)->size(), 6u);
+    for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+      auto s = (*ds)->Read(i);  // sample and field checksums verified
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      const TensorView* h = s->Find("hidden_state");
+      ASSERT_NE(h, nullptr);
+      EXPECT_EQ(h->dtype, DType::kBFloat16);
+    }
   }
   // Field checksums (§3.9): in every version 3 golden, equal to what the bytes give, and in no
   // older one; Verify checks both levels.
   for (const char* name : {"golden_v1", "golden_v1_zstd", "golden_v1_uids", "golden_v2",
                            "golden_v2_zstd", "golden_v2_codecs", "golden_v3", "golden_v3_zstd",
-                           "golden_v3_codecs", "golden_v3_append"}) {
+                           "golden_v3_codecs", "golden_v3_planes2", "golden_v3_append"}) {
     SCOPED_TRACE(name);
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -184,7 +216,7 @@ TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   ExpectSameFiles(kGoldenDir / "golden_v3_zstd", zstd.path());
   TempDir codecs;
   WriteGolden(codecs.path(), false, /*codecs=*/true);
-  ExpectSameFiles(kGoldenDir / "golden_v3_codecs", codecs.path());
+  ExpectSameFiles(kGoldenDir / "golden_v3_planes2", codecs.path());
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -542,8 +574,8 @@ TEST(FormatGoldenTest, Regenerate) {
   std::filesystem::remove(kGoldenDir / "golden_v3" / ".libshard.lock");
   WriteGolden(kGoldenDir / "golden_v3_zstd", true);
   std::filesystem::remove(kGoldenDir / "golden_v3_zstd" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v3_codecs", false, /*codecs=*/true);
-  std::filesystem::remove(kGoldenDir / "golden_v3_codecs" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v3_planes2", false, /*codecs=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v3_planes2" / ".libshard.lock");
   WriteAppendedGolden(kGoldenDir / "golden_v3_append");
   std::filesystem::remove(kGoldenDir / "golden_v3_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).

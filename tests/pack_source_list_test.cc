@@ -168,6 +168,9 @@ TEST(OptionParsingTest, Compression) {
   EXPECT_EQ(ParseCompression("zstd")->level, 3);
   EXPECT_EQ(ParseCompression("zstd:19")->level, 19);
   EXPECT_EQ(ParseCompression("zstd:-3")->level, -3);
+  EXPECT_EQ(ParseCompression("auto")->field_codecs, FieldCodecPolicy::kAuto);
+  EXPECT_EQ(ParseCompression("planes")->field_codecs, FieldCodecPolicy::kPlanes);
+  EXPECT_EQ(ParseCompression(" Planes2 ")->field_codecs, FieldCodecPolicy::kPlanes2);
   for (const char* bad : {"gzip", "zstd:", "zstd:23", "zstd:x", "zstd:1:2"})
     EXPECT_FALSE(ParseCompression(bad).ok()) << bad;
 }

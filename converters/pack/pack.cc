@@ -581,7 +581,7 @@ Status ValidatePackOptions(const PackOptions& o, OptionSpelling spelling) {
       o.compression != Compression::kNone)
     return Status::InvalidArgument(
         "whole-sample zstd (" + name("compress") + " zstd) and field codecs (" + name("compress") +
-        " auto/planes, " + name("store_dtype") + ") exclude each other (FORMAT.md §3.8.6)");
+        " auto/planes/planes2, " + name("store_dtype") + ") exclude each other (FORMAT.md §3.8.6)");
   if (o.threads > 1024) return Status::InvalidArgument(name("threads") + " must be at most 1024");
   std::unordered_set<std::string> seen;
   for (const std::string& f : o.fields) {

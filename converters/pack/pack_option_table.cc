@@ -138,9 +138,9 @@ std::vector<Spec> MakeSpecs() {
                             UINT64_MAX, "roll to a new shard file past this many bytes"),
                    {"--shard-size"}));
   t.push_back(With(Parsed("compress", "compression, zstd_level, field_codecs", "str", "'none'",
-                          {"none", "zstd", "zstd:LEVEL", "auto", "planes"},
+                          {"none", "zstd", "zstd:LEVEL", "auto", "planes", "planes2"},
                           "zstd per sample (LEVEL -7..22), or field codecs chosen per field "
-                          "(auto, planes)",
+                          "(auto, planes, planes2)",
                           ApplyCompress),
                    {"--compress"}));
   t.push_back(With(Parsed("store_dtype", "store_fp8", "Optional[str]", "None",

@@ -128,7 +128,7 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
     if (!rs.ok()) return rs.WithContext(where);
     const std::optional<size_t> f = dataset.schema().Find(std::string(v.name));
     const uint8_t codec = f && !codecs.empty() ? codecs[*f] : 0;
-    if (codec == 3 || codec == 4) {  // fp8, lossy (FORMAT.md §4.3.5)
+    if (codec == 3 || codec == 4 || codec == 6) {  // fp8, lossy (FORMAT.md §4.3.5, §4.3.8)
       LossyFieldError err;
       err.field = std::string(v.name);
       LIBSHARD_RETURN_IF_ERROR(

@@ -89,12 +89,12 @@ def test_compress_auto_loader_bit_exact_vs_torch_load(src, tmp_path):
     info = json.loads(run("info", out, "--json").stdout)
     assert info["totals"]["stored_bytes"] < info["totals"]["raw_bytes"]
     fields = {f["name"]: f for f in info["schema"]["fields"]}
-    assert fields["hidden_state"]["codec"] == "planes"
+    assert fields["hidden_state"]["codec"] == "planes2"  # codec 5 (FORMAT.md §4.3.7)
     assert fields["input_ids"]["codec"] == "zstd"
     assert fields["hidden_state"]["stored_bytes"] < fields["hidden_state"]["raw_bytes"]
     assert fields["input_ids"]["raw_bytes"] == sum(8 * w["input_ids"].numel() for w in want)
     text = run("info", out).stdout
-    assert "planes" in text and "stored of" in text
+    assert "planes2" in text and "stored of" in text
     v = run("verify", out, "--against", src).stdout
     assert "bit-exact" in v and "fp8" not in v
 
@@ -106,8 +106,9 @@ def test_store_dtype_fp8_within_bound(src, tmp_path):
     raw = sum(sum(t.numel() * t.element_size() for t in w.values()) for w in want)
     info = json.loads(run("info", out, "--json").stdout)
     fields = {f["name"]: f for f in info["schema"]["fields"]}
-    assert fields["hidden_state"]["codec"] == "fp8-entropy"
-    assert fields["aux_hidden_state"]["codec"] == "fp8-entropy"
+    # fp8 + compression writes codec 6 (FORMAT.md §4.3.8), no longer codec 4 (fp8-entropy).
+    assert fields["hidden_state"]["codec"] == "fp8-planes"
+    assert fields["aux_hidden_state"]["codec"] == "fp8-planes"
     assert fields["input_ids"]["codec"] == "zstd"
     assert fields["hidden_state"]["stored_bytes"] * 2 <= fields["hidden_state"]["raw_bytes"]
     assert sum(f["raw_bytes"] for f in fields.values()) == raw  # tensors, no padding
@@ -123,9 +124,39 @@ def test_store_dtype_fp8_within_bound(src, tmp_path):
             bound = torch.maximum(x.abs() / 16, s / 1024) + g.abs() / 256 + 1e-6 * s
             assert bool(((g - x).abs() <= bound).all()), f"sample {i} {key}"
             assert bool((g != x).any()), "fp8 is lossy: something must differ"
+    # The same codes and scales as plain fp8 (codec 3): the same values, bit for bit.
+    plain = pack_dir(src, tmp_path / "fp8_plain", store_dtype="float8_e4m3fn")
+    info3 = json.loads(run("info", plain, "--json").stdout)
+    assert {f["name"]: f["codec"] for f in info3["schema"]["fields"]}["hidden_state"] == "fp8"
+    ds3 = libshard.Dataset(plain)
+    for i in range(N):
+        for key in ("hidden_state", "aux_hidden_state"):
+            assert tensor_bytes(ds[i][key]) == tensor_bytes(ds3[i][key]), f"sample {i} {key}"
     v = run("verify", out, "--against", src).stdout
     assert "fp8 field hidden_state: relative error max" in v
     assert "within the FORMAT.md §4.3.5 bound" in v
+
+
+def test_fp8_entropy_datasets_keep_loading(tmp_path):
+    # tests/data/golden_v3_fp8_entropy: write_eagle_dir(root, 6) packed with `--compress auto
+    # --store-dtype float8_e4m3fn` before codec 6, i.e. as codec 4 (fp8-entropy); frozen. It reads,
+    # checksums verified, to exactly what codec 6 (fp8-planes, written now) decodes the same
+    # sources to: the same codes and scales (FORMAT.md §4.3.8).
+    frozen = REPO / "tests" / "data" / "golden_v3_fp8_entropy"
+    info = json.loads(run("info", frozen, "--json").stdout)
+    codecs = {f["name"]: f["codec"] for f in info["schema"]["fields"]}
+    assert codecs["hidden_state"] == codecs["aux_hidden_state"] == "fp8-entropy"
+    src = tmp_path / "src"
+    write_eagle_dir(src, 6)
+    now = pack_dir(src, tmp_path / "now", compress="auto", store_dtype="float8_e4m3fn")
+    info = json.loads(run("info", now, "--json").stdout)
+    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "fp8-planes"
+    old, new = libshard.Dataset(str(frozen)), libshard.Dataset(str(now))
+    assert len(old) == len(new) == 6
+    for i in range(6):
+        a, b = old[i], new[i]
+        for key in ("input_ids", "loss_mask", "hidden_state", "aux_hidden_state"):
+            assert tensor_bytes(a[key]) == tensor_bytes(b[key]), f"sample {i} {key}"
 
 
 def test_compress_zstd_and_store_dtype_exclude_each_other(src, tmp_path):
@@ -142,9 +173,29 @@ def test_writer_compress_auto_round_trips(src, tmp_path):
             w.write(d, key=f"k{i:03d}")
     ds = libshard.Dataset(tmp_path / "w")
     info = json.loads(run("info", tmp_path / "w", "--json").stdout)
-    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "planes"
+    assert {f["name"]: f["codec"] for f in info["schema"]["fields"]}["hidden_state"] == "planes2"
     for i in range(N):
         assert_sample_equal(ds[i], want[i], f"sample {i}")
+
+
+@pytest.mark.parametrize("spec,codec", [("planes", "planes"), ("planes2", "planes2")])
+def test_planes_codecs_by_name_round_trip(src, tmp_path, spec, codec):
+    # "planes" keeps meaning codec 2 (datasets written with it keep loading); "planes2" is codec 5.
+    out = pack_dir(src, tmp_path / spec, compress=spec)
+    want = sources(src)
+    info = json.loads(run("info", out, "--json").stdout)
+    fields = {f["name"]: f for f in info["schema"]["fields"]}
+    assert fields["hidden_state"]["codec"] == codec
+    assert fields["input_ids"]["codec"] == "raw"
+    assert fields["hidden_state"]["stored_bytes"] < fields["hidden_state"]["raw_bytes"]
+    ds = libshard.Dataset(out)
+    for i in range(N):
+        assert_sample_equal(ds[i], want[i], f"sample {i}")
+    loader = libshard.Loader(out, shuffle=False, return_index=True, memory_budget="16MiB",
+                             max_len=41, fields=["hidden_state"])
+    for s in loader:
+        i = s.pop("__index__")
+        assert tensor_bytes(s["hidden_state"]) == tensor_bytes(want[i]["hidden_state"][:, :41])
 
 
 def test_resume_after_sigkill_with_codecs_equals_uninterrupted(src, tmp_path):

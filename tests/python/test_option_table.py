@@ -244,7 +244,7 @@ def test_writer_compress_is_parsed_by_the_library(tmp_path, spec):
 
 
 def test_writer_compress_levels_and_codecs_round_trip(tmp_path):
-    for spec in (None, "none", "zstd", "zstd:5", "ZSTD:-3", "auto", "planes"):
+    for spec in (None, "none", "zstd", "zstd:5", "ZSTD:-3", "auto", "planes", "planes2"):
         out = tmp_path / f"ds-{spec}".replace(":", "_")
         with libshard.Writer(out, compress=spec, fsync=False) as w:
             w.write({"input_ids": torch.arange(16), "hidden_state": torch.ones(1, 16, 8,

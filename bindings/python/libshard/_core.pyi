@@ -145,7 +145,7 @@ class WriterOptions(TypedDict, total=False):
     """The keys `Writer` takes (name: type, default; bounds; doc)."""
     # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615)
     shard_size: Union[int, str]
-    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes'; also spelled compression)
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled compression)
     compress: Optional[str]
     # encoding threads (layout, compression, checksums) (default None; 1..256, None: one per CPU, at most 4)
     threads: Optional[int]
@@ -175,7 +175,7 @@ class PackOptions(TypedDict, total=False):
     exclude: Optional[List[str]]
     # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615; also spelled --shard-size)
     shard_size: Union[int, str]
-    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes) (default 'none'; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes'; also spelled --compress)
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default 'none'; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled --compress)
     compress: str
     # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'float8_e4m3fn'; also spelled --store-dtype)
     store_dtype: Optional[str]

@@ -38,11 +38,13 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       files_from: a file listing sources, one a line ("-" for stdin).
       include, exclude: glob filters on relative paths (repeatable on the command line).
       shard_size: roll to a new shard past this size (int bytes or "4GiB", "512M", ...).
-      compress: "none"; "auto" (field codecs chosen per field: bf16/fp16 planes, lossless, other
-        dtypes zstd per field); "planes" (bf16/fp16 only); or "zstd" / "zstd:LEVEL" (whole
-        samples, 2-byte dtypes byte-shuffled first).
+      compress: "none"; "auto" (field codecs chosen per field: bf16/fp16 planes2, lossless, other
+        dtypes zstd per field); "planes2" (bf16/fp16 only, codec 5); "planes" (bf16/fp16 only,
+        codec 2, the layout before planes2); or "zstd" / "zstd:LEVEL" (whole samples, 2-byte
+        dtypes byte-shuffled first).
       store_dtype: "float8_e4m3fn" stores bf16/fp16 hidden states as fp8 with a scale per token
-        (lossy; read back as bf16).
+        (lossy; read back as bf16); with a compress other than "none", as fp8-planes (codec 6:
+        the same values, the codes' exponent bits entropy-coded).
       fields: keep only these tensors.
       threads: conversion threads (None: the number of CPUs).
       on_error: "raise" (the first bad file raises; nothing that opens as complete is left) or

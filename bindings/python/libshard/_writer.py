@@ -160,8 +160,9 @@ class Writer:
         r writes ``out/parts/rank-RRRRR-of-WWWWW/`` and the last rank to close joins the parts
         into ``out`` (hard links, ordered by key).
       compress: None, ``"zstd"`` or ``"zstd:LEVEL"`` (per sample; 2-byte dtypes are byte-shuffled
-        first, FORMAT.md §4.2), or ``"auto"`` / ``"planes"`` (field codecs chosen per field,
-        lossless, FORMAT.md §4.3: bf16/fp16 planes, other dtypes zstd per field with ``"auto"``).
+        first, FORMAT.md §4.2), or ``"auto"`` / ``"planes2"`` / ``"planes"`` (field codecs chosen
+        per field, lossless, FORMAT.md §4.3: bf16/fp16 as planes2, codec 5, or with ``"planes"``
+        as codec 2; other dtypes zstd per field with ``"auto"``, raw otherwise).
       shard_size: roll to a new shard file past this many bytes (int or ``"4GiB"``).
       schema: a :class:`libshard.Schema`; default: inferred from the first sample as
         ``libshard pack`` does (field order = the dict's order, ``seq_dim`` from ``input_ids``).

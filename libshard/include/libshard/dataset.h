@@ -80,7 +80,8 @@ inline constexpr uint32_t kSampleFlagByteShuffle = 1u << 1;
 // Set by the reader (never stored) when the sample's fields are stored under field codecs
 // (FORMAT.md §4.3): the stored bytes must go through Dataset::Decode, like kSampleFlagZstd.
 inline constexpr uint32_t kSampleFlagFieldCodecs = 1u << 16;
-// "raw", "zstd", "planes", "fp8", "fp8-entropy" (FORMAT.md §4.3.1); "" for an unknown id.
+// "raw", "zstd", "planes", "fp8", "fp8-entropy", "planes2", "fp8-planes" (FORMAT.md §4.3.1); ""
+// for an unknown id.
 std::string_view FieldCodecName(uint8_t codec);
 // Whether a sample with these flags must be decoded (Dataset::Decode) before use.
 inline constexpr bool SampleNeedsDecode(uint32_t flags) {

@@ -31,14 +31,16 @@ enum class Compression : uint32_t {
 // Compression::kZstd: whole-sample zstd and field codecs are exclusive, §3.8.6).
 enum class FieldCodecPolicy : uint32_t {
   kNone = 0,    // every field raw
-  kAuto = 1,    // bfloat16/float16: planes (codec 2); other dtypes except strings of bytes:
-                // zstd per field (codec 1)
-  kPlanes = 2,  // bfloat16/float16: planes (codec 2); others raw
+  kAuto = 1,     // bfloat16/float16: planes2 (codec 5); other dtypes except strings of bytes:
+                 // zstd per field (codec 1)
+  kPlanes = 2,   // bfloat16/float16: planes (codec 2); others raw
+  kPlanes2 = 3,  // bfloat16/float16: planes2 (codec 5); others raw
 };
 
 // The codec id (FORMAT.md §4.3.1) of each field of `schema` under `policy`; with `store_fp8`,
 // bfloat16/float16 fields with a sequence dimension and rank >= 2 (hidden states) get fp8
-// (codec 3, lossy) or, with a policy other than kNone, fp8-entropy (codec 4). All zeros: raw.
+// (codec 3, lossy) or, with a policy other than kNone, fp8-planes (codec 6: codec 3's codes, the
+// exponent bits entropy-coded; codec 4, fp8-entropy, is no longer chosen). All zeros: raw.
 std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
                                        bool store_fp8);
 
@@ -48,7 +50,8 @@ inline constexpr int kMaxZstdLevel = 22;
 
 // A compression as users write it (Python Writer(compress=...), `libshard pack --compress`):
 //   "none"; "zstd" or "zstd:LEVEL" (LEVEL in kMinZstdLevel..kMaxZstdLevel): whole-sample zstd;
-//   "auto", "planes": field codecs chosen per field (FieldCodecPolicy, ChooseFieldCodecs).
+//   "auto", "planes", "planes2": field codecs chosen per field (FieldCodecPolicy,
+//   ChooseFieldCodecs).
 // Case and surrounding blanks are ignored; anything else is InvalidArgument listing the forms.
 struct CompressionSpec {
   Compression compression = Compression::kNone;

@@ -31,8 +31,9 @@ const CodecEntry kRawCodec = {
 
 const CodecEntry* FindCodec(CodecId id) {
   // Indexed by id: the numbers are part of the format.
-  static constexpr const CodecEntry* kTable[] = {&kRawCodec, &kZstdCodec, &kPlanesCodec,
-                                                 &kFp8Codec, &kFp8EntropyCodec};
+  static constexpr const CodecEntry* kTable[] = {&kRawCodec,        &kZstdCodec,    &kPlanesCodec,
+                                                 &kFp8Codec,        &kFp8EntropyCodec,
+                                                 &kPlanes2Codec,    &kFp8PlanesCodec};
   static_assert(std::size(kTable) == kMaxCodecId + 1);
   const auto i = static_cast<uint8_t>(id);
   return i < std::size(kTable) ? kTable[i] : nullptr;

@@ -1,6 +1,6 @@
 // The codec table (FORMAT.md §4.3.1): one entry per codec id, each codec in its own file
 // (raw and the table in codec_table.cc, zstd_codec.cc, planes_codec.cc, fp8_codec.cc,
-// fp8_entropy_codec.cc). A codec says which dtypes it takes, how many fixed and coded bytes a row
+// fp8_entropy_codec.cc, planes2_codec.cc, fp8_planes_codec.cc). A codec says which dtypes it takes, how many fixed and coded bytes a row
 // holds in a chunk, which chunk modes and header flags it allows, and how to encode and decode
 // one chunk; the chunk walker (chunk_walker.{h,cc}) does everything else (header, chunk table,
 // channel base table, bounds, error messages) once for all of them. Internal to codec/.
@@ -115,6 +115,10 @@ struct CodecEntry {
   // Decodes the chunk's first c.need rows into chunk_out (c.need · row_elems elements of g.dtype).
   Status (*decode_chunk)(DecodeScratch& s, const FieldGeometry& g, const ChunkView& c,
                          uint8_t* chunk_out);
+  // fp8 codecs (Decoder::DecodeFp8): the chunk's first c.need rows' scales (scales_out) and
+  // codes (q_out, c.need · row_elems bytes), not dequantized; null for the others.
+  Status (*decode_codes)(DecodeScratch& s, const FieldGeometry& g, const ChunkView& c,
+                         uint8_t* q_out, float* scales_out) = nullptr;
 };
 
 // The entry of `id`; null for an id no codec has.
@@ -126,6 +130,8 @@ extern const CodecEntry kZstdCodec;
 extern const CodecEntry kPlanesCodec;
 extern const CodecEntry kFp8Codec;
 extern const CodecEntry kFp8EntropyCodec;
+extern const CodecEntry kPlanes2Codec;
+extern const CodecEntry kFp8PlanesCodec;
 
 // Shared by the codecs.
 bool AcceptsAny(DType dtype);

@@ -94,7 +94,9 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
 Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const FieldGeometry& g,
                           uint64_t max_rows, std::span<uint8_t> fp8_dst,
                           std::span<float> scales_dst) {
-  if (!IsLossy(id)) return Status::InvalidArgument("DecodeFp8 needs an fp8 codec");
+  const CodecEntry* codec = FindCodec(id);
+  if (codec == nullptr || codec->decode_codes == nullptr)
+    return Status::InvalidArgument("DecodeFp8 needs an fp8 codec");
   LIBSHARD_ASSIGN_OR_RETURN(RegionInfo info, ParseRegion(region, id, g));
   const uint64_t rows_wanted = std::min(max_rows, g.rows);
   if (fp8_dst.size() != rows_wanted * g.row_elems || scales_dst.size() != rows_wanted)
@@ -106,8 +108,8 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
     return Status::OK();
   }
   DecodeScratch& s = state_->scratch;
-  return ForEachChunk(region, *FindCodec(id), info, g, rows_wanted, [&](const ChunkView& c) {
-    return DecodeFp8CodesChunk(s, g, c, fp8_dst.data() + c.row0 * g.row_elems,
+  return ForEachChunk(region, *codec, info, g, rows_wanted, [&](const ChunkView& c) {
+    return codec->decode_codes(s, g, c, fp8_dst.data() + c.row0 * g.row_elems,
                                scales_dst.data() + c.row0);
   });
 }

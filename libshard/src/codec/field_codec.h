@@ -31,14 +31,18 @@ enum class CodecId : uint8_t {
   kPlanes = 2,      // bf16/fp16 planes: entropy-coded sign+exponent byte, low byte stored; lossless
   kFp8 = 3,         // float8_e4m3fn, one float32 scale per row; lossy
   kFp8Entropy = 4,  // kFp8 with the fp8 bytes entropy-coded; lossy
+  kPlanes2 = 5,     // bf16/fp16 planes: entropy-coded exponent bits, sign bitmap and low byte
+                    // stored; lossless
+  kFp8Planes = 6,   // kFp8's codes: entropy-coded exponent bits, sign and mantissa nibbles
+                    // stored; lossy
 };
-inline constexpr uint8_t kMaxCodecId = 4;
+inline constexpr uint8_t kMaxCodecId = 6;
 
-// "raw", "zstd", "planes", "fp8", "fp8-entropy"; "" for an unknown id.
+// "raw", "zstd", "planes", "fp8", "fp8-entropy", "planes2", "fp8-planes"; "" for an unknown id.
 std::string_view CodecName(CodecId id);
 bool IsLossy(CodecId id);
-// Whether `id` can store a tensor of `dtype`: raw and zstd take every dtype; planes, fp8 and
-// fp8-entropy take bfloat16 and float16.
+// Whether `id` can store a tensor of `dtype`: raw and zstd take every dtype; planes, fp8,
+// fp8-entropy, planes2 and fp8-planes take bfloat16 and float16.
 bool CodecAccepts(CodecId id, DType dtype);
 
 inline constexpr size_t kRegionHeaderSize = 32;
@@ -64,8 +68,8 @@ Result<FieldGeometry> GeometryOf(DType dtype, std::span<const uint64_t> shape, i
 enum class EntropyCoder : uint8_t { kZstd = 1, kHuffman = 2 };
 
 struct EncodeOptions {
-  // Planes (codec 2): the libshard Huffman coder decodes ~2x faster than zstd's and codes the
-  // exponent plane smaller (no LZ sequences); fp8-entropy (codec 4): zstd, whose Huffman handles the
+  // Planes (codecs 2 and 5) and fp8-planes (codec 6): the libshard Huffman coder decodes ~2x faster
+  // than zstd's and codes the exponent plane smaller (no LZ sequences); fp8-entropy (codec 4): zstd, whose Huffman handles the
   // ~7-bit codes better (bench/codec_bench.py). Codec 1 is always zstd.
   EntropyCoder entropy = EntropyCoder::kHuffman;
   EntropyCoder fp8_entropy = EntropyCoder::kZstd;
@@ -75,8 +79,8 @@ struct EncodeOptions {
   // bf16) measured best in ratio and decode speed among 2^16, 2^18 and 2^20 (bench/codec_bench.py);
   // it is 256 tokens at H = 4096, the granularity of a prefix (max_len) decode.
   uint64_t chunk_elems = uint64_t{1} << 20;
-  // Planes and fp8-entropy: code each value relative to a per-channel base exponent (§4.3.4,
-  // §4.3.5), when a row has at least 64 elements.
+  // Planes, planes2, fp8-entropy and fp8-planes: code each value relative to a per-channel base
+  // exponent (§4.3.4, §4.3.5, §4.3.7, §4.3.8), when a row has at least 64 elements.
   bool channel_base = true;
 };
 

@@ -97,6 +97,7 @@ const CodecEntry kFp8Codec = {
     .prepare = PrepareFp8,
     .encode_chunk = EncodeChunk,
     .decode_chunk = DecodeFp8Chunk,
+    .decode_codes = DecodeFp8CodesChunk,
 };
 
 }  // namespace libshard::codec

@@ -47,6 +47,7 @@ const CodecEntry kFp8EntropyCodec = {
     .prepare = Prepare,
     .encode_chunk = EncodeChunk,
     .decode_chunk = DecodeFp8Chunk,
+    .decode_codes = DecodeFp8CodesChunk,
 };
 
 }  // namespace libshard::codec

@@ -14,7 +14,9 @@
 namespace libshard::format::index_internal {
 
 inline constexpr const char* kDamaged = "; the index is damaged, re-run libshard pack";
-inline constexpr uint16_t kMaxKnownCodec = 4;
+// The largest field codec id of FORMAT.md §4.3.1: codec::kMaxCodecId, which format/ cannot include
+// (it depends on nothing); codec_test checks that the two agree.
+inline constexpr uint16_t kMaxKnownCodec = 6;
 
 // Bytes needed for v (0 for 0).
 inline uint8_t WidthOf(uint64_t v) { return static_cast<uint8_t>((std::bit_width(v) + 7) / 8); }

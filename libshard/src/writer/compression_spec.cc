@@ -13,8 +13,10 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
   const std::string t = AsciiLower(TrimBlanks(text));
   CompressionSpec spec;
   if (t == "none") return spec;
-  if (t == "auto" || t == "planes") {
-    spec.field_codecs = t == "auto" ? FieldCodecPolicy::kAuto : FieldCodecPolicy::kPlanes;
+  if (t == "auto" || t == "planes" || t == "planes2") {
+    spec.field_codecs = t == "auto"     ? FieldCodecPolicy::kAuto
+                        : t == "planes" ? FieldCodecPolicy::kPlanes
+                                        : FieldCodecPolicy::kPlanes2;
     return spec;
   }
   if (t == "zstd") {
@@ -33,7 +35,7 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
     }
   }
   return Status::InvalidArgument("invalid compression '" + std::string(text) +
-                                 "': use none, auto, planes, zstd or zstd:LEVEL with LEVEL in " +
+                                 "': use none, auto, planes, planes2, zstd or zstd:LEVEL with LEVEL in " +
                                  std::to_string(kMinZstdLevel) + ".." +
                                  std::to_string(kMaxZstdLevel));
 }

@@ -56,11 +56,11 @@ Status ValidateOptions(const WriterOptions& o) {
                                    " is not in " + std::to_string(kMinZstdLevel) + ".." +
                                    std::to_string(kMaxZstdLevel));
   if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&
-      o.field_codecs != FieldCodecPolicy::kPlanes)
+      o.field_codecs != FieldCodecPolicy::kPlanes && o.field_codecs != FieldCodecPolicy::kPlanes2)
     return Status::InvalidArgument("WriterOptions.field_codecs is not a known value");
   const bool codecs = o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8;
   if (codecs && o.compression != Compression::kNone)
-    return Status::InvalidArgument("field codecs (compress auto/planes, store_dtype "
+    return Status::InvalidArgument("field codecs (compress auto/planes/planes2, store_dtype "
                                    "float8_e4m3fn) and whole-sample zstd compression are "
                                    "exclusive (FORMAT.md §3.8.6); choose one");
   return Status::OK();

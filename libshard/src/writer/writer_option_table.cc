@@ -52,9 +52,9 @@ std::vector<Spec> MakeSpecs() {
     s.type = OptionType::kChoice;
     s.py_type = "Optional[str]";
     s.default_value = "None";
-    s.choices = {"none", "zstd", "zstd:LEVEL", "auto", "planes"};
+    s.choices = {"none", "zstd", "zstd:LEVEL", "auto", "planes", "planes2"};
     s.aliases = {"compression"};
-    s.doc = "zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes)";
+    s.doc = "zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2)";
     s.set = SetCompress;
     t.push_back(std::move(s));
   }
