@@ -5,7 +5,8 @@ thread, then loads each packed dataset with the loader, shuffled, and prints rat
 thread, loader decoded GB/s (and x the uncompressed dataset) and CPU-s per decoded GB.
 
     sudo python3 bench/codec_loader_bench.py [NAME=]SRC [[NAME=]SRC ...] [--work /var/tmp/libshard_codecs]
-        [--rounds 3] [--choices none,auto,fp8-entropy] [--before OLD_CLI] [--reuse]
+        [--rounds 3] [--choices none,auto,fp8-entropy] [--before OLD_CLI] [--old-writer OLD_CLI]
+        [--reuse]
 
 The corpus of issue 26 (bench/make_codec_corpus.py):
 
@@ -21,8 +22,10 @@ rows within one run.
 
 --before OLD_CLI also loads every dataset with another build's CLI, alternated with this one's
 within each round (same datasets, same page-cache drops), and adds its GB/s and CPU-s columns:
-a before/after of a loader or decoder change measured side by side. --reuse loads the datasets
-already packed under --work (pack MB/s is then not measured).
+a before/after of a loader or decoder change measured side by side (both builds must read the
+datasets). --old-writer OLD_CLI adds the auto and fp8-entropy rows packed by another build and
+loaded by this one: a before/after of a change of what the writer stores. --reuse loads the
+datasets already packed under --work (pack MB/s is then not measured).
 """
 from __future__ import annotations
 
@@ -47,6 +50,14 @@ CHOICES = [
     ("fp8", "fp8 (float8_e4m3fn, lossy)", ["--store-dtype", "float8_e4m3fn"]),
     ("fp8-entropy", "fp8 + entropy coder", ["--compress", "auto", "--store-dtype", "float8_e4m3fn"]),
 ]
+# With --old-writer OLD_CLI: the same two choices packed by an older build (before codecs 5 and
+# 6: codec 2 for auto, codec 4 for fp8 + entropy) and loaded by --cli like every other row, so
+# one run compares the stored layouts under the same loader.
+OLD_WRITER_CHOICES = [
+    ("auto", "auto, older writer", ["--compress", "auto"]),
+    ("fp8-entropy", "fp8 + entropy coder, older writer",
+     ["--compress", "auto", "--store-dtype", "float8_e4m3fn"]),
+]
 EPOCH = re.compile(r"loader epoch (\d+):.*decoded [0-9.]+ [KMGT]?i?B: ([0-9.]+) GB/s, ([0-9.]+) CPU-s")
 
 
@@ -62,16 +73,20 @@ def stored_bytes(path: Path) -> int:
 def bench_corpus(name: str, src: Path, args) -> None:
     src_bytes = dir_bytes(src)
     rows = []
-    for i, (key, label, flags) in enumerate(CHOICES):
+    plan = [(f"{name}_ds{i}", key, label, flags, args.cli) for i, (key, label, flags) in enumerate(CHOICES)]
+    if args.old_writer:
+        plan += [(f"{name}_old{i}", key, label, flags, args.old_writer)
+                 for i, (key, label, flags) in enumerate(OLD_WRITER_CHOICES)]
+    for dirname, key, label, flags, pack_cli in plan:
         if key != "none" and args.choices and key not in args.choices:
             continue
-        out = args.work / f"{name}_ds{i}"
+        out = args.work / dirname
         pack_mbps = None
         if not (args.reuse and (out / "index.lsi").exists()):
             shutil.rmtree(out, ignore_errors=True)
             drop_caches()
             t0 = time.perf_counter()
-            subprocess.run([args.cli, "pack", str(src), "-o", str(out), "--threads", "1", *flags],
+            subprocess.run([pack_cli, "pack", str(src), "-o", str(out), "--threads", "1", *flags],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             pack_mbps = src_bytes / (time.perf_counter() - t0) / 1e6
         rows.append({"name": label, "out": out, "pack_mbps": pack_mbps,
@@ -132,6 +147,8 @@ def main() -> int:
                    help="keys of the rows besides none (default all): " +
                         ",".join(c[0] for c in CHOICES[1:]))
     p.add_argument("--before", default="", help="another build's CLI, loaded alternately with --cli")
+    p.add_argument("--old-writer", default="",
+                   help="another build's CLI that also packs auto and fp8-entropy (rows loaded by --cli)")
     p.add_argument("--reuse", action="store_true", help="load the datasets already under --work")
     args = p.parse_args()
     if os.geteuid() != 0:
