@@ -949,6 +949,125 @@ TEST(Fp8, EveryCodeDequantizesAsTheSpecSays) {
   }
 }
 
+// The fast fp8 dequantization (16-entry tables per row, AVX2; issue 26) against the 256-entry
+// table path and the formula of §4.3.5, bit for bit: every code, both dtypes, scales over the
+// whole float32 range (every exponent field, several mantissas, both signs) and at the edges
+// where a row stops qualifying; codecs 3/4 (with and without bases) and codec 6's fused kernel;
+// row widths around the 32-element step. Where the CPU lacks AVX2 (or LIBSHARD_PLANES_KERNEL=sse2)
+// both sides run the table path and this still checks it against the formula.
+TEST(Fp8, FastDequantizationMatchesTheTablePath) {
+  std::mt19937 rng(26);
+  std::vector<float> scales = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f,
+                               0x1p-120f, 0x1p-8f, 65520.0f / 448.0f, 65504.0f / 448.0f,
+                               std::numeric_limits<float>::max() / 448.0f,
+                               std::numeric_limits<float>::max(),
+                               std::numeric_limits<float>::min(),
+                               std::numeric_limits<float>::denorm_min(), 1.0f / 1.875f,
+                               2.0f / 1.875f, 2.0f / 1.75f};
+  for (uint32_t e = 0; e < 256; ++e)
+    for (uint32_t mant : {0u, 1u, 0x400000u, 0x7FFFFFu, 0x7FFFFEu, 0x444444u, 0x088888u,
+                          static_cast<uint32_t>(rng()) & 0x7FFFFFu,
+                          static_cast<uint32_t>(rng()) & 0x7FFFFFu})
+      for (uint32_t sign : {0u, 0x80000000u})
+        scales.push_back(std::bit_cast<float>(sign | e << 23 | mant));
+  // A few ulps either side of every bound and of the scales that carry products into the next
+  // binade.
+  for (float edge : {0x1p-120f, 0x1p-8f, 65520.0f / 448.0f, 65504.0f / 448.0f,
+                     std::numeric_limits<float>::max() / 448.0f, 1.0f / 1.875f, 2.0f / 1.875f,
+                     2.0f / 1.125f, 0x1p-126f}) {
+    float lo = edge, hi = edge;
+    for (int k = 0; k < 8; ++k) {
+      lo = std::nextafter(lo, 0.0f);
+      hi = std::nextafter(hi, INFINITY);
+      scales.insert(scales.end(), {lo, hi, -lo, -hi});
+    }
+  }
+  std::vector<uint8_t> all(256);
+  for (int c = 0; c < 256; ++c) all[c] = static_cast<uint8_t>(c);
+  const auto base = [&] {
+    std::vector<uint8_t> b(384);
+    for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
+    return b;
+  }();
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const bool bf16 = dtype == DType::kBFloat16;
+    for (float s : scales) {
+      SCOPED_TRACE("scale " + std::to_string(std::bit_cast<uint32_t>(s)) + " bf16 " +
+                   std::to_string(bf16));
+      std::vector<uint16_t> fast(256), table(256);
+      DequantizeRow(all.data(), nullptr, 256, s, dtype, reinterpret_cast<uint8_t*>(fast.data()));
+      DequantizeRow(all.data(), nullptr, 256, s, dtype, reinterpret_cast<uint8_t*>(table.data()),
+                    Fp8Kernel::kTable);
+      for (int c = 0; c < 256; ++c) {
+        const float y = E4M3ToF32(static_cast<uint8_t>(c)) * s;
+        ASSERT_EQ(table[c], bf16 ? F32ToBF16(y) : F32ToF16(y)) << "code " << c;
+        ASSERT_EQ(fast[c], table[c]) << "code " << c;
+      }
+    }
+    // Row widths around the steps, random codes (all 256 in the 384 row), bases, codec 6.
+    for (size_t n : {1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 384}) {
+      std::vector<uint8_t> q(n);
+      for (size_t i = 0; i < n; ++i) q[i] = n == 384 && i < 256 ? static_cast<uint8_t>(i) : rng();
+      for (float s : {1.0f, -3.5f, 0.013f, 1e-3f, 1e30f, 0x1p-125f, 150.0f}) {
+        for (bool with_base : {false, true}) {
+          SCOPED_TRACE("n " + std::to_string(n) + " scale " + std::to_string(s) + " base " +
+                       std::to_string(with_base));
+          const uint8_t* b = with_base ? base.data() : nullptr;
+          std::vector<uint16_t> fast(n + 1, 0xEEEE), table(n + 1, 0xEEEE), planes(n + 1, 0xEEEE);
+          DequantizeRow(q.data(), b, n, s, dtype, reinterpret_cast<uint8_t*>(fast.data()));
+          DequantizeRow(q.data(), b, n, s, dtype, reinterpret_cast<uint8_t*>(table.data()),
+                        Fp8Kernel::kTable);
+          EXPECT_EQ(fast, table);
+          // Codec 6: the same codes split into nibbles and plane (bases as §4.3.8's).
+          std::vector<uint8_t> codes(q);
+          if (with_base) ApplyBase(codes.data(), base.data(), n, true);
+          std::vector<uint8_t> nibbles(NibbleRowBytes(n) + 16), plane(n);
+          SplitFp8Planes(codes.data(), b, n, nibbles.data(), plane.data());
+          DequantizeFp8PlanesRow(nibbles.data(), plane.data(), b, n, s, dtype,
+                                 reinterpret_cast<uint8_t*>(planes.data()));
+          EXPECT_EQ(planes, table);
+          std::vector<uint16_t> planes_table(n + 1, 0xEEEE);
+          DequantizeFp8PlanesRow(nibbles.data(), plane.data(), b, n, s, dtype,
+                                 reinterpret_cast<uint8_t*>(planes_table.data()), Fp8Kernel::kTable);
+          EXPECT_EQ(planes_table, table);
+        }
+      }
+    }
+  }
+}
+
+// Through the codecs, float16 and bfloat16, rows whose scales span the range (most float16 rows
+// below 2^-8 · 448 take the table path, the others the fast one): every value as §4.3.5 says.
+TEST(Fp8, EveryDtypeAndScaleDecodesAsTheFormula) {
+  std::mt19937 rng(7);
+  for (DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    const bool bf16 = dtype == DType::kBFloat16;
+    const float factors[] = {1.0f, 3.0f, 0x1p-10f, 0x1p-14f, 0.7f, -5.5f, 100.0f, 146.0f, 0.25f,
+                             bf16 ? 1e30f : 0x1p-20f, bf16 ? 0x1p-120f : 0.01f};
+    const FieldGeometry g{dtype, std::size(factors), 384};
+    std::vector<uint16_t> v(g.elements());
+    for (uint64_t r = 0; r < g.rows; ++r)
+      for (uint64_t k = 0; k < g.row_elems; ++k) {
+        const int c = k < 256 ? static_cast<int>(k) : static_cast<int>(rng() & 0xFF);
+        const float x = (c & 0x7F) == 0x7F ? (c & 0x80 ? -NAN : NAN)
+                                           : E4M3ToF32(static_cast<uint8_t>(c)) * factors[r];
+        v[r * g.row_elems + k] = bf16 ? F32ToBF16(x) : F32ToF16(x);
+      }
+    for (CodecId id : {CodecId::kFp8, CodecId::kFp8Entropy, CodecId::kFp8Planes}) {
+      const auto region = EncodeOk(id, g, ToBytes(v), EncodeOptions{});
+      Decoder d;
+      const auto out = ToU16(DecodeOk(d, region, id, g));
+      std::vector<uint8_t> codes(g.elements());
+      std::vector<float> scales(g.rows);
+      ASSERT_TRUE(d.DecodeFp8(region, id, g, UINT64_MAX, codes, scales).ok());
+      for (uint64_t i = 0; i < g.elements(); ++i) {
+        const float y = E4M3ToF32(codes[i]) * scales[i / g.row_elems];
+        ASSERT_EQ(out[i], bf16 ? F32ToBF16(y) : F32ToF16(y)) << i;
+      }
+    }
+  }
+}
+
 // --- Codec 6, fp8-planes (FORMAT.md §4.3.8) ------------------------------------------------
 
 // The same codes and scales as codec 3 (so the same decoded values, bit for bit), for odd and

@@ -1,6 +1,7 @@
 // The byte-plane kernels of the field codecs: FORMAT.md §4.3.4, §4.3.5.
 #include "codec/plane_kernels.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -367,12 +368,178 @@ void DequantizeBlocks(size_t n, float scale, DType dtype, uint8_t* dst, Fill&& f
   }
 }
 
+#if defined(LIBSHARD_PLANES_AVX2)
+// The fast path (issue 26). For a code with exponent field e ≥ 1 (not NaN), E(code) =
+// ±(1 + m/8) · 2^(e−7), so E(code) · s is the e = 1 product times 2^(e−1), exactly. When that
+// product's exact value is a normal float32 for e = 1 and the e = 15 one is finite, the float32
+// rounding commutes with the power of two, and so does the rounding into the output while it
+// stays normal and finite there (bfloat16: float32's exponent range; float16: ≥ 2^-14 and below
+// 65520): the result's bits are those of the e = 1 code plus (e − 1) << k (k = 7 bfloat16, 10
+// float16; a mantissa that rounds up into the next binade does so for every e alike). So a row
+// needs three 16-entry tables of 16-bit results indexed by the nibble sign << 3 | m: `norm`
+// (e = 1, less 1 << k, so that the add is e << k), `sub` (e = 0) and `nan` (e = 15, m = 7); each
+// as a low-byte and a high-byte table for pshufb. Rows whose scale does not qualify (tiny, huge,
+// NaN or ±inf) take the 256-entry table path; codec_test compares the two on every code at
+// scales across the whole float32 range.
+struct FastTables {
+  alignas(16) uint8_t norm_lo[16], norm_hi[16], sub_lo[16], sub_hi[16], nan_lo[16], nan_hi[16];
+  int shift;  // k
+};
+
+// Fills t for `scale` and returns true when the row qualifies, with the very conversions of the
+// table path (value · scale in float32, then F32ToBF16 / F32ToF16).
+bool MakeFastTables(float scale, bool bf16, FastTables* t) {
+  const float* value = E4M3Values().v;
+  const float a = std::fabs(scale);
+  const uint32_t a_bits = std::bit_cast<uint32_t>(a);
+  const float top = 448.0f * a;  // |the e = 15 products| are at most this (monotone rounding)
+  if (bf16) {
+    // |s| ≥ 2^-120: the exact e = 1 products, ≥ |s| · 2^-6, are normal float32.
+    if (a_bits < (7u << 23) || F32ToBF16(top) >= 0x7F80) return false;
+  } else {
+    // |s| ≥ 2^-8: every e ≥ 1 product ≥ 2^-14 (float16 normal); below 65520: finite.
+    if (a_bits < (119u << 23) || std::bit_cast<uint32_t>(top) >= 0x477FF000u) return false;
+  }
+  t->shift = bf16 ? 7 : 10;
+  auto conv = [&](uint8_t code) {
+    const float y = value[code] * scale;
+    return bf16 ? F32ToBF16(y) : F32ToF16(y);
+  };
+  for (int nib = 0; nib < 16; ++nib) {
+    const uint8_t sign = static_cast<uint8_t>((nib & 8) << 4), m = static_cast<uint8_t>(nib & 7);
+    const uint16_t norm = static_cast<uint16_t>(conv(sign | 0x08 | m) - (1u << t->shift));
+    const uint16_t sub = conv(sign | m), nan = conv(sign | 0x7F);
+    t->norm_lo[nib] = static_cast<uint8_t>(norm);
+    t->norm_hi[nib] = static_cast<uint8_t>(norm >> 8);
+    t->sub_lo[nib] = static_cast<uint8_t>(sub);
+    t->sub_hi[nib] = static_cast<uint8_t>(sub >> 8);
+    t->nan_lo[nib] = static_cast<uint8_t>(nan);
+    t->nan_hi[nib] = static_cast<uint8_t>(nan >> 8);
+  }
+  return true;
+}
+
+// One element from its nibble (sign << 3 | m) and exponent field, as the vector kernel does.
+inline uint16_t FastOne(const FastTables& t, uint8_t nib, uint8_t e) {
+  if (e == 0) return static_cast<uint16_t>(t.sub_lo[nib] | (t.sub_hi[nib] << 8));
+  if (e == 15 && (nib & 7) == 7) return static_cast<uint16_t>(t.nan_lo[nib] | (t.nan_hi[nib] << 8));
+  return static_cast<uint16_t>((t.norm_lo[nib] | (t.norm_hi[nib] << 8)) + (e << t.shift));
+}
+
+struct FastVecs {
+  __m256i norm_lo, norm_hi, sub_lo, sub_hi, nan_lo, nan_hi;
+  __m128i shift;
+};
+
+__attribute__((target("avx2"))) inline __m256i Dup16(const uint8_t* p) {
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+__attribute__((target("avx2"))) inline FastVecs LoadFast(const FastTables& t) {
+  return FastVecs{Dup16(t.norm_lo), Dup16(t.norm_hi), Dup16(t.sub_lo), Dup16(t.sub_hi),
+                  Dup16(t.nan_lo),  Dup16(t.nan_hi),  _mm_cvtsi32_si128(t.shift)};
+}
+
+// 32 elements from their nibbles (0..15) and exponent fields (0..15), written to d (64 bytes).
+__attribute__((target("avx2"))) inline void FastStep(const FastVecs& v, __m256i nib, __m256i e,
+                                                     uint8_t* d) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i key = _mm256_or_si256(_mm256_and_si256(nib, _mm256_set1_epi8(7)),
+                                      _mm256_slli_epi16(e, 3));  // < 128: no carry across bytes
+  const __m256i nan = _mm256_cmpeq_epi8(key, _mm256_set1_epi8(0x7F));
+  const __m256i sub = _mm256_cmpeq_epi8(e, zero);
+  __m256i lo = _mm256_shuffle_epi8(v.norm_lo, nib), hi = _mm256_shuffle_epi8(v.norm_hi, nib);
+  lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(v.sub_lo, nib), sub);
+  hi = _mm256_blendv_epi8(hi, _mm256_shuffle_epi8(v.sub_hi, nib), sub);
+  lo = _mm256_blendv_epi8(lo, _mm256_shuffle_epi8(v.nan_lo, nib), nan);
+  hi = _mm256_blendv_epi8(hi, _mm256_shuffle_epi8(v.nan_hi, nib), nan);
+  e = _mm256_andnot_si256(nan, e);  // NaN: nothing added (e = 0 adds nothing either)
+  const __m256i w0 = _mm256_add_epi16(_mm256_unpacklo_epi8(lo, hi),
+                                      _mm256_sll_epi16(_mm256_unpacklo_epi8(e, zero), v.shift));
+  const __m256i w1 = _mm256_add_epi16(_mm256_unpackhi_epi8(lo, hi),
+                                      _mm256_sll_epi16(_mm256_unpackhi_epi8(e, zero), v.shift));
+  // Per 128-bit lane: w0 = elements 0-7 | 16-23, w1 = 8-15 | 24-31; put them back in order.
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute2x128_si256(w0, w1, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 32), _mm256_permute2x128_si256(w0, w1, 0x31));
+}
+
+// Codecs 3/4: n codes (channel bases undone when base is not null). Each step reads its 32 codes
+// before it writes, so dst may overlap q as DequantizeRow allows.
+__attribute__((target("avx2"))) void FastCodesRowAvx2(const FastTables& t, const uint8_t* q,
+                                                      const uint8_t* base, size_t n,
+                                                      uint8_t* dst) {
+  const FastVecs v = LoadFast(t);
+  const __m256i low3 = _mm256_set1_epi8(7), low4 = _mm256_set1_epi8(0x0F), bit3 = _mm256_set1_epi8(8);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
+    if (base != nullptr) {
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i));
+      c = _mm256_xor_si256(_mm256_add_epi8(c, _mm256_slli_epi16(_mm256_and_si256(b, low4), 3)),
+                           _mm256_and_si256(b, _mm256_set1_epi8(static_cast<char>(0x80))));
+    }
+    // Masked after the 16-bit shifts, so bits from the neighbouring byte never stay.
+    const __m256i nib = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), bit3),
+                                        _mm256_and_si256(c, low3));
+    const __m256i e = _mm256_and_si256(_mm256_srli_epi16(c, 3), low4);
+    FastStep(v, nib, e, dst + 2 * i);
+  }
+  for (; i < n; ++i) {
+    uint8_t c = q[i];
+    if (base != nullptr)
+      c = static_cast<uint8_t>((c + ((base[i] & 0x0F) << 3)) ^ (base[i] & 0x80));
+    const uint16_t y = FastOne(t, static_cast<uint8_t>(((c >> 4) & 8) | (c & 7)),
+                               static_cast<uint8_t>((c >> 3) & 0x0F));
+    dst[2 * i] = static_cast<uint8_t>(y);
+    dst[2 * i + 1] = static_cast<uint8_t>(y >> 8);
+  }
+}
+
+// Codec 6, fused: the nibble is the table index, so no code byte is rebuilt.
+__attribute__((target("avx2"))) void FastPlanesRowAvx2(const FastTables& t,
+                                                       const uint8_t* nibbles,
+                                                       const uint8_t* plane, const uint8_t* base,
+                                                       size_t n, uint8_t* dst) {
+  const FastVecs v = LoadFast(t);
+  const __m128i low4x = _mm_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles + i / 2));
+    const __m128i a = _mm_and_si128(x, low4x), b = _mm_and_si128(_mm_srli_epi16(x, 4), low4x);
+    const __m256i nib = _mm256_set_m128i(_mm_unpackhi_epi8(a, b), _mm_unpacklo_epi8(a, b));
+    __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane + i));
+    if (base != nullptr)
+      p = _mm256_add_epi8(p, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(base + i)));
+    FastStep(v, nib, _mm256_and_si256(p, low4), dst + 2 * i);
+  }
+  for (; i < n; ++i) {
+    const uint8_t nib = static_cast<uint8_t>((nibbles[i / 2] >> (4 * (i & 1))) & 0x0F);
+    const uint8_t e = static_cast<uint8_t>((plane[i] + (base != nullptr ? base[i] : 0)) & 0x0F);
+    const uint16_t y = FastOne(t, nib, e);
+    dst[2 * i] = static_cast<uint8_t>(y);
+    dst[2 * i + 1] = static_cast<uint8_t>(y >> 8);
+  }
+}
+
+// Whether the fast path may run: AVX2 (and LIBSHARD_PLANES_KERNEL not "sse2").
+bool FastAllowed(Fp8Kernel kernel) { return kernel != Fp8Kernel::kTable && HaveAvx2(); }
+#endif
+
 }  // namespace
 
 // Dequantizes n codes of one row into 2-byte floats of `dtype` (§4.3.5). `base` is null or the
 // channel base table. dst may overlap q as Interleave describes.
 void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
-                   uint8_t* dst) {
+                   uint8_t* dst, Fp8Kernel kernel) {
+  (void)kernel;  // without AVX2 every row takes the table path
+#if defined(LIBSHARD_PLANES_AVX2)
+  FastTables t;
+  if (FastAllowed(kernel) && MakeFastTables(scale, dtype == DType::kBFloat16, &t)) {
+    FastCodesRowAvx2(t, q, base, n, dst);
+    return;
+  }
+#endif
   DequantizeBlocks(n, scale, dtype, dst, [&](size_t start, size_t m, uint8_t* block) {
     std::memcpy(block, q + start, m);
     if (base != nullptr) ApplyBase(block, base + start, m, true);
@@ -380,7 +547,15 @@ void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale,
 }
 
 void DequantizeFp8PlanesRow(const uint8_t* nibbles, const uint8_t* plane, const uint8_t* base,
-                            size_t n, float scale, DType dtype, uint8_t* dst) {
+                            size_t n, float scale, DType dtype, uint8_t* dst, Fp8Kernel kernel) {
+  (void)kernel;
+#if defined(LIBSHARD_PLANES_AVX2)
+  FastTables t;
+  if (FastAllowed(kernel) && MakeFastTables(scale, dtype == DType::kBFloat16, &t)) {
+    FastPlanesRowAvx2(t, nibbles, plane, base, n, dst);
+    return;
+  }
+#endif
   DequantizeBlocks(n, scale, dtype, dst, [&](size_t start, size_t m, uint8_t* block) {
     // start is a multiple of kBlock, so even: its nibbles begin at byte start / 2.
     Fp8PlanesCodes(nibbles + start / 2, plane + start, base != nullptr ? base + start : nullptr,

@@ -38,8 +38,14 @@ void InterleaveSigned(const uint8_t* lo, const uint8_t* plane, const uint8_t* si
 // Dequantizes n e4m3fn codes of one row into 2-byte floats of `dtype` (bfloat16 or float16)
 // with `scale` (§4.3.5). `base` is null or the channel base table. dst may overlap q when q lies
 // at or after dst + n (each block of codes is copied before its output is written).
+// Which fp8 dequantization kernel: kAuto is the AVX2 fast path (16-entry tables per row, rows whose
+// scale allows it; the CPU has AVX2 and LIBSHARD_PLANES_KERNEL is not "sse2") with the 256-entry
+// table path for the others; kTable always the table path (the reference, for tests and benches).
+// The same bits either way.
+enum class Fp8Kernel { kAuto, kTable };
+
 void DequantizeRow(const uint8_t* q, const uint8_t* base, size_t n, float scale, DType dtype,
-                   uint8_t* dst);
+                   uint8_t* dst, Fp8Kernel kernel = Fp8Kernel::kAuto);
 
 // Codec 6 (§4.3.8): the bytes of one nibble row, ceil(row_elems / 2).
 inline size_t NibbleRowBytes(size_t row_elems) { return (row_elems + 1) / 2; }
@@ -56,7 +62,8 @@ void SplitFp8Planes(const uint8_t* codes, const uint8_t* base, size_t m, uint8_t
 // Codec 6's decode of one row, fused: Fp8PlanesCodes block by block, each block dequantized as
 // DequantizeRow does (the same bits).
 void DequantizeFp8PlanesRow(const uint8_t* nibbles, const uint8_t* plane, const uint8_t* base,
-                            size_t n, float scale, DType dtype, uint8_t* dst);
+                            size_t n, float scale, DType dtype, uint8_t* dst,
+                            Fp8Kernel kernel = Fp8Kernel::kAuto);
 
 // Per row of `g`: scale = absmax of the finite values / 448 and the e4m3fn codes of x / scale
 // (§4.3.5). src holds g.elements() 2-byte floats of g.dtype.
