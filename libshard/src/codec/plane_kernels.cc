@@ -405,14 +405,22 @@ bool MakeFastTables(float scale, bool bf16, FastTables* t) {
     const float y = value[code] * scale;
     return bf16 ? F32ToBF16(y) : F32ToF16(y);
   };
+  // The negative codes' results are the positive ones' with the sign bit flipped (a float32
+  // product and both roundings are symmetric in the sign, ±0 included); NaN computed as it is.
+  for (int m = 0; m < 8; ++m) {
+    const uint16_t norm = static_cast<uint16_t>(conv(static_cast<uint8_t>(0x08 | m)) -
+                                                (1u << t->shift));
+    const uint16_t sub = conv(static_cast<uint8_t>(m));
+    t->norm_lo[m] = t->norm_lo[m + 8] = static_cast<uint8_t>(norm);
+    t->norm_hi[m] = static_cast<uint8_t>(norm >> 8);
+    t->norm_hi[m + 8] = static_cast<uint8_t>((norm >> 8) ^ 0x80);
+    t->sub_lo[m] = t->sub_lo[m + 8] = static_cast<uint8_t>(sub);
+    t->sub_hi[m] = static_cast<uint8_t>(sub >> 8);
+    t->sub_hi[m + 8] = static_cast<uint8_t>((sub >> 8) ^ 0x80);
+  }
+  const uint16_t nan_pos = conv(0x7F), nan_neg = conv(0xFF);
   for (int nib = 0; nib < 16; ++nib) {
-    const uint8_t sign = static_cast<uint8_t>((nib & 8) << 4), m = static_cast<uint8_t>(nib & 7);
-    const uint16_t norm = static_cast<uint16_t>(conv(sign | 0x08 | m) - (1u << t->shift));
-    const uint16_t sub = conv(sign | m), nan = conv(sign | 0x7F);
-    t->norm_lo[nib] = static_cast<uint8_t>(norm);
-    t->norm_hi[nib] = static_cast<uint8_t>(norm >> 8);
-    t->sub_lo[nib] = static_cast<uint8_t>(sub);
-    t->sub_hi[nib] = static_cast<uint8_t>(sub >> 8);
+    const uint16_t nan = nib < 8 ? nan_pos : nan_neg;
     t->nan_lo[nib] = static_cast<uint8_t>(nan);
     t->nan_hi[nib] = static_cast<uint8_t>(nan >> 8);
   }
