@@ -58,42 +58,13 @@ class RangeLock {
   RangeLock() = default;
   static Result<RangeLock> Acquire(int fd, uint64_t start, uint64_t len, bool exclusive,
                                    const std::string& path) {
-    struct flock fl {};
-    fl.l_type = exclusive ? F_WRLCK : F_RDLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = static_cast<off_t>(start);
-    fl.l_len = static_cast<off_t>(len);
-    while (fcntl(fd, F_OFD_SETLKW, &fl) != 0) {
-      if (errno == EINTR) continue;
-      return Errno(path + ": fcntl(F_OFD_SETLKW) at " + std::to_string(start) +
-                   " (the cache directory must be on a file system with local locks)");
-    }
-    RangeLock l;
-    l.fd_ = fd;
-    l.start_ = start;
-    l.len_ = len;
-    return l;
+    return Lock(fd, start, len, exclusive, /*wait=*/true, path);
   }
   // The same without waiting (F_OFD_SETLK): a lock that is not held() when another open file
   // description holds a conflicting one.
   static Result<RangeLock> Try(int fd, uint64_t start, uint64_t len, bool exclusive,
                                const std::string& path) {
-    struct flock fl {};
-    fl.l_type = exclusive ? F_WRLCK : F_RDLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = static_cast<off_t>(start);
-    fl.l_len = static_cast<off_t>(len);
-    while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EACCES) return RangeLock();
-      return Errno(path + ": fcntl(F_OFD_SETLK) at " + std::to_string(start) +
-                   " (the cache directory must be on a file system with local locks)");
-    }
-    RangeLock l;
-    l.fd_ = fd;
-    l.start_ = start;
-    l.len_ = len;
-    return l;
+    return Lock(fd, start, len, exclusive, /*wait=*/false, path);
   }
   bool held() const { return fd_ >= 0; }
   RangeLock(RangeLock&& o) noexcept { *this = std::move(o); }
@@ -107,16 +78,38 @@ class RangeLock {
   ~RangeLock() { Release(); }
   void Release() {
     if (fd_ < 0) return;
-    struct flock fl {};
-    fl.l_type = F_UNLCK;
-    fl.l_whence = SEEK_SET;
-    fl.l_start = static_cast<off_t>(start_);
-    fl.l_len = static_cast<off_t>(len_);
+    struct flock fl = Range(F_UNLCK, start_, len_);
     (void)fcntl(fd_, F_OFD_SETLK, &fl);
     fd_ = -1;
   }
 
  private:
+  static struct flock Range(short type, uint64_t start, uint64_t len) {
+    struct flock fl {};
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = static_cast<off_t>(start);
+    fl.l_len = static_cast<off_t>(len);
+    return fl;
+  }
+  static Result<RangeLock> Lock(int fd, uint64_t start, uint64_t len, bool exclusive, bool wait,
+                                const std::string& path) {
+    struct flock fl = Range(exclusive ? F_WRLCK : F_RDLCK, start, len);
+    const int cmd = wait ? F_OFD_SETLKW : F_OFD_SETLK;
+    while (fcntl(fd, cmd, &fl) != 0) {
+      if (errno == EINTR) continue;
+      if (!wait && (errno == EAGAIN || errno == EACCES)) return RangeLock();
+      return Errno(path + (wait ? ": fcntl(F_OFD_SETLKW) at " : ": fcntl(F_OFD_SETLK) at ") +
+                   std::to_string(start) +
+                   " (the cache directory must be on a file system with local locks)");
+    }
+    RangeLock l;
+    l.fd_ = fd;
+    l.start_ = start;
+    l.len_ = len;
+    return l;
+  }
+
   int fd_ = -1;
   uint64_t start_ = 0, len_ = 0;
 };
