@@ -14,6 +14,7 @@
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
 #include "libshard/writer.h"
+#include "loader/read_scheduler.h"
 #include "testutil/testutil.h"
 
 namespace libshard::testing {
@@ -192,8 +193,9 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
 
 // The loader reads a compressed dataset only as far ahead as its decoding threads can use: with
 // reads (O_DIRECT where the file system has it) faster than one decoding thread, the samples
-// read and waiting to be decoded hold at most the backlog bound (two items per worker and the
-// smaller of 64 MiB per worker and a quarter of the arena) plus the items started when it was
+// read and waiting to be decoded hold at most the backlog bound (two items per worker and
+// BacklogBoundBytes: here min(64 MiB, a quarter of the arena), as two full queues of reads of
+// these small samples are less) plus the items started when it was
 // reached (at most queue_depth + 1). Without the bound they held most of the dataset, and the
 // arena grew to its whole budget, each page of it zeroed by the kernel on first use.
 TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
@@ -229,7 +231,15 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   }
   EXPECT_EQ(count, n);
   const LoaderStats s = (*loader)->stats();
-  const uint64_t bound = std::max(2 * largest, std::min<uint64_t>(64 << 20, s.arena_budget / 4));
+  // Two full queues: at most 2 * queue_depth items (a sample a read).
+  const uint64_t bound =
+      std::max({2 * largest, std::min<uint64_t>(64 << 20, s.arena_budget / 4),
+                std::min<uint64_t>(2 * o.queue_depth * largest, s.arena_budget / 4 * 3)});
+  EXPECT_EQ(BacklogBoundBytes(*ds, 1, o.queue_depth, o.read_size, s.arena_budget),
+            std::max<uint64_t>(s.arena_budget / 4,
+                               std::min<uint64_t>(2 * FullQueueSlotBytes(*ds, o.queue_depth,
+                                                                         o.read_size),
+                                                  s.arena_budget / 4 * 3)));
   EXPECT_GT(s.worker_backlog_peak, 0u);
   const uint64_t started = (o.queue_depth + 1) * largest;  // items started when it was reached
   EXPECT_LE(s.worker_backlog_peak, bound + started)
@@ -238,6 +248,43 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   // The bound is under a third of this dataset, so the test tells a bounded backlog from none
   // (unbounded, this one held 26-35 MiB of the 50 MiB dataset; bounded, at most ~15 MiB).
   EXPECT_LT(bound + started, footprint / 3);
+}
+
+// The backlog bound covers two full queues of reads where those hold more than the per-worker
+// bytes (large samples, a deep queue), so a whole queue of reads landing at once - as a virtual
+// disk completes them - does not stop the reads until the workers have decoded half of it; it
+// stays within three quarters of the arena, and never under the per-worker term.
+TEST(CodecDatasetTest, BacklogBoundCoversTwoFullQueuesOfReads) {
+  TempDir dir;
+  const uint64_t n = 40;
+  WriteActivations(dir / "ds", n, CodecOptions(FieldCodecPolicy::kAuto));
+  auto ds = OpenOrDie(dir / "ds");
+  ASSERT_TRUE(ds);
+  const uint64_t stored = ds->total_stored_bytes() / n;
+  const uint64_t raw = ds->total_raw_bytes() / n;
+  ASSERT_GT(raw, stored);  // compressed
+  const auto slots = [](uint64_t b) { return (b + 4095) / 4096 * 4096; };
+  const uint64_t item = slots(stored + 4096) + slots(raw);
+  // A sample a read: queue_depth items.
+  EXPECT_EQ(FullQueueSlotBytes(*ds, 64, 4 << 20), 64 * item);
+  // Reads smaller than a sample: ceil(stored / read_size) sub-reads each.
+  const uint64_t read = 4096;
+  const uint64_t subs = (stored + read - 1) / read;
+  ASSERT_GT(subs, 1u);
+  EXPECT_EQ(FullQueueSlotBytes(*ds, 64, read), std::max<uint64_t>(1, 64 / subs) * item);
+  EXPECT_EQ(FullQueueSlotBytes(*ds, 1, read), item);  // at least one sample
+
+  const uint64_t big_arena = uint64_t{64} << 30;
+  // Few small samples in flight: 64 MiB a worker decides.
+  EXPECT_EQ(BacklogBoundBytes(*ds, 2, 4, 4 << 20, big_arena), uint64_t{128} << 20);
+  // A queue deep enough that two of it hold more: two full queues.
+  const uint32_t deep = static_cast<uint32_t>((uint64_t{64} << 20) / item + 1);
+  EXPECT_EQ(BacklogBoundBytes(*ds, 1, deep, 4 << 20, big_arena), 2 * deep * item);
+  EXPECT_GT(2 * deep * item, uint64_t{64} << 20);
+  // A small arena caps both terms: three quarters for the queues, a quarter for the workers.
+  const uint64_t small_arena = 16 * item;
+  EXPECT_EQ(BacklogBoundBytes(*ds, 1, deep, 4 << 20, small_arena), small_arena / 4 * 3);
+  EXPECT_EQ(BacklogBoundBytes(*ds, 1, 1, 4 << 20, small_arena), small_arena / 4);
 }
 
 // worker_threads 0 gives a compressed dataset one decoding thread per core (at most

@@ -246,9 +246,9 @@ struct LoaderStats {
   uint64_t arena_peak = 0;
   // The most arena bytes (read and decoded slots) held at once by compressed samples read and
   // waiting for, or in, decoding on the worker threads. The loader starts no read while that
-  // backlog holds two samples per worker and the smaller of 64 MiB per worker and a
-  // quarter of the arena, so it stays below that plus the samples already started then (at
-  // most queue_depth + 1).
+  // backlog holds two samples per worker and the larger of min(64 MiB per worker, a quarter of
+  // the arena) and min(two full queues of reads, three quarters of the arena), so it stays
+  // below that plus the samples already started then (at most queue_depth + 1).
   uint64_t worker_backlog_peak = 0;
   uint64_t checksum_failures = 0;
   uint64_t samples_skipped = 0;

@@ -25,6 +25,27 @@ std::string EnvOr(const char* name) {
 
 }  // namespace
 
+uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64_t read_size) {
+  if (dataset.size() == 0 || queue_depth == 0 || read_size == 0) return 0;
+  // The index's totals bound these (an arena is at most 2^46 bytes: a larger mean sample can
+  // never be read anyway), so the product below cannot overflow.
+  constexpr uint64_t kCap = uint64_t{1} << 46;
+  const uint64_t stored = std::min(dataset.total_stored_bytes() / dataset.size(), kCap);
+  const uint64_t raw = std::min(dataset.total_raw_bytes() / dataset.size(), kCap);
+  const uint64_t subs = std::max<uint64_t>(1, (stored + read_size - 1) / read_size);
+  const uint64_t items = std::max<uint64_t>(1, queue_depth / subs);
+  return items * (SlotBytes(stored + kSlotAlign) + SlotBytes(raw));
+}
+
+uint64_t BacklogBoundBytes(const Dataset& dataset, uint32_t nworkers, uint32_t queue_depth,
+                           uint64_t read_size, uint64_t arena_budget) {
+  const uint64_t per_worker =
+      std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4);
+  const uint64_t two_queues = std::min<uint64_t>(
+      2 * FullQueueSlotBytes(dataset, queue_depth, read_size), arena_budget / 4 * 3);
+  return std::max({per_worker, two_queues, kSlotAlign});
+}
+
 Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
     std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
     std::vector<size_t> field_indices, memory::Arena* arena, ItemQueue* queue,
@@ -35,12 +56,9 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
   LIBSHARD_RETURN_IF_ERROR(s->OpenFiles());
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
   const uint32_t nworkers = AutoWorkerThreads(*s->dataset_, options);
-  // Two items per worker, and 64 MiB per worker (tens of ms of decoding: on a busy host the
-  // scheduler thread may wait that long for a core, and a smaller backlog ran dry), within a
-  // quarter of the arena: enough queued work that no worker waits for a read to land.
   s->backlog_bound_items_ = uint64_t{2} * nworkers;
-  s->backlog_bound_bytes_ = std::min<uint64_t>(uint64_t{64 << 20} * nworkers,
-                                               std::max<uint64_t>(arena->budget() / 4, kSlotAlign));
+  s->backlog_bound_bytes_ = BacklogBoundBytes(*s->dataset_, nworkers, s->queue_depth_,
+                                              s->read_size_, arena->budget());
   ReadScheduler* raw = s.get();
   for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
   return s;

@@ -32,6 +32,23 @@
 
 namespace libshard {
 
+// The arena bytes (read and decoded slots) of the samples one full queue of reads covers, from
+// the dataset's mean sample: `queue_depth` sub-reads of `read_size` cover queue_depth /
+// ceil(stored / read_size) samples. 0 for an empty dataset.
+uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64_t read_size);
+
+// The worker backlog's byte bound (ReadScheduler::backlog_bound_bytes_): the larger of
+//  - 64 MiB per worker, within a quarter of the arena: tens of ms of decoding, enough queued work
+//    that no worker waits for a read to land even when the scheduler thread waits that long for
+//    a core on a busy host;
+//  - two full queues of reads, within three quarters of the arena: where a device completes a
+//    whole queue of reads at once (a virtual disk does: its completions come in waves of
+//    queue_depth), a bound below one queue stopped the reads each time a wave landed until the
+//    workers had decoded half of it, so reading and decoding took turns instead of overlapping
+//    (issue 26: with samples of ~3 MB, auto loaded only ~1.05x the raw dataset; docs/performance.md).
+uint64_t BacklogBoundBytes(const Dataset& dataset, uint32_t nworkers, uint32_t queue_depth,
+                           uint64_t read_size, uint64_t arena_budget);
+
 class ReadScheduler {
  public:
   // Opens the shards (io_mode, or LIBSHARD_IO_MODE under kAuto), creates the engine (engine, or
@@ -127,7 +144,7 @@ class ReadScheduler {
   // dataset's arena then grew to its whole budget, each new page zeroed by the kernel (a third
   // of the loader's CPU on small datasets) - so the scheduler starts no new item while the
   // backlog holds both backlog_bound_items_ items (work for every worker) and
-  // backlog_bound_bytes_, until the workers have taken half of it. The items already started then land on top of it (at most
+  // backlog_bound_bytes_ (BacklogBoundBytes above), until the workers have taken half of it. The items already started then land on top of it (at most
   // queue_depth + 1: one sub-read each at least, and the one being issued), so the backlog
   // stays below the bound plus those, as the reads of a raw dataset stay below queue_depth.
   // backlog_peak_ is LoaderStats::worker_backlog_peak.
