@@ -194,7 +194,7 @@ TEST(CodecDatasetTest, LoaderDecodesBitExactWithMaxLenAndFields) {
 // The loader reads a compressed dataset only as far ahead as its decoding threads can use: with
 // reads (O_DIRECT where the file system has it) faster than one decoding thread, the samples
 // read and waiting to be decoded hold at most the backlog bound (two items per worker and
-// BacklogBoundBytes: here min(64 MiB, a quarter of the arena), as two full queues of reads of
+// ComputeDecodeAheadBounds: here a quarter of the arena, as two full queues of reads of
 // these small samples are less) plus the items started when it was
 // reached (at most queue_depth + 1). Without the bound they held most of the dataset, and the
 // arena grew to its whole budget, each page of it zeroed by the kernel on first use.
@@ -235,11 +235,13 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   const uint64_t bound =
       std::max({2 * largest, std::min<uint64_t>(64 << 20, s.arena_budget / 4),
                 std::min<uint64_t>(2 * o.queue_depth * largest, s.arena_budget / 4 * 3)});
-  EXPECT_EQ(BacklogBoundBytes(*ds, 1, o.queue_depth, o.read_size, s.arena_budget),
+  const DecodeAheadBounds b =
+      ComputeDecodeAheadBounds(*ds, 1, o.queue_depth, o.read_size, s.arena_budget);
+  EXPECT_EQ(b.reading_bytes, s.arena_budget / 4);
+  EXPECT_EQ(b.backlog_bytes,
             std::max<uint64_t>(s.arena_budget / 4,
-                               std::min<uint64_t>(2 * FullQueueSlotBytes(*ds, o.queue_depth,
-                                                                         o.read_size),
-                                                  s.arena_budget / 4 * 3)));
+                               2 * FullQueueSlotBytes(*ds, o.queue_depth, o.read_size)));
+  EXPECT_LE(b.backlog_bytes, bound);
   EXPECT_GT(s.worker_backlog_peak, 0u);
   const uint64_t started = (o.queue_depth + 1) * largest;  // items started when it was reached
   EXPECT_LE(s.worker_backlog_peak, bound + started)
@@ -250,11 +252,12 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   EXPECT_LT(bound + started, footprint / 3);
 }
 
-// The backlog bound covers two full queues of reads where those hold more than the per-worker
-// bytes (large samples, a deep queue), so a whole queue of reads landing at once - as a virtual
-// disk completes them - does not stop the reads until the workers have decoded half of it; it
-// stays within three quarters of the arena, and never under the per-worker term.
-TEST(CodecDatasetTest, BacklogBoundCoversTwoFullQueuesOfReads) {
+// How far the reads of a compressed dataset run ahead of its decoders: reads in flight hold at
+// most 64 MiB of slots per worker (a quarter of the arena at most), and the decode backlog
+// covers two queues of reads, each the smaller of a full queue and that bound, so a queue of
+// reads landing at once - as a virtual disk completes them - does not stop the reads until the
+// workers have decoded half of it. Both stay within the arena (a quarter, three quarters).
+TEST(CodecDatasetTest, DecodeAheadBoundsCoverTwoQueuesOfReads) {
   TempDir dir;
   const uint64_t n = 40;
   WriteActivations(dir / "ds", n, CodecOptions(FieldCodecPolicy::kAuto));
@@ -274,17 +277,31 @@ TEST(CodecDatasetTest, BacklogBoundCoversTwoFullQueuesOfReads) {
   EXPECT_EQ(FullQueueSlotBytes(*ds, 64, read), std::max<uint64_t>(1, 64 / subs) * item);
   EXPECT_EQ(FullQueueSlotBytes(*ds, 1, read), item);  // at least one sample
 
+  const uint64_t mib64 = uint64_t{64} << 20;
   const uint64_t big_arena = uint64_t{64} << 30;
-  // Few small samples in flight: 64 MiB a worker decides.
-  EXPECT_EQ(BacklogBoundBytes(*ds, 2, 4, 4 << 20, big_arena), uint64_t{128} << 20);
-  // A queue deep enough that two of it hold more: two full queues.
-  const uint32_t deep = static_cast<uint32_t>((uint64_t{64} << 20) / item + 1);
-  EXPECT_EQ(BacklogBoundBytes(*ds, 1, deep, 4 << 20, big_arena), 2 * deep * item);
-  EXPECT_GT(2 * deep * item, uint64_t{64} << 20);
-  // A small arena caps both terms: three quarters for the queues, a quarter for the workers.
+  // Few small samples in flight: 64 MiB a worker decides both.
+  DecodeAheadBounds b = ComputeDecodeAheadBounds(*ds, 2, 4, 4 << 20, big_arena);
+  EXPECT_EQ(b.reading_bytes, 2 * mib64);
+  EXPECT_EQ(b.backlog_bytes, 2 * mib64);
+  // A queue holding more than half the reading bound: two of it.
+  const uint32_t mid = static_cast<uint32_t>(mib64 / item / 2 + 1);
+  ASSERT_LT(mid * item, mib64);
+  b = ComputeDecodeAheadBounds(*ds, 1, mid, 4 << 20, big_arena);
+  EXPECT_EQ(b.reading_bytes, mib64);
+  EXPECT_EQ(b.backlog_bytes, 2 * mid * item);
+  // A queue deeper than the reading bound: the reads stop at it, the backlog holds two of it.
+  b = ComputeDecodeAheadBounds(*ds, 1, 4 * mid, 4 << 20, big_arena);
+  EXPECT_EQ(b.reading_bytes, mib64);
+  EXPECT_EQ(b.backlog_bytes, 2 * mib64);
+  // A small arena: a quarter of it for the reads, and at most three quarters for the backlog.
   const uint64_t small_arena = 16 * item;
-  EXPECT_EQ(BacklogBoundBytes(*ds, 1, deep, 4 << 20, small_arena), small_arena / 4 * 3);
-  EXPECT_EQ(BacklogBoundBytes(*ds, 1, 1, 4 << 20, small_arena), small_arena / 4);
+  b = ComputeDecodeAheadBounds(*ds, 1, 64, 4 << 20, small_arena);
+  EXPECT_EQ(b.reading_bytes, small_arena / 4);
+  EXPECT_EQ(b.backlog_bytes, small_arena / 2);
+  b = ComputeDecodeAheadBounds(*ds, 1, 1, 4 << 20, small_arena);
+  EXPECT_EQ(b.backlog_bytes, small_arena / 4);
+  b = ComputeDecodeAheadBounds(*ds, 8, 64, 4 << 20, 8 * item);
+  EXPECT_EQ(b.backlog_bytes, 4 * item);  // two quarters: within three quarters
 }
 
 // worker_threads 0 gives a compressed dataset one decoding thread per core (at most

@@ -47,6 +47,7 @@ struct Item {
   uint64_t next_sub = 0;     // next sub-read offset within the read
   uint32_t subs_pending = 0;
   uint64_t bytes_read = 0;   // sum over finished sub-reads (short only at EOF)
+  uint64_t reading_bytes = 0;  // slot bytes counted in ReadScheduler::reading_bytes_ until read
   Status error;
   // s3:// datasets: the pin on the cache blocks the reads cover, from before the first sub-read
   // is submitted until the last one completes (FinishRead) or the item is dropped.

@@ -42,6 +42,7 @@ void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint6
 
 void ReadScheduler::FinishRead(Item* item) {
   item->cache_hold.reset();  // every sub-read of the cache file has completed (docs/CACHE.md §3)
+  DoneReading(item);
   if (!item->error.ok()) {
     Complete(item, item->error);
     return;

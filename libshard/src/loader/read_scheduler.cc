@@ -37,13 +37,16 @@ uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64
   return items * (SlotBytes(stored + kSlotAlign) + SlotBytes(raw));
 }
 
-uint64_t BacklogBoundBytes(const Dataset& dataset, uint32_t nworkers, uint32_t queue_depth,
-                           uint64_t read_size, uint64_t arena_budget) {
-  const uint64_t per_worker =
-      std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4);
-  const uint64_t two_queues = std::min<uint64_t>(
-      2 * FullQueueSlotBytes(dataset, queue_depth, read_size), arena_budget / 4 * 3);
-  return std::max({per_worker, two_queues, kSlotAlign});
+DecodeAheadBounds ComputeDecodeAheadBounds(const Dataset& dataset, uint32_t nworkers,
+                                           uint32_t queue_depth, uint64_t read_size,
+                                           uint64_t arena_budget) {
+  DecodeAheadBounds b;
+  b.reading_bytes = std::max<uint64_t>(
+      std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4), kSlotAlign);
+  const uint64_t queue =
+      std::min(FullQueueSlotBytes(dataset, queue_depth, read_size), b.reading_bytes);
+  b.backlog_bytes = std::max(b.reading_bytes, std::min<uint64_t>(2 * queue, arena_budget / 4 * 3));
+  return b;
 }
 
 Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
@@ -57,8 +60,10 @@ Result<std::unique_ptr<ReadScheduler>> ReadScheduler::Create(
   LIBSHARD_RETURN_IF_ERROR(s->CreateEngine());
   const uint32_t nworkers = AutoWorkerThreads(*s->dataset_, options);
   s->backlog_bound_items_ = uint64_t{2} * nworkers;
-  s->backlog_bound_bytes_ = BacklogBoundBytes(*s->dataset_, nworkers, s->queue_depth_,
-                                              s->read_size_, arena->budget());
+  const DecodeAheadBounds bounds = ComputeDecodeAheadBounds(
+      *s->dataset_, nworkers, s->queue_depth_, s->read_size_, arena->budget());
+  s->backlog_bound_bytes_ = bounds.backlog_bytes;
+  s->reading_bound_bytes_ = bounds.reading_bytes;
   ReadScheduler* raw = s.get();
   for (uint32_t i = 0; i < nworkers; ++i) s->workers_.emplace_back([raw] { raw->WorkerLoop(); });
   return s;
@@ -180,6 +185,7 @@ void ReadScheduler::Start() {
   pf_seq_ = 0;
   pipeline_stop_ = false;
   plan_done_ = false;
+  reading_bytes_ = 0;  // the items of a stopped pipeline were dropped
   if (ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_)) {
     filler->ForgetReadAhead();  // a new pass of the plan
   }
@@ -280,6 +286,7 @@ Status ReadScheduler::SchedulerStep() {
       if (ready.ok() && !*ready) break;  // reap meanwhile
       awaiting_ = nullptr;
       if (!ready.ok()) {
+        DoneReading(item);
         Complete(item, ready.status().WithContext("sample " + std::to_string(item->sample)));
       } else {
         issuing_ = item;
@@ -291,6 +298,8 @@ Status ReadScheduler::SchedulerStep() {
         consumer_batch_started_ = false;
         if (engine_->in_flight() > 0) break;
       }
+      // A compressed dataset: reads of at most reading_bound_bytes_ of slots at once.
+      if (reading_bytes_ >= reading_bound_bytes_) break;
       LIBSHARD_ASSIGN_OR_RETURN(bool started, StartNextItem());
       if (!started) break;
       continue;
@@ -401,6 +410,10 @@ Result<bool> ReadScheduler::StartNextItem() {
     item->read_slot = std::move(slot).value();
     item->raw_slot = std::move(raw);
     item->slot_bytes = SlotBytes(read_bytes) + SlotBytes(raw_bytes);
+    if (compressed) {
+      item->reading_bytes = item->slot_bytes;
+      reading_bytes_ += item->reading_bytes;
+    }
   }
   queue_->blocked_on_memory = false;
   item->seq = queue_->next_seq++;

@@ -37,17 +37,26 @@ namespace libshard {
 // ceil(stored / read_size) samples. 0 for an empty dataset.
 uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64_t read_size);
 
-// The worker backlog's byte bound (ReadScheduler::backlog_bound_bytes_): the larger of
-//  - 64 MiB per worker, within a quarter of the arena: tens of ms of decoding, enough queued work
-//    that no worker waits for a read to land even when the scheduler thread waits that long for
-//    a core on a busy host;
-//  - two full queues of reads, within three quarters of the arena: where a device completes a
-//    whole queue of reads at once (a virtual disk does: its completions come in waves of
-//    queue_depth), a bound below one queue stopped the reads each time a wave landed until the
-//    workers had decoded half of it, so reading and decoding took turns instead of overlapping
-//    (issue 26: with samples of ~3 MB, auto loaded only ~1.05x the raw dataset; docs/performance.md).
-uint64_t BacklogBoundBytes(const Dataset& dataset, uint32_t nworkers, uint32_t queue_depth,
-                           uint64_t read_size, uint64_t arena_budget);
+// How far the reads of a compressed dataset run ahead of its decoding threads, in arena bytes
+// (read and decoded slots). Computed once per loader from the dataset's mean sample.
+struct DecodeAheadBounds {
+  // Slots of compressed samples whose reads are in flight: 64 MiB per worker, within a quarter
+  // of the arena (tens of ms of decoding). A whole queue of reads of ~3 MB samples held 300 MiB
+  // of slots, and reads of fewer bytes at once loaded as fast (issue 26: the reads a device has
+  // in flight share its bandwidth, so a smaller queue of them lands sooner).
+  uint64_t reading_bytes = 0;
+  // Slots of compressed samples read and waiting for (or in) decoding: the worker backlog. The
+  // larger of the reading bound and two queues of reads (each the smaller of a full queue and
+  // the reading bound), within three quarters of the arena. Where a device completes a queue of
+  // reads at once (a virtual disk does: its completions come in waves), a bound below one such
+  // queue stopped the reads each time a wave landed until the workers had decoded half of it,
+  // so reading and decoding took turns (issue 26: auto loaded ~1.0x the raw dataset where samples
+  // are ~3 MB; docs/performance.md).
+  uint64_t backlog_bytes = 0;
+};
+DecodeAheadBounds ComputeDecodeAheadBounds(const Dataset& dataset, uint32_t nworkers,
+                                           uint32_t queue_depth, uint64_t read_size,
+                                           uint64_t arena_budget);
 
 class ReadScheduler {
  public:
@@ -144,7 +153,7 @@ class ReadScheduler {
   // dataset's arena then grew to its whole budget, each new page zeroed by the kernel (a third
   // of the loader's CPU on small datasets) - so the scheduler starts no new item while the
   // backlog holds both backlog_bound_items_ items (work for every worker) and
-  // backlog_bound_bytes_ (BacklogBoundBytes above), until the workers have taken half of it. The items already started then land on top of it (at most
+  // backlog_bound_bytes_ (DecodeAheadBounds above), until the workers have taken half of it. The items already started then land on top of it (at most
   // queue_depth + 1: one sub-read each at least, and the one being issued), so the backlog
   // stays below the bound plus those, as the reads of a raw dataset stay below queue_depth.
   // backlog_peak_ is LoaderStats::worker_backlog_peak.
@@ -153,6 +162,15 @@ class ReadScheduler {
   uint64_t backlog_peak_ = 0;
   uint64_t backlog_bound_items_ = 0;
   uint64_t backlog_bound_bytes_ = 0;
+  // Scheduler thread only: the slot bytes of compressed items being read (Item::reading_bytes),
+  // and their bound (DecodeAheadBounds::reading_bytes): no new compressed item starts above it.
+  uint64_t reading_bytes_ = 0;
+  uint64_t reading_bound_bytes_ = 0;
+  // Scheduler thread: the item's reads are over (or will never be issued).
+  void DoneReading(Item* item) {
+    reading_bytes_ -= item->reading_bytes;
+    item->reading_bytes = 0;
+  }
   bool blocked_on_backlog_ = false;   // the scheduler waits for a worker to take items
   // Requires ItemQueue::mu. Full: the scheduler blocks (blocked_on_backlog_); low: half of it,
   // where a worker unblocks it, so reads resume as a batch at full queue depth rather than one
