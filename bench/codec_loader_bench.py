@@ -10,8 +10,8 @@ thread, loader decoded GB/s (and x the uncompressed dataset) and CPU-s per decod
 
 The corpus of issue 26 (bench/make_codec_corpus.py):
 
-    sudo python3 bench/codec_loader_bench.py minilm=/var/tmp/libshard_corpus/minilm \
-        smollm2=/var/tmp/libshard_corpus/smollm2
+    sudo python3 bench/codec_loader_bench.py minilm=/var/tmp/corpus1g/minilm \
+        smollm2=/var/tmp/corpus1g/smollm2 mpnet=/var/tmp/corpus1g/mpnet
 
 Loader figures come from `libshard bench OUT --shuffle --epochs 3 --skip-raw` (default worker
 threads), epochs 1 and 2 (host-warm), the datasets alternating round by round so that the

