@@ -300,8 +300,66 @@ TEST(CodecDatasetTest, DecodeAheadBoundsCoverTwoQueuesOfReads) {
   EXPECT_EQ(b.backlog_bytes, small_arena / 2);
   b = ComputeDecodeAheadBounds(*ds, 1, 1, 4 << 20, small_arena);
   EXPECT_EQ(b.backlog_bytes, small_arena / 4);
+  // Many workers, a tight arena: two samples a worker for the reads, within half the arena; the
+  // backlog two such queues, within three quarters.
   b = ComputeDecodeAheadBounds(*ds, 8, 64, 4 << 20, 8 * item);
-  EXPECT_EQ(b.backlog_bytes, 4 * item);  // two quarters: within three quarters
+  EXPECT_EQ(b.reading_bytes, 4 * item);
+  EXPECT_EQ(b.backlog_bytes, 6 * item);
+  b = ComputeDecodeAheadBounds(*ds, 2, 64, 4 << 20, 40 * item);
+  EXPECT_EQ(b.reading_bytes, 10 * item);  // a quarter: more than 2 x 2 samples
+  b = ComputeDecodeAheadBounds(*ds, 2, 64, 4 << 20, 12 * item);
+  EXPECT_EQ(b.reading_bytes, 4 * item);  // 2 x 2 samples: more than a quarter
+}
+
+// A memory_budget of a few samples: the loader still delivers every sample of a compressed
+// dataset once, in order, bit-exact, whatever the worker count (the reads in flight stop at the
+// bound, the scheduler waits for memory, never for good).
+TEST(CodecDatasetTest, LoaderWithATightBudgetDeliversEverySample) {
+  TempDir dir;
+  const uint64_t n = 48;
+  WriteActivations(dir / "ds", n, CodecOptions(FieldCodecPolicy::kAuto));
+  auto ds = OpenOrDie(dir / "ds");
+  ASSERT_TRUE(ds);
+  uint64_t largest = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const SampleLocation loc = ds->location(i);
+    largest = std::max(largest, (loc.stored_size + 2 * 4096) / 4096 * 4096 +
+                                    (loc.raw_size + 4095) / 4096 * 4096);
+  }
+  for (uint32_t workers : {1u, 2u, 4u}) {
+    LoaderOptions o;
+    o.memory_budget = 3 * largest;
+    o.queue_depth = 64;
+    o.read_size = 4 << 20;
+    o.pin_memory = PinMemory::kOff;
+    o.worker_threads = workers;
+    o.shuffle = false;
+    o.slow_wait_warning_seconds = 30;
+    auto loader = Loader::Create(ds, o);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    uint64_t next_index = 0;
+    while (true) {
+      auto next = (*loader)->Next();
+      ASSERT_TRUE(next.ok()) << next.status().ToString();
+      if (!next->has_value()) break;
+      for (const Sample& sample : (*next)->samples) {
+        ASSERT_EQ(sample.index(), next_index) << workers << " workers";
+        auto read = ds->Read(next_index);
+        ASSERT_TRUE(read.ok()) << read.status().ToString();
+        ASSERT_EQ(sample.tensors().size(), read->tensors().size());
+        for (size_t f = 0; f < read->tensors().size(); ++f) {
+          const TensorView& a = sample.tensors()[f];
+          const TensorView& b = read->tensors()[f];
+          ASSERT_EQ(a.nbytes, b.nbytes);
+          ASSERT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0)
+              << "sample " << next_index << " field " << f;
+        }
+        ++next_index;
+      }
+    }
+    EXPECT_EQ(next_index, n) << workers << " workers";
+    EXPECT_LE((*loader)->stats().arena_peak, (*loader)->stats().arena_budget);
+  }
 }
 
 // worker_threads 0 gives a compressed dataset one decoding thread per core (at most

@@ -41,8 +41,12 @@ DecodeAheadBounds ComputeDecodeAheadBounds(const Dataset& dataset, uint32_t nwor
                                            uint32_t queue_depth, uint64_t read_size,
                                            uint64_t arena_budget) {
   DecodeAheadBounds b;
+  // Where a quarter of the arena holds few samples, still two per worker (within half of it), so
+  // a tight budget keeps each worker's next sample in flight.
+  const uint64_t sample = FullQueueSlotBytes(dataset, 1, read_size);
   b.reading_bytes = std::max<uint64_t>(
-      std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4), kSlotAlign);
+      {std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4),
+       std::min<uint64_t>(uint64_t{2} * nworkers * sample, arena_budget / 2), kSlotAlign});
   const uint64_t queue =
       std::min(FullQueueSlotBytes(dataset, queue_depth, read_size), b.reading_bytes);
   b.backlog_bytes = std::max(b.reading_bytes, std::min<uint64_t>(2 * queue, arena_budget / 4 * 3));

@@ -41,7 +41,8 @@ uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64
 // (read and decoded slots). Computed once per loader from the dataset's mean sample.
 struct DecodeAheadBounds {
   // Slots of compressed samples whose reads are in flight: 64 MiB per worker, within a quarter
-  // of the arena (tens of ms of decoding). A whole queue of reads of ~3 MB samples held 300 MiB
+  // of the arena (tens of ms of decoding), and at least two mean samples per worker within half
+  // of the arena (a tight memory_budget). A whole queue of reads of ~3 MB samples held 300 MiB
   // of slots, and reads of fewer bytes at once loaded as fast (issue 26: the reads a device has
   // in flight share its bandwidth, so a smaller queue of them lands sooner).
   uint64_t reading_bytes = 0;
