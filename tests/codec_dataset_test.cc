@@ -253,10 +253,11 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
 }
 
 // How far the reads of a compressed dataset run ahead of its decoders: reads in flight hold at
-// most 64 MiB of slots per worker (a quarter of the arena at most), and the decode backlog
-// covers two queues of reads, each the smaller of a full queue and that bound, so a queue of
-// reads landing at once - as a virtual disk completes them - does not stop the reads until the
-// workers have decoded half of it. Both stay within the arena (a quarter, three quarters).
+// most 32 MiB of slots per worker (a quarter of the arena at most; two samples per worker at
+// least, within half of it), and the decode backlog 64 MiB per worker (a quarter of the arena at
+// most) and at least two queues of reads, each the smaller of a full queue and the reading
+// bound, so a queue of reads landing at once - as a virtual disk completes them - does not stop
+// the reads until the workers have decoded half of it. Both stay within the arena.
 TEST(CodecDatasetTest, DecodeAheadBoundsCoverTwoQueuesOfReads) {
   TempDir dir;
   const uint64_t n = 40;
@@ -277,22 +278,18 @@ TEST(CodecDatasetTest, DecodeAheadBoundsCoverTwoQueuesOfReads) {
   EXPECT_EQ(FullQueueSlotBytes(*ds, 64, read), std::max<uint64_t>(1, 64 / subs) * item);
   EXPECT_EQ(FullQueueSlotBytes(*ds, 1, read), item);  // at least one sample
 
-  const uint64_t mib64 = uint64_t{64} << 20;
+  const uint64_t mib32 = uint64_t{32} << 20;
   const uint64_t big_arena = uint64_t{64} << 30;
-  // Few small samples in flight: 64 MiB a worker decides both.
+  // Few small samples in flight: 32 MiB a worker for the reads, 64 MiB a worker for the backlog.
   DecodeAheadBounds b = ComputeDecodeAheadBounds(*ds, 2, 4, 4 << 20, big_arena);
-  EXPECT_EQ(b.reading_bytes, 2 * mib64);
-  EXPECT_EQ(b.backlog_bytes, 2 * mib64);
-  // A queue holding more than half the reading bound: two of it.
-  const uint32_t mid = static_cast<uint32_t>(mib64 / item / 2 + 1);
-  ASSERT_LT(mid * item, mib64);
-  b = ComputeDecodeAheadBounds(*ds, 1, mid, 4 << 20, big_arena);
-  EXPECT_EQ(b.reading_bytes, mib64);
-  EXPECT_EQ(b.backlog_bytes, 2 * mid * item);
+  EXPECT_EQ(b.reading_bytes, 2 * mib32);
+  EXPECT_EQ(b.backlog_bytes, 4 * mib32);
   // A queue deeper than the reading bound: the reads stop at it, the backlog holds two of it.
-  b = ComputeDecodeAheadBounds(*ds, 1, 4 * mid, 4 << 20, big_arena);
-  EXPECT_EQ(b.reading_bytes, mib64);
-  EXPECT_EQ(b.backlog_bytes, 2 * mib64);
+  const uint32_t deep = static_cast<uint32_t>(4 * (mib32 / item + 1));
+  ASSERT_GT(FullQueueSlotBytes(*ds, deep, 4 << 20), mib32);
+  b = ComputeDecodeAheadBounds(*ds, 1, deep, 4 << 20, big_arena);
+  EXPECT_EQ(b.reading_bytes, mib32);
+  EXPECT_EQ(b.backlog_bytes, 2 * mib32);
   // A small arena: a quarter of it for the reads, and at most three quarters for the backlog.
   const uint64_t small_arena = 16 * item;
   b = ComputeDecodeAheadBounds(*ds, 1, 64, 4 << 20, small_arena);

@@ -247,8 +247,9 @@ struct LoaderStats {
   // The most arena bytes (read and decoded slots) held at once by compressed samples read and
   // waiting for, or in, decoding on the worker threads. The loader starts no read while that
   // backlog holds two samples per worker and the larger of min(64 MiB per worker, a quarter of
-  // the arena) and min(two full queues of reads, three quarters of the arena), so it stays
-  // below that plus the samples already started then (at most queue_depth + 1).
+  // the arena) and two queues of reads (each at most what the reads in flight may hold: 32 MiB
+  // per worker) within three quarters of the arena, so it stays below that plus the samples
+  // already started then (at most queue_depth + 1).
   uint64_t worker_backlog_peak = 0;
   uint64_t checksum_failures = 0;
   uint64_t samples_skipped = 0;

@@ -45,11 +45,13 @@ DecodeAheadBounds ComputeDecodeAheadBounds(const Dataset& dataset, uint32_t nwor
   // a tight budget keeps each worker's next sample in flight.
   const uint64_t sample = FullQueueSlotBytes(dataset, 1, read_size);
   b.reading_bytes = std::max<uint64_t>(
-      {std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4),
+      {std::min<uint64_t>(uint64_t{32 << 20} * nworkers, arena_budget / 4),
        std::min<uint64_t>(uint64_t{2} * nworkers * sample, arena_budget / 2), kSlotAlign});
   const uint64_t queue =
       std::min(FullQueueSlotBytes(dataset, queue_depth, read_size), b.reading_bytes);
-  b.backlog_bytes = std::max(b.reading_bytes, std::min<uint64_t>(2 * queue, arena_budget / 4 * 3));
+  b.backlog_bytes = std::max<uint64_t>(
+      {b.reading_bytes, std::min<uint64_t>(uint64_t{64 << 20} * nworkers, arena_budget / 4),
+       std::min<uint64_t>(2 * queue, arena_budget / 4 * 3)});
   return b;
 }
 

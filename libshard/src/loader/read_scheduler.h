@@ -40,19 +40,21 @@ uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64
 // How far the reads of a compressed dataset run ahead of its decoding threads, in arena bytes
 // (read and decoded slots). Computed once per loader from the dataset's mean sample.
 struct DecodeAheadBounds {
-  // Slots of compressed samples whose reads are in flight: 64 MiB per worker, within a quarter
-  // of the arena (tens of ms of decoding), and at least two mean samples per worker within half
-  // of the arena (a tight memory_budget). A whole queue of reads of ~3 MB samples held 300 MiB
-  // of slots, and reads of fewer bytes at once loaded as fast (issue 26: the reads a device has
-  // in flight share its bandwidth, so a smaller queue of them lands sooner).
+  // Slots of compressed samples whose reads are in flight: 32 MiB per worker, within a quarter
+  // of the arena, and at least two mean samples per worker within half of it (a tight
+  // memory_budget). A virtual disk completes a queue of reads at once (its completions come in
+  // waves), and the reads in flight share its bandwidth, so fewer bytes at once land sooner and
+  // as fast. A whole queue of 64 reads of ~3 MB samples held ~300 MiB of slots: more than the
+  // backlog below, so each landing wave stopped the reads until the workers had decoded half of
+  // it, and reading and decoding took turns (issue 26: auto loaded ~1.0x the raw dataset where
+  // samples are ~3 MB; 1.3-1.4x with this bound; docs/performance.md).
   uint64_t reading_bytes = 0;
-  // Slots of compressed samples read and waiting for (or in) decoding: the worker backlog. The
-  // larger of the reading bound and two queues of reads (each the smaller of a full queue and
-  // the reading bound), within three quarters of the arena. Where a device completes a queue of
-  // reads at once (a virtual disk does: its completions come in waves), a bound below one such
-  // queue stopped the reads each time a wave landed until the workers had decoded half of it,
-  // so reading and decoding took turns (issue 26: auto loaded ~1.0x the raw dataset where samples
-  // are ~3 MB; docs/performance.md).
+  // Slots of compressed samples read and waiting for (or in) decoding: the worker backlog. 64
+  // MiB per worker within a quarter of the arena (tens of ms of decoding: on a busy host the
+  // scheduler thread may wait that long for a core, and a smaller backlog ran dry), and at
+  // least two queues of reads (each the smaller of a full queue and the reading bound) within
+  // three quarters of the arena, so that a landing queue of reads fits beside one being decoded
+  // where the arena is tight.
   uint64_t backlog_bytes = 0;
 };
 DecodeAheadBounds ComputeDecodeAheadBounds(const Dataset& dataset, uint32_t nworkers,
