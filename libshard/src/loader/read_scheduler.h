@@ -156,7 +156,8 @@ class ReadScheduler {
   // dataset's arena then grew to its whole budget, each new page zeroed by the kernel (a third
   // of the loader's CPU on small datasets) - so the scheduler starts no new item while the
   // backlog holds both backlog_bound_items_ items (work for every worker) and
-  // backlog_bound_bytes_ (DecodeAheadBounds above), until the workers have taken half of it. The items already started then land on top of it (at most
+  // backlog_bound_bytes_ (DecodeAheadBounds above), until the workers have taken half of it.
+  // The items already started then land on top of it (at most
   // queue_depth + 1: one sub-read each at least, and the one being issued), so the backlog
   // stays below the bound plus those, as the reads of a raw dataset stay below queue_depth.
   // backlog_peak_ is LoaderStats::worker_backlog_peak.
