@@ -71,6 +71,12 @@ void WriteActivations(const std::filesystem::path& dir, uint64_t n, const Writer
   ASSERT_TRUE(sum.ok()) << sum.status().ToString();
 }
 
+// Arena bytes of a sample's loader item: its read (alignment skew included) and its decoded
+// slot.
+uint64_t ItemArenaBytes(const SampleLocation& loc) {
+  return (loc.stored_size + 2 * 4096) / 4096 * 4096 + (loc.raw_size + 4095) / 4096 * 4096;
+}
+
 std::shared_ptr<Dataset> OpenOrDie(const std::filesystem::path& dir,
                                    const DatasetOptions& o = {}) {
   auto ds = Dataset::Open(dir.string(), o);
@@ -206,10 +212,7 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   ASSERT_TRUE(ds);
   uint64_t largest = 0, footprint = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    const SampleLocation loc = ds->location(i);
-    // Arena bytes of the sample's item: its read (alignment skew included) and its decoded slot.
-    const uint64_t item =
-        (loc.stored_size + 2 * 4096) / 4096 * 4096 + (loc.raw_size + 4095) / 4096 * 4096;
+    const uint64_t item = ItemArenaBytes(ds->location(i));
     largest = std::max(largest, item);
     footprint += item;
   }
@@ -318,11 +321,7 @@ TEST(CodecDatasetTest, LoaderWithATightBudgetDeliversEverySample) {
   auto ds = OpenOrDie(dir / "ds");
   ASSERT_TRUE(ds);
   uint64_t largest = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const SampleLocation loc = ds->location(i);
-    largest = std::max(largest, (loc.stored_size + 2 * 4096) / 4096 * 4096 +
-                                    (loc.raw_size + 4095) / 4096 * 4096);
-  }
+  for (uint64_t i = 0; i < n; ++i) largest = std::max(largest, ItemArenaBytes(ds->location(i)));
   for (uint32_t workers : {1u, 2u, 4u}) {
     LoaderOptions o;
     o.memory_budget = 3 * largest;
