@@ -8,7 +8,7 @@
 // unless --warm. One JSON object on stdout.
 //
 // The default order is unshuffled: the index's cost alone. --shuffle adds the epoch's shuffle
-// (loader/order.h), the order's cost, not the index's: with --order 2 (the default) O(1) per
+// (docs/ORDER.md), the order's cost, not the index's: with --order 2 (the default) O(1) per
 // position, nothing of size N; with --order 1 the Fisher-Yates permutation, O(N) time and 8N
 // bytes on every rank (about 1 s at 10^7 samples). --max-tokens adds token batching (every
 // length, O(N)).

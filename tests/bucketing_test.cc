@@ -1,5 +1,5 @@
-// Tests of length-aware batching and padded token budgets (libshard/src/loader/order.h,
-// sections 2 and 2a): the plan against an oracle written from the contract's text, exact-once
+// Tests of length-aware batching and padded token budgets (docs/ORDER.md §2 and
+// §2a): the plan against an oracle written from the contract's text, exact-once
 // coverage, equal steps per rank, resume on changing world sizes, the budget never exceeded,
 // and the padding it saves.
 #include <gmock/gmock.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent transcription of the EpochPermutation algorithm documented in
-libshard/src/loader/order.h; prints the golden values used by tests/order_test.cc."""
+docs/ORDER.md §1.1; prints the golden values used by tests/order_test.cc."""
 M = (1 << 64) - 1
 def mix(z):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
@@ -25,7 +25,7 @@ def perm(n, seed, epoch):
 for name, args, k in [("GOLDEN_10_0_0", (10, 0, 0), 10), ("GOLDEN_10_42_0", (10, 42, 0), 10), ("GOLDEN_10_42_1", (10, 42, 1), 10), ("GOLDEN_1000_7_3", (1000, 7, 3), 8)]:
     print(name, ", ".join(map(str, perm(*args)[:k])))
 
-# Order version 2 (ShuffleV2 in order.h): a 4-round Feistel network over the smallest even bit
+# Order version 2 (docs/ORDER.md §1.2): a 4-round Feistel network over the smallest even bit
 # width k >= 2 with 2^k >= n, keyed by SplitMix64 of (seed, epoch), cycle-walked into [0, n).
 def shuffle_v2(n, seed, epoch):
     k = 2

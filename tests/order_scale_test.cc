@@ -1,4 +1,4 @@
-// Exact-once at scale (issue 14): the order contract of loader/order.h checked for world sizes up
+// Exact-once at scale (issue 14): the order contract of docs/ORDER.md checked for world sizes up
 // to 1,024 ranks, simulated in one process, over datasets of 1 to 10^6 samples (synthetic
 // lengths, no files), for single samples, fixed batches and token-budget batches, drop_last both
 // ways, and resumes from random positions onto another world size:
@@ -163,7 +163,7 @@ void CheckResume(uint32_t order, Mode mode, uint64_t n, uint64_t world, uint64_t
   if (!drop_last) EXPECT_EQ(end, n);
 }
 
-// The whole check for one order version (loader/order.h, section 1).
+// The whole check for one order version (docs/ORDER.md §1).
 void CheckScale(uint32_t order) {
   std::mt19937_64 rng(20261201);
   const uint64_t sizes[] = {1, 2, 7, 1023, 4097, 65537, 1000000};

@@ -1,5 +1,5 @@
-// Tests of the epoch order contract (libshard/src/loader/order.h): permutation, batching, rank
-// striping, drop_last/padding and resume across world sizes.
+// Tests of the epoch order contract (docs/ORDER.md; libshard/src/loader/order.h): permutation,
+// batching, rank striping, drop_last/padding and resume across world sizes.
 #include "loader/order.h"
 
 #include <gmock/gmock.h>
@@ -175,7 +175,7 @@ TEST(EpochPermutationTest, TenMillionSamplesIsAPermutation) {
   EXPECT_LT(fixed_points, 20u);  // a uniform shuffle has ~1 fixed point
 }
 
-// Golden values: the algorithm documented in order.h, also computed by an independent Python
+// Golden values: the algorithm documented in docs/ORDER.md §1.1, also computed by an independent Python
 // transcription of that comment (tests/order_golden.py). A failure here means saved LoaderStates no longer resume
 // correctly: do not update these numbers, restore the algorithm.
 TEST(EpochPermutationTest, GoldenValues) {
@@ -668,7 +668,7 @@ TEST(EpochPlanTest, PlanOptionsForTakesResumeState) {
 // ---------------------------------------------------------------------------------------------
 // Order version 2
 
-// Golden values: the ShuffleV2 algorithm documented in order.h, also computed by the independent
+// Golden values: the ShuffleV2 algorithm documented in docs/ORDER.md §1.2, also computed by the independent
 // Python transcription in tests/order_golden.py. A failure means saved version 2 states no longer
 // resume correctly: do not update these numbers, restore the algorithm.
 std::vector<uint64_t> V2At(uint64_t n, uint64_t seed, uint64_t epoch,

@@ -71,7 +71,7 @@ class Loader:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
       shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
-      order: the shuffle's order version (``libshard/src/loader/order.h``). 2 (default):
+      order: the shuffle's order version (``docs/ORDER.md``). 2 (default):
         evaluated per position in O(1), so a rank of a large world starts at once; 1: the
         Fisher-Yates order of libshard before order versions (O(n) per epoch), to reproduce an
         earlier run. A state dict carries its order version, and one without ``"order"`` (saved
@@ -94,7 +94,7 @@ class Loader:
       collate: see above.
       bucket_window: length-aware batching: samples of similar length are batched together
         inside consecutive windows of this many samples of the shuffled order, and each
-        window's batches are shuffled (``libshard/src/loader/order.h``, section 2a). Exact-once,
+        window's batches are shuffled (``docs/ORDER.md`` §2a). Exact-once,
         equal steps per rank and resume on another world size hold as without it. ``"auto"``
         (default): on (4096 samples) with ``collate="pad"`` and batches, where padding costs GPU
         work, off otherwise; ``None`` or 0: off. Padding shows in ``stats()["padding_share"]``

@@ -44,7 +44,7 @@ Result<IoMode> ParseIoMode(std::string_view name);
 Result<PinMemory> ParsePinMemory(std::string_view name);
 Result<OnError> ParseOnError(std::string_view name);
 
-// How max_tokens bounds a batch (LoaderOptions::token_budget; loader/order.h section 2).
+// How max_tokens bounds a batch (LoaderOptions::token_budget; docs/ORDER.md §2).
 enum class TokenBudget : uint32_t {
   kAuto = 0,    // kPadded with Collate::kPad, else kSum
   kSum = 1,     // the batch's summed length stays <= max_tokens (packed, varlen attention)
@@ -85,7 +85,7 @@ Result<OversizedSample> ParseOversizedSample(std::string_view name);  // "batch"
 
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
 // created with `resume` set continues exactly where the saved one stopped, also on another
-// world size (FORMAT-independent; see loader/order.h for the contract).
+// world size (FORMAT-independent; see docs/ORDER.md for the contract).
 struct LoaderState {
   uint64_t seed = 0;
   uint64_t epoch = 0;
@@ -97,7 +97,7 @@ struct LoaderState {
   // Loader's state() always sets it.
   uint32_t order = 1;
   // How the epoch's sequence was cut by length-aware batching (LoaderOptions::bucket_window;
-  // loader/order.h section 2a). window 0: no bucketing, the sequence is the shuffled order
+  // docs/ORDER.md §2a). window 0: no bucketing, the sequence is the shuffled order
   // itself. A resume in the middle of an epoch keeps the epoch's sequence, so that every sample
   // is still delivered exactly once: a state with window 0 continues the epoch without
   // bucketing (the loader's bucket_window applies from the next epoch); one with window > 0
@@ -139,7 +139,7 @@ struct LoaderOptions {
   uint32_t world_size = 1;
   bool drop_last = false;              // false: wrap around so every rank gets the same count
   std::optional<LoaderState> resume;   // overrides seed/epoch/order; continues the global sequence
-  // Order version of a shuffled epoch (loader/order.h): 2, the default, evaluates the shuffle
+  // Order version of a shuffled epoch (docs/ORDER.md §1): 2, the default, evaluates the shuffle
   // per position in O(1) (a rank of a large world starts at once); 1 is the Fisher-Yates order
   // of libshard before versions, O(n) per epoch, to reproduce earlier runs. Unshuffled, both are
   // the dataset order.
@@ -156,7 +156,7 @@ struct LoaderOptions {
   uint64_t max_tokens = 0;             // >0: token-budget batches, bounded as token_budget says
   TokenBudget token_budget = TokenBudget::kAuto;
   OversizedSample oversized = OversizedSample::kOwnBatch;
-  // Length-aware batching (loader/order.h section 2a): >0 groups samples of similar length
+  // Length-aware batching (docs/ORDER.md §2a): >0 groups samples of similar length
   // inside consecutive windows of this many samples of the shuffled order, cuts each window
   // into batches (max_tokens or batch_size) and shuffles the window's batches. Exact-once,
   // equal steps per rank and elastic resume hold as without it. 0: batches are consecutive

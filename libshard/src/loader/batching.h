@@ -1,7 +1,7 @@
 // BatchLayout: how a stretch of the epoch's permutation is cut into global units (single samples,
 // fixed-size batches or token-budget batches). Units are given as [Begin(g), End(g)) ranges of
 // positions in the permutation, so a layout never copies sample indices. Pure computation.
-// The rules are part of the order contract in loader/order.h (section 2).
+// The rules are part of the order contract, docs/ORDER.md §2.
 #pragma once
 
 #include <cstdint>

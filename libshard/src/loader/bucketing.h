@@ -1,4 +1,4 @@
-// Length-aware batching (the order contract's section 2a, loader/order.h): the epoch's base order
+// Length-aware batching (the order contract's §2a, docs/ORDER.md): the epoch's base order
 // P is cut into windows of consecutive positions; each window's samples are sorted by length, cut
 // into units (fixed-size or token-budget batches) and the window's units are shuffled. The result
 // is a permutation S of the samples whose windows cover the same positions as P's, so a position

@@ -1,68 +1,9 @@
 // Sample order of one epoch: the global permutation, batching, rank striping and resume.
 // Pure computation, no I/O, no threads.
 //
-// THE CONTRACT (resume depends on it never changing; tests/order_test.cc pins golden values)
-//
-// 1. Permutation. For N samples, epoch `e`, seed `s` and order version `v`, the global sequence
-//    P[0..N) is the identity when shuffle is off, else
-//      v = 1: the Fisher-Yates shuffle defined by EpochPermutation() below (libshard's only order
-//             until order versions existed; every LoaderState saved without a version means 1);
-//      v = 2: the keyed bijection defined by ShuffleV2 below, evaluated per position in O(1),
-//             so nothing of size N is built for it (the default of new loaders).
-//    It depends on (N, s, e, v) only: never on rank, world size, batching or resume position.
-//
-// 2. Units. P is cut into a sequence of global units, starting at the start position p
-//    (a sample offset into P, 0 for a fresh epoch):
-//    - single samples (batch_size 0 or 1): unit g = { P[p + g] };
-//    - fixed batches (batch_size B > 1): unit g = P[p + gB, min(p + (g+1)B, N)); the last,
-//      partial unit is kept unless drop_last;
-//    - token batches (max_tokens T > 0): greedy over P from p: a unit takes samples while it
-//      stays within T, the sample that would overflow starting the next unit. "Within T" is
-//      the budget rule (PlanOptions::budget): kSum, the summed length <= T; kPadded, the unit's
-//      sample count x its longest length <= T (what a padded batch occupies). A single sample
-//      longer than T forms a unit of its own (or is an InvalidArgument error with
-//      oversized = kError). Lengths of 0 count as 0 tokens.
-//    Units are built GLOBALLY, so which samples are batched together does not depend on W.
-//
-// 2a. Length-aware batching (bucket_window > 0, with fixed or token batches). P is replaced by
-//    the sequence S defined window by window, and 2. is then applied to S with every unit
-//    staying inside its window:
-//    - M = bucket_window, rounded up to a multiple of B for fixed batches
-//      (EffectiveBucketWindow in loader/bucketing.h); window w holds positions
-//      [wM, min(N, (w+1)M)) of P, and its samples fill the same positions of S.
-//    - Inside a window, the samples are sorted by (length, sample index) ascending, and that
-//      sorted list is cut into units by the rules of 2. (fixed: consecutive groups of B, the
-//      last one shorter only in the epoch's last window; token: the greedy budget rule).
-//    - When shuffled, the window's units are permuted: Fisher-Yates as in EpochPermutation
-//      (for i = u-1 down to 1: j = Below(i + 1); swap), with the generator state
-//      Mix(Mix(Mix(seed) + epoch) ^ Mix(w + 0x6275636B65747321)), over all of the window's u
-//      units except, with fixed batches, a shorter last unit, which stays last. Unshuffled
-//      (shuffle off), units stay in ascending length.
-//    - S is the window's units laid out one after the other in that order. Unit boundaries of
-//      S are those of the windows' units; a resume position p that is not one (a state saved
-//      under other batching) starts with the rest of the unit holding p.
-//    The generator of a window depends on (seed, epoch, w) only, so S, like P, does not
-//    depend on W, and a window's units can be recomputed from O(1) state.
-//
-// 3. Striping. With G units from p and W ranks, rank r's k-th step is unit g = kW + r.
-//    Every rank gets the same number of steps:
-//    - drop_last:  floor(G / W); the last G mod W units are dropped (each sample at most once);
-//    - otherwise:  ceil(G / W); unit g >= G is padding: the (g - G)-th unit, cyclically, of the
-//      epoch's units built from position 0 (the start of the permutation). Each sample appears
-//      exactly once, plus the padding repeats.
-//
-// 4. Position (LoaderState::position). Counts SAMPLES of P consumed by all ranks together, in
-//    every mode: after step k the position is the first sample of unit (k+1)W, i.e.
-//    p + (k+1)·W·B in sample/fixed-batch mode while no padding or partial unit is involved; after
-//    the LAST step of the epoch it is N (the epoch is finished, whatever W a resume uses).
-//    (In token mode this counts samples rather than global batches, so a state is also
-//    meaningful across a change of batching mode; with unchanged max_tokens the units after p
-//    are exactly the uninterrupted ones, since p is a unit boundary.)
-//    Resuming at p with any W' and any rank simply re-applies 2. and 3. from p: the remaining
-//    units are striped over W' starting at unit 0 = the first unit after p. Nothing need be a
-//    multiple of W'·B: every remaining unit goes to exactly one rank, and padding (if any) comes
-//    from the start of the permutation as in 3. A resume with the same W equals the
-//    uninterrupted run step for step.
+// THE CONTRACT is docs/ORDER.md (permutation §1, units §2, length-aware batching §2a, striping
+// §3, position and resume §4); resume depends on it never changing, and tests/order_test.cc pins
+// its golden values. This header implements it.
 #pragma once
 
 #include <cstdint>
@@ -76,20 +17,9 @@
 
 namespace libshard {
 
-// The global order of epoch `epoch`: a permutation of [0, n).
-//
-// Algorithm (exact; any change breaks resume of saved states):
-//   Mix(z):  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
-//            return z ^ (z >> 31)                      (SplitMix64 finaliser, mod 2^64)
-//   state = Mix(Mix(seed) + epoch)
-//   Next():  state += 0x9E3779B97F4A7C15; return Mix(state)          (SplitMix64)
-//   Below(m) for m >= 1, uniform in [0, m) (Lemire's multiply-shift with rejection):
-//            x = Next(); w = x * m (128-bit); lo = low 64 bits of w;
-//            if lo < m: t = (2^64 - m) mod m; while lo < t: x = Next(); w = x * m; lo = low(w)
-//            return high 64 bits of w
-//   P[i] = i; for i = n-1 down to 1: j = Below(i + 1); swap(P[i], P[j])
-// O(n) time and 8n bytes; bound by random memory access: about 1 s for n = 10^7 on a busy
-// 2-core VM. EpochPlan::Make adds one pass over the lengths in token mode.
+// The global order of epoch `epoch`: a permutation of [0, n), order version 1 (docs/ORDER.md
+// §1.1, exact; any change breaks resume of saved states). O(n) time and 8n bytes.
+// EpochPlan::Make adds one pass over the lengths in token mode.
 std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch);
 
 // Order versions (LoaderOptions::order, LoaderState::order, PlanOptions::order).
@@ -97,20 +27,10 @@ inline constexpr uint32_t kOrderV1 = 1;  // EpochPermutation: O(n) Fisher-Yates
 inline constexpr uint32_t kOrderV2 = 2;  // ShuffleV2: O(1) per position
 inline constexpr uint32_t kOrderLatest = kOrderV2;
 
-// The global order of epoch `epoch`, version 2: P[i] = ShuffleV2(n, seed, epoch).At(i), a
-// bijection of [0, n) evaluated per position, with no state of size n.
-//
-// Algorithm (exact; any change breaks resume of saved states). Mix and Next() are v1's above.
-//   Width:  k = the smallest EVEN integer >= 2 with 2^k >= n (k <= 64); h = k / 2;
-//           mask = 2^h - 1. The Feistel network permutes [0, 2^k).
-//   Keys:   state = Mix(Mix(seed) + epoch) (as v1); K[r] = Next() for r = 0, 1, 2, 3 in turn.
-//   E(x):   L = x >> h; R = x & mask;
-//           for r = 0..3: (L, R) = (R, L ^ (Mix(R ^ K[r]) & mask));
-//           return (L << h) | R                     (4 Feistel rounds, a bijection of [0, 2^k))
-//   At(i), i < n (cycle walking): y = E(i); while y >= n: y = E(y); return y.
-//   (The walk stays on i's cycle of E, which holds i < n, so it ends; since 2^k < 4n for n >= 2
-//   it takes fewer than 4 evaluations of E on average.) n = 0: the empty order.
-// O(1) expected time per position (about 30 ns) and 48 bytes; no precomputation.
+// The global order of epoch `epoch`, version 2 (docs/ORDER.md §1.2, exact; any change breaks
+// resume of saved states): P[i] = ShuffleV2(n, seed, epoch).At(i), a bijection of [0, n)
+// evaluated per position, with no state of size n. O(1) expected time per position (about
+// 30 ns) and 48 bytes; no precomputation.
 class ShuffleV2 {
  public:
   ShuffleV2() = default;  // n = 0

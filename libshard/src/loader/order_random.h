@@ -1,4 +1,4 @@
-// The random generator of the order contract (loader/order.h): SplitMix64 and Lemire's bounded
+// The random generator of the order contract (docs/ORDER.md §1.1): SplitMix64 and Lemire's bounded
 // draw. Exact; any change breaks resume of saved states (tests/order_test.cc pins golden values).
 #pragma once
 
