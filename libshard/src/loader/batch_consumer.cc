@@ -48,9 +48,9 @@ Result<std::optional<Batch>> BatchConsumer::Next() {
   double waited_total = 0;
   while (true) {
     if (w.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
-    if (w.next_batch >= w.plan->batches_for_rank()) return std::optional<Batch>();
+    if (w.next_batch >= w.steps->steps()) return std::optional<Batch>();
     const uint64_t batch_index = w.next_batch;
-    const uint64_t count = w.plan->BatchSamples(batch_index).size();
+    const uint64_t count = w.steps->StepSize(batch_index);
 
     // Wait until the batch's items are all ready (they are the front of the queue).
     const Clock::TimePoint wait_start = clock.Now();
@@ -162,7 +162,7 @@ Result<std::optional<Batch>> BatchConsumer::Next() {
       }
     }
     ++w.next_batch;
-    state_.position = w.plan->PositionAfter(batch_index);
+    state_.position = w.steps->PositionAfter(batch_index);
     if (queue_full) scheduler_->Wake();
     diagnostics_->AddWait(waited_total);
     waited_total = 0;

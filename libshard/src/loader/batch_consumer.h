@@ -1,6 +1,6 @@
 // BatchConsumer: the consuming half of the StreamingLoader. Next() waits until the items of the
-// next batch of the plan are ready at the front of the queue (loader/item_queue.h), takes them in
-// plan order (which is the reorder stage), and applies the error policy: OnError::kRaise
+// next batch (step) are ready at the front of the queue (loader/item_queue.h), takes them in
+// step order (which is the reorder stage), and applies the error policy: OnError::kRaise
 // returns a failed sample's error, OnError::kSkip drops it, records it in the state and, for a
 // batch that lost every sample, repeats a stand-in sample in its place. While it waits it tells
 // apart reads that will complete, a batch that can never fit the arena (an error) and memory the

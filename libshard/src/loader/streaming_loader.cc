@@ -139,7 +139,7 @@ Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
                             EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
-    queue_.Reset(std::move(plan));
+    queue_.Reset(std::make_shared<PlannedSteps>(std::move(plan)));
   }
   scheduler_->Start();
   return Status::OK();
@@ -277,7 +277,7 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
   std::lock_guard<std::mutex> lock(queue_.mu);
-  state.bucketing = BucketingOf(queue_.plan->options());
+  state.bucketing = queue_.steps->bucketing();
   return state;
 }
 
@@ -305,7 +305,7 @@ Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
 
 uint64_t StreamingLoader::batches_per_epoch() const {
   std::lock_guard<std::mutex> lock(queue_.mu);
-  return queue_.plan->epoch_batches_for_rank();
+  return queue_.steps->epoch_steps();
 }
 
 void StreamingLoader::Stop() {

@@ -1,6 +1,6 @@
 // StreamingLoader: the Loader implementation (libshard/loader.h), a composition of
 //   - the item queue (loader/item_queue.h): the items between the two halves, and the one lock;
-//   - the read scheduler (loader/read_scheduler.h): plan cursor, arena slots, engine, workers;
+//   - the read scheduler (loader/read_scheduler.h): step cursor, arena slots, engine, workers;
 //   - the batch consumer (loader/batch_consumer.h): Next(), waiting, the error policy;
 //   - diagnostics (loader/diagnostics.h): stats counters and warnings, on an injectable clock
 //     and log sink;
@@ -46,7 +46,8 @@ class StreamingLoader final : public Loader {
   StreamingLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                   DiagnosticsHooks hooks);
   Status Init();
-  // Replaces the plan and starts the scheduler on it; the pipeline must be stopped.
+  // Replaces the epoch's steps with the plan of `plan_options` and starts the scheduler on
+  // them; the pipeline must be stopped.
   Status StartEpoch(const PlanOptions& plan_options);
   uint64_t DatasetFootprint() const;
   // InvalidArgument when a resume inside an epoch batched by length asks for other batching.
