@@ -1,4 +1,5 @@
-# libshard: `make demo` and `make test` work on a fresh machine (they run `make deps` first).
+# libshard: `make demo`, `make check` and `make test` work on a fresh machine (they run `make deps`
+# first; demo and check install only what they need, DEPS=core).
 BUILD     ?= build
 PYTHON    ?= python3
 JOBS      ?= $(shell nproc)
@@ -6,13 +7,23 @@ BUILD_TYPE ?= RelWithDebInfo
 TORCH_PREFIX = $(shell $(PYTHON) -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)
 CMAKE_ARGS ?=
 DEMO_DIR  ?= demo_data
+# The demo's directory of torch.save files (CI runs a small one: scripts/test.sh).
+DEMO_SAMPLES ?= 64
+DEMO_HIDDEN  ?= 1024
+DEMO_MIN_LEN ?= 256
+DEMO_MAX_LEN ?= 1024
+# What `make demo` builds: the library, the `libshard` command line and the Python module it runs
+# (libshard._core and the package's files); no test, benchmark or LibTorch target.
+DEMO_TARGETS = libshard_cli libshard_python
+# all: everything `make test` needs; core: the build and the quick suites (scripts/deps.sh).
+DEPS ?= all
 
-.PHONY: all deps configure build test test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
+.PHONY: all deps configure build check test test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
 
 all: build
 
 deps:
-	@bash scripts/deps.sh
+	@LIBSHARD_DEPS=$(DEPS) bash scripts/deps.sh
 
 configure: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
@@ -22,7 +33,17 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-# Everything CI runs: C++ suites, Python suites, sanitizer builds, the installed-package check.
+# The quick suites (scripts/check.sh): every C++ suite but the scale ones (ctest label `check`)
+# and the Python suites of the library's own behaviour, without sanitizers, fuzzing, the trainers'
+# environment, the S3 server, fault injection, multi-process runs or wheels: those are left to
+# `make test`. A few minutes on 2 cores once built.
+check: DEPS = core
+check: build
+	@bash scripts/check.sh "$(BUILD)" "$(PYTHON)"
+
+# Everything CI runs: `make check`'s suites and the rest of the C++ and Python suites, sanitizer
+# builds, fuzz replay, the installed package, the portable wheel (CI), `make demo` on a small
+# directory.
 test: build
 	@bash scripts/test.sh "$(BUILD)" "$(PYTHON)"
 
@@ -61,8 +82,11 @@ test-wheel: deps
 sdist: deps
 	cd /tmp && $(PYTHON) -m build --sdist --no-isolation --outdir $(CURDIR)/dist $(CURDIR)
 
-demo: build
-	@bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"
+demo: DEPS = core
+demo: configure
+	cmake --build $(BUILD) -j$(JOBS) --target $(DEMO_TARGETS)
+	@DEMO_SAMPLES=$(DEMO_SAMPLES) DEMO_HIDDEN=$(DEMO_HIDDEN) DEMO_MIN_LEN=$(DEMO_MIN_LEN) \
+	  DEMO_MAX_LEN=$(DEMO_MAX_LEN) bash scripts/demo.sh "$(BUILD)" "$(PYTHON)" "$(DEMO_DIR)"
 
 bench: build
 	@echo "see bench/README.md"

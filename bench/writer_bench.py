@@ -16,6 +16,10 @@ the writer again behind a simulated generator that spends, per sample, 1.2x the 
 needs to write it (or --simulate-gpu-ms N), and the share of that run's wall time write()
 blocked the caller (target <= 5% when the disk keeps up); merge seconds (target < 1 s). The
 machines are shared and noisy: compare the ratios of one run.
+
+--tiny N also writes N tiny samples (two small int64 tensors each, as a token-level generator
+makes them): samples/s, and how much address space the write added (the queue is bounded by
+what each queued sample holds, so this stays flat for any N).
 """
 
 from __future__ import annotations
@@ -89,6 +93,31 @@ def bench_writer(work: Path, samples, compress, threads, gpu_ms: float):
     return t, blocked, closing, w.blocked_seconds
 
 
+def _vm_kib(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def bench_tiny(work: Path, n: int):
+    """(seconds, peak address space added in MB) for n tiny samples through libshard.Writer."""
+    out = work / "tiny"
+    shutil.rmtree(out, ignore_errors=True)
+    ids, mask = torch.arange(6, dtype=torch.int64), torch.ones(8, dtype=torch.int64)
+    base = peak = _vm_kib("VmSize")
+    t0 = time.perf_counter()
+    with libshard.Writer(out, fsync=False) as w:
+        for i in range(n):
+            w.write({"input_ids": ids + i, "loss_mask": mask}, key=f"t{i:07d}")
+            if i % 2000 == 0:
+                peak = max(peak, _vm_kib("VmSize"))
+    t = time.perf_counter() - t0
+    peak = max(peak, _vm_kib("VmSize"))
+    shutil.rmtree(out, ignore_errors=True)
+    return t, (peak - base) / 1024
+
+
 def bench_torch_save(work: Path, samples) -> float:
     out = work / "torch_save"
     shutil.rmtree(out, ignore_errors=True)
@@ -139,6 +168,7 @@ def main() -> None:
     ap.add_argument("--merge-parts", type=int, default=64)
     ap.add_argument("--merge-samples", type=int, default=1000)
     ap.add_argument("--skip-torch-save", action="store_true")
+    ap.add_argument("--tiny", type=int, default=0, help="also write this many tiny samples")
     args = ap.parse_args()
 
     work = Path(args.dir)
@@ -168,6 +198,10 @@ def main() -> None:
     print(f"  writer / dd           {t_dd / t_w:6.2f}x   (target >= 0.9)")
     if t_ts:
         print(f"  writer / torch.save   {t_ts / t_w:6.2f}x   (target >= 3)")
+    if args.tiny:
+        t_t, added_mb = bench_tiny(work, args.tiny)
+        print(f"  {args.tiny} tiny samples   {t_t:7.2f} s  {args.tiny / t_t:8.0f} samples/s, "
+              f"address space +{added_mb:.0f} MB at most")
     t_m, links, used, shard_bytes = bench_merge(work, args.merge_parts, args.merge_samples)
     print(f"  merge {args.merge_parts} parts x {args.merge_samples} samples: {t_m:.3f} s "
           f"(target < 1 s); shard link counts {sorted(links)}, disk used by the merge "

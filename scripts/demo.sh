@@ -8,9 +8,16 @@ DIR=${3:-demo_data}
 CLI="$PWD/$BUILD/converters/libshard"
 export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 
-echo "== 1. an EAGLE-3-like dump: 64 samples of torch.save dicts (input_ids, loss_mask, hidden states bf16)"
+# The dump's size (make demo's defaults; CI runs a small one).
+SAMPLES=${DEMO_SAMPLES:-64}
+HIDDEN=${DEMO_HIDDEN:-1024}
+MIN_LEN=${DEMO_MIN_LEN:-256}
+MAX_LEN=${DEMO_MAX_LEN:-1024}
+
+echo "== 1. an EAGLE-3-like dump: $SAMPLES samples of torch.save dicts (input_ids, loss_mask, hidden states bf16)"
 rm -rf "$DIR"
-$PY examples/make_eagle3_data.py "$DIR/src" --samples 64 --hidden 1024 --min-len 256 --max-len 1024
+$PY examples/make_eagle3_data.py "$DIR/src" --samples "$SAMPLES" --hidden "$HIDDEN" \
+  --min-len "$MIN_LEN" --max-len "$MAX_LEN"
 
 echo; echo "== 2. libshard pack"
 "$CLI" pack "$DIR/src" -o "$DIR/packed" --shard-size 64MiB

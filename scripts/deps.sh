@@ -10,6 +10,20 @@ APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libg
           libssl-dev               # libcrypto: MD5 of s3:// uploads (remote/md5.cc)
           strace)  # the trainer integration tests count the files a startup opens
 PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "safetensors" "xxhash" "ninja" "cmake>=3.24")
+# LIBSHARD_DEPS=core (`make demo`, `make check`): what the build and the quick suites need; not
+# clang and its fuzzing runtime, fio, strace, the wheel tools, the examples' model, moto or the
+# trainers' environment, which `make test` (LIBSHARD_DEPS=all, the default) installs too.
+DEPS_SET=${LIBSHARD_DEPS:-all}
+case $DEPS_SET in
+  all) ;;
+  core)
+    core=()
+    for p in "${APT_PKGS[@]}"; do
+      case $p in clang | libclang-rt-* | fio | strace) ;; *) core+=("$p") ;; esac
+    done
+    APT_PKGS=("${core[@]}") ;;
+  *) echo "deps: LIBSHARD_DEPS=$DEPS_SET: use all or core" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -32,6 +46,7 @@ then
   echo "deps: installing Python packages: ${PIP_PKGS[*]}"
   "$PY" -m pip install -q "${PIP_PKGS[@]}"
 fi
+if [ "$DEPS_SET" = core ]; then echo "deps: ok (core: make demo, make check)"; exit 0; fi
 # `make wheel` (scripts/build_wheels.sh): auditwheel and patchelf repair the wheels. The CPython
 # 3.9-3.13 interpreters it builds for come from pyenv (or pythonX.Y on PATH), its build tools
 # from pip into one virtual environment per interpreter, made by the script itself.

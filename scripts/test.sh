@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test suite: the C++ suites (ctest), the Python suites (pytest, against the build
-# tree), an ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the
-# fuzz targets' replay and brief run, the installed-package check, and the portable wheel (when
-# `make wheel` built one for this interpreter). Prints one closing line
-# "test: N passed, N failed".
+# Runs every test suite: `make check`'s quick C++ and Python suites (scripts/check.sh), then the
+# rest of the C++ suites (ctest) and of the Python suites (pytest, against the build tree), an
+# ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the fuzz targets'
+# replay and brief run, the installed-package check, the portable wheel (when `make wheel` built
+# one for this interpreter, or in CI) also beside decoy libshards, and `make demo` on a small
+# directory. Prints one closing line "test: N passed, N failed".
 set -uo pipefail  # pipefail: a step fails when its command fails, not tee
 BUILD=${1:-build}
 PY=${2:-python3}
@@ -52,10 +53,17 @@ step() {  # step NAME COMMAND...
 export LIBSHARD_CLI="$PWD/$BUILD/converters/libshard"
 export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 
-step "C++ suites (ctest)" ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" --timeout 600
+# `make check` first (its two halves, so each step's count is ctest's or pytest's), then the rest:
+# together every C++ and Python suite, each once.
+step "make check: C++ suites (ctest -L check)" bash scripts/check.sh "$BUILD" "$PY" cpp
+step "C++ suites, the rest (ctest -LE check)" ctest --test-dir "$BUILD" --output-on-failure \
+  -j"$JOBS" --timeout 600 -LE check
 
 if [ -d tests/python ]; then
-  step "Python suites (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider
+  step "make check: Python suites" bash scripts/check.sh "$BUILD" "$PY" python
+  quick=()
+  while read -r f; do quick+=(--ignore "tests/python/$f"); done < <(bash scripts/check.sh --list-python)
+  step "Python suites, the rest (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider "${quick[@]}"
 fi
 
 # The trainer integrations (libshard.specforge / .speculators / .modelopt) against the trainers'
@@ -105,9 +113,14 @@ if ! have_wheel && { [ "${CI:-}" = true ] || [ "${LIBSHARD_TEST_WHEEL:-}" = 1 ];
 fi
 if have_wheel; then
   step "portable wheel, system libraries hidden" bash scripts/test_wheel.sh "$PY"
+  step "portable wheel beside decoy libshards" bash scripts/test_wheel_decoys.sh "$PY"
 else
   echo "=== portable wheel: skipped (no dist/libshard-*-$wheel_tag-*manylinux*.whl; make wheel, make test-wheel, or LIBSHARD_TEST_WHEEL=1)"
 fi
+
+# `make demo` as a newcomer runs it (its targeted build: already built here), on a small directory.
+step "make demo (small)" make --no-print-directory demo BUILD="$BUILD" PYTHON="$PY" \
+  DEMO_DIR="$BUILD/demo_data" DEMO_SAMPLES=12 DEMO_HIDDEN=256 DEMO_MIN_LEN=64 DEMO_MAX_LEN=256
 
 echo
 echo "steps: $passed ok, $failed failed${failures:+ (${failures[*]})}"

@@ -8,6 +8,10 @@
 #     the final losses must be identical (model, optimizer and loader position all restored);
 #     one more run as RANK=1 of WORLD_SIZE=2.
 #
+# It checks the package it installed, whatever libshard is installed elsewhere: CMake is pointed
+# at the prefix's libshardConfig.cmake itself (libshard_DIR, no package registry), pkg-config
+# finds the prefix's libshard.pc first, and each is checked to have resolved into the prefix.
+#
 #   scripts/test_install.sh [BUILD] [PYTHON]     BUILD: a configured build tree (default: build)
 # Builds the installable targets in BUILD if needed. Exit 0 when everything passed.
 set -euo pipefail
@@ -42,11 +46,26 @@ PCDIR=$(dirname "$(find "$PREFIX" -name libshard.pc | head -1)")
 [ -f "$PCDIR/libshard.pc" ] || fail "no libshard.pc"
 say "installed to $PREFIX (moved after install)"
 
+# The outside projects find this prefix's package, never another libshard on the machine.
+FIND_THIS=(-Dlibshard_DIR="$CMAKEDIR" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+found_here() {  # found_here BUILD_DIR: the project's libshard_DIR is the prefix's
+  local dir
+  dir=$(sed -n 's/^libshard_DIR:[A-Z]*=//p' "$1/CMakeCache.txt")
+  [ "$(cd "$dir" 2>/dev/null && pwd -P)" = "$(cd "$CMAKEDIR" && pwd -P)" ] ||
+    fail "$(basename "$1") found libshard at '$dir', not in $PREFIX"
+}
+
 # 2. cpp_minimal: core only, no LibTorch on the search path.
 cmake -S "$ROOT/examples/cpp_minimal" -B "$WORK/minimal" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+  -DCMAKE_PREFIX_PATH="$PREFIX" "${FIND_THIS[@]}" >/dev/null
+found_here "$WORK/minimal"
 cmake --build "$WORK/minimal" -j"$JOBS" >/dev/null
 say "cpp_minimal built with CMake"
+pc_libdir=$(PKG_CONFIG_PATH="$PCDIR" pkg-config --variable=libdir libshard)
+case $(cd "$pc_libdir" 2>/dev/null && pwd -P) in
+  "$(cd "$PREFIX" && pwd -P)"/*) ;;
+  *) fail "pkg-config found libshard with libdir '$pc_libdir', not in $PREFIX" ;;
+esac
 # shellcheck disable=SC2046
 ${CXX:-c++} -std=c++20 -O1 "$ROOT/examples/cpp_minimal/main.cc" -o "$WORK/cpp_minimal_pc" \
   $(PKG_CONFIG_PATH="$PCDIR" pkg-config --cflags --libs libshard)
@@ -58,8 +77,9 @@ if [ ! -f "$CMAKEDIR/libshardTorchTargets.cmake" ]; then
 fi
 TORCH_PREFIX=$($PY -c 'import torch;print(torch.utils.cmake_prefix_path)')
 cmake -S "$ROOT/examples/cpp_trainer" -B "$WORK/trainer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$PREFIX;$TORCH_PREFIX" >/dev/null 2>"$WORK/trainer_configure.log" ||
-  { cat "$WORK/trainer_configure.log"; fail "cpp_trainer configure"; }
+  -DCMAKE_PREFIX_PATH="$PREFIX;$TORCH_PREFIX" "${FIND_THIS[@]}" >/dev/null \
+  2>"$WORK/trainer_configure.log" || { cat "$WORK/trainer_configure.log"; fail "cpp_trainer configure"; }
+found_here "$WORK/trainer"
 cmake --build "$WORK/trainer" -j"$JOBS" >/dev/null
 say "cpp_trainer built"
 

@@ -12,8 +12,12 @@
 # Then every other interpreter's wheel in dist/ whose interpreter is here (no torch there): with the
 # same libraries hidden, the extension maps the wheel's copies and the console script packs and
 # verifies, with the executable's exit codes.
-# The venv sees the interpreter's site-packages (--system-site-packages) for torch and numpy, and
+# It checks the wheel it names, whatever else is installed: the venv sees the interpreter's
+# packages (torch, numpy) through a view of its site directories (the user's included) that leaves
+# out every other libshard, so pip cannot find one "already satisfied" and install nothing, and
+# no other copy can be imported; the installed files are compared with the wheel's RECORD.
 # pip installs with --no-index: nothing is downloaded, and no other torch can come in.
+# (scripts/test_wheel_decoys.sh checks this with decoy libshards beside the interpreter.)
 #
 #   scripts/test_wheel.sh [PYTHON] [WHEEL]    PYTHON: default python3; WHEEL: default the newest
 #                                             dist/libshard-*-cpXY-cpXY-manylinux*.whl for it
@@ -42,13 +46,66 @@ newer=$(cd "$ROOT" && find CMakeLists.txt pyproject.toml cmake libshard converte
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/libshard_wheel.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
-# 1. A fresh venv with the wheel; torch and numpy come from the interpreter's site-packages.
-"$PY" -m venv --system-site-packages "$WORK/venv"
+# 1. A fresh venv with the wheel. torch and numpy come from the interpreter's site directories,
+# through a view of each (symbolic links to every entry but libshard's own files) that a .pth file
+# of the venv adds after the venv's own site-packages. Not --system-site-packages: pip would then
+# take a libshard installed there (or in the user's site, which comes before the venv's) as
+# "already satisfied" and install nothing from the wheel.
+"$PY" -m venv "$WORK/venv"
 VPY=$WORK/venv/bin/python
+"$PY" - "$WORK/view" "$("$VPY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" <<'PYEOF'
+import os, sys
+view, venv_site = sys.argv[1:3]
+def libshard_own(name):
+    n = name.lower()
+    return (n in ("libshard", "libshard.libs", "_libshard_cli.py", "__pycache__") or
+            n.startswith(("libshard-", "__editable__.libshard", "__editable___libshard")) or
+            (n.endswith((".pth", ".egg-link")) and "libshard" in n))
+lines = []
+for k, d in enumerate(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")
+                      and os.path.isdir(p)):
+    out = os.path.join(view, str(k))
+    os.makedirs(out)
+    for name in os.listdir(d):
+        if not libshard_own(name):
+            os.symlink(os.path.join(d, name), os.path.join(out, name))
+    lines.append(f"import site; site.addsitedir({out!r})")
+with open(os.path.join(venv_site, "zz_libshard_test_view.pth"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+PYEOF
+export PYTHONNOUSERSITE=1  # the user's site came into the view (filtered); not again, unfiltered
 "$VPY" -m pip install -q --no-index --disable-pip-version-check "$WHEEL" 2>&1 |
   grep -v '^WARNING: Location' || true
 "$VPY" -m pip show -q libshard >/dev/null 2>&1 || fail "pip did not install $WHEEL"
 [ -x "$WORK/venv/bin/libshard" ] || fail "the wheel installed no libshard console script"
+# Every file the wheel's RECORD lists is in the venv with the wheel's hash, and `libshard` resolves
+# to the venv's copy: what runs below is this wheel.
+"$VPY" - "$WHEEL" "$WORK/venv" <<'PYEOF' || fail "the venv does not hold $(basename "$WHEEL")'s files"
+import base64, csv, hashlib, importlib.metadata as md, io, os, sys, sysconfig, zipfile
+wheel, venv = sys.argv[1:3]
+site = sysconfig.get_path("platlib")
+with zipfile.ZipFile(wheel) as z:
+    record = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+    rows = list(csv.reader(io.TextIOWrapper(z.open(record), "utf-8")))
+checked = 0
+for path, digest, _ in rows:
+    if not digest or ".data/" in path:
+        continue
+    algo, _, want = digest.partition("=")
+    with open(os.path.join(site, path), "rb") as f:
+        got = base64.urlsafe_b64encode(hashlib.new(algo, f.read()).digest()).rstrip(b"=").decode()
+    if got != want:
+        sys.exit(f"{path}: installed bytes differ from the wheel's")
+    checked += 1
+dist = md.distribution("libshard")
+where = os.path.realpath(str(dist.locate_file("")))
+if not where.startswith(os.path.realpath(venv)):
+    sys.exit(f"the libshard distribution found is at {where}, not in the venv")
+wheel_version = os.path.basename(wheel).split("-")[1]
+if dist.version != wheel_version:
+    sys.exit(f"libshard {dist.version} found, the wheel is {wheel_version}")
+print(f"{checked} files of the wheel in the venv, byte for byte")
+PYEOF
 say "installed $(basename "$WHEEL") into a fresh venv"
 
 # 2. The system copies of the bundled libraries: every file of their sonames, links resolved.

@@ -6,8 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
@@ -217,6 +221,62 @@ TEST_P(ParallelWriterModes, BytesInFlightStayWithinTheBound) {
   ASSERT_TRUE(p->Finish().ok());
   EXPECT_LE(worst.load(), 3u);  // 4 KiB each (every encoded sample fits one 4 KiB block)
   EXPECT_GE(worst.load(), 1u);
+}
+
+// Tiny samples reserve what they hold (their 4 KiB buffer), and at most max_inflight_samples are
+// in flight: with the commit held up, Submit stops admitting at exactly the bound, whatever
+// few bytes each sample has.
+TEST(ParallelWriterTest, TinySamplesAreBoundedByCountAndByTheirBuffers) {
+  struct Case {
+    uint64_t max_samples, max_bytes, want;
+  };
+  for (const Case c : {Case{16, uint64_t{1} << 30, 16}, Case{4096, 10 * 4096, 10}}) {
+    SCOPED_TRACE("max_inflight_samples " + std::to_string(c.max_samples) +
+                 ", max_inflight_bytes " + std::to_string(c.max_bytes));
+    TempDir dir;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool release = false;
+    ParallelWriterOptions po;
+    po.threads = 2;
+    po.max_inflight_samples = c.max_samples;
+    po.max_inflight_bytes = c.max_bytes;
+    po.on_done = [&](const JobOutcome&) {  // the commit waits until the test has looked
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return release; });
+      return Status::OK();
+    };
+    auto p = StartOrDie(dir.path(), po);
+    ASSERT_TRUE(p);
+    constexpr uint64_t kJobs = 200;
+    std::thread producer([&] {
+      for (uint64_t i = 0; i < kJobs; ++i)
+        if (!p->Submit(SampleJob(i), 1).ok()) return;  // 1 byte each: the bound must not care
+    });
+    for (int waited = 0; p->submitted() < c.want && waited < 10000; waited += 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // time to pass it, if it could
+    EXPECT_EQ(p->submitted(), c.want);
+    {
+      std::lock_guard lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+    producer.join();
+    auto sum = p->Finish();
+    ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+    EXPECT_EQ(sum->samples, kJobs);
+  }
+}
+
+TEST(ParallelWriterTest, StartRefusesAZeroSampleBound) {
+  TempDir dir;
+  auto w = Writer::Create(dir.path().string(), EagleSchema(), FastOptions());
+  ASSERT_TRUE(w.ok());
+  ParallelWriterOptions po;
+  po.max_inflight_samples = 0;
+  ExpectError(ParallelWriter::Start(std::move(*w), po).status(), StatusCode::kInvalidArgument,
+              {"max_inflight_samples"});
 }
 
 TEST(ParallelWriterTest, ASampleLargerThanTheBoundGoesThroughAlone) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -53,6 +54,23 @@ TEST(BufferPoolTest, IdleBytesAreCapped) {
   int reused = 0;
   for (std::byte* p : kept) reused += (x.get() == p) + (y.get() == p);
   EXPECT_EQ(reused, 2);
+}
+
+// A buffer takes its size rounded up by at most a sixteenth (4 KiB at least): a tiny sample holds
+// one 4 KiB block, not a large granule, and what a queue bounds (ParallelWriter) is what it holds.
+TEST(BufferPoolTest, CapacityIsTheSizeRoundedUpByASixteenthAtMost) {
+  EXPECT_EQ(BufferPool::CapacityFor(0), 4096u);
+  EXPECT_EQ(BufferPool::CapacityFor(112), 4096u);
+  EXPECT_EQ(BufferPool::CapacityFor(4096), 4096u);
+  EXPECT_EQ(BufferPool::CapacityFor(4097), 8192u);
+  EXPECT_EQ(BufferPool::CapacityFor(3 << 20), uint64_t{3} << 20);
+  EXPECT_EQ(BufferPool::CapacityFor((uint64_t{64} << 20) + 1), (uint64_t{68} << 20));
+  for (uint64_t size = 1; size < (uint64_t{1} << 40); size = size * 3 + 7) {
+    const uint64_t c = BufferPool::CapacityFor(size);
+    EXPECT_GE(c, size);
+    EXPECT_EQ(c % 4096, 0u);
+    EXPECT_LE(c, std::max<uint64_t>(4096, size + size / 16 + 4095)) << size;
+  }
 }
 
 TEST(BufferPoolTest, BufferOutlivesItsPool) {

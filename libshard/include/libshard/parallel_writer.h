@@ -5,12 +5,15 @@
 //                                                      │ results, any order
 //                  commit thread ◀── in submission order ┘ → Writer::AppendEncoded → on_done
 //
-// Submit returns at once unless the bytes in flight (submitted, not yet committed) would pass
-// `max_inflight_bytes`; it then waits (one job is always admitted when nothing is in flight, so a
-// sample larger than the bound still goes through). A job's reservation grows to its encoded size
-// (4 KiB aligned) when that is larger than what was reserved: the bound covers the encoded
-// buffers too. Samples reach the dataset in submission order whatever order they are encoded in,
-// so the output does not depend on the thread count.
+// Submit returns at once unless the jobs in flight (submitted, not yet committed) would pass
+// `max_inflight_samples`, or what they reserve would pass `max_inflight_bytes`; it then waits
+// (one job is always admitted when nothing is in flight, so a sample larger than the bound still
+// goes through). A job reserves what its sample holds in memory, not only its bytes: the sample
+// buffer it will be encoded into (its size rounded up as the writer's buffers are, at least one
+// 4 KiB block), growing to the encoded buffer when that is larger. So memory and address space
+// stay flat for any sample size: tiny samples are held to the count, large ones to the bytes.
+// Samples reach the dataset in submission order whatever order they are encoded in, so the
+// output does not depend on the thread count.
 //
 // Errors: no exception leaves a thread (a job that throws becomes Internal, std::bad_alloc
 // ResourceExhausted). The first error stops the pipeline: nothing more is encoded or appended,
@@ -49,6 +52,10 @@ struct JobOutcome {
 struct ParallelWriterOptions {
   unsigned threads = 0;  // encode threads, 1..1024; 0: one per CPU, at most 4
   uint64_t max_inflight_bytes = uint64_t{1} << 30;  // > 0; see the file comment
+  // Jobs in flight at most, > 0. Each also holds its job, its input's bookkeeping and an encoded
+  // sample's (kilobytes): the count bounds those, where tiny samples reserve few bytes. 4096 keep
+  // every encode thread busy (bench/writer_bench.py --tiny).
+  uint64_t max_inflight_samples = 4096;
   // What a failed job does. kStop: the first failure in submission order stops the writer (and
   // encode threads take no new job from the moment any job failed). kReport: on_done decides:
   // OK leaves the sample out and goes on, an error stops the writer with that error.
@@ -77,7 +84,8 @@ class ParallelWriter {
   // that thread before TakeReleased() lists its seq, so whatever it referenced is free after.
   using Job = std::function<Result<EncodedSample>(const Writer& writer)>;
 
-  // Starts the threads. InvalidArgument for threads over 1024 or max_inflight_bytes 0.
+  // Starts the threads. InvalidArgument for threads over 1024, max_inflight_bytes 0 or
+  // max_inflight_samples 0.
   static Result<std::unique_ptr<ParallelWriter>> Start(std::unique_ptr<Writer> writer,
                                                        ParallelWriterOptions options);
   ParallelWriter(Key, std::unique_ptr<Writer> writer, ParallelWriterOptions options);
@@ -86,7 +94,7 @@ class ParallelWriter {
   ParallelWriter(const ParallelWriter&) = delete;
   ParallelWriter& operator=(const ParallelWriter&) = delete;
 
-  // Queues `job`, reserving `bytes` of the bound (its input size; at least 1 is counted). Waits
+  // Queues `job`, whose input is `bytes` long (its reservation: see the file comment). Waits
   // while the bound is full. Returns its seq, or the error that stopped the writer.
   Result<uint64_t> Submit(Job job, uint64_t bytes);
   // Queues Writer::Encode(sample). The data pointers of `sample` must stay valid until

@@ -9,6 +9,7 @@
 
 #include "codec/chunk_walker.h"
 #include "codec/codec_table.h"
+#include "codec/plane_kernel_select.h"
 #include "format/bytes.h"
 
 namespace libshard::codec {
@@ -76,6 +77,9 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
     if (want > 0) std::memcpy(dst.data(), region.data(), want);
     return Status::OK();
   }
+  // A kernel forced by LIBSHARD_PLANES_KERNEL that this CPU cannot run is an error here, before
+  // any kernel runs (codec/plane_kernel_select.h).
+  LIBSHARD_RETURN_IF_ERROR(ActivePlaneKernel().status());
   LIBSHARD_ASSIGN_OR_RETURN(RegionInfo info, ParseRegion(region, id, g));
   const CodecEntry& codec = *FindCodec(id);  // ParseRegion checked the id
   const uint64_t want = DecodedBytes(g, max_rows);
@@ -97,6 +101,7 @@ Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const F
   const CodecEntry* codec = FindCodec(id);
   if (codec == nullptr || codec->decode_codes == nullptr)
     return Status::InvalidArgument("DecodeFp8 needs an fp8 codec");
+  LIBSHARD_RETURN_IF_ERROR(ActivePlaneKernel().status());
   LIBSHARD_ASSIGN_OR_RETURN(RegionInfo info, ParseRegion(region, id, g));
   const uint64_t rows_wanted = std::min(max_rows, g.rows);
   if (fp8_dst.size() != rows_wanted * g.row_elems || scales_dst.size() != rows_wanted)

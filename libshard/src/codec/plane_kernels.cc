@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/float8.h"
+#include "codec/plane_kernel_select.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -200,14 +201,12 @@ __attribute__((target("avx2"))) void InterleaveSignedRowAvx2(const uint8_t* lo,
                                  base != nullptr ? base + i : nullptr, m - i, d + 2 * i);
 }
 
+// Whether the AVX2 kernels run: the CPU has AVX2 and LIBSHARD_PLANES_KERNEL does not refuse it
+// (codec/plane_kernel_select.h; a choice in error runs the baseline kernels, and the Decoder
+// reports that error before any kernel runs).
 bool HaveAvx2() {
-  static const bool have = [] {
-    if (const char* v = std::getenv("LIBSHARD_PLANES_KERNEL"); v != nullptr && v[0] != 0)
-      return std::strcmp(v, "sse2") != 0;  // LIBSHARD_PLANES_KERNEL=sse2: the baseline kernel
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return have;
+  const Result<PlaneKernel>& k = ActivePlaneKernel();
+  return k.ok() && *k == PlaneKernel::kAvx2;
 }
 #endif
 
@@ -530,7 +529,7 @@ __attribute__((target("avx2"))) void FastPlanesRowAvx2(const FastTables& t,
   }
 }
 
-// Whether the fast path may run: AVX2 (and LIBSHARD_PLANES_KERNEL not "sse2").
+// Whether the fast path may run: the AVX2 kernels (HaveAvx2).
 bool FastAllowed(Fp8Kernel kernel) { return kernel != Fp8Kernel::kTable && HaveAvx2(); }
 #endif
 

@@ -39,7 +39,7 @@ void InterleaveSigned(const uint8_t* lo, const uint8_t* plane, const uint8_t* si
 // with `scale` (§4.3.5). `base` is null or the channel base table. dst may overlap q when q lies
 // at or after dst + n (each block of codes is copied before its output is written).
 // Which fp8 dequantization kernel: kAuto is the AVX2 fast path (16-entry tables per row, rows whose
-// scale allows it; the CPU has AVX2 and LIBSHARD_PLANES_KERNEL is not "sse2") with the 256-entry
+// scale allows it; the AVX2 kernels are chosen, codec/plane_kernel_select.h) with the 256-entry
 // table path for the others; kTable always the table path (the reference, for tests and benches).
 // The same bits either way.
 enum class Fp8Kernel { kAuto, kTable };

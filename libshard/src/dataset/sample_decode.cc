@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "codec/field_codec.h"
+#include "codec/plane_kernel_select.h"
 #include "dataset/dataset_impl.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
@@ -119,6 +120,9 @@ Status DatasetImpl::DecodeFields(uint64_t i, const format::SampleRecord& r,
         dst = dst.first(codec::DecodedBytes(*g, rows));
       }
     }
+    // A plane kernel forced by LIBSHARD_PLANES_KERNEL that this CPU cannot run is the machine's
+    // error, not the shard's (codec/plane_kernel_select.h): said as it is, not as damage.
+    LIBSHARD_RETURN_IF_ERROR(codec::ActivePlaneKernel().status());
     Status st = decoder.Decode(stored.subspan(offsets[f], stored_sizes[f]),
                                static_cast<codec::CodecId>(codecs_[f]), *g, rows, dst);
     if (!st.ok()) {

@@ -4,10 +4,7 @@
 #include <cstring>
 
 #include "format/xxh3/xxh3_variants.h"
-
-#if defined(LIBSHARD_XXH3_X86_VARIANTS)
-#include <cpuid.h>
-#endif
+#include "util/cpu_features.h"
 
 namespace libshard {
 
@@ -50,40 +47,13 @@ const Xxh3Ops* OpsFor(Xxh3Isa isa) {
   return &kOps[0];
 }
 
-#if defined(LIBSHARD_XXH3_X86_VARIANTS)
-// Whether the CPU has AVX2 / AVX-512 F and the OS saves the registers they use across context
-// switches (XCR0: SSE and AVX state for YMM; opmask, ZMM_Hi256 and Hi16_ZMM for AVX-512). A CPU
-// bit alone is not enough: a kernel or hypervisor can leave the state disabled, and the first
-// AVX instruction then faults.
-struct X86Features {
-  bool avx2 = false;
-  bool avx512f = false;
-};
-
-X86Features DetectX86() {
-  X86Features f;
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return f;
-  const bool osxsave = (ecx & (1u << 27)) != 0;
-  const bool avx = (ecx & (1u << 28)) != 0;
-  if (!osxsave || !avx) return f;
-  uint32_t xcr0_lo = 0, xcr0_hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;
-  const bool zmm_state = (xcr0_lo & 0xE6u) == 0xE6u;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return f;
-  f.avx2 = ymm_state && (ebx & (1u << 5)) != 0;
-  f.avx512f = zmm_state && (ebx & (1u << 16)) != 0;
-  return f;
-}
-#endif
-
 std::vector<Xxh3Isa> DetectSupported() {
   std::vector<Xxh3Isa> isas{Xxh3Isa::kBaseline};
 #if defined(LIBSHARD_XXH3_X86_VARIANTS)
-  const X86Features f = DetectX86();
-  if (f.avx2) isas.push_back(Xxh3Isa::kAvx2);
-  if (f.avx512f) isas.push_back(Xxh3Isa::kAvx512);
+  // AVX2 / AVX-512 F with their register state saved by the OS (util/cpu_features.h).
+  const internal::CpuFeatures& f = internal::HostCpuFeatures();
+  if (f.Has(internal::CpuFeature::kAvx2)) isas.push_back(Xxh3Isa::kAvx2);
+  if (f.Has(internal::CpuFeature::kAvx512F)) isas.push_back(Xxh3Isa::kAvx512);
 #endif
   return isas;
 }

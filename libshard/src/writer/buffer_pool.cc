@@ -1,13 +1,22 @@
 #include "writer/buffer_pool.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 
 namespace libshard::internal {
 
 namespace {
 constexpr uint64_t kAlignment = 4096;
-constexpr uint64_t kGranule = uint64_t{1} << 20;
+constexpr uint64_t kMaxSize = uint64_t{1} << 62;
 }  // namespace
+
+uint64_t BufferPool::CapacityFor(uint64_t size) {
+  if (size <= kAlignment) return kAlignment;
+  size = std::min(size, kMaxSize);
+  const uint64_t granule = std::max(kAlignment, std::bit_floor(size) / 16);
+  return (size + granule - 1) / granule * granule;
+}
 
 std::shared_ptr<BufferPool> BufferPool::Create(uint64_t max_cached_bytes) {
   return std::shared_ptr<BufferPool>(new BufferPool(max_cached_bytes));
@@ -18,8 +27,8 @@ BufferPool::~BufferPool() {
 }
 
 std::shared_ptr<std::byte[]> BufferPool::Acquire(uint64_t size) {
-  if (size > (uint64_t{1} << 62)) return nullptr;
-  const uint64_t capacity = size == 0 ? kGranule : (size + kGranule - 1) / kGranule * kGranule;
+  if (size > kMaxSize) return nullptr;
+  const uint64_t capacity = CapacityFor(size);
   std::byte* p = nullptr;
   uint64_t got = capacity;
   {

@@ -22,9 +22,14 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   BufferPool(const BufferPool&) = delete;
   BufferPool& operator=(const BufferPool&) = delete;
 
-  // A buffer of at least `size` bytes (capacity rounded up to 1 MiB), 4 KiB aligned, or nullptr
+  // A buffer of at least `size` bytes (CapacityFor(size) of them), 4 KiB aligned, or nullptr
   // when memory is exhausted.
   std::shared_ptr<std::byte[]> Acquire(uint64_t size);
+
+  // What Acquire(size) takes from memory: `size` rounded up to a sixteenth of its power of two
+  // (at most 1/16 more, so buffers of nearby sizes are reused), at least 4 KiB. What a queue of
+  // samples bounds (ParallelWriter): a 112-byte sample holds 4 KiB, not a whole granule.
+  static uint64_t CapacityFor(uint64_t size);
 
  private:
   explicit BufferPool(uint64_t max_cached_bytes) : max_cached_(max_cached_bytes) {}

@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 
+#include "writer/buffer_pool.h"
+
 namespace libshard {
 namespace {
 
@@ -21,6 +23,10 @@ constexpr unsigned kMaxThreads = 1024;
 constexpr unsigned kAutoThreads = 4;  // threads = 0: one per CPU, at most this many
 
 uint64_t Aligned(uint64_t n) { return (n + 4095) / 4096 * 4096; }
+
+// What a sample of `bytes` holds in memory while in flight: the writer's buffer for it
+// (writer/buffer_pool.h rounds sizes up, to 4 KiB at least).
+uint64_t Reservation(uint64_t bytes) { return internal::BufferPool::CapacityFor(bytes); }
 
 // Runs a job so that nothing it throws escapes its thread (std::terminate otherwise).
 Result<EncodedSample> RunGuarded(const ParallelWriter::Job& job, const Writer& writer) noexcept {
@@ -76,6 +82,8 @@ Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Wr
                                    " is out of range; use 1.." + std::to_string(kMaxThreads));
   if (options.max_inflight_bytes == 0)
     return Status::InvalidArgument("ParallelWriter: max_inflight_bytes must be > 0");
+  if (options.max_inflight_samples == 0)
+    return Status::InvalidArgument("ParallelWriter: max_inflight_samples must be > 0");
   auto p = std::make_unique<ParallelWriter>(Key(), std::move(writer), std::move(options));
   State& s = *p->state_;
   try {
@@ -98,12 +106,15 @@ ParallelWriter::~ParallelWriter() { Stop(); }
 
 Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
   State& s = *state_;
-  bytes = std::max<uint64_t>(bytes, 1);
+  bytes = Reservation(bytes);
   std::unique_lock lock(s.mu);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     if (!s.error.ok() || s.stopping) break;
-    if (s.inflight_bytes == 0 || s.inflight_bytes + bytes <= options_.max_inflight_bytes) break;
+    const uint64_t jobs = s.next_seq - s.committed;
+    if (jobs == 0 || (jobs < options_.max_inflight_samples &&
+                      s.inflight_bytes + bytes <= options_.max_inflight_bytes))
+      break;
     if (!options_.commit_thread && s.done.count(s.committed) != 0) {
       (void)CommitNext(lock);  // the caller commits: that frees the bound
       continue;
@@ -145,7 +156,7 @@ void ParallelWriter::EncodeLoop() {
       if (encoded.ok()) {
         // The bound covers the encoded buffer when it is larger than the input.
         uint64_t& r = s.reserved[q.seq - s.committed];
-        const uint64_t held = Aligned(encoded->stored_size);
+        const uint64_t held = Reservation(encoded->stored_size);
         if (held > r) {
           s.inflight_bytes += held - r;
           r = held;

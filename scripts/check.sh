@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `make check`: the quick suites of the library, against a built tree, in a few minutes on 2 cores:
+#   - C++: every GoogleTest suite labelled `check` (tests/CMakeLists.txt: all but the scale ones);
+#   - Python: the suites of the library's own behaviour listed below (PYTHON_SUITES).
+# Left to `make test` (scripts/test.sh, which runs these first, then the rest): the scale suites,
+# the S3 server suites, the Writer's multi-process, kill -9 and torchrun runs, the address-space
+# limit run, write-path fault injection, multi-process loading, the LIBSHARD_PLANES_KERNEL child
+# processes, the example's real model, the trainers' environment, the sanitizer builds, fuzzing,
+# the installed package and the portable wheel.
+#
+#   scripts/check.sh [BUILD] [PYTHON] [all|cpp|python]     default: build python3 all
+#   scripts/check.sh --list-python                         the Python suites, one file a line
+# Prints ctest's and pytest's summaries; exit 0 when every test passed.
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Chosen by their times (pytest --durations and ctest, 2 cores): each takes seconds, and together
+# they cover the library from Python broadly: units and errors, the CLI, pack and its messages,
+# datasets, the Loader, batching and collation, codecs, the Writer's API and refusals, upgrades,
+# hostile datasets and sources.
+PYTHON_SUITES=(
+  test_units.py test_errors.py test_version.py test_docs.py test_option_table.py
+  test_cli_entry.py test_cli.py test_pack_messages.py test_pack_writers.py test_producer_files.py
+  test_dataset.py test_loader.py test_partial_verify.py test_sample_key.py test_shared_fs.py
+  test_bucketing.py test_collate.py test_native_collate.py test_cuda.py test_cuda_release.py
+  test_codecs.py test_writer_library.py test_writer_refusals.py test_upgrade.py
+  test_hostile_datasets.py test_hostile_sources.py
+)
+
+if [ "${1:-}" = --list-python ]; then
+  printf '%s\n' "${PYTHON_SUITES[@]}"
+  exit 0
+fi
+BUILD=${1:-build}
+PY=${2:-python3}
+PART=${3:-all}
+JOBS=${JOBS:-$(nproc)}
+cd "$ROOT"
+[ -d "$BUILD" ] || { echo "check: no build tree $BUILD (make build first)" >&2; exit 2; }
+export LIBSHARD_CLI="$ROOT/$BUILD/converters/libshard"
+export PYTHONPATH="$ROOT/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+
+rc=0
+if [ "$PART" = all ] || [ "$PART" = cpp ]; then
+  echo "=== check: C++ suites (ctest -L check)"
+  ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" --timeout 600 -L check || rc=1
+fi
+if [ "$PART" = all ] || [ "$PART" = python ]; then
+  echo "=== check: Python suites (${#PYTHON_SUITES[@]} files)"
+  "$PY" -m pytest -q -p no:cacheprovider "${PYTHON_SUITES[@]/#/tests/python/}" || rc=1
+fi
+exit $rc
