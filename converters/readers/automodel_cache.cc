@@ -111,6 +111,12 @@ Result<std::unique_ptr<CacheSource>> AutoModelCache::Open(std::unique_ptr<CacheD
   };
   if (!m.contains("format_version") || !m["format_version"].is_number_integer())
     return bad("no integer format_version");
+  // The producers write "complete": false before the first shard and true after the last one.
+  if (m.contains("complete") && m["complete"] != true)
+    return Status::Corruption(where + ": the cache is marked incomplete (\"complete\": " +
+                              m["complete"].dump() + "): its precompute was interrupted or is "
+                              "still running; finish it (re-run it with the same configuration) "
+                              "and pack again");
   const auto shard_size = JsonUnsigned(m, "shard_size");
   const auto num_samples = JsonUnsigned(m, "num_samples");
   if (!shard_size || *shard_size == 0) return bad("shard_size is not a positive integer");

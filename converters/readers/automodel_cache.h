@@ -20,7 +20,8 @@
 // target_probs as the owner's reader does. Its key is "<shard file>/<i>", e.g.
 // "shard-000003.safetensors/1234".
 //
-// Checked at open: the manifest's shard_size >= 1 and num_samples; the shard files are exactly
+// Checked at open: the manifest's shard_size >= 1 and num_samples, and no "complete": false (the
+// mark of a precompute still running or interrupted); the shard files are exactly
 // 0..ceil(N/B)-1 (what the owner's validate_contiguous_shards requires); every shard's
 // safetensors header (readers/safetensors_source.h); every tensor of shard k has dim 0 equal to
 // its row count and every row at least one byte (so N is backed by the files' bytes).
