@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::vector<std::byte> buf(n);
       (*f)->ReadTensor(t, buf).IgnoreError();
     }
-    (*cache)->HashSample(i).IgnoreError();
+    (*cache)->HashSample(i).status().IgnoreError();
   }
   return 0;
 }
