@@ -475,9 +475,82 @@ def collate_corpus():
     return c
 
 
+def cache_blob(fmt: int, files) -> bytes:
+    """A directory as cache_fuzz reads it: a format byte, then (u8 name length, name, u32 size,
+    bytes) per file."""
+    out = bytearray([fmt])
+    for name, data in files.items():
+        raw = name.encode()
+        out += bytes([len(raw)]) + raw + struct.pack("<I", len(data)) + data
+    return bytes(out)
+
+
+def cache_corpus():
+    """DeepSpec, NeMo AutoModel and TorchSpec caches (tests/python/cache_writers.py, written from
+    their formats) and hostile variants: forged counts, offsets past a shard, names that leave the
+    directory, a shard-size mismatch, duplicate ids."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests" / "python"))
+    from cache_writers import automodel_files, deepspec_files
+
+    c = Corpus("cache_fuzz")
+    samples = []
+    for i, L in enumerate((3, 5, 2, 4)):
+        samples.append({"input_ids": bytes(range(4 * L)), "attention_mask": b"\x01" * L,
+                        "loss_mask": bytes([i % 2]) * L, "target_hidden_states": bytes(2 * 2 * 4 * L),
+                        "target_last_hidden_states": bytes([7]) * (2 * 4 * L)})
+    ds = deepspec_files(samples, layer_ids=[1, 2], hidden_size=4, max_shard_bytes=200,
+                        extra={"target_model_name_or_path": "m"})
+    c.add("deepspec.bin", cache_blob(0, ds))
+    c.add("deepspec_auto.bin", cache_blob(3, ds))
+    fp8 = deepspec_files([{**s, "target_hidden_states": s["target_hidden_states"][::2],
+                           "target_last_hidden_states": s["target_last_hidden_states"][::2]}
+                          for s in samples], layer_ids=[1, 2], hidden_size=4,
+                         hidden_dtype="float8_e4m3fn")
+    c.add("deepspec_fp8.bin", cache_blob(0, fp8))
+    lie = dict(ds)
+    lie["manifest.json"] = lie["manifest.json"].replace(b'"num_samples": 4', b'"num_samples": 1152921504606846976')
+    c.add("deepspec_count_lie.bin", cache_blob(0, lie))
+    past = dict(ds)
+    idx = bytearray(past["samples.idx"])
+    idx[56 + 16 + 24:56 + 16 + 32] = struct.pack("<Q", 2 ** 64 - 8)
+    past["samples.idx"] = bytes(idx)
+    c.add("deepspec_offset_past.bin", cache_blob(0, past))
+    escape = dict(ds)
+    escape["manifest.json"] = escape["manifest.json"].replace(b'"shard-00001.bin"', b'"../shard-00001.bin"')
+    c.add("deepspec_escape.bin", cache_blob(0, escape))
+
+    cols = {"input_ids": ("int64", [3], [bytes(range(i, i + 24)) for i in range(5)]),
+            "aux_hidden_states": ("bfloat16", [3, 2], [bytes([i]) * 12 for i in range(5)]),
+            "position_mask": ("bool", [3, 1], [b"\x01\x00\x01"] * 5)}
+    am = automodel_files(cols, shard_size=2, extra={"draft_vocab_size": 8, "target_probs_topk": None})
+    c.add("automodel.bin", cache_blob(1, am))
+    c.add("automodel_auto.bin", cache_blob(3, am))
+    wrong = dict(am)
+    wrong["manifest.json"] = wrong["manifest.json"].replace(b'"shard_size": 2', b'"shard_size": 3')
+    c.add("automodel_shard_size.bin", cache_blob(1, wrong))
+    zero = automodel_files({"x": ("uint8", [0], [b""] * 3)}, shard_size=3)
+    c.add("automodel_zero_rows.bin", cache_blob(1, zero))
+
+    pt = (PT / "metadata.pt").read_bytes()
+    ts = {"dataset.json": b'{"version": 1, "last_hidden_states_prenorm": false}',
+          "manifest.jsonl": b'{"split": "train", "data_id": "a", "file": "samples/a.pt", "seq_len": 4}\n'
+                            b'\n{"split": "eval", "data_id": 2, "file": "samples/b.pt", "seq_len": 3}\n',
+          "samples/a.pt": pt, "samples/b.pt": pt}
+    c.add("torchspec.bin", cache_blob(2, ts))
+    dup = dict(ts)
+    dup["manifest.jsonl"] = ts["manifest.jsonl"].replace(b'"data_id": 2', b'"data_id": "a"')
+    c.add("torchspec_dup.bin", cache_blob(2, dup))
+    out = dict(ts)
+    out["manifest.jsonl"] = ts["manifest.jsonl"].replace(b"samples/b.pt", b"samples/../../b.pt")
+    c.add("torchspec_escape.bin", cache_blob(2, out))
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
-                 journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus):
+                 journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus,
+                 cache_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "

@@ -6,13 +6,15 @@
 # metadata pins other torch, sglang and vllm builds), their data-path dependencies at the pinned
 # versions below, and a constraint keeps pip from ever replacing torch. Does nothing when the
 # environment already has everything; a failed install only warns (the tests then skip and say why).
+# libshard.automodel's tests (test_trainer_automodel.py) use nemo-automodel from the same list.
 set -uo pipefail
 PY=${PYTHON:-python3}
 VENV=${LIBSHARD_TRAINERS_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv-trainers}
-TRAINERS=("specforge==0.2.0" "speculators==0.9.0" "hs-connectors==0.9.0" "nvidia-modelopt==0.47.0")
+TRAINERS=("specforge==0.2.0" "speculators==0.9.0" "hs-connectors==0.9.0" "nvidia-modelopt==0.47.0"
+          "nemo-automodel==0.7.0")
 # What the trainers' data and training paths import, at the versions the tests were run with.
 EXTRAS=("transformers==5.8.1" "datasets==5.1.0" "accelerate==1.15.0" "loguru==0.7.3"
-        "omegaconf==2.3.0" "pulp==3.3.2" "rich" "typer" "httpx" "openai" "pyyaml")
+        "omegaconf==2.3.0" "pulp==3.3.2" "rich" "typer" "httpx" "openai" "pyyaml" "pillow")
 TORCH_VERSION=$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null) || {
   echo "trainers env: skipped: the system python has no torch (scripts/deps.sh installs it)"; exit 0; }
 

@@ -110,8 +110,13 @@ void PrintSummary(const convert::PackSummary& s) {
                 s.skipped_report.c_str());
   }
   const double ratio = s.bytes_in ? static_cast<double>(s.bytes_out) / static_cast<double>(s.bytes_in) : 0;
-  std::printf("  in       %s from %llu sources\n", FormatBytes(s.bytes_in).c_str(),
-              static_cast<unsigned long long>(s.samples_added));
+  const bool cache = s.source_format != convert::SourceFormat::kFiles &&
+                     s.source_format != convert::SourceFormat::kAuto;
+  std::printf("  in       %s from %llu %s\n", FormatBytes(s.bytes_in).c_str(),
+              static_cast<unsigned long long>(s.samples_added),
+              cache ? ("samples of a " + std::string(convert::SourceFormatName(s.source_format)) +
+                       " cache").c_str()
+                    : "sources");
   std::printf("  out      %s (payload %s), ratio out/in %.3f\n", FormatBytes(s.bytes_out).c_str(),
               FormatBytes(s.raw_bytes).c_str(), ratio);
   std::printf("  dataset  %llu samples in %llu shards, %s\n",
@@ -121,6 +126,13 @@ void PrintSummary(const convert::PackSummary& s) {
   std::printf("  time     %s (%.2f GB/s)  peak RSS %s\n", convert::FormatDuration(s.seconds).c_str(),
               s.seconds > 0 ? static_cast<double>(s.bytes_in) / s.seconds / 1e9 : 0.0,
               FormatBytes(s.peak_rss_bytes).c_str());
+  if (!s.omitted_attributes.empty()) {
+    std::string keys;
+    for (const std::string& k : s.omitted_attributes) keys += (keys.empty() ? "" : ", ") + k;
+    std::printf("  note     the cache manifest's %s %s too large for a dataset attribute and not "
+                "recorded; keep the cache's manifest beside the dataset\n",
+                keys.c_str(), s.omitted_attributes.size() == 1 ? "is" : "are");
+  }
 }
 
 int RunPack(const PackArgs& a) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/command.h"
@@ -15,6 +16,7 @@ namespace {
 struct VerifyArgs {
   std::string dir;
   std::string against;
+  std::string from = "auto";
   uint64_t max_errors = 20;
   bool quiet = false;
 };
@@ -27,13 +29,21 @@ int RunVerify(const VerifyArgs& a) {
   auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;
+  std::optional<convert::AgainstSource> against;
+  if (!a.against.empty()) {
+    auto format = convert::ParseSourceFormat(a.from);
+    if (!format.ok()) return UsageError(kCmd, "--from: " + format.status().message());
+    auto src = convert::AgainstSource::Open(a.against, *format);
+    if (!src.ok()) return Fail(kCmd, src.status().WithContext("--against " + a.against));
+    against = std::move(*src);
+  }
   uint64_t errors = 0, changed_sources = 0;
   // Per lossy field (fp8, FORMAT.md §4.3.5): the quantization error over every sample.
   std::vector<convert::LossyFieldError> lossy;
   for (uint64_t i = 0; i < ds.size(); ++i) {
     Status st = ds.Verify(i);
     if (st.ok() && !a.against.empty()) {
-      auto r = convert::VerifyAgainstSource(ds, i, a.against);
+      auto r = convert::VerifyAgainstSource(ds, i, *against);
       if (r.ok()) {
         for (const convert::LossyFieldError& e : r->lossy) {
           auto it = std::find_if(lossy.begin(), lossy.end(),
@@ -95,7 +105,12 @@ Command AddVerifyCommand(CLI::App& app) {
   CLI::App* c = app.add_subcommand("verify", "Check every sample's checksum (and optionally its source)");
   c->add_option("DIR", args->dir, "Dataset directory")->required();
   c->add_option("--against", args->against,
-                "Source root: compare every tensor bit-exact with the file it was packed from");
+                "Source root or cache: compare every tensor bit-exact with the file (or the "
+                "DeepSpec / NeMo AutoModel / TorchSpec cache sample) it was packed from");
+  c->add_option("--from", args->from,
+                "What --against holds, as pack's --from: auto, files, deepspec, automodel, "
+                "torchspec")
+      ->capture_default_str();
   c->add_option("--max-errors", args->max_errors, "Print at most this many errors")->capture_default_str();
   c->add_flag("-q,--quiet", args->quiet, "Print only errors");
   return {c, [args] { return RunVerify(*args); }};

@@ -92,12 +92,18 @@ class PackJob {
   Status FindReference();
   // Opens, reads and encodes source i (on an encode thread of the ParallelWriter).
   Result<EncodedSample> Process(uint64_t i, const Writer& writer) const;
-  // OpenSource, wrapped by SplitLayers when --split-layers is given.
-  Result<std::unique_ptr<SourceFile>> Open(const std::string& path) const {
-    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<SourceFile> src, OpenSource(path, source_options_));
+  // The source as a file (OpenSource, or the cache's sample), wrapped by SplitLayers when
+  // --split-layers is given.
+  Result<std::unique_ptr<SourceFile>> Open(const SourceEntry& e) const {
+    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<SourceFile> src,
+                              e.cache_index ? cache_->OpenSample(*e.cache_index)
+                                            : OpenSource(e.path, source_options_));
     if (o_.split_layers.empty()) return src;
     return SplitLayers(std::move(src), o_.split_layers);
   }
+  // Opens source_root as a cache when it is one (or --from says so); leaves cache_ null for a
+  // directory or list of files.
+  Status OpenCacheSource();
   Result<EncodedSample> ProcessGuarded(uint64_t i, const Writer& writer) const {
     return Guarded(sources_[i].path, o_.spelling, [&] { return Process(i, writer); });
   }
@@ -125,6 +131,7 @@ class PackJob {
   const std::string target_;
   const std::chrono::steady_clock::time_point start_;
   SourceOptions source_options_;               // o_.source_options with the defaults resolved
+  std::unique_ptr<const CacheSource> cache_;   // the cache the sources are samples of, if any
   std::vector<SourceEntry> sources_;           // to process this run, in order
   std::unique_ptr<Writer> writer_;
   ReferenceSchema ref_;
@@ -151,19 +158,68 @@ WriterOptions PackJob::MakeWriterOptions() const {
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
   w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
   w.attributes = o_.attributes;
+  if (cache_) {
+    // The cache manifest's keys, under the user's --attr (which win on a clash).
+    for (const auto& [k, v] : cache_->attributes()) w.attributes.emplace(k, v);
+  }
   if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
   w.lock = lock_;
   return w;
 }
 
+Status PackJob::OpenCacheSource() {
+  const SourceFormat want = o_.source_format;
+  if (want == SourceFormat::kFiles) return Status::OK();
+  if (!o_.files_from.empty()) {
+    if (want == SourceFormat::kAuto) return Status::OK();
+    return Status::InvalidArgument(F("source_format") + " " + std::string(SourceFormatName(want)) +
+                                   " reads one cache directory (" + F("src") + "), not " +
+                                   F("files_from"));
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<LocalCacheDir> dir,
+                            LocalCacheDir::OpenDir(o_.source_root));
+  SourceFormat format = want;
+  if (format == SourceFormat::kAuto) {
+    auto detected = DetectSourceFormat(*dir, source_options_);
+    if (!detected.ok())
+      return Status(detected.status().code(),
+                    detected.status().message() + " (" + F("source_format") + " files packs the "
+                    "directory's files one by one)");
+    format = *detected;
+  }
+  summary_.source_format = format;
+  if (format == SourceFormat::kFiles) return Status::OK();
+  auto cache = OpenCache(std::move(dir), format, source_options_);
+  if (!cache.ok())
+    return cache.status().WithContext("source " + o_.source_root + " (" +
+                                      std::string(SourceFormatName(format)) + " cache)");
+  summary_.omitted_attributes = (*cache)->omitted_keys();
+  cache_ = std::move(*cache);
+  return Status::OK();
+}
+
 Status PackJob::ListAndSelect() {
+  LIBSHARD_RETURN_IF_ERROR(OpenCacheSource());
   SourceListOptions lo;
   lo.root = o_.source_root;
   lo.files_from = o_.files_from;
   lo.include = o_.include;
   lo.exclude = o_.exclude;
   lo.skip_dir = o_.output;
-  LIBSHARD_ASSIGN_OR_RETURN(std::vector<SourceEntry> all, ListSources(lo));
+  std::vector<SourceEntry> all;
+  if (cache_) {
+    all = ListCacheSources(*cache_, lo);
+  } else {
+    LIBSHARD_ASSIGN_OR_RETURN(all, ListSources(lo));
+  }
+  if (all.empty() && cache_) {
+    return Status::NotFound("no samples to pack in the " +
+                            std::string(SourceFormatName(cache_->format())) + " cache " +
+                            o_.source_root +
+                            (o_.include.empty() && o_.exclude.empty()
+                                 ? std::string(" (it is empty)")
+                                 : " matching the " + F("include") + "/" + F("exclude") + " globs"));
+  }
   if (all.empty()) {
     return Status::NotFound("no source files found in " +
                             (o_.files_from.empty() ? o_.source_root : o_.files_from) +
@@ -317,7 +373,7 @@ Status PackJob::FindReference() {
     const SourceEntry& e = candidates[i];
     Result<ReferenceSchema> ref = Guarded(e.path, o_.spelling, [&]() -> Result<ReferenceSchema> {
       if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);
-      LIBSHARD_ASSIGN_OR_RETURN(auto src, Open(e.path));
+      LIBSHARD_ASSIGN_OR_RETURN(auto src, Open(e));
       return writer_ ? ReferenceFromSchema(writer_->schema(), src->tensors(), e.rel_path,
                                            keep_subset_, o_.spelling)
                      : InferSchema(src->tensors(), o_.fields, e.rel_path, o_.spelling);
@@ -353,7 +409,7 @@ Result<EncodedSample> PackJob::Process(uint64_t i, const Writer& writer) const {
   const SourceEntry& e = sources_[i];
   if (auto it = prefailed_.find(i); it != prefailed_.end()) return it->second;
   if (!e.not_readable.empty()) return Status::InvalidArgument(e.not_readable);  // never opened
-  auto opened = Open(e.path);
+  auto opened = Open(e);
   if (!opened.ok()) return WithSource(opened.status(), e.path);
   const std::unique_ptr<SourceFile>& src = *opened;
   auto map = MatchSchema(ref_, src->tensors(), e.rel_path, keep_subset_, o_.allow_varying_dims,
@@ -378,7 +434,7 @@ Result<EncodedSample> PackJob::Process(uint64_t i, const Writer& writer) const {
   auto enc = writer.Encode(in);
   if (!enc.ok()) return WithSource(enc.status(), e.path);
   if (o_.hash_sources) {
-    auto h = HashFile(e.path);
+    auto h = e.cache_index ? cache_->HashSample(*e.cache_index) : HashFile(e.path);
     if (!h.ok()) return h.status();
     enc->source.content_hash = *h;
   }

@@ -17,6 +17,7 @@
 #include "libshard/loader.h"
 #include "libshard/status.h"
 #include "libshard/writer.h"
+#include "readers/cache_source.h"
 #include "readers/source_file.h"
 
 namespace libshard::convert {
@@ -45,6 +46,11 @@ struct PackOptions {
   // Sources (see source_list.h): a directory walked recursively, and/or a list file ("-" = stdin).
   std::string source_root;
   std::string files_from;
+  // What source_root holds (readers/cache_source.h): sample files (kFiles), or one cache whose
+  // samples become the dataset's, in the cache's order (kDeepSpec, kAutoModel, kTorchSpec);
+  // kAuto decides from the directory's manifest (DetectSourceFormat). A cache cannot be combined
+  // with files_from.
+  SourceFormat source_format = SourceFormat::kAuto;
   std::vector<std::string> include;  // globs; default: the known sample extensions
   std::vector<std::string> exclude;
   std::string output;                // the dataset directory
@@ -104,6 +110,9 @@ struct PackSummary {
   double seconds = 0;
   uint64_t peak_rss_bytes = 0;     // of this process (getrusage)
   std::string skipped_report;      // path of skipped.txt when any source was skipped
+  SourceFormat source_format = SourceFormat::kFiles;  // what the sources were (kAuto resolved)
+  // Cache manifest keys too large for a dataset attribute (CacheSource::omitted_keys).
+  std::vector<std::string> omitted_attributes;
 };
 
 // Checks the options alone (no file system access): resume with append, a bad part, a zero

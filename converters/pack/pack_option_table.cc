@@ -105,6 +105,10 @@ Status ApplyOnError(PackOptions& o, std::string_view text, std::string_view) {
   LIBSHARD_ASSIGN_OR_RETURN(o.on_error, ParsePackOnError(text));
   return Status::OK();
 }
+Status ApplySourceFormat(PackOptions& o, std::string_view text, std::string_view) {
+  LIBSHARD_ASSIGN_OR_RETURN(o.source_format, ParseSourceFormat(text));
+  return Status::OK();
+}
 Status ApplyPart(PackOptions& o, std::string_view text, std::string_view spelled) {
   if (text.empty()) return Status::OK();
   LIBSHARD_ASSIGN_OR_RETURN(PartSpec part, ParsePart(text, spelled));
@@ -129,6 +133,12 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(With(Text<O>(kWhat, "files_from", "files_from", FilesFrom, "None",
                            "a file listing sources, one a line ('-': stdin)"),
                    {"--files-from"}));
+  t.push_back(With(Parsed("source_format", "source_format", "str", "'auto'",
+                          {"auto", "files", "deepspec", "automodel", "torchspec"},
+                          "what SRC holds: sample files, or a DeepSpec, NeMo AutoModel or TorchSpec "
+                          "cache whose samples are packed in its order (auto: from its manifest)",
+                          ApplySourceFormat),
+                   {"--from"}));
   t.push_back(With(Names<O>(kWhat, "include", "include", Include,
                             "globs of files to take (default: the known sample extensions)"),
                    {"--include"}));

@@ -165,4 +165,22 @@ Result<std::vector<SourceEntry>> ListSources(const SourceListOptions& options) {
   return out;
 }
 
+std::vector<SourceEntry> ListCacheSources(const CacheSource& cache,
+                                          const SourceListOptions& options) {
+  std::vector<SourceEntry> out;
+  const std::vector<CacheSample>& samples = cache.samples();
+  for (uint64_t i = 0; i < samples.size(); ++i) {
+    const CacheSample& s = samples[i];
+    if (!PassesFilters(s.key, options.include, options.exclude)) continue;
+    SourceEntry e;
+    e.path = cache.path() + "/" + s.key;
+    e.rel_path = s.key;
+    e.size = s.bytes;
+    e.mtime_ns = s.mtime_ns;
+    e.cache_index = i;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace libshard::convert

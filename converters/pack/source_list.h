@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "libshard/status.h"
+#include "readers/cache_source.h"
 
 namespace libshard::convert {
 
@@ -19,6 +21,9 @@ struct SourceEntry {
   // device, or a symlink to one): why it cannot be read. Pack never opens it (opening a FIFO
   // blocks, opening a device can act) and fails or skips it (--on-error) with this reason.
   std::string not_readable;
+  // For a sample of a cache (SourceListOptions::cache): its index in the cache; path is then
+  // "CACHE/key", for messages only.
+  std::optional<uint64_t> cache_index;
 };
 
 struct SourceListOptions {
@@ -41,5 +46,12 @@ bool HasSampleExtension(const std::string& rel_path);
 // with `not_readable` set (so a sample never goes missing silently); dangling links are skipped. Errors: NotFound for a missing root or listed file,
 // InvalidArgument for a duplicate relative path or a path that names no regular file.
 Result<std::vector<SourceEntry>> ListSources(const SourceListOptions& options);
+
+// The samples of an opened cache, in the cache's order (never re-sorted: sample i of the cache is
+// the owner's item i), as entries keyed by CacheSample::key and filtered by the include/exclude
+// globs of `options` (matched against the keys; no extension filter). options.root and
+// files_from are not used.
+std::vector<SourceEntry> ListCacheSources(const CacheSource& cache,
+                                          const SourceListOptions& options);
 
 }  // namespace libshard::convert

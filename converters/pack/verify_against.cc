@@ -85,17 +85,68 @@ Status CheckLossy(const std::string& where, const TensorView& v, int32_t seq_dim
 
 }  // namespace
 
+Result<AgainstSource> AgainstSource::Open(const std::string& root, SourceFormat format,
+                                          const SourceOptions& options) {
+  AgainstSource a;
+  a.root_ = root;
+  a.options_ = options;
+  if (format == SourceFormat::kFiles) return a;
+  auto dir = LocalCacheDir::OpenDir(root);
+  if (!dir.ok()) {
+    if (format == SourceFormat::kAuto) return a;  // a file list's root may be anything
+    return dir.status();
+  }
+  if (format == SourceFormat::kAuto) {
+    LIBSHARD_ASSIGN_OR_RETURN(format, DetectSourceFormat(**dir, options));
+    if (format == SourceFormat::kFiles) return a;
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CacheSource> cache,
+                            OpenCache(std::move(*dir), format, options));
+  a.cache_ = std::move(cache);
+  return a;
+}
+
+Result<std::unique_ptr<SourceFile>> AgainstSource::OpenSource(const std::string& rel,
+                                                             std::string* where) const {
+  if (!cache_) {
+    const std::string path = (std::filesystem::path(root_) / rel).string();
+    *where = "source " + path;
+    return convert::OpenSource(path, options_);
+  }
+  *where = std::string(SourceFormatName(cache_->format())) + " cache " + root_ + " sample '" +
+           rel + "'";
+  const std::optional<uint64_t> i = cache_->Find(rel);
+  if (!i)
+    return Status::NotFound("the cache has no sample '" + rel +
+                            "' (was the dataset packed from another cache?)");
+  return cache_->OpenSample(*i);
+}
+
+Result<uint64_t> AgainstSource::Hash(const std::string& rel) const {
+  if (!cache_) return HashFile((std::filesystem::path(root_) / rel).string());
+  const std::optional<uint64_t> i = cache_->Find(rel);
+  if (!i) return Status::NotFound("the cache has no sample '" + rel + "'");
+  return cache_->HashSample(*i);
+}
+
 Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t i,
                                                 const std::string& source_root,
                                                 const SourceOptions& options) {
+  LIBSHARD_ASSIGN_OR_RETURN(AgainstSource source,
+                            AgainstSource::Open(source_root, SourceFormat::kAuto, options));
+  return VerifyAgainstSource(dataset, i, source);
+}
+
+Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t i,
+                                                const AgainstSource& source) {
   const std::string sample = "sample " + std::to_string(i);
   LIBSHARD_ASSIGN_OR_RETURN(SourceFileInfo prov, dataset.source(i));
   if (prov.path.empty()) {
     return Status::InvalidArgument(sample + " records no source path; nothing to compare against");
   }
-  const std::string path = (std::filesystem::path(source_root) / prov.path).string();
-  const std::string where = sample + " (source " + path + ")";
-  auto src = OpenSource(path, options);
+  std::string source_name;
+  auto src = source.OpenSource(prov.path, &source_name);
+  const std::string where = sample + " (" + source_name + ")";
   if (!src.ok()) return src.status().WithContext(where);
   auto read = dataset.Read(i);
   if (!read.ok()) return read.status().WithContext(sample);
@@ -109,7 +160,7 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
       if (tensors[k].name == v.name) t = k;
     if (t == tensors.size()) {
       return Status::Corruption(where + ": field '" + std::string(v.name) +
-                                "' is not in the source file");
+                                "' is not in the source");
     }
     const SourceTensor& st = tensors[t];
     if (st.dtype != v.dtype || st.shape != v.shape) {
@@ -149,7 +200,7 @@ Result<VerifyAgainstResult> VerifyAgainstSource(const Dataset& dataset, uint64_t
     return Status::Corruption(where + ": metadata differs from the source's");
   }
   if (prov.content_hash != 0) {
-    auto h = HashFile(path);
+    auto h = source.Hash(prov.path);
     if (!h.ok()) return h.status().WithContext(where);
     r.source_hash_checked = true;
     r.source_hash_matches = *h == prov.content_hash;

@@ -35,6 +35,10 @@ Result<std::unique_ptr<FileByteSource>> FileByteSource::Open(const std::string& 
   // flag changes nothing, so it is left set.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) return Status::FromErrno(errno, "cannot open source " + path);
+  return Adopt(path, fd);
+}
+
+Result<std::unique_ptr<FileByteSource>> FileByteSource::Adopt(std::string path, int fd) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int e = errno;
@@ -55,7 +59,52 @@ Result<std::unique_ptr<FileByteSource>> FileByteSource::Open(const std::string& 
                                    "source directory or list");
   }
   return std::unique_ptr<FileByteSource>(
-      new FileByteSource(path, fd, static_cast<uint64_t>(st.st_size)));
+      new FileByteSource(std::move(path), fd, static_cast<uint64_t>(st.st_size)));
+}
+
+bool IsPlainRelativePath(std::string_view rel) {
+  if (rel.empty() || rel.size() > 4096 || rel.front() == '/') return false;
+  if (rel.find('\0') != std::string_view::npos) return false;
+  size_t begin = 0;
+  while (begin <= rel.size()) {
+    size_t end = rel.find('/', begin);
+    if (end == std::string_view::npos) end = rel.size();
+    const std::string_view part = rel.substr(begin, end - begin);
+    if (part.empty() || part == "." || part == "..") return false;
+    begin = end + 1;
+  }
+  return true;
+}
+
+Result<std::unique_ptr<FileByteSource>> FileByteSource::OpenBeneath(int dirfd,
+                                                                    const std::string& rel,
+                                                                    const std::string& display) {
+  if (!IsPlainRelativePath(rel))
+    return Status::InvalidArgument(display + ": '" + rel +
+                                   "' is not a plain relative path beneath its directory");
+  int at = dirfd;
+  int owned = -1;  // the directory fd opened for the previous component
+  size_t begin = 0;
+  while (true) {
+    const size_t slash = rel.find('/', begin);
+    const bool last = slash == std::string::npos;
+    const std::string part = rel.substr(begin, last ? std::string::npos : slash - begin);
+    const int flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY |
+                      (last ? O_NONBLOCK : O_DIRECTORY);
+    const int fd = ::openat(at, part.c_str(), flags);
+    const int e = errno;
+    if (owned >= 0) ::close(owned);
+    if (fd < 0) {
+      if (e == ELOOP || (!last && e == ENOTDIR))
+        return Status::InvalidArgument(
+            display + ": '" + part + "' is a symlink or not a directory; libshard follows no "
+            "symlink inside a cache directory: replace it by the file it points to");
+      return Status::FromErrno(e, "cannot open " + display);
+    }
+    if (last) return Adopt(display, fd);
+    at = owned = fd;
+    begin = slash + 1;
+  }
 }
 
 FileByteSource::~FileByteSource() { ::close(fd_); }
@@ -144,6 +193,13 @@ Status GrowableBuffer::Resize(uint64_t n) {
 Result<GrowableBuffer> InflateGzipFile(const std::string& path, uint64_t max_bytes,
                                        std::string_view limit_name) {
   LIBSHARD_ASSIGN_OR_RETURN(auto file, FileByteSource::Open(path));
+  return InflateGzip(*file, max_bytes, limit_name);
+}
+
+Result<GrowableBuffer> InflateGzip(const ByteSource& src, uint64_t max_bytes,
+                                   std::string_view limit_name) {
+  const ByteSource* file = &src;
+  const std::string& path = src.name();
   z_stream zs;
   std::memset(&zs, 0, sizeof zs);
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK)

@@ -34,6 +34,13 @@ class FileByteSource final : public ByteSource {
   // open() until a writer appears) and refuses with InvalidArgument anything that is not a
   // regular file once opened (FIFO, socket, device; also behind a symlink), naming the path.
   static Result<std::unique_ptr<FileByteSource>> Open(const std::string& path);
+  // Opens `rel` (a '/'-separated relative path, checked by IsPlainRelativePath) beneath the
+  // directory `dirfd` without following a symlink in any of its components (each one is opened
+  // with O_NOFOLLOW), with the same checks as Open. Messages name the file as `display`. For the
+  // files that a cache's manifest names (readers/cache_dir.h): a manifest cannot make pack read
+  // outside its directory.
+  static Result<std::unique_ptr<FileByteSource>> OpenBeneath(int dirfd, const std::string& rel,
+                                                             const std::string& display);
   ~FileByteSource() override;
   FileByteSource(const FileByteSource&) = delete;
   FileByteSource& operator=(const FileByteSource&) = delete;
@@ -41,8 +48,11 @@ class FileByteSource final : public ByteSource {
   uint64_t size() const override { return size_; }
   Status ReadAt(uint64_t offset, std::span<std::byte> dst, std::string_view what) const override;
   const std::string& name() const override { return path_; }
+  int fd() const { return fd_; }
 
  private:
+  // Takes `fd` (closed on every path) and refuses anything but a regular file.
+  static Result<std::unique_ptr<FileByteSource>> Adopt(std::string path, int fd);
   FileByteSource(std::string path, int fd, uint64_t size)
       : path_(std::move(path)), fd_(fd), size_(size) {}
   std::string path_;
@@ -104,5 +114,13 @@ inline constexpr uint64_t kGzipGrowStep = uint64_t{64} << 20;
 Result<GrowableBuffer> InflateGzipFile(
     const std::string& path, uint64_t max_bytes,
     std::string_view limit_name = "SourceOptions::max_decompressed_bytes");
+// The same from bytes already open (messages name src.name()).
+Result<GrowableBuffer> InflateGzip(
+    const ByteSource& src, uint64_t max_bytes,
+    std::string_view limit_name = "SourceOptions::max_decompressed_bytes");
+
+// True for a non-empty '/'-separated relative path of at most 4096 bytes whose every component is
+// non-empty and neither "." nor "..", with no NUL byte: a path that stays beneath its directory.
+bool IsPlainRelativePath(std::string_view rel);
 
 }  // namespace libshard::convert

@@ -28,6 +28,8 @@ class SafetensorsSource final : public SourceFile {
   const char* format_name() const override {
     return gzipped_ ? "safetensors+gzip" : "safetensors";
   }
+  // Where tensor t's bytes begin in the (uncompressed) file; they span tensors()[t].nbytes.
+  uint64_t data_offset(size_t t) const { return offsets_[t]; }
 
  private:
   SafetensorsSource() = default;

@@ -75,18 +75,25 @@ uint64_t DefaultMaxDecompressedBytes(unsigned threads) {
 Result<std::unique_ptr<SourceFile>> OpenSource(const std::string& path,
                                                const SourceOptions& options) {
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<FileByteSource> file, FileByteSource::Open(path));
-  const uint64_t file_size = file->size();
+  return OpenSource(std::unique_ptr<ByteSource>(std::move(file)), options);
+}
+
+Result<std::unique_ptr<SourceFile>> OpenSource(std::unique_ptr<ByteSource> src,
+                                               const SourceOptions& options) {
+  const uint64_t file_size = src->size();
   std::byte magic[2] = {};
-  if (file_size >= 2) LIBSHARD_RETURN_IF_ERROR(file->ReadAt(0, magic, "file header"));
+  if (file_size >= 2) LIBSHARD_RETURN_IF_ERROR(src->ReadAt(0, magic, "file header"));
   if (magic[0] == std::byte{0x1f} && magic[1] == std::byte{0x8b}) {
-    file.reset();
     const uint64_t limit = options.max_decompressed_bytes != 0 ? options.max_decompressed_bytes
                                                                : DefaultMaxDecompressedBytes(1);
-    LIBSHARD_ASSIGN_OR_RETURN(GrowableBuffer bytes, InflateGzipFile(path, limit, options.max_decompressed_name));
-    return OpenFromBytes(std::make_unique<MemoryByteSource>(path, std::move(bytes)), file_size,
+    const std::string name = src->name();
+    Result<GrowableBuffer> bytes = InflateGzip(*src, limit, options.max_decompressed_name);
+    src.reset();  // the compressed file is closed before the inflated bytes are parsed
+    if (!bytes.ok()) return bytes.status();
+    return OpenFromBytes(std::make_unique<MemoryByteSource>(name, std::move(*bytes)), file_size,
                          true, options);
   }
-  return OpenFromBytes(std::move(file), file_size, false, options);
+  return OpenFromBytes(std::move(src), file_size, false, options);
 }
 
 }  // namespace libshard::convert

@@ -83,4 +83,10 @@ uint64_t DefaultMaxDecompressedBytes(unsigned threads);
 Result<std::unique_ptr<SourceFile>> OpenSource(const std::string& path,
                                                const SourceOptions& options = {});
 
+class ByteSource;
+// The same over bytes already open (a file a cache's manifest names, opened beneath the cache
+// directory: readers/cache_dir.h); messages name src->name().
+Result<std::unique_ptr<SourceFile>> OpenSource(std::unique_ptr<ByteSource> src,
+                                               const SourceOptions& options = {});
+
 }  // namespace libshard::convert

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 TRAINERS = ("specforge", "speculators", "hs_connectors", "modelopt", "transformers", "sglang",
-            "vllm")
+            "vllm", "nemo_automodel")
 
 
 def _child(code: str) -> subprocess.CompletedProcess:
@@ -29,7 +29,8 @@ def test_import_libshard_imports_no_trainer():
 
 @pytest.mark.parametrize("module,trainer", [("libshard.specforge", "specforge"),
                                             ("libshard.speculators", "hs_connectors"),
-                                            ("libshard.modelopt", "modelopt")])
+                                            ("libshard.modelopt", "modelopt"),
+                                            ("libshard.automodel", "nemo_automodel")])
 def test_integration_without_its_trainer_says_what_to_install(module, trainer):
     # A meta-path finder that refuses the trainer, as if it were not installed.
     code = (
@@ -53,7 +54,7 @@ def test_integration_without_its_trainer_says_what_to_install(module, trainer):
 def test_extras_never_pull_torch_sglang_or_vllm():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    for name in ("specforge", "speculators", "modelopt"):
+    for name in ("specforge", "speculators", "modelopt", "automodel"):
         assert name in extras, name
         for req in extras[name]:
             base = req.split(";")[0].split("[")[0]

@@ -169,6 +169,8 @@ class PackOptions(TypedDict, total=False):
     out: str
     # a file listing sources, one a line ('-': stdin) (default None; also spelled --files-from)
     files_from: Optional[str]
+    # what SRC holds: sample files, or a DeepSpec, NeMo AutoModel or TorchSpec cache whose samples are packed in its order (auto: from its manifest) (default 'auto'; 'auto' | 'files' | 'deepspec' | 'automodel' | 'torchspec'; also spelled --from)
+    source_format: str
     # globs of files to take (default: the known sample extensions) (default None; also spelled --include)
     include: Optional[List[str]]
     # globs of files to leave out (default None; also spelled --exclude)

@@ -63,6 +63,11 @@ def pack(src: Optional[PathLike], out: PathLike, *,
         ``[1, tokens, hidden]`` (``--split-layers``).
       attrs: (keyword, in ``**options``) ``{key: str|int}`` recorded in the manifest as what
         produced the data (``--attr key=value``); see ``Dataset.attributes``.
+      source_format: (keyword, in ``**options``) what ``src`` holds: "auto" (the default: a
+        cache when its manifest says so, else sample files), "files", or a cache whose samples
+        are packed in its own order: "deepspec" (DeepSpec's target cache), "automodel" (NeMo
+        AutoModel's offline cache), "torchspec" (TorchSpec's offline folder) (``--from``; see
+        docs/guide/converting.md, "Caches as sources").
 
     Returns a summary dict (samples, shards, bytes in and out, seconds, skipped, ...).
     Raises a :class:`libshard.Error`: ``NotFoundError`` (a ``FileNotFoundError``),
