@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "codec/float8.h"
+#include "util/env_knobs.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -202,8 +203,8 @@ __attribute__((target("avx2"))) void InterleaveSignedRowAvx2(const uint8_t* lo,
 
 bool HaveAvx2() {
   static const bool have = [] {
-    if (const char* v = std::getenv("LIBSHARD_PLANES_KERNEL"); v != nullptr && v[0] != 0)
-      return std::strcmp(v, "sse2") != 0;  // LIBSHARD_PLANES_KERNEL=sse2: the baseline kernel
+    if (const std::string v = EnvKnobsOrDefaults().planes_kernel; !v.empty() && v != "auto")
+      return v != "sse2";  // LIBSHARD_PLANES_KERNEL=sse2: the baseline kernel
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") != 0;
   }();

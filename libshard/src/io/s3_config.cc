@@ -8,6 +8,7 @@
 #include <string>
 
 #include "io/s3_internal.h"
+#include "util/env_knobs.h"
 
 namespace libshard::io {
 
@@ -53,15 +54,6 @@ std::string HomeFile(const char* env, const char* name) {
   if (!p.empty()) return p;
   const std::string home = Env("HOME");
   return home.empty() ? std::string() : home + "/.aws/" + name;
-}
-
-uint32_t EnvUint(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
-  const std::string v = Env(name);
-  if (v.empty()) return fallback;
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0') return fallback;
-  return static_cast<uint32_t>(std::clamp<unsigned long>(n, lo, hi));
 }
 
 }  // namespace
@@ -140,7 +132,8 @@ Result<S3Config> LoadS3Config() {
     return Status::InvalidArgument("S3 endpoint '" + endpoint +
                                    "' needs a scheme (http:// or https://)");
   c.endpoint = endpoint;
-  std::string style = Lower(Env("LIBSHARD_S3_ADDRESSING"));
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  std::string style = knobs.s3_addressing;
   if (style.empty()) style = Lower(prof["s3.addressing_style"]);
   if (style.empty()) style = Lower(prof["s3_addressing_style"]);
   if (style == "path") {
@@ -153,10 +146,10 @@ Result<S3Config> LoadS3Config() {
     return Status::InvalidArgument("LIBSHARD_S3_ADDRESSING=" + style +
                                    ": use path, virtual or auto");
   }
-  c.max_attempts = EnvUint("LIBSHARD_S3_MAX_ATTEMPTS", 8, 1, 100);
-  c.stall_seconds = EnvUint("LIBSHARD_S3_STALL_SECONDS", 30, 1, 3600);
-  c.request_timeout_seconds = EnvUint("LIBSHARD_S3_TIMEOUT_SECONDS", 300, 1, 86400);
-  c.backoff_ms = EnvUint("LIBSHARD_S3_BACKOFF_MS", 100, 1, 60000);
+  c.max_attempts = static_cast<uint32_t>(knobs.s3_max_attempts);
+  c.stall_seconds = static_cast<uint32_t>(knobs.s3_stall_seconds);
+  c.request_timeout_seconds = static_cast<uint32_t>(knobs.s3_timeout_seconds);
+  c.backoff_ms = static_cast<uint32_t>(knobs.s3_backoff_ms);
   return c;
 }
 

@@ -20,6 +20,7 @@
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "remote/md5.h"
+#include "util/env_knobs.h"
 
 namespace libshard::remote {
 namespace {
@@ -27,15 +28,6 @@ namespace {
 constexpr const char* kJournalName = "upload.journal";
 constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kKeepHead = 4096;  // UploadOptions::free_uploaded keeps a shard's header
-
-uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0') return fallback;
-  return std::clamp<uint64_t>(n, lo, hi);
-}
 
 struct Recorded {
   uint64_t size = 0;
@@ -62,11 +54,13 @@ struct FileJob {
 }  // namespace
 
 UploadOptions UploadOptions::FromEnvironment() {
+  // The table's bounds (util/env_knobs.h): below S3's 5 MiB only for servers that allow it
+  // (tests); 5 GiB is S3's part limit. A bad value fails Uploader::Open.
+  const EnvKnobs knobs = EnvKnobsOrDefaults();
   UploadOptions o;
-  // Below S3's 5 MiB only for servers that allow it (tests); 5 GiB is S3's part limit.
-  o.part_size = EnvBytes("LIBSHARD_S3_PART_SIZE", o.part_size, 4096, uint64_t{5} << 30);
-  o.threads = static_cast<uint32_t>(EnvBytes("LIBSHARD_S3_UPLOAD_THREADS", o.threads, 1, 64));
-  o.content_md5 = EnvBytes("LIBSHARD_S3_CONTENT_MD5", 1, 0, 1) != 0;
+  o.part_size = knobs.s3_part_size;
+  o.threads = static_cast<uint32_t>(knobs.s3_upload_threads);
+  o.content_md5 = knobs.s3_content_md5;
   return o;
 }
 
@@ -339,6 +333,7 @@ Uploader::~Uploader() {
 Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
                                                  const std::string& staging_dir, bool fresh,
                                                  UploadOptions options) {
+  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   auto s = std::make_unique<State>();
   LIBSHARD_ASSIGN_OR_RETURN(s->base, io::ParseS3Url(prefix));
   while (!s->base.key.empty() && s->base.key.back() == '/') s->base.key.pop_back();
