@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "io/aws_ini.h"
 #include "io/s3_internal.h"
 #include "util/env_knobs.h"
 
@@ -18,35 +19,15 @@ using s3_internal::Env;
 using s3_internal::Lower;
 using s3_internal::Trim;
 
-// An AWS shared config/credentials file: section -> key -> value. A nested block
-// ("s3 =" followed by indented "key = value" lines) is stored as "s3.key". Missing file: empty.
-using IniFile = std::map<std::string, std::map<std::string, std::string>>;
+// An AWS shared config/credentials file (aws_ini.h); a missing or unreadable one is empty.
+using IniFile = AwsIni;
 IniFile ReadIni(const std::string& path) {
-  IniFile out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line, section, parent;
-  for (int n = 0; n < 100000 && std::getline(in, line); ++n) {
-    const bool indented = !line.empty() && std::isspace(static_cast<unsigned char>(line[0]));
-    std::string t = Trim(line);
-    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
-    if (t.front() == '[' && t.back() == ']') {
-      section = Trim(t.substr(1, t.size() - 2));
-      parent.clear();
-      continue;
-    }
-    const size_t eq = t.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = Lower(Trim(t.substr(0, eq)));
-    std::string value = Trim(t.substr(eq + 1));
-    if (indented && !parent.empty()) {
-      out[section][parent + "." + key] = value;
-      continue;
-    }
-    parent = value.empty() ? key : std::string();
-    if (!value.empty()) out[section][key] = value;
-  }
-  return out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::string text(kMaxIniBytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseAwsIni(text);
 }
 
 std::string HomeFile(const char* env, const char* name) {

@@ -13,6 +13,7 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "io/filesystem.h"
+#include "remote/cache_log.h"
 #include "remote/cache_verify.h"
 
 namespace libshard::remote {
@@ -151,8 +152,9 @@ Result<io::File> OpenCacheFile(const std::string& path, int flags) {
   Result<io::File> f = io::File::Open(path, flags);
   struct stat st {};
   if (f.ok() && fstat(f->fd(), &st) == 0 && S_ISREG(st.st_mode)) return f;
+  // io::File::Open refuses what is not a regular file (InvalidArgument); O_NOFOLLOW a symlink.
   if (!f.ok() && f.status().sys_errno() != ELOOP && f.status().sys_errno() != ENXIO &&
-      f.status().sys_errno() != EISDIR)
+      f.status().sys_errno() != EISDIR && f.status().code() != StatusCode::kInvalidArgument)
     return f.status();
   if (::lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode) && ::unlink(path.c_str()) != 0)
     return Errno(path + ": not a regular file, and it cannot be removed");
@@ -169,28 +171,45 @@ Status CachedShard::Init(uint64_t wanted_block) {
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t have, state.Size());
   std::byte header[kStateHeader] = {};
   const uint64_t etag_hash = format::Xxh3(etag.data(), etag.size());
-  if (have < kStateHeader) {
-    StateHeader h;
-    h.block_size = wanted_block;
-    h.size = size;
-    h.blocks = (size + wanted_block - 1) / wanted_block;
-    h.etag_hash = etag_hash;
-    block_size = h.block_size;
-    blocks = h.blocks;
-    EncodeStateHeader(h, header);
-    LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
-    LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + blocks * kEntryBytes));
-    LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(header, kStateHeader, 0));
-  } else {
+  std::optional<StateHeader> h;
+  if (have >= kStateHeader) {
     LIBSHARD_RETURN_IF_ERROR(state.PReadExact(header, kStateHeader, 0));
-    LIBSHARD_ASSIGN_OR_RETURN(uint64_t data_size, data.Size());
-    const std::optional<StateHeader> h = ParseStateHeader({header, kStateHeader}, have);
-    if (!h || h->size != size || h->etag_hash != etag_hash || data_size != size)
+    // A newer library's file (its own magic, a version above ours) is left alone.
+    if (std::memcmp(header, kStateMagic, 8) == 0 && format::GetU32(header + 8) > kStateVersion)
       return Status::Corruption(state_path + ": not a valid cache state file for " + url +
-                                " (docs/CACHE.md); delete the dataset's cache directory " +
+                                " (version " + std::to_string(format::GetU32(header + 8)) +
+                                ", docs/CACHE.md §2: written by a newer libshard); delete the "
+                                "dataset's cache directory " +
                                 std::filesystem::path(state_path).parent_path().string());
-    block_size = h->block_size;
-    blocks = h->blocks;
+    h = ParseStateHeader({header, kStateHeader}, have);
+    if (h && (h->size != size || h->etag_hash != etag_hash)) h.reset();
+    if (!h)
+      CacheWarning(state_path + ": a damaged cache state file (docs/CACHE.md §2); made anew, "
+                   "the blocks of " + url + " are fetched again");
+  }
+  if (!h) {
+    // New, or damaged: every block absent (the data file's bytes stay, never read as data).
+    StateHeader fresh;
+    fresh.block_size = wanted_block;
+    fresh.size = size;
+    fresh.blocks = (size + wanted_block - 1) / wanted_block;
+    fresh.etag_hash = etag_hash;
+    EncodeStateHeader(fresh, header);
+    LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
+    LIBSHARD_RETURN_IF_ERROR(state.Truncate(0));
+    LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + fresh.blocks * kEntryBytes));
+    LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(header, kStateHeader, 0));
+    h = fresh;
+  } else {
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t data_size, data.Size());
+    if (data_size != size) {
+      // The data file was replaced (a symlink removed, say) or cut: nothing in it is present.
+      CacheWarning(data_path + ": the cached data file was not the one its state file records; "
+                   "the blocks of " + url + " are fetched again");
+      LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
+      LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader));
+      LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + h->blocks * kEntryBytes));
+    }
     if (h->version == 1) {
       // Version 1 to 2 in place, under the header lock: the entries are the same; a version 1
       // library (which reads without pins) then refuses the file instead of reading a block
@@ -201,6 +220,8 @@ Status CachedShard::Init(uint64_t wanted_block) {
       LIBSHARD_RETURN_IF_ERROR(state.Sync());
     }
   }
+  block_size = h->block_size;
+  blocks = h->blocks;
   struct stat st {};
   if (fstat(data.fd(), &st) != 0) return Errno(data_path + ": fstat");
   dev = st.st_dev;

@@ -20,6 +20,7 @@
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "remote/md5.h"
+#include "remote/upload_journal.h"
 #include "util/env_knobs.h"
 
 namespace libshard::remote {
@@ -29,10 +30,7 @@ constexpr const char* kJournalName = "upload.journal";
 constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kKeepHead = 4096;  // UploadOptions::free_uploaded keeps a shard's header
 
-struct Recorded {
-  uint64_t size = 0;
-  std::string value;  // the upload id ("upload") or the ETag ("done")
-};
+using Recorded = UploadRecord;
 
 // One file being uploaded. Its parts finish on any thread; the last one completes the upload.
 struct FileJob {
@@ -345,19 +343,9 @@ Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
   if (internal::PathExists(journal_path)) {
     LIBSHARD_ASSIGN_OR_RETURN(std::string text,
                               internal::ReadWholeFile(journal_path, uint64_t{64} << 20));
-    // Complete lines only (a kill may tear the last one).
-    std::istringstream in(text.substr(0, text.rfind('\n') == std::string::npos
-                                             ? 0
-                                             : text.rfind('\n') + 1));
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string kind, name, value;
-      uint64_t size = 0;
-      if (!(fields >> kind >> name >> size >> value)) continue;
-      if (kind == "upload") s->uploads[name] = Recorded{size, value};
-      if (kind == "done") s->done[name] = Recorded{size, value};
-    }
+    UploadJournal journal = ParseUploadJournal(text);  // complete lines only
+    s->uploads = std::move(journal.uploads);
+    s->done = std::move(journal.done);
     if (fresh) {
       // A new write replaces whatever an earlier one left: its unfinished uploads are aborted.
       Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s->config);
