@@ -203,11 +203,12 @@ void FakeS3::ResetCounts() {
   faults_applied_ = 0;
 }
 
-bool FakeS3::TakeFault(const std::string& method, const std::string& key, bool ranged,
-                       uint64_t offset, S3FaultRule* out) {
+bool FakeS3::TakeFault(const std::string& method, const std::string& key,
+                       const std::string& query, bool ranged, uint64_t offset, S3FaultRule* out) {
   for (auto it = faults_.begin(); it != faults_.end(); ++it) {
     if (!it->method.empty() && it->method != method) continue;
     if (key.find(it->key_contains) == std::string::npos) continue;
+    if (query.find(it->query_contains) == std::string::npos) continue;
     if (it->ranged_only && !ranged) continue;
     if (it->range_offset != UINT64_MAX && (!ranged || it->range_offset != offset)) continue;
     *out = *it;
@@ -249,7 +250,7 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
     std::lock_guard<std::mutex> lock(mu_);
     log_.push_back({q.method, key, ranged, q.range_offset, false});
     logged = log_.size() - 1;
-    faulty = TakeFault(q.method, key, ranged, q.range_offset, &fault);
+    faulty = TakeFault(q.method, key, query, ranged, q.range_offset, &fault);
     const auto is = [&](S3Fault f) {
       return faulty && std::find(fault.faults.begin(), fault.faults.end(), f) != fault.faults.end();
     };

@@ -43,6 +43,7 @@ struct S3FaultRule {
   std::vector<S3Fault> faults;
   std::string method;        // "GET", ...; empty: any
   std::string key_contains;  // applies to keys containing this; empty: any
+  std::string query_contains;  // and to query strings containing this ("partNumber=7&")
   bool ranged_only = false;  // only GETs with a Range header
   uint64_t range_offset = UINT64_MAX;  // only ranges starting here (UINT64_MAX: any)
   int times = 1;             // how many matching requests it applies to (-1: every one)
@@ -112,8 +113,8 @@ class FakeS3 : public std::enable_shared_from_this<FakeS3> {
   };
   FakeS3() = default;
   // Requires mu_: the first rule that applies to the request, consumed.
-  bool TakeFault(const std::string& method, const std::string& key, bool ranged, uint64_t offset,
-                 S3FaultRule* out);
+  bool TakeFault(const std::string& method, const std::string& key, const std::string& query,
+                 bool ranged, uint64_t offset, S3FaultRule* out);
 
   mutable std::mutex mu_;
   std::map<std::string, Object> objects_;  // "bucket/key"
