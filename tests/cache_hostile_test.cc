@@ -2,6 +2,7 @@
 // measured again, no symlink in the cache is ever followed (nothing is written outside it), a
 // FIFO never blocks, and the free-space floor counts every download in flight on the node.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -10,8 +11,6 @@
 #include <ctime>
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "format/bytes.h"
 #include "remote/cache_files.h"
@@ -48,8 +47,7 @@ class CacheHostileTest : public ::testing::Test {
   UsageRecord ReadUsage() {
     const std::string s = testing::ReadFileToString(root_ + "/" + kUsageName);
     EXPECT_EQ(s.size(), kUsageBytes);
-    std::optional<UsageRecord> r =
-        ParseUsage(AsBytes(s), NowNs(), UINT64_MAX);
+    std::optional<UsageRecord> r = ParseUsage(AsBytes(s), NowNs(), UINT64_MAX);
     EXPECT_TRUE(r.has_value());
     return r.value_or(UsageRecord{});
   }

@@ -1,6 +1,10 @@
 // The table of LIBSHARD_* environment variables (util/env_knobs.h): values parsed as the options
 // are, a bad value an error naming the variable, every variable the library reads in the table,
 // and docs/guide/environment.md showing the table as it is.
+#include "util/env_knobs.h"
+
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -8,10 +12,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-
-#include <gtest/gtest.h>
-
-#include "util/env_knobs.h"
 
 namespace libshard {
 namespace {
@@ -65,12 +65,16 @@ TEST_F(EnvKnobsTest, ValuesAreParsedAsOptionsAre) {
 }
 
 TEST_F(EnvKnobsTest, BadValueIsAnErrorNamingTheVariable) {
-  const std::pair<const char*, const char*> bad[] = {
-      {"LIBSHARD_CACHE_MIN_FREE", "lots"},     {"LIBSHARD_CACHE_BLOCK_SIZE", "5000"},
-      {"LIBSHARD_CACHE_BLOCK_SIZE", "2GiB"},   {"LIBSHARD_S3_CONNECTIONS", "0"},
-      {"LIBSHARD_S3_MAX_ATTEMPTS", "-1"},      {"LIBSHARD_S3_CONTENT_MD5", "maybe"},
-      {"LIBSHARD_ENGINE", "fast"},             {"LIBSHARD_STATS", "-3"},
-      {"LIBSHARD_S3_ADDRESSING", "sideways"},  {"LIBSHARD_PLANES_KERNEL", "avx9"}};
+  const std::pair<const char*, const char*> bad[] = {{"LIBSHARD_CACHE_MIN_FREE", "lots"},
+                                                     {"LIBSHARD_CACHE_BLOCK_SIZE", "5000"},
+                                                     {"LIBSHARD_CACHE_BLOCK_SIZE", "2GiB"},
+                                                     {"LIBSHARD_S3_CONNECTIONS", "0"},
+                                                     {"LIBSHARD_S3_MAX_ATTEMPTS", "-1"},
+                                                     {"LIBSHARD_S3_CONTENT_MD5", "maybe"},
+                                                     {"LIBSHARD_ENGINE", "fast"},
+                                                     {"LIBSHARD_STATS", "-3"},
+                                                     {"LIBSHARD_S3_ADDRESSING", "sideways"},
+                                                     {"LIBSHARD_PLANES_KERNEL", "avx9"}};
   for (const auto& [name, value] : bad) {
     ::setenv(name, value, 1);
     Status st = ReadEnvKnobs().status();

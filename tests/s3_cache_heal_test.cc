@@ -3,14 +3,14 @@
 // a damaged cached copy is fetched again once (a warning), and only a second failure is an error,
 // which blames the bucket's object, naming it. tests/python/test_s3_heal.py runs the same cases
 // against a real S3 server behind a fault proxy.
+#include <gtest/gtest.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
@@ -59,11 +59,11 @@ class S3CacheHealTest : public ::testing::Test {
   }
   void TearDown() override {
     remote::SetCacheWarningSink(previous_sink_);
-    for (const char* k : {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                          "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
-                          "LIBSHARD_CACHE_BLOCK_SIZE", "LIBSHARD_S3_CONNECTIONS",
-                          "LIBSHARD_S3_MAX_ATTEMPTS", "LIBSHARD_S3_BACKOFF_MS",
-                          "LIBSHARD_CACHE_MIN_FREE"})
+    for (const char* k :
+         {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "LIBSHARD_CACHE_BLOCK_SIZE",
+          "LIBSHARD_S3_CONNECTIONS", "LIBSHARD_S3_MAX_ATTEMPTS", "LIBSHARD_S3_BACKOFF_MS",
+          "LIBSHARD_CACHE_MIN_FREE"})
       ::unsetenv(k);
   }
 
@@ -214,8 +214,8 @@ TEST_F(S3CacheHealTest, DamagedInTheBucketIsTheBucketsError) {
   const std::string m = s.status().message();
   EXPECT_NE(m.find("the object in the bucket is damaged"), std::string::npos) << m;
   EXPECT_NE(m.find("bucket bkt, key ds/" + ShardName(loc.shard)), std::string::npos) << m;
-  EXPECT_NE(m.find("ETag " + server_->Etag("bkt", "ds/" + ShardName(loc.shard))),
-            std::string::npos) << m;
+  EXPECT_NE(m.find("ETag " + server_->Etag("bkt", "ds/" + ShardName(loc.shard))), std::string::npos)
+      << m;
   EXPECT_NE(m.find("bytes " + std::to_string(loc.offset)), std::string::npos) << m;
   EXPECT_EQ(m.find("re-run libshard pack"), std::string::npos) << m;
   EXPECT_TRUE(Warnings().empty());
@@ -247,8 +247,8 @@ TEST_F(S3CacheHealTest, ReplacedObjectBehindAServerThatIgnoresIfMatch) {
   auto again = Open();
   Result<Sample> fresh = again->Read(3);
   EXPECT_FALSE(fresh.ok());  // the flipped byte is in the new version's bytes
-  EXPECT_NE(fresh.status().message().find("the object in the bucket is damaged"),
-            std::string::npos) << fresh.status().ToString();
+  EXPECT_NE(fresh.status().message().find("the object in the bucket is damaged"), std::string::npos)
+      << fresh.status().ToString();
 }
 
 TEST_F(S3CacheHealTest, ManifestCutShortIsNeverCached) {
@@ -279,7 +279,7 @@ TEST_F(S3CacheHealTest, CachedManifestAndIndexDamagedOnDiskAreRepaired) {
   const std::string manifest = server_->Get("bkt", "ds/manifest.json");
   const std::string index = server_->Get("bkt", "ds/index.lsi");
   testing::FlipByte(Cached("manifest.json"), manifest.size() / 2);
-  testing::FlipByte(Cached("index.lsi"), 40);                 // the head
+  testing::FlipByte(Cached("index.lsi"), 40);  // the head
   auto ds = Open();
   ASSERT_NE(ds, nullptr);
   ExpectAll(*ds);

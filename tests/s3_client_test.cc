@@ -1,11 +1,12 @@
 // S3Client (io/s3_client.h) in-process against FakeS3 (testutil/fake_s3.h): what it retries, what
 // it refuses, and what no client can see (the cache's checks catch those: s3_cache_heal_test.cc).
-#include <cerrno>
-#include <string>
+#include "io/s3_client.h"
 
 #include <gtest/gtest.h>
 
-#include "io/s3_client.h"
+#include <cerrno>
+#include <string>
+
 #include "testutil/fake_s3.h"
 
 namespace libshard::io {
@@ -36,8 +37,7 @@ class S3ClientTest : public ::testing::Test {
   std::string Range(uint64_t offset, uint64_t length, Status* st,
                     const std::string& if_match = {}) {
     std::string out(length, '\0');
-    *st = client_->GetRange(obj_, offset, length, if_match.empty() ? Etag() : if_match,
-                            out.data());
+    *st = client_->GetRange(obj_, offset, length, if_match.empty() ? Etag() : if_match, out.data());
     return out;
   }
   std::string Etag() const { return server_->Etag("bkt", "p/obj"); }

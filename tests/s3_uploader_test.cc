@@ -1,11 +1,11 @@
 // The Uploader (remote/uploader.h) in-process against FakeS3 (testutil/fake_s3.h): single PUTs
 // and multipart uploads through transient faults, and a resume that sends no part twice.
 // tests/python/test_s3_write.py runs the uploads against a real S3 server.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "remote/uploader.h"
 #include "testutil/fake_s3.h"
@@ -37,9 +37,9 @@ class S3UploaderTest : public ::testing::Test {
     options_.threads = 3;
   }
   void TearDown() override {
-    for (const char* k : {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                          "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
-                          "LIBSHARD_S3_BACKOFF_MS"})
+    for (const char* k :
+         {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+          "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "LIBSHARD_S3_BACKOFF_MS"})
       ::unsetenv(k);
   }
   std::unique_ptr<Uploader> Open(bool fresh) {
@@ -73,7 +73,7 @@ TEST_F(S3UploaderTest, UploadsThroughTransientFaults) {
   EXPECT_EQ(server_->Get("bkt", "out/big.bin"), big_);
   EXPECT_EQ(server_->Get("bkt", "out/small.bin"), "small object");
   EXPECT_EQ(server_->FaultsApplied(), 4u);
-  EXPECT_EQ(server_->Requests("PUT"), 7u + 1u + 4u);  // 7 parts, 1 object, 4 retried
+  EXPECT_EQ(server_->Requests("PUT"), 7u + 1u + 4u);    // 7 parts, 1 object, 4 retried
   EXPECT_EQ(server_->Requests("POST", "big.bin"), 2u);  // create and complete
 }
 

@@ -41,11 +41,16 @@ std::string Decode(std::string_view s) {
 std::string XmlEscape(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '"') out += "&quot;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else out.push_back(c);
+    if (c == '"')
+      out += "&quot;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else
+      out.push_back(c);
   }
   return out;
 }
@@ -178,8 +183,7 @@ void FakeS3::ClearFaults() {
 uint64_t FakeS3::Requests(const std::string& method, const std::string& key_contains) const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::count_if(log_.begin(), log_.end(), [&](const Logged& l) {
-    return (method.empty() || l.method == method) &&
-           l.key.find(key_contains) != std::string::npos;
+    return (method.empty() || l.method == method) && l.key.find(key_contains) != std::string::npos;
   });
 }
 
@@ -203,8 +207,8 @@ void FakeS3::ResetCounts() {
   faults_applied_ = 0;
 }
 
-bool FakeS3::TakeFault(const std::string& method, const std::string& key,
-                       const std::string& query, bool ranged, uint64_t offset, S3FaultRule* out) {
+bool FakeS3::TakeFault(const std::string& method, const std::string& key, const std::string& query,
+                       bool ranged, uint64_t offset, S3FaultRule* out) {
   for (auto it = faults_.begin(); it != faults_.end(); ++it) {
     if (!it->method.empty() && it->method != method) continue;
     if (key.find(it->key_contains) == std::string::npos) continue;
@@ -257,9 +261,8 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
     if (is(S3Fault::kReset)) return Status::IoError("Connection reset by peer (injected)", EIO);
     if (is(S3Fault::kStall)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return Status::IoError("Timeout was reached (no progress for " +
-                                 std::to_string(q.stall_seconds) + " s)",
-                             EIO);
+      return Status::IoError(
+          "Timeout was reached (no progress for " + std::to_string(q.stall_seconds) + " s)", EIO);
     }
     if (is(S3Fault::kStatus503)) {
       reply.Error(503, "SlowDown");
@@ -273,8 +276,8 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
       reply.body = "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>";
       for (const auto& [id, u] : uploads_)
         if (u.bucket == bucket && u.key.rfind(args["prefix"], 0) == 0)
-          reply.body += "<Upload><Key>" + XmlEscape(u.key) + "</Key><UploadId>" + id +
-                        "</UploadId></Upload>";
+          reply.body +=
+              "<Upload><Key>" + XmlEscape(u.key) + "</Key><UploadId>" + id + "</UploadId></Upload>";
       reply.body += "</ListMultipartUploadsResult>";
     } else if (args.count("uploadId")) {
       auto up = uploads_.find(args["uploadId"]);
@@ -352,8 +355,7 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
       const std::string if_match = Header(q, "if-match");
       if (it == objects_.end()) {
         reply.Error(404, "NoSuchKey");
-      } else if (!if_match.empty() && if_match != it->second.etag &&
-                 !is(S3Fault::kIgnoreIfMatch)) {
+      } else if (!if_match.empty() && if_match != it->second.etag && !is(S3Fault::kIgnoreIfMatch)) {
         reply.Error(412, "PreconditionFailed");
       } else {
         const Object& o = it->second;
@@ -393,8 +395,9 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
     if (is(S3Fault::kNoContentLength)) reply.Drop("Content-Length");
     if (is(S3Fault::kNoContentRange)) reply.Drop("Content-Range");
     if (is(S3Fault::kFlipByte) && !reply.body.empty()) {
-      const uint64_t at = fault.arg == UINT64_MAX ? reply.body.size() / 2
-                                                  : std::min<uint64_t>(fault.arg, reply.body.size() - 1);
+      const uint64_t at = fault.arg == UINT64_MAX
+                              ? reply.body.size() / 2
+                              : std::min<uint64_t>(fault.arg, reply.body.size() - 1);
       reply.body[at] = static_cast<char>(reply.body[at] ^ 0x5a);
     }
     if (is(S3Fault::kShortNoLength)) {

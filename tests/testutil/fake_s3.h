@@ -41,13 +41,13 @@ enum class S3Fault {
 // A rule applies its faults (one or several together) to the next `times` matching requests.
 struct S3FaultRule {
   std::vector<S3Fault> faults;
-  std::string method;        // "GET", ...; empty: any
-  std::string key_contains;  // applies to keys containing this; empty: any
-  std::string query_contains;  // and to query strings containing this ("partNumber=7&")
-  bool ranged_only = false;  // only GETs with a Range header
+  std::string method;                  // "GET", ...; empty: any
+  std::string key_contains;            // applies to keys containing this; empty: any
+  std::string query_contains;          // and to query strings containing this ("partNumber=7&")
+  bool ranged_only = false;            // only GETs with a Range header
   uint64_t range_offset = UINT64_MAX;  // only ranges starting here (UINT64_MAX: any)
-  int times = 1;             // how many matching requests it applies to (-1: every one)
-  uint64_t arg = UINT64_MAX;  // kFlipByte: the body offset flipped
+  int times = 1;                       // how many matching requests it applies to (-1: every one)
+  uint64_t arg = UINT64_MAX;           // kFlipByte: the body offset flipped
 };
 
 class FakeS3 : public std::enable_shared_from_this<FakeS3> {

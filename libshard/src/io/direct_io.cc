@@ -1,7 +1,5 @@
 #include "io/direct_io.h"
 
-#include "util/env_knobs.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -15,6 +13,8 @@
 #include <memory>
 #include <string>
 #include <utility>
+
+#include "util/env_knobs.h"
 
 // Kernel headers older than Linux 6.1 lack STATX_DIOALIGN (and struct statx its fields): the
 // request is then made by number and the two fields read at their fixed ABI offsets.

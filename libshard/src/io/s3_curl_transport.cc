@@ -55,8 +55,8 @@ class CurlTransport final : public S3Transport {
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &sink);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    if (const std::string ca = Env("CURL_CA_BUNDLE").empty() ? Env("SSL_CERT_FILE")
-                                                             : Env("CURL_CA_BUNDLE");
+    if (const std::string ca =
+            Env("CURL_CA_BUNDLE").empty() ? Env("SSL_CERT_FILE") : Env("CURL_CA_BUNDLE");
         !ca.empty())
       curl_easy_setopt(h, CURLOPT_CAINFO, ca.c_str());
     std::string range;
@@ -86,9 +86,9 @@ class CurlTransport final : public S3Transport {
     // not send, and the server would refuse the signature.)
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (sends_body)
-      headers = curl_slist_append(headers, q.method == "POST"
-                                               ? "Content-Type: application/xml"
-                                               : "Content-Type: application/octet-stream");
+      headers =
+          curl_slist_append(headers, q.method == "POST" ? "Content-Type: application/xml"
+                                                        : "Content-Type: application/octet-stream");
     for (const std::string& extra : q.headers) headers = curl_slist_append(headers, extra.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     std::string userpwd, sigv4;

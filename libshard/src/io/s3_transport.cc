@@ -50,7 +50,8 @@ void S3Response::OnHeader(std::string_view line) {
     }
     return;
   }
-  const std::string name = s3_internal::Lower(s3_internal::Trim(std::string(line.substr(0, colon))));
+  const std::string name =
+      s3_internal::Lower(s3_internal::Trim(std::string(line.substr(0, colon))));
   const std::string value = s3_internal::Trim(std::string(line.substr(colon + 1)));
   if (name == "etag") etag = value;
   if (name == "content-range") content_range = value;

@@ -22,7 +22,7 @@ struct S3Request {
   std::string method;  // GET, HEAD, PUT, POST or DELETE
   std::string url;     // scheme://host[:port]/path?query, the key already encoded
   uint64_t range_offset = 0;
-  uint64_t range_length = 0;  // 0: no Range header
+  uint64_t range_length = 0;         // 0: no Range header
   std::vector<std::string> headers;  // extra "Name: value" lines (If-Match, Content-MD5, ...)
   std::string_view body;             // PUT and POST
   std::string region;
@@ -39,7 +39,7 @@ struct S3Response {
   char* dst = nullptr;
   uint64_t cap = 0;
   uint64_t received = 0;
-  bool overflow = false;   // more body than `cap`: the transfer was stopped
+  bool overflow = false;  // more body than `cap`: the transfer was stopped
   std::string text;
   std::string error_body;  // a non-2xx body, at most kMaxErrorBody bytes
   std::string etag;

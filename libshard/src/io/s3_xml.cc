@@ -28,8 +28,8 @@ Status EachElement(const std::string& xml, const std::string& tag, const std::st
   size_t pos = 0, count = 0;
   for (size_t next = 0; XmlTag(xml, tag, pos, &next); pos = next) {
     if (++count > kMaxEntries)
-      return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxEntries) +
-                                     " <" + tag + "> in one reply");
+      return Status::InvalidArgument(where + ": more than " + std::to_string(kMaxEntries) + " <" +
+                                     tag + "> in one reply");
     const size_t b = xml.find(open, pos);
     LIBSHARD_RETURN_IF_ERROR(f(xml.substr(b, next - b)));
   }
@@ -44,7 +44,8 @@ Result<PartsPage> ParseListParts(const std::string& xml, const std::string& wher
     const std::optional<uint64_t> number = Number(XmlTag(e, "PartNumber").value_or(""));
     const std::optional<uint64_t> size = Number(XmlTag(e, "Size").value_or(""));
     if (!number || *number < 1 || *number > kMaxPartNumber || !size)
-      return Status::InvalidArgument(where + ": a listed part without a number in 1..10000 "
+      return Status::InvalidArgument(where +
+                                     ": a listed part without a number in 1..10000 "
                                      "and a size");
     page.parts.push_back({static_cast<uint32_t>(*number), *size, XmlTag(e, "ETag").value_or("")});
     return Status::OK();

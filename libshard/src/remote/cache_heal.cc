@@ -21,8 +21,8 @@ namespace libshard::remote {
 std::string RemoteDataset::RangeWhere(uint32_t shard, uint64_t offset, uint64_t length) const {
   const CachedShard& s = *shards_[shard];
   return s.url + " (bucket " + s.object.bucket + ", key " + s.object.key + ", bytes " +
-         std::to_string(offset) + "-" + std::to_string(offset + length - 1) + ", ETag " +
-         s.etag + ")";
+         std::to_string(offset) + "-" + std::to_string(offset + length - 1) + ", ETag " + s.etag +
+         ")";
 }
 
 Status RemoteDataset::HealSample(uint64_t i, const std::function<Status()>& read) const {
@@ -34,17 +34,16 @@ Status RemoteDataset::HealSample(uint64_t i, const std::function<Status()>& read
   }  // the pin goes before a heal, which takes the blocks' exclusive locks
   if (st.ok() || st.code() != StatusCode::kCorruption) return st;
   LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
-  return const_cast<RemoteDataset*>(this)->Heal(
-      loc.shard, loc.offset, loc.stored_size, st, nullptr, [&] {
-        std::unique_ptr<Hold> hold;
-        LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
-        return read();
-      });
+  return const_cast<RemoteDataset*>(this)->Heal(loc.shard, loc.offset, loc.stored_size, st, nullptr,
+                                                [&] {
+                                                  std::unique_ptr<Hold> hold;
+                                                  LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
+                                                  return read();
+                                                });
 }
 
-Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length,
-                           const Status& failure, std::byte* dst,
-                           const std::function<Status()>& recheck) {
+Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length, const Status& failure,
+                           std::byte* dst, const std::function<Status()>& recheck) {
   if (shard >= shards_.size()) return failure;
   CachedShard& s = *shards_[shard];
   const uint64_t end = std::min(s.size, offset + length);
@@ -60,7 +59,9 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length,
   if (info->etag != s.etag || info->size != s.size)
     return Status::IoError(where + ": " + what +
                                "; the object was replaced since the dataset was opened (its ETag "
-                               "is now " + info->etag + "); reopen the dataset to read the new "
+                               "is now " +
+                               info->etag +
+                               "); reopen the dataset to read the new "
                                "version",
                            ESTALE);
   Fetcher* f = GetFetcher();
@@ -93,8 +94,8 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length,
   if (again.code() != StatusCode::kCorruption) return again;
   // The bucket's bytes: none of them stays in the cache as present (best effort: a block pinned
   // by a reader elsewhere stays until evicted).
-  if (RootCache* root = f->root.get(); root != nullptr && shard < pins.evict_files.size() &&
-                                       pins.evict_files[shard].valid()) {
+  if (RootCache* root = f->root.get();
+      root != nullptr && shard < pins.evict_files.size() && pins.evict_files[shard].valid()) {
     uint64_t freed = 0;
     for (uint64_t b = b0; b <= b1; ++b) {
       Result<uint64_t> got =
@@ -119,8 +120,7 @@ Status RemoteDataset::RefetchBlock(io::S3Client* client, BlockId id, uint64_t of
                                    uint64_t length, std::byte* dst, BlockVerdict* verdict) {
   CachedShard& s = *shards_[id.shard];
   Fetcher* f = GetFetcher();
-  const int lock_fd =
-      f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd() : s.state.fd();
+  const int lock_fd = f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd() : s.state.fd();
   const uint64_t entry = kStateHeader + id.block * kEntryBytes;
   const uint64_t start = id.block * s.block_size, len = s.BlockLength(id.block);
   std::shared_ptr<std::byte[]> buffer = internal::AllocateAligned(std::max<uint64_t>(len, 4096));
@@ -168,18 +168,17 @@ Status RemoteDataset::HealIndex(const Status& failure) const {
   const std::string where = url + " (bucket " + index_obj_.bucket + ", key " + index_obj_.key +
                             ", ETag " + index_info_.etag + ")";
   Result<std::string> cached = ReadCachedFile(index_path_, index_info_.size);
-  Status local = cached.ok() ? CheckIndexBytes(AsBytes(*cached), index_info_.size, index_xxh3_,
-                                               index_path_)
-                             : cached.status();
+  Status local = cached.ok()
+                     ? CheckIndexBytes(AsBytes(*cached), index_info_.size, index_xxh3_, index_path_)
+                     : cached.status();
   bool repaired = false;
   if (!local.ok()) {
-    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client,
-                              io::S3Client::Create(config_));
-    LIBSHARD_ASSIGN_OR_RETURN(std::string fresh,
-                              FetchChecked(client.get(), index_obj_, index_info_, [&](const std::string& b) {
-                                return CheckIndexBytes(AsBytes(b), index_info_.size, index_xxh3_,
-                                                       where);
-                              }));
+    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client, io::S3Client::Create(config_));
+    LIBSHARD_ASSIGN_OR_RETURN(
+        std::string fresh,
+        FetchChecked(client.get(), index_obj_, index_info_, [&](const std::string& b) {
+          return CheckIndexBytes(AsBytes(b), index_info_.size, index_xxh3_, where);
+        }));
     LIBSHARD_RETURN_IF_ERROR(RewriteCachedFile(index_path_, fresh));
     repaired = true;
   }

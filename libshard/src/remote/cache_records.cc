@@ -7,8 +7,7 @@
 
 namespace libshard::remote {
 
-std::optional<StateHeader> ParseStateHeader(std::span<const std::byte> header,
-                                            uint64_t file_size) {
+std::optional<StateHeader> ParseStateHeader(std::span<const std::byte> header, uint64_t file_size) {
   if (header.size() < kStateHeader || std::memcmp(header.data(), kStateMagic, 8) != 0)
     return std::nullopt;
   StateHeader h;

@@ -33,11 +33,10 @@ Status CheckIndexBytes(std::span<const std::byte> bytes, uint64_t expected_size,
     const auto part = [&](uint64_t offset, uint64_t size) {
       return std::vector<std::byte>(bytes.begin() + offset, bytes.begin() + offset + size);
     };
-    LIBSHARD_ASSIGN_OR_RETURN(
-        format::Index index,
-        format::Index::Parse(part(0, layout.head_size),
-                             part(layout.lengths_offset, layout.lengths_size), bytes.size(),
-                             where));
+    LIBSHARD_ASSIGN_OR_RETURN(format::Index index,
+                              format::Index::Parse(part(0, layout.head_size),
+                                                   part(layout.lengths_offset, layout.lengths_size),
+                                                   bytes.size(), where));
     for (uint64_t b = 0; b < index.block_count(); ++b)
       LIBSHARD_RETURN_IF_ERROR(
           index.ParseBlock(b, part(index.block_offset(b), index.block_size(b))).status());

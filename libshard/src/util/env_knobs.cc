@@ -16,8 +16,9 @@ constexpr std::string_view kWhat = "environment variable";
 using O = EnvKnobs;
 
 // A word among `choices` (empty: unset, the default).
-OptionSpec<O> Word(std::string_view name, std::string_view member, option_rows::Ref<O, std::string> ref,
-                   std::vector<std::string_view> choices, std::string_view doc) {
+OptionSpec<O> Word(std::string_view name, std::string_view member,
+                   option_rows::Ref<O, std::string> ref, std::vector<std::string_view> choices,
+                   std::string_view doc) {
   OptionSpec<O> s;
   s.name = name;
   s.member = member;
@@ -34,9 +35,9 @@ OptionSpec<O> Word(std::string_view name, std::string_view member, option_rows::
     }
     std::string list;
     for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
-    return option_table::Bad(kWhat, spelled,
-                             "= " + v.Describe() + " is not one of " + list + " (" +
-                                 std::string(doc) + ")");
+    return option_table::Bad(
+        kWhat, spelled,
+        "= " + v.Describe() + " is not one of " + list + " (" + std::string(doc) + ")");
   };
   return s;
 }
@@ -56,9 +57,8 @@ OptionTable<O> MakeTable() {
                        EnvKnobs::kUnset - 1,
                        "bytes the cache's file system keeps free (the node's downloads in "
                        "flight counted)"));
-  t.push_back(Count<O, uint64_t>(kWhat, "LIBSHARD_CACHE_MEASURE_SECONDS",
-                                 "cache_measure_seconds", Member<&O::cache_measure_seconds>,
-                                 "60", 0, 86400, "",
+  t.push_back(Count<O, uint64_t>(kWhat, "LIBSHARD_CACHE_MEASURE_SECONDS", "cache_measure_seconds",
+                                 Member<&O::cache_measure_seconds>, "60", 0, 86400, "",
                                  "seconds between two walks that measure the cache's usage "
                                  "(0: before each download)"));
   // The S3 client.
@@ -97,15 +97,16 @@ OptionTable<O> MakeTable() {
                    {"auto", "uring", "io_uring", "pread"},
                    "the loader's I/O engine when engine='auto'"));
   t.push_back(Word("LIBSHARD_IO_MODE", "io_mode", Member<&O::io_mode>,
-                   {"auto", "direct", "buffered"}, "O_DIRECT or buffered reads when io_mode='auto'"));
-  t.push_back(Word("LIBSHARD_IO_REFUSE_DIRECT", "io_refuse_direct",
-                   Member<&O::io_refuse_direct>, {"open", "read"},
-                   "behave as a file system that refuses O_DIRECT (tests)"));
+                   {"auto", "direct", "buffered"},
+                   "O_DIRECT or buffered reads when io_mode='auto'"));
+  t.push_back(Word("LIBSHARD_IO_REFUSE_DIRECT", "io_refuse_direct", Member<&O::io_refuse_direct>,
+                   {"open", "read"}, "behave as a file system that refuses O_DIRECT (tests)"));
   t.push_back(Number<O>(kWhat, "LIBSHARD_STATS", "stats_seconds", Member<&O::stats_seconds>,
                         "unset", true, "print the loader's stats every this many seconds"));
   // Kernels.
   t.push_back(Word("LIBSHARD_PLANES_KERNEL", "planes_kernel", Member<&O::planes_kernel>,
-                   {"auto", "sse2", "avx2"}, "the byte-plane codec's kernel (auto: the CPU's best)"));
+                   {"auto", "sse2", "avx2"},
+                   "the byte-plane codec's kernel (auto: the CPU's best)"));
   t.push_back(Word("LIBSHARD_XXH3", "xxh3", Member<&O::xxh3>,
                    {"baseline", "scalar", "sse2", "avx2", "avx512", "neon", "vsx"},
                    "the xxh3 build (when the CPU has it; else the fastest)"));
@@ -128,9 +129,9 @@ Result<EnvKnobs> ReadEnvKnobs() {
     LIBSHARD_RETURN_IF_ERROR(EnvKnobTable().SetFromText(k, s.name, v));
   }
   if (k.cache_block_size % 4096 != 0)
-    return option_table::Bad(kWhat, "LIBSHARD_CACHE_BLOCK_SIZE",
-                             "= " + std::to_string(k.cache_block_size) +
-                                 " is not a multiple of 4096");
+    return option_table::Bad(
+        kWhat, "LIBSHARD_CACHE_BLOCK_SIZE",
+        "= " + std::to_string(k.cache_block_size) + " is not a multiple of 4096");
   return k;
 }
 

@@ -34,8 +34,8 @@ struct EnvKnobs {
   bool s3_content_md5 = true;
   std::string s3_staging;
   // Reading.
-  std::string engine;   // "", auto, uring, io_uring or pread
-  std::string io_mode;  // "", auto, direct or buffered
+  std::string engine;            // "", auto, uring, io_uring or pread
+  std::string io_mode;           // "", auto, direct or buffered
   std::string io_refuse_direct;  // "", open or read
   double stats_seconds = -1;     // < 0: unset
   // Kernels.
