@@ -23,7 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (h->block_size == 0 || h->block_size % 4096 != 0 || h->block_size > kMaxCacheBlock)
       __builtin_trap();
     if (file_size != kStateHeader + h->blocks * kEntryBytes) __builtin_trap();
-    if (h->blocks * h->block_size < h->size || (h->blocks > 0 && (h->blocks - 1) * h->block_size >= h->size))
+    if (h->blocks * h->block_size < h->size ||
+        (h->blocks > 0 && (h->blocks - 1) * h->block_size >= h->size))
       __builtin_trap();
     std::byte again[kStateHeader];
     EncodeStateHeader(*h, again);

@@ -13,8 +13,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ParseUploadJournal(std::string_view(reinterpret_cast<const char*>(data), size));
   for (const auto* m : {&j.uploads, &j.done})
     for (const auto& [name, rec] : *m) {
-      if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos ||
-          name == "." || name == "..")
+      if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos || name == "." ||
+          name == "..")
         __builtin_trap();
       if (rec.value.empty() || rec.value.size() > kMaxJournalField) __builtin_trap();
     }
