@@ -7,7 +7,8 @@ Seeds are made from tests/data/pt/* (torch.save zips, their data.pkl, gzips, saf
 tests/data/golden_v1*/ (index.lsi, manifest.json, shard headers, per-sample metadata, and journals
 re-encoded from the golden indexes per FORMAT.md §6), plus hand-made hostile inputs: the cases of
 issue 9 (a pickle bomb of memo references, deep nesting, a gzip of zeros in many members,
-overlapping safetensors offsets, non-UTF-8 keys, forged counts). Every file is small (under
+overlapping safetensors offsets, non-UTF-8 keys, forged counts), and issue 33's object storage
+inputs (S3 XML replies, ~/.aws files, the cache's state files and .usage, upload.journal). Every file is small (under
 64 KiB) except the 200,000-deep manifest, which the issue asks for as it is.
 
 The targets' input layouts (flag bytes) are described at the top of each fuzz/<target>.cc.
@@ -547,10 +548,83 @@ def cache_corpus():
     return c
 
 
+def s3_xml_corpus():
+    """S3 replies (issue 33): one flag byte (0 ListParts, 1 ListMultipartUploads,
+    2 CompleteMultipartUpload, 3 error code and unescaping), then the body."""
+    c = Corpus("s3_xml_fuzz")
+    parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>&quot;{n:032x}&quot;</ETag>"
+                    f"<Size>{5 << 20}</Size></Part>" for n in range(1, 4))
+    c.add("list_parts", b"\x00" + (f"<ListPartsResult><IsTruncated>true</IsTruncated>"
+                                   f"<NextPartNumberMarker>3</NextPartNumberMarker>{parts}"
+                                   "</ListPartsResult>").encode())
+    c.add("list_parts_bad_number", b"\x00<ListPartsResult><Part><PartNumber>99999999999"
+          b"</PartNumber><Size>1</Size></Part></ListPartsResult>")
+    c.add("list_parts_unclosed", b"\x00<ListPartsResult><Part><PartNumber>1</PartNumber>")
+    c.add("list_parts_flood", b"\x00" + b"<Part><PartNumber>1</PartNumber><Size>1</Size></Part>" * 200)
+    c.add("list_uploads", b"\x01<ListMultipartUploadsResult><IsTruncated>true</IsTruncated>"
+          b"<NextKeyMarker>k&amp;1</NextKeyMarker><NextUploadIdMarker>u</NextUploadIdMarker>"
+          b"<Upload><Key>p/shard-00000.lss</Key><UploadId>abc</UploadId></Upload>"
+          b"</ListMultipartUploadsResult>")
+    c.add("complete_ok", b"\x02<CompleteMultipartUploadResult><ETag>&quot;d41d8cd98f00b204e9800998ecf8427e-3"
+          b"&quot;</ETag></CompleteMultipartUploadResult>")
+    c.add("complete_error", b"\x02<Error><Code>InternalError</Code><Message>try again</Message></Error>")
+    c.add("error_entities", b"\x03<Error><Code>SlowDown</Code><Message>" + b"&amp;&lt;&#34;" * 300
+          + b"</Message></Error>")
+    return c
+
+
+def aws_ini_corpus():
+    """~/.aws/config and ~/.aws/credentials as users write them, and broken ones."""
+    c = Corpus("aws_ini_fuzz")
+    c.add("credentials", b"[default]\naws_access_key_id = AKIAEXAMPLE\n"
+          b"aws_secret_access_key = secret\n\n[other]\naws_access_key_id=B\n")
+    c.add("config_nested", b"[profile dev]\nregion = eu-west-1\ns3 =\n  addressing_style = path\n"
+          b"  endpoint_url = http://127.0.0.1:9000\n# comment\n; another\n")
+    c.add("broken", b"[unclosed\n= value\nkey without value\n[]\n   indented = orphan\n\x00\xff=\x01")
+    c.add("crlf", b"[default]\r\nregion = us-east-1\r\n")
+    return c
+
+
+def cache_state_corpus():
+    """The cache's state file header and .usage (docs/CACHE.md §2, §4): u64 file size, u64 now,
+    u64 file system bytes, then the record."""
+    c = Corpus("cache_state_fuzz")
+    now, fs_bytes = 1_764_000_000 * 10**9, 1 << 40
+    def frame(file_size, rec):
+        return struct.pack("<QQQ", file_size, now, fs_bytes) + rec
+    def state(block, size, blocks, version=2):
+        return (b"LSCACHE1" + struct.pack("<IIQQQQ", version, 64, block, size, blocks, 0xE7A6)
+                + bytes(16))
+    c.add("state_v2", frame(64 + 16 * 3, state(4 << 20, 10 << 20, 3)))
+    c.add("state_v1", frame(64 + 16 * 1, state(4096, 4096, 1, version=1)))
+    c.add("state_huge_count", frame(64 + 16 * 3, state(4096, 1 << 62, 1 << 50)))
+    c.add("state_odd_block", frame(64 + 16, state(4095, 100, 1)))
+    def usage(used, when, pending=0):
+        return b"LSUSAGE1" + struct.pack("<IIQQQ", 1, 64, used, when, pending) + bytes(24)
+    c.add("usage_ok", frame(64, usage(1 << 30, now - 10**9)))
+    c.add("usage_huge", frame(64, usage(1 << 62, now)))
+    c.add("usage_future", frame(64, usage(1 << 30, now + 86400 * 10**9)))
+    c.add("usage_pending", frame(64, usage(1 << 30, now, 64 << 20)))
+    return c
+
+
+def upload_journal_corpus():
+    """upload.journal of an s3:// write (docs/CACHE.md §6), whole, torn and hostile."""
+    c = Corpus("upload_journal_fuzz")
+    c.add("resume", b"upload shard-00000.lss 268435456 2~abcDEF\n"
+          b"done shard-00000.lss 268435456 \"0123456789abcdef0123456789abcdef-16\"\n"
+          b"upload shard-00001.lss 1024 2~x\ndone index.lsi 4096 \"e\"\ndone manifest.json 9")
+    c.add("hostile", b"done ../../etc/passwd 1 \"e\"\ndone a/b 1 e\ndone . 1 e\n"
+          b"upload x 99999999999999999999999 id\nupload y -1 id\nbogus line\n\n\t\r\n")
+    c.add("long_fields", b"upload " + b"n" * 300 + b" 1 id\ndone m 1 " + b"e" * 2000 + b"\n")
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
                  journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus,
-                 cache_corpus):
+                 cache_corpus, s3_xml_corpus, aws_ini_corpus, cache_state_corpus,
+                 upload_journal_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "

@@ -104,10 +104,16 @@ TEST_F(S3ConfigTest, ProfileFromTheFiles) {
   EXPECT_EQ(LoadS3Config().status().code(), StatusCode::kNotFound);
 }
 
-TEST_F(S3ConfigTest, CustomEndpointIsPathStyleAndBoundsAreClamped) {
+TEST_F(S3ConfigTest, CustomEndpointIsPathStyleAndBoundsAreChecked) {
   setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1", 1);
   setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:2", 1);
   setenv("LIBSHARD_S3_MAX_ATTEMPTS", "100000", 1);
+  // Out of its bounds: an error naming the variable, not a value clamped in silence.
+  Status bad = LoadS3Config().status();
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.message().find("'LIBSHARD_S3_MAX_ATTEMPTS' = 100000 is out of range; use 1..100"),
+            std::string::npos) << bad.ToString();
+  setenv("LIBSHARD_S3_MAX_ATTEMPTS", "100", 1);
   Result<S3Config> c = LoadS3Config();
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->endpoint, "http://127.0.0.1:1");

@@ -111,8 +111,11 @@ class FaultProxy:
     (Host included, so SigV4 signatures stay valid), counts them, and injects the faults queued
     with `inject` into the next GETs of shard bytes (ranged GETs)."""
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, other_version=None) -> None:
         self.upstream_port = upstream_port
+        # For "ignore-if-match": (path, range header) -> the bytes the object holds now, fetched
+        # by the test's own signed client (a server that ignores If-Match serves those).
+        self.other_version = other_version
         self.lock = threading.Lock()
         self.gets: Counter = Counter()  # (path, range) -> ranged GETs delivered in full
         self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
@@ -121,6 +124,10 @@ class FaultProxy:
         # (the request is held, never forwarded, then the connection closed).
         self.upload_faults: List[str] = []
         self.path_faults: Dict[str, List[str]] = {}  # PUTs whose path has KEY: these faults
+        # GETs whose path has KEY (any range): "flip" (one byte of the body flipped),
+        # "cut-nolength" (half the body, no Content-Length, then the connection closed),
+        # "ignore-if-match" (a 412 answered with the object's current bytes and no ETag), "pass".
+        self.get_faults: Dict[str, List[str]] = {}
         self.responses: List[Tuple[str, str, int]] = []  # (method, path, status) from the server
         self.injected: Counter = Counter()
         self.statuses: Counter = Counter()  # HTTP status -> responses from the server
@@ -140,8 +147,17 @@ class FaultProxy:
                 fault = None
                 with proxy.lock:
                     proxy.requests.append((self.command, self.path, rng))
+                    get_key = next((k for k in proxy.get_faults if k in self.path), None)
+                    if self.command == "GET" and get_key is not None:
+                        fault = proxy.get_faults[get_key].pop(0)
+                        if not proxy.get_faults[get_key]:
+                            del proxy.get_faults[get_key]
+                        if fault == "pass":
+                            fault = None
+                        else:
+                            proxy.injected["get-" + fault] += 1
                     # Faults go to block GETs, not to the shard headers fetched at open.
-                    if self.command == "GET" and rng and rng != "bytes=0-4095" and proxy.faults:
+                    elif self.command == "GET" and rng and rng != "bytes=0-4095" and proxy.faults:
                         fault = proxy.faults.pop(0)
                         if fault == "pass":  # let this one through
                             fault = None
@@ -191,11 +207,29 @@ class FaultProxy:
                 with proxy.lock:
                     proxy.statuses[resp.status] += 1
                     proxy.responses.append((self.command, self.path, resp.status))
-                self.send_response(resp.status)
-                for k, v in resp.getheaders():
+                status, resp_headers = resp.status, resp.getheaders()
+                if fault == "ignore-if-match" and status == 412 and proxy.other_version:
+                    data = proxy.other_version(self.path, rng)
+                    status, resp_headers = (206 if rng else 200), []
+                    if rng:
+                        first = int(rng.split("=")[1].split("-")[0])
+                        resp_headers = [("Content-Range",
+                                         f"bytes {first}-{first + len(data) - 1}/*")]
+                if fault == "flip" and 200 <= status < 300 and data:
+                    data = data[: len(data) // 2] + bytes([data[len(data) // 2] ^ 0x5A]) + \
+                        data[len(data) // 2 + 1:]
+                self.send_response(status)
+                for k, v in resp_headers:
                     if k.lower() not in ("transfer-encoding", "connection", "content-length",
                                          "server", "date"):
                         self.send_header(k, v)
+                if fault == "cut-nolength" and 200 <= status < 300:
+                    self.end_headers()
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 # HEAD: the object's length, as the server said it.
                 self.send_header("Content-Length", resp.getheader("Content-Length", "0")
                                  if self.command == "HEAD" else str(len(data)))
@@ -240,6 +274,11 @@ class FaultProxy:
         with self.lock:
             self.path_faults.setdefault(key, []).extend(faults)
 
+    def inject_get_path(self, key: str, *faults: str) -> None:
+        """Faults for the next GETs whose path contains `key`, any range (before `inject`'s)."""
+        with self.lock:
+            self.get_faults.setdefault(key, []).extend(faults)
+
     def inject_upload(self, *faults: str) -> None:
         with self.lock:
             self.upload_faults.extend(faults)
@@ -275,6 +314,7 @@ class FaultProxy:
             self.faults.clear()
             self.upload_faults.clear()
             self.path_faults.clear()
+            self.get_faults.clear()
             self.responses.clear()
 
     def shard_gets(self) -> Dict[Tuple[str, str], int]:

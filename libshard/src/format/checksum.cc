@@ -5,6 +5,7 @@
 
 #include "format/xxh3/xxh3_variants.h"
 #include "util/cpu_features.h"
+#include "util/env_knobs.h"
 
 namespace libshard {
 
@@ -62,7 +63,8 @@ std::vector<Xxh3Isa> DetectSupported() {
 const Xxh3Ops* SelectActive() {
   const std::vector<Xxh3Isa>& supported = SupportedXxh3Isas();
   Xxh3Isa best = supported.back();
-  if (const char* env = std::getenv("LIBSHARD_XXH3"); env != nullptr && *env != '\0') {
+  if (const std::string knob = EnvKnobsOrDefaults().xxh3; !knob.empty()) {
+    const char* env = knob.c_str();
     for (Xxh3Isa isa : supported) {
       if (Xxh3IsaName(isa) == env || (isa == Xxh3Isa::kBaseline && std::strcmp(env, "baseline") == 0))
         best = isa;

@@ -14,6 +14,8 @@
 #include <string>
 #include <utility>
 
+#include "util/env_knobs.h"
+
 // Kernel headers older than Linux 6.1 lack STATX_DIOALIGN (and struct statx its fields): the
 // request is then made by number and the two fields read at their fixed ABI offsets.
 #ifndef STATX_DIOALIGN
@@ -75,10 +77,7 @@ const char* SharedFileSystemName(int fd) {
 // LIBSHARD_IO_REFUSE_DIRECT=open|read: behave as a file system that refuses O_DIRECT at open
 // (EINVAL) or at the first read, to exercise the buffered fallback on any disk (tests,
 // diagnostics). Read once per open.
-std::string RefuseDirectFor() {
-  const char* v = std::getenv("LIBSHARD_IO_REFUSE_DIRECT");
-  return v == nullptr ? std::string() : std::string(v);
-}
+std::string RefuseDirectFor() { return EnvKnobsOrDefaults().io_refuse_direct; }
 
 // One aligned O_DIRECT read of the first block: EINVAL (or EOPNOTSUPP) means the file system
 // takes O_DIRECT at open but not for reads. A short read (a small file) is fine.

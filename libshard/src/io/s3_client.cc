@@ -1,16 +1,14 @@
-// S3Client on libcurl (see s3_client.h): the handle, Perform (one request with its retries) and
+// S3Client (see s3_client.h): Perform (one request with its retries, over the transport) and
 // the object calls. The multipart calls are in s3_client_multipart.cc, URLs and configuration in
-// s3_config.cc, the request encoding and response parsing helpers in s3_request.cc.
+// s3_config.cc, the request encoding and response parsing helpers in s3_request.cc, the libcurl
+// transport in s3_curl_transport.cc.
 #include "io/s3_client.h"
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
@@ -22,32 +20,17 @@ namespace libshard::io {
 namespace {
 
 using s3_internal::EncodeKey;
-using s3_internal::Env;
 using s3_internal::S3ErrorCode;
 
-std::once_flag g_curl_once;
-CURLcode g_curl_init = CURLE_OK;
-
 }  // namespace
-
-struct S3Client::Handle {
-  CURL* curl = nullptr;
-  ~Handle() {
-    if (curl != nullptr) curl_easy_cleanup(curl);
-  }
-};
 
 S3Client::S3Client(S3Config config) : config_(std::move(config)) {}
 S3Client::~S3Client() = default;
 
 Result<std::unique_ptr<S3Client>> S3Client::Create(S3Config config) {
-  std::call_once(g_curl_once, [] { g_curl_init = curl_global_init(CURL_GLOBAL_DEFAULT); });
-  if (g_curl_init != CURLE_OK)
-    return Status::Internal(std::string("curl_global_init: ") + curl_easy_strerror(g_curl_init));
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<S3Transport> transport, MakeS3Transport());
   std::unique_ptr<S3Client> c(new S3Client(std::move(config)));
-  c->handle_ = std::make_unique<Handle>();
-  c->handle_->curl = curl_easy_init();
-  if (c->handle_->curl == nullptr) return Status::ResourceExhausted("curl_easy_init failed");
+  c->transport_ = std::move(transport);
   return c;
 }
 
@@ -62,7 +45,7 @@ std::string S3Client::UrlOf(const S3Url& object) const {
 
 Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offset,
                          uint64_t range_len, const std::string& if_match, std::string_view body,
-                         Response* response, const std::string& query,
+                         S3Response* response, const std::string& query,
                          const std::vector<std::string>& extra_headers) {
   const std::string url = UrlOf(object) + (query.empty() ? "" : "?" + query);
   std::string where = std::string(method) + " " + url;
@@ -80,92 +63,32 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
       std::this_thread::sleep_for(std::chrono::milliseconds(jitter(rng)));
     }
     ++stats_.requests;
-    CURL* h = handle_->curl;
-    curl_easy_reset(h);  // keeps the connection cache
-    Response& r = *response;
-    r.code = 0;
-    r.received = 0;
-    r.overflow = false;
-    r.text.clear();
-    r.error_body.clear();
-    r.etag.clear();
-    r.content_range.clear();
-    r.content_length = -1;
-    r.curl = h;
-    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, static_cast<long>(config_.request_timeout_seconds));
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(config_.stall_seconds));
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Response::OnBody);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &Response::OnHeader);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    if (const std::string ca = Env("CURL_CA_BUNDLE").empty() ? Env("SSL_CERT_FILE")
-                                                             : Env("CURL_CA_BUNDLE");
-        !ca.empty())
-      curl_easy_setopt(h, CURLOPT_CAINFO, ca.c_str());
-    std::string range;
+    S3Response& r = *response;
+    r.Reset();
+    S3Request q;
+    q.method = method;
+    q.url = url;
     if (range_len > 0) {
-      range = std::to_string(offset) + "-" + std::to_string(offset + range_len - 1);
-      curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());
+      q.range_offset = offset;
+      q.range_length = range_len;
     }
-    const bool sends_body = std::strcmp(method, "PUT") == 0 || std::strcmp(method, "POST") == 0;
-    if (std::strcmp(method, "HEAD") == 0) {
-      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    } else if (sends_body) {
-      // The body from memory with its Content-Length (no chunked encoding: S3 needs the length).
-      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-      // Never null: a null CURLOPT_POSTFIELDS makes curl read the body from its read callback.
-      curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.empty() ? "" : body.data());
-      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-      // curl asks "Expect: 100-continue" for large bodies; a server that never answers it must
-      // not cost a second per part.
-      curl_easy_setopt(h, CURLOPT_EXPECT_100_TIMEOUT_MS, 100L);
-    } else if (std::strcmp(method, "DELETE") == 0) {
-      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
-    }
-    struct curl_slist* headers = nullptr;
-    // curl 7.88 signs with SigV4 but does not send x-amz-content-sha256, which S3 requires.
-    // (No "Expect:" to turn off 100-continue: curl would sign it as an empty header it then does
-    // not send, and the server would refuse the signature.)
-    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-    if (sends_body)
-      headers = curl_slist_append(headers, std::strcmp(method, "POST") == 0
-                                               ? "Content-Type: application/xml"
-                                               : "Content-Type: application/octet-stream");
-    for (const std::string& extra : extra_headers) headers = curl_slist_append(headers, extra.c_str());
-    std::string token_header, if_match_header;
-    if (!config_.session_token.empty()) {
-      token_header = "x-amz-security-token: " + config_.session_token;
-      headers = curl_slist_append(headers, token_header.c_str());
-    }
-    if (!if_match.empty()) {
-      if_match_header = "If-Match: " + if_match;
-      headers = curl_slist_append(headers, if_match_header.c_str());
-    }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    std::string userpwd, sigv4;
-    if (!config_.access_key.empty()) {
-      sigv4 = "aws:amz:" + config_.region + ":s3";
-      userpwd = config_.access_key + ":" + config_.secret_key;
-      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
-      curl_easy_setopt(h, CURLOPT_USERPWD, userpwd.c_str());
-    }
-    const CURLcode cc = curl_easy_perform(h);
-    curl_slist_free_all(headers);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.code);
+    q.headers = extra_headers;
+    if (!config_.session_token.empty())
+      q.headers.push_back("x-amz-security-token: " + config_.session_token);
+    if (!if_match.empty()) q.headers.push_back("If-Match: " + if_match);
+    q.body = body;
+    q.region = config_.region;
+    q.access_key = config_.access_key;
+    q.secret_key = config_.secret_key;
+    q.stall_seconds = config_.stall_seconds;
+    q.timeout_seconds = config_.request_timeout_seconds;
+    const Status sent = transport_->Exchange(q, &r);
     stats_.bytes += r.received;
+    const bool sends_body = q.method == "PUT" || q.method == "POST";
 
-    if (cc != CURLE_OK && !(cc == CURLE_WRITE_ERROR && r.overflow)) {
+    if (!sent.ok()) {
       // Transport failures are retried: refused/reset connections, short bodies, stalls.
-      last = std::string(curl_easy_strerror(cc)) +
-             (cc == CURLE_OPERATION_TIMEDOUT
-                  ? " (no progress for " + std::to_string(config_.stall_seconds) + " s or over " +
-                        std::to_string(config_.request_timeout_seconds) + " s)"
-                  : "");
+      last = sent.message();
       if (r.code != 0) last += ", HTTP " + std::to_string(r.code);
       continue;
     }
@@ -234,7 +157,7 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
 }
 
 Result<ObjectInfo> S3Client::Head(const S3Url& object) {
-  Response r;
+  S3Response r;
   LIBSHARD_RETURN_IF_ERROR(Perform("HEAD", object, 0, 0, {}, {}, &r));
   if (r.content_length < 0)
     return Status::IoError("HEAD " + UrlOf(object) + ": HTTP " + std::to_string(r.code) +
@@ -246,7 +169,7 @@ Result<ObjectInfo> S3Client::Head(const S3Url& object) {
 Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t length,
                           const std::string& if_match, void* dst) {
   if (length == 0) return Status::OK();
-  Response r;
+  S3Response r;
   r.dst = static_cast<char*>(dst);
   r.cap = length;
   const std::string where = "GET " + UrlOf(object) + " bytes " + std::to_string(offset) + "-" +
@@ -277,7 +200,7 @@ Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t length,
 
 Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_bytes,
                                            const std::string& if_match) {
-  Response r;
+  S3Response r;
   r.cap = max_bytes;
   Status st = Perform("GET", object, 0, 0, if_match, {}, &r);
   if (r.overflow)
@@ -293,7 +216,7 @@ Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_byt
 
 Result<std::string> S3Client::Put(const S3Url& object, std::string_view data,
                                   const std::string& content_md5) {
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   std::vector<std::string> headers;
   if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
@@ -302,7 +225,7 @@ Result<std::string> S3Client::Put(const S3Url& object, std::string_view data,
 }
 
 Status S3Client::Delete(const S3Url& object) {
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   return Perform("DELETE", object, 0, 0, {}, {}, &r);
 }

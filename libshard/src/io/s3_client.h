@@ -1,8 +1,9 @@
 // S3Client: the object-storage client (system calls and network only; no libshard format
-// knowledge), on libcurl's easy interface with CURLOPT_AWS_SIGV4.
+// knowledge): the S3 API's requests, their retries and the checks of every reply, over an
+// S3Transport (s3_transport.h: libcurl's, or a test's in-memory server).
 //
-// One client owns one connection (kept alive between requests) and is used by one thread at a
-// time; the remote cache (remote/) creates one per fetcher thread, in that thread, so a client
+// One client owns one transport (one connection, kept alive between requests) and is used by one
+// thread at a time; the remote cache (remote/) creates one per fetcher thread, in that thread, so a client
 // never crosses a fork. Every request is bounded: `max_attempts` tries with exponential backoff
 // on 5xx / 429 / SlowDown, reset connections, short bodies and stalls (no byte for
 // `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error names the URL,
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/s3_transport.h"
 #include "libshard/status.h"
 
 namespace libshard::io {
@@ -71,8 +73,7 @@ struct S3ClientStats {
 
 class S3Client {
  public:
-  // Initialises libcurl once per process (curl_global_init is not thread-safe before 7.84; it is
-  // called under a std::call_once) and creates the handle.
+  // A client on a transport from MakeS3Transport (libcurl's unless a test installed another).
   static Result<std::unique_ptr<S3Client>> Create(S3Config config);
   ~S3Client();
   S3Client(const S3Client&) = delete;
@@ -134,18 +135,16 @@ class S3Client {
   const S3ClientStats& stats() const { return stats_; }
 
  private:
-  struct Handle;
-  struct Response;
   explicit S3Client(S3Config config);
   // One request with retries. `method` is GET, HEAD, PUT, POST or DELETE; `range_len` 0 for no
   // Range header; `query` the canonical query string (sorted keys, values encoded: curl 7.88
   // signs it as given); `headers` extra "Name: value" lines (signed too).
   Status Perform(const char* method, const S3Url& object, uint64_t offset, uint64_t range_len,
-                 const std::string& if_match, std::string_view body, Response* response,
+                 const std::string& if_match, std::string_view body, S3Response* response,
                  const std::string& query = {}, const std::vector<std::string>& headers = {});
 
   S3Config config_;
-  std::unique_ptr<Handle> handle_;
+  std::unique_ptr<S3Transport> transport_;
   S3ClientStats stats_;
 };
 

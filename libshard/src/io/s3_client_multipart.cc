@@ -1,10 +1,12 @@
 // S3Client's multipart upload calls (s3_client.h): CreateMultipartUpload, UploadPart, ListParts,
 // CompleteMultipartUpload, ListMultipartUploads and AbortMultipartUpload, over Perform.
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "io/s3_internal.h"
+#include "io/s3_xml.h"
 
 namespace libshard::io {
 
@@ -13,7 +15,7 @@ using s3_internal::XmlEscape;
 using s3_internal::XmlTag;
 
 Result<std::string> S3Client::CreateMultipartUpload(const S3Url& object) {
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   LIBSHARD_RETURN_IF_ERROR(Perform("POST", object, 0, 0, {}, {}, &r, "uploads="));
   std::optional<std::string> id = XmlTag(r.text, "UploadId");
@@ -27,7 +29,7 @@ Result<std::string> S3Client::CreateMultipartUpload(const S3Url& object) {
 Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
                                          uint32_t number, std::string_view data,
                                          const std::string& content_md5) {
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   std::vector<std::string> headers;
   if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
@@ -46,28 +48,21 @@ Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
   std::vector<Part> parts;
   uint64_t marker = 0;
   for (int page = 0; page < 100; ++page) {  // 10000 parts at most, 1000 a page
-    Response r;
+    S3Response r;
     r.cap = 16 << 20;
     const std::string query = (marker ? "part-number-marker=" + std::to_string(marker) + "&"
                                       : std::string()) +
                               "uploadId=" + EncodeQueryValue(upload_id);
     LIBSHARD_RETURN_IF_ERROR(Perform("GET", object, 0, 0, {}, {}, &r, query));
-    size_t pos = 0;
-    for (size_t next = 0; XmlTag(r.text, "Part", pos, &next); pos = next) {
-      const size_t b = r.text.find("<Part>", pos);
-      const std::string part = r.text.substr(b, next - b);
-      Part p;
-      p.number = static_cast<uint32_t>(std::strtoul(XmlTag(part, "PartNumber").value_or("0").c_str(),
-                                                    nullptr, 10));
-      p.size = std::strtoull(XmlTag(part, "Size").value_or("0").c_str(), nullptr, 10);
-      p.etag = XmlTag(part, "ETag").value_or("");
-      if (p.number > 0) parts.push_back(std::move(p));
-    }
-    if (XmlTag(r.text, "IsTruncated").value_or("false") != "true") break;
-    const uint64_t m = std::strtoull(XmlTag(r.text, "NextPartNumberMarker").value_or("0").c_str(),
-                                     nullptr, 10);
-    if (m <= marker) break;
-    marker = m;
+    LIBSHARD_ASSIGN_OR_RETURN(PartsPage got, ParseListParts(r.text, "GET " + UrlOf(object) +
+                                                                        "?" + query));
+    for (PartsPage::Part& p : got.parts) parts.push_back({p.number, p.size, std::move(p.etag)});
+    if (parts.size() > kMaxPartNumber)
+      return Status::IoError("GET " + UrlOf(object) + "?uploadId=" + upload_id +
+                                 ": more parts listed than an upload can have",
+                             EIO);
+    if (!got.truncated || got.next_marker <= marker) break;
+    marker = got.next_marker;
   }
   std::sort(parts.begin(), parts.end(),
             [](const Part& a, const Part& b) { return a.number < b.number; });
@@ -82,18 +77,15 @@ Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
     xml += "<Part><PartNumber>" + std::to_string(p.number) + "</PartNumber><ETag>" +
            XmlEscape(p.etag) + "</ETag></Part>";
   xml += "</CompleteMultipartUpload>";
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   const std::string query = "uploadId=" + EncodeQueryValue(upload_id);
   LIBSHARD_RETURN_IF_ERROR(Perform("POST", object, 0, 0, {}, xml, &r, query));
   // S3 may answer 200 and report the failure in the body.
-  if (r.text.find("<Error>") != std::string::npos)
-    return Status::IoError("POST " + UrlOf(object) + "?" + query + ": HTTP " +
-                               std::to_string(r.code) + " " +
-                               XmlTag(r.text, "Code").value_or("") + ": " +
-                               XmlTag(r.text, "Message").value_or(""),
-                           EIO);
-  std::optional<std::string> etag = XmlTag(r.text, "ETag");
+  LIBSHARD_ASSIGN_OR_RETURN(
+      std::optional<std::string> etag,
+      ParseCompleteResult(r.text, "POST " + UrlOf(object) + "?" + query + ": HTTP " +
+                                      std::to_string(r.code)));
   return etag ? *etag : r.etag;
 }
 
@@ -103,7 +95,7 @@ Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(
   std::string key_marker, id_marker;
   const S3Url where{bucket, ""};
   for (int page = 0; page < 10; ++page) {
-    Response r;
+    S3Response r;
     r.cap = 16 << 20;
     // Canonical order: key-marker, prefix, upload-id-marker, uploads.
     std::string query;
@@ -112,23 +104,20 @@ Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(
     if (!id_marker.empty()) query += "upload-id-marker=" + EncodeQueryValue(id_marker) + "&";
     query += "uploads=";
     LIBSHARD_RETURN_IF_ERROR(Perform("GET", where, 0, 0, {}, {}, &r, query));
-    size_t pos = 0;
-    for (size_t next = 0; XmlTag(r.text, "Upload", pos, &next); pos = next) {
-      const size_t b = r.text.find("<Upload>", pos);
-      const std::string u = r.text.substr(b, next - b);
-      Upload up{XmlTag(u, "Key").value_or(""), XmlTag(u, "UploadId").value_or("")};
-      if (!up.key.empty() && !up.upload_id.empty()) out.push_back(std::move(up));
-    }
-    if (XmlTag(r.text, "IsTruncated").value_or("false") != "true") break;
-    key_marker = XmlTag(r.text, "NextKeyMarker").value_or("");
-    id_marker = XmlTag(r.text, "NextUploadIdMarker").value_or("");
+    LIBSHARD_ASSIGN_OR_RETURN(UploadsPage got,
+                              ParseListUploads(r.text, "GET " + UrlOf(where) + "?" + query));
+    for (UploadsPage::Upload& u : got.uploads)
+      out.push_back({std::move(u.key), std::move(u.upload_id)});
+    if (!got.truncated) break;
+    key_marker = got.next_key_marker;
+    id_marker = got.next_upload_id_marker;
     if (key_marker.empty()) break;
   }
   return out;
 }
 
 Status S3Client::AbortMultipartUpload(const S3Url& object, const std::string& upload_id) {
-  Response r;
+  S3Response r;
   r.cap = 1 << 20;
   return Perform("DELETE", object, 0, 0, {}, {}, &r, "uploadId=" + EncodeQueryValue(upload_id));
 }

@@ -7,7 +7,9 @@
 #include <sstream>
 #include <string>
 
+#include "io/aws_ini.h"
 #include "io/s3_internal.h"
+#include "util/env_knobs.h"
 
 namespace libshard::io {
 
@@ -17,35 +19,15 @@ using s3_internal::Env;
 using s3_internal::Lower;
 using s3_internal::Trim;
 
-// An AWS shared config/credentials file: section -> key -> value. A nested block
-// ("s3 =" followed by indented "key = value" lines) is stored as "s3.key". Missing file: empty.
-using IniFile = std::map<std::string, std::map<std::string, std::string>>;
+// An AWS shared config/credentials file (aws_ini.h); a missing or unreadable one is empty.
+using IniFile = AwsIni;
 IniFile ReadIni(const std::string& path) {
-  IniFile out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line, section, parent;
-  for (int n = 0; n < 100000 && std::getline(in, line); ++n) {
-    const bool indented = !line.empty() && std::isspace(static_cast<unsigned char>(line[0]));
-    std::string t = Trim(line);
-    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
-    if (t.front() == '[' && t.back() == ']') {
-      section = Trim(t.substr(1, t.size() - 2));
-      parent.clear();
-      continue;
-    }
-    const size_t eq = t.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = Lower(Trim(t.substr(0, eq)));
-    std::string value = Trim(t.substr(eq + 1));
-    if (indented && !parent.empty()) {
-      out[section][parent + "." + key] = value;
-      continue;
-    }
-    parent = value.empty() ? key : std::string();
-    if (!value.empty()) out[section][key] = value;
-  }
-  return out;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::string text(kMaxIniBytes, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  return ParseAwsIni(text);
 }
 
 std::string HomeFile(const char* env, const char* name) {
@@ -53,15 +35,6 @@ std::string HomeFile(const char* env, const char* name) {
   if (!p.empty()) return p;
   const std::string home = Env("HOME");
   return home.empty() ? std::string() : home + "/.aws/" + name;
-}
-
-uint32_t EnvUint(const char* name, uint32_t fallback, uint32_t lo, uint32_t hi) {
-  const std::string v = Env(name);
-  if (v.empty()) return fallback;
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(v.c_str(), &end, 10);
-  if (end == v.c_str() || *end != '\0') return fallback;
-  return static_cast<uint32_t>(std::clamp<unsigned long>(n, lo, hi));
 }
 
 }  // namespace
@@ -140,7 +113,8 @@ Result<S3Config> LoadS3Config() {
     return Status::InvalidArgument("S3 endpoint '" + endpoint +
                                    "' needs a scheme (http:// or https://)");
   c.endpoint = endpoint;
-  std::string style = Lower(Env("LIBSHARD_S3_ADDRESSING"));
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  std::string style = knobs.s3_addressing;
   if (style.empty()) style = Lower(prof["s3.addressing_style"]);
   if (style.empty()) style = Lower(prof["s3_addressing_style"]);
   if (style == "path") {
@@ -153,10 +127,10 @@ Result<S3Config> LoadS3Config() {
     return Status::InvalidArgument("LIBSHARD_S3_ADDRESSING=" + style +
                                    ": use path, virtual or auto");
   }
-  c.max_attempts = EnvUint("LIBSHARD_S3_MAX_ATTEMPTS", 8, 1, 100);
-  c.stall_seconds = EnvUint("LIBSHARD_S3_STALL_SECONDS", 30, 1, 3600);
-  c.request_timeout_seconds = EnvUint("LIBSHARD_S3_TIMEOUT_SECONDS", 300, 1, 86400);
-  c.backoff_ms = EnvUint("LIBSHARD_S3_BACKOFF_MS", 100, 1, 60000);
+  c.max_attempts = static_cast<uint32_t>(knobs.s3_max_attempts);
+  c.stall_seconds = static_cast<uint32_t>(knobs.s3_stall_seconds);
+  c.request_timeout_seconds = static_cast<uint32_t>(knobs.s3_timeout_seconds);
+  c.backoff_ms = static_cast<uint32_t>(knobs.s3_backoff_ms);
   return c;
 }
 

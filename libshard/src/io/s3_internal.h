@@ -1,9 +1,7 @@
 // What the S3 client's files share (s3_client.cc, s3_client_multipart.cc, s3_config.cc,
-// s3_request.cc): small string helpers, the request encoding and response parsing helpers, and
-// the response sink of S3Client::Perform. Private to io/.
+// s3_request.cc, s3_transport.cc): small string helpers and the request encoding and response
+// parsing helpers. Private to io/.
 #pragma once
-
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -18,8 +16,6 @@
 
 namespace libshard::io {
 namespace s3_internal {
-
-inline constexpr size_t kMaxErrorBody = 4096;
 
 inline std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -52,62 +48,5 @@ std::optional<std::string> XmlTag(const std::string& xml, const std::string& tag
 std::string XmlEscape(std::string_view v);
 
 }  // namespace s3_internal
-
-// The sink of one request (S3Client::Perform): status, body and the headers it uses.
-struct S3Client::Response {
-  long code = 0;
-  // Body sink: `dst` (capacity `cap`) for a GET into a buffer, else `text` up to `cap`.
-  char* dst = nullptr;
-  uint64_t cap = 0;
-  uint64_t received = 0;
-  bool overflow = false;
-  std::string text;
-  std::string error_body;  // a non-2xx body, truncated
-  std::string etag;
-  std::string content_range;
-  int64_t content_length = -1;
-  CURL* curl = nullptr;
-
-  static size_t OnBody(char* p, size_t, size_t n, void* user) {
-    auto* r = static_cast<Response*>(user);
-    long code = 0;
-    curl_easy_getinfo(r->curl, CURLINFO_RESPONSE_CODE, &code);
-    if (code < 200 || code >= 300) {
-      r->error_body.append(p, std::min(n, s3_internal::kMaxErrorBody - std::min(s3_internal::kMaxErrorBody,
-                                                                   r->error_body.size())));
-      return n;
-    }
-    if (r->received + n > r->cap) {
-      r->overflow = true;
-      return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
-    }
-    if (r->dst != nullptr) {
-      std::memcpy(r->dst + r->received, p, n);
-    } else {
-      r->text.append(p, n);
-    }
-    r->received += n;
-    return n;
-  }
-  static size_t OnHeader(char* p, size_t, size_t n, void* user) {
-    auto* r = static_cast<Response*>(user);
-    std::string line(p, n);
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) {
-      if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or 100)
-        r->etag.clear();
-        r->content_range.clear();
-        r->content_length = -1;
-      }
-      return n;
-    }
-    const std::string name = s3_internal::Lower(s3_internal::Trim(line.substr(0, colon)));
-    const std::string value = s3_internal::Trim(line.substr(colon + 1));
-    if (name == "etag") r->etag = value;
-    if (name == "content-range") r->content_range = value;
-    if (name == "content-length") r->content_length = std::strtoll(value.c_str(), nullptr, 10);
-    return n;
-  }
-};
 
 }  // namespace libshard::io

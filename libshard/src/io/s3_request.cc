@@ -51,14 +51,28 @@ std::string EncodeQueryValue(std::string_view v) {
 }
 
 std::string XmlUnescape(std::string s) {
-  static const std::pair<const char*, const char*> kEntities[] = {
-      {"&quot;", "\""}, {"&apos;", "'"}, {"&lt;", "<"}, {"&gt;", ">"}, {"&#34;", "\""},
-      {"&amp;", "&"}};
-  for (const auto& [from, to] : kEntities) {
-    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + std::strlen(to)))
-      s.replace(p, std::strlen(from), to);
+  // One pass (a reply full of entities costs its length, not its length squared).
+  static const std::pair<std::string_view, char> kEntities[] = {
+      {"&quot;", '"'}, {"&apos;", '\''}, {"&lt;", '<'}, {"&gt;", '>'}, {"&#34;", '"'},
+      {"&amp;", '&'}};
+  if (s.find('&') == std::string::npos) return s;
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    bool replaced = false;
+    if (s[i] == '&') {
+      for (const auto& [from, to] : kEntities) {
+        if (std::string_view(s).substr(i, from.size()) == from) {
+          out.push_back(to);
+          i += from.size();
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out.push_back(s[i++]);
   }
-  return s;
+  return out;
 }
 
 // The text of the first <tag>...</tag> at or after `from` (end of it in *next), or nullopt.

@@ -106,6 +106,15 @@ Status ReadScheduler::VerifyAndDecode(Item* item) {
   return Status::OK();
 }
 
+Status ReadScheduler::HealItem(Item* item, const Status& failure) {
+  ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_);
+  if (filler == nullptr || item->read_slot == nullptr) return failure;
+  // Every byte served is checked: the fresh bytes land in the slot and VerifyAndDecode runs
+  // again on them (docs/CACHE.md §7).
+  return filler->Heal(item->location.shard, item->layout.file_offset, item->layout.read_length,
+                      failure, item->read_slot.get(), [&] { return VerifyAndDecode(item); });
+}
+
 void ReadScheduler::Complete(Item* item, Status status) {
   std::optional<Sample> sample;
   if (status.ok()) {
@@ -168,6 +177,7 @@ void ReadScheduler::WorkerLoop() {
     const uint64_t bytes = item->slot_bytes;
     lock.unlock();
     Status s = VerifyAndDecode(item);
+    if (!s.ok() && s.code() == StatusCode::kCorruption) s = HealItem(item, s);
     Complete(item, std::move(s));
     lock.lock();
     if (counted) {

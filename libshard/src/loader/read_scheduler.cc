@@ -14,17 +14,9 @@
 #include "io/direct_io.h"
 #include "loader/read_layout.h"
 #include "remote/shard_filler.h"
+#include "util/env_knobs.h"
 
 namespace libshard {
-namespace {
-
-std::string EnvOr(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-}  // namespace
-
 uint64_t FullQueueSlotBytes(const Dataset& dataset, uint32_t queue_depth, uint64_t read_size) {
   if (dataset.size() == 0 || queue_depth == 0 || read_size == 0) return 0;
   // The index's totals bound these (an arena is at most 2^46 bytes: a larger mean sample can
@@ -111,7 +103,8 @@ ReadScheduler::~ReadScheduler() {
 
 Status ReadScheduler::OpenFiles() {
   IoMode mode = options_.io_mode;
-  if (const std::string env = EnvOr("LIBSHARD_IO_MODE"); mode == IoMode::kAuto && !env.empty()) {
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  if (const std::string& env = knobs.io_mode; mode == IoMode::kAuto && !env.empty()) {
     Result<IoMode> parsed = ParseIoMode(env);
     if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_IO_MODE");
     mode = *parsed;
@@ -143,8 +136,8 @@ Status ReadScheduler::OpenFiles() {
 
 Status ReadScheduler::CreateEngine() {
   IoEngineKind kind = options_.engine;
-  if (const std::string env = EnvOr("LIBSHARD_ENGINE");
-      kind == IoEngineKind::kAuto && !env.empty()) {
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  if (const std::string& env = knobs.engine; kind == IoEngineKind::kAuto && !env.empty()) {
     Result<IoEngineKind> parsed = ParseIoEngineKind(env);
     if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_ENGINE");
     kind = *parsed;

@@ -118,6 +118,10 @@ class ReadScheduler {
   // Turns a fully read (and verified/decoded) item into its Sample or error; marks it ready.
   void Complete(Item* item, Status status);
   Status VerifyAndDecode(Item* item);
+  // An s3:// dataset's item that failed VerifyAndDecode with `failure` (a Corruption): its
+  // cached range fetched again into its slot and checked again (ShardFiller::Heal), or
+  // `failure` for a local dataset.
+  Status HealItem(Item* item, const Status& failure);
   // Whether `item` is checked: verification is on, and it was read whole (the sample checksum)
   // or field by field (its field checksums, FORMAT.md §3.9).
   bool Verifies(const Item& item) const;

@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "util/env_knobs.h"
+
 namespace libshard {
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> dataset,
@@ -15,6 +17,7 @@ Result<std::unique_ptr<Loader>> StreamingLoader::Make(std::shared_ptr<const Data
                                                       const LoaderOptions& options,
                                                       DiagnosticsHooks hooks) {
   if (dataset == nullptr) return Status::InvalidArgument("Loader::Create: dataset is null");
+  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());  // a bad LIBSHARD_* variable, named
   // Checked before any thread or memory; every "auto" decided here, once (options() shows it).
   LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions resolved, ResolveLoaderOptions(options));
   std::unique_ptr<StreamingLoader> loader(
@@ -26,9 +29,9 @@ Result<std::unique_ptr<Loader>> StreamingLoader::Make(std::shared_ptr<const Data
 namespace {
 
 double StatsInterval(const LoaderOptions& options) {
-  const char* env = std::getenv("LIBSHARD_STATS");
-  if (env != nullptr && *env != '\0') return std::strtod(env, nullptr);
-  return options.stats_interval_seconds;
+  // A bad LIBSHARD_STATS fails Loader::Create (ReadEnvKnobs in Make).
+  const double env = EnvKnobsOrDefaults().stats_seconds;
+  return env >= 0 ? env : options.stats_interval_seconds;
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
+#include "format/shard_format.h"
 #include "io/filesystem.h"
+#include "remote/cache_verify.h"
 #include "remote/remote_dataset_impl.h"
 
 namespace libshard::remote {
@@ -32,7 +34,7 @@ Fetcher* RemoteDataset::GetFetcher() const {
   fresh->max_window = 2 * fresh->max_queue;
   fresh->pins = std::make_shared<PinTable>();
   auto own = [](const std::string& path) {
-    Result<io::File> f = io::File::Open(path, O_RDWR | O_CLOEXEC);
+    Result<io::File> f = io::File::Open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
     return f.ok() ? std::move(f).value() : io::File();
   };
   for (const auto& s : shards_) {
@@ -117,13 +119,25 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
     return Status::IoError(root_ + ": cannot open the cache's usage file " + kUsageName +
                            " (set cache= / LIBSHARD_CACHE_DIR to a writable node-local disk)");
   LIBSHARD_RETURN_IF_ERROR(root->Reserve(len, options_.cache_size, min_free_, s.state.fd()));
-  if (Status st = client->GetRange(s.object, start, len, s.etag, buffer); !st.ok()) {
-    root->Unreserve(Allocated(len));
-    return st;
+  PendingDownload pending(root, len);
+  // Block 0 carries the shard header, which the local reader checks at every open: checked as
+  // it lands (4 KiB), fetched once more when it fails, never cached damaged (docs/CACHE.md §7).
+  Status header;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    LIBSHARD_RETURN_IF_ERROR(client->GetRange(s.object, start, len, s.etag, buffer));
+    if (id.block != 0 || len < format::kShardHeaderSize) break;
+    header = format::CheckShardHeader({buffer, format::kShardHeaderSize}, s.url);
+    if (header.ok()) break;
   }
+  if (!header.ok())
+    return Status::Corruption(RangeWhere(id.shard, 0, len) +
+                              ": the object in the bucket is damaged: " +
+                              WithoutLocalAdvice(header.message()) +
+                              " on two downloads; upload the dataset again from its source");
   // Present only once the bytes are written in full and durable: data, fdatasync, then entry.
   LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer, len, start));
   if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
+  pending.Landed();
   // The loader reads the cache with O_DIRECT, so the page-cache copy the pwrite left is never
   // read: on a node caching terabytes it would only crowd out memory the trainers use, and each
   // first O_DIRECT read of a range that still has cached pages makes the kernel invalidate them
@@ -163,6 +177,19 @@ Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t lengt
     }
     if (hold == nullptr) return true;
     Fetcher* f = GetFetcher();
+    {
+      // A block being healed by a thread of this process: pinned once it is done.
+      std::unique_lock<std::mutex> lock(f->pins->mu);
+      const auto healing = [&] {
+        for (uint64_t b = b0; b <= b1; ++b)
+          if (f->pins->healing.count({shard, b})) return true;
+        return false;
+      };
+      if (healing()) {
+        if (!wait) return false;
+        f->pins->healed_cv.wait(lock, [&] { return !healing(); });
+      }
+    }
     uint64_t absent = 0;
     LIBSHARD_ASSIGN_OR_RETURN(bool pinned, f->pins->Pin(s, shard, b0, b1, &absent));
     if (pinned) {

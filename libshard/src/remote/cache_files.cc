@@ -13,20 +13,14 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "io/filesystem.h"
+#include "remote/cache_log.h"
+#include "remote/cache_verify.h"
 
 namespace libshard::remote {
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
-}
-
-uint64_t EnvBytes(const char* name, uint64_t fallback) {
-  const std::string v = Env(name);
-  if (v.empty()) return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-  return (end == v.c_str() || *end != '\0') ? fallback : n;
 }
 
 std::string Sanitize(std::string_view s, size_t max) {
@@ -46,6 +40,31 @@ std::string EtagTag(const std::string& etag) {
 
 Status Errno(const std::string& what, int e) { return Status::FromErrno(e, what); }
 
+Status MakeCacheDirs(const std::string& root, const std::string& relative) {
+  LIBSHARD_RETURN_IF_ERROR(MakeDirs(root));
+  std::string dir = root;
+  size_t from = 0;
+  while (from < relative.size()) {
+    size_t slash = relative.find('/', from);
+    if (slash == std::string::npos) slash = relative.size();
+    if (slash > from) {
+      dir = internal::JoinPath(dir, relative.substr(from, slash - from));
+      struct stat st {};
+      if (::lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+        // A symlink (or a file) where the cache keeps a directory: never followed.
+        if (::unlink(dir.c_str()) != 0) return Errno(dir + ": not a directory of the cache");
+      }
+      if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+        return Errno(dir + ": cannot create the cache directory (set cache= / LIBSHARD_CACHE_DIR "
+                           "to a writable node-local disk)");
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return Status::IoError(dir + ": not a directory of the cache", ENOTDIR);
+    }
+    from = slash + 1;
+  }
+  return Status::OK();
+}
+
 Status MakeDirs(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -56,29 +75,66 @@ Status MakeDirs(const std::string& dir) {
   return Status::OK();
 }
 
-// Fetches `key` whole into `path` unless there (tmp file + rename, so a reader never sees part).
-Status FetchWhole(io::S3Client* client, const io::S3Url& object, const io::ObjectInfo& info,
-                  uint64_t max_size, const std::string& path) {
-  if (internal::PathExists(path)) {
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == info.size) return Status::OK();
+Result<std::string> FetchChecked(io::S3Client* client, const io::S3Url& object,
+                                 const io::ObjectInfo& info,
+                                 const std::function<Status(const std::string&)>& check) {
+  const std::string where = "s3://" + object.bucket + "/" + object.key;
+  if (info.size > kMaxIndexObject)
+    return Status::Corruption(where + ": " + std::to_string(info.size) +
+                              " bytes, more than the " + std::to_string(kMaxIndexObject) +
+                              " such a file may have");
+  Status failed;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::string data;
+    try {
+      data.resize(info.size);
+    } catch (const std::bad_alloc&) {
+      return Status::ResourceExhausted(where + ": cannot allocate " + std::to_string(info.size) +
+                                       " bytes");
+    }
+    LIBSHARD_RETURN_IF_ERROR(client->GetRange(object, 0, info.size, info.etag, data.data()));
+    failed = check(data);
+    if (failed.ok()) return data;
   }
-  if (info.size > max_size)
-    return Status::Corruption("s3://" + object.bucket + "/" + object.key + ": " +
-                              std::to_string(info.size) + " bytes, more than the " +
-                              std::to_string(max_size) + " such a file may have");
-  std::shared_ptr<std::byte[]> buf = internal::AllocateAligned(std::max<uint64_t>(info.size, 1));
-  if (buf == nullptr) return Status::ResourceExhausted(path + ": cannot allocate");
-  LIBSHARD_RETURN_IF_ERROR(client->GetRange(object, 0, info.size, info.etag, buf.get()));
+  return Status::Corruption(where + " (bucket " + object.bucket + ", key " + object.key +
+                            ", ETag " + info.etag + "): the object in the bucket is damaged: " +
+                            WithoutLocalAdvice(failed.message()) +
+                            " on two downloads; upload the dataset again from its source");
+}
+
+Result<std::string> ReadCachedFile(const std::string& path, uint64_t size) {
+  LIBSHARD_ASSIGN_OR_RETURN(io::File f,
+                            io::File::Open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (fstat(f.fd(), &st) != 0 || !S_ISREG(st.st_mode))
+    return Status::Corruption(path + ": not a regular file");
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t have, f.Size());
+  if (have != size)
+    return Status::Corruption(path + ": " + std::to_string(have) + " bytes, not " +
+                              std::to_string(size));
+  std::string out(size, '\0');
+  LIBSHARD_RETURN_IF_ERROR(f.PReadExact(out.data(), size, 0));
+  return out;
+}
+
+Status WriteCachedFile(const std::string& path, std::string_view data) {
   const std::string tmp = path + ".tmp-" + std::to_string(getpid());
   {
-    LIBSHARD_ASSIGN_OR_RETURN(io::File f,
-                              io::File::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC));
-    LIBSHARD_RETURN_IF_ERROR(f.PWriteAll(buf.get(), info.size, 0));
+    (void)::unlink(tmp.c_str());  // a leftover of a killed process with this pid, or a symlink
+    LIBSHARD_ASSIGN_OR_RETURN(
+        io::File f, io::File::Open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC));
+    LIBSHARD_RETURN_IF_ERROR(f.PWriteAll(data.data(), data.size(), 0));
     LIBSHARD_RETURN_IF_ERROR(f.Sync());
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno(path + ": rename");
   return Status::OK();
+}
+
+Status RewriteCachedFile(const std::string& path, std::string_view data) {
+  LIBSHARD_ASSIGN_OR_RETURN(io::File f, OpenCacheFile(path, O_WRONLY | O_CREAT));
+  LIBSHARD_RETURN_IF_ERROR(f.Truncate(data.size()));
+  LIBSHARD_RETURN_IF_ERROR(f.PWriteAll(data.data(), data.size(), 0));
+  return f.Sync();
 }
 
 Status LinkInto(const std::string& target, const std::string& link) {
@@ -87,42 +143,74 @@ Status LinkInto(const std::string& target, const std::string& link) {
   return Status::OK();
 }
 
+// Opens a cache file without following a symlink. A symlink (or anything but a regular file)
+// where a cache file belongs is not libshard's: it is removed (the link, never its target) and
+// the file made anew, so nothing is ever written outside the cache (docs/CACHE.md §1).
+Result<io::File> OpenCacheFile(const std::string& path, int flags) {
+  // O_NONBLOCK: a FIFO in the file's place must not block the open (no effect on a file).
+  flags |= O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK;
+  Result<io::File> f = io::File::Open(path, flags);
+  struct stat st {};
+  if (f.ok() && fstat(f->fd(), &st) == 0 && S_ISREG(st.st_mode)) return f;
+  // io::File::Open refuses what is not a regular file (InvalidArgument); O_NOFOLLOW a symlink.
+  if (!f.ok() && f.status().sys_errno() != ELOOP && f.status().sys_errno() != ENXIO &&
+      f.status().sys_errno() != EISDIR && f.status().code() != StatusCode::kInvalidArgument)
+    return f.status();
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISDIR(st.st_mode) && ::unlink(path.c_str()) != 0)
+    return Errno(path + ": not a regular file, and it cannot be removed");
+  if (S_ISDIR(st.st_mode))
+    return Status::IoError(path + ": a directory where the cache keeps a file; delete it", EISDIR);
+  return io::File::Open(path, flags);
+}
+
 Status CachedShard::Init(uint64_t wanted_block) {
-  LIBSHARD_ASSIGN_OR_RETURN(data, io::File::Open(data_path, O_RDWR | O_CREAT | O_CLOEXEC));
-  LIBSHARD_ASSIGN_OR_RETURN(state, io::File::Open(state_path, O_RDWR | O_CREAT | O_CLOEXEC));
+  LIBSHARD_ASSIGN_OR_RETURN(data, OpenCacheFile(data_path, O_RDWR | O_CREAT));
+  LIBSHARD_ASSIGN_OR_RETURN(state, OpenCacheFile(state_path, O_RDWR | O_CREAT));
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
                             RangeLock::Acquire(state.fd(), 0, kStateHeader, true, state_path));
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t have, state.Size());
   std::byte header[kStateHeader] = {};
-  if (have < kStateHeader) {
-    block_size = wanted_block;
-    blocks = (size + block_size - 1) / block_size;
-    std::memcpy(header, kStateMagic, 8);
-    format::PutU32(header + 8, kStateVersion);
-    format::PutU32(header + 12, kStateHeader);
-    format::PutU64(header + 16, block_size);
-    format::PutU64(header + 24, size);
-    format::PutU64(header + 32, blocks);
-    format::PutU64(header + 40, format::Xxh3(etag.data(), etag.size()));
-    LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
-    LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + blocks * kEntryBytes));
-    LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(header, kStateHeader, 0));
-  } else {
+  const uint64_t etag_hash = format::Xxh3(etag.data(), etag.size());
+  std::optional<StateHeader> h;
+  if (have >= kStateHeader) {
     LIBSHARD_RETURN_IF_ERROR(state.PReadExact(header, kStateHeader, 0));
-    block_size = format::GetU64(header + 16);
-    blocks = format::GetU64(header + 32);
-    LIBSHARD_ASSIGN_OR_RETURN(uint64_t data_size, data.Size());
-    const uint32_t version = format::GetU32(header + 8);
-    if (std::memcmp(header, kStateMagic, 8) != 0 || (version != 1 && version != kStateVersion) ||
-        block_size == 0 || block_size % 4096 != 0 || block_size > (uint64_t{1} << 32) ||
-        format::GetU64(header + 24) != size ||
-        blocks != (size + block_size - 1) / block_size ||
-        format::GetU64(header + 40) != format::Xxh3(etag.data(), etag.size()) ||
-        have != kStateHeader + blocks * kEntryBytes || data_size != size)
+    // A newer library's file (its own magic, a version above ours) is left alone.
+    if (std::memcmp(header, kStateMagic, 8) == 0 && format::GetU32(header + 8) > kStateVersion)
       return Status::Corruption(state_path + ": not a valid cache state file for " + url +
-                                " (docs/CACHE.md); delete the dataset's cache directory " +
+                                " (version " + std::to_string(format::GetU32(header + 8)) +
+                                ", docs/CACHE.md §2: written by a newer libshard); delete the "
+                                "dataset's cache directory " +
                                 std::filesystem::path(state_path).parent_path().string());
-    if (version == 1) {
+    h = ParseStateHeader({header, kStateHeader}, have);
+    if (h && (h->size != size || h->etag_hash != etag_hash)) h.reset();
+    if (!h)
+      CacheWarning(state_path + ": a damaged cache state file (docs/CACHE.md §2); made anew, "
+                   "the blocks of " + url + " are fetched again");
+  }
+  if (!h) {
+    // New, or damaged: every block absent (the data file's bytes stay, never read as data).
+    StateHeader fresh;
+    fresh.block_size = wanted_block;
+    fresh.size = size;
+    fresh.blocks = (size + wanted_block - 1) / wanted_block;
+    fresh.etag_hash = etag_hash;
+    EncodeStateHeader(fresh, header);
+    LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
+    LIBSHARD_RETURN_IF_ERROR(state.Truncate(0));
+    LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + fresh.blocks * kEntryBytes));
+    LIBSHARD_RETURN_IF_ERROR(state.PWriteAll(header, kStateHeader, 0));
+    h = fresh;
+  } else {
+    LIBSHARD_ASSIGN_OR_RETURN(uint64_t data_size, data.Size());
+    if (data_size != size) {
+      // The data file was replaced (a symlink removed, say) or cut: nothing in it is present.
+      CacheWarning(data_path + ": the cached data file was not the one its state file records; "
+                   "the blocks of " + url + " are fetched again");
+      LIBSHARD_RETURN_IF_ERROR(data.Truncate(size));
+      LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader));
+      LIBSHARD_RETURN_IF_ERROR(state.Truncate(kStateHeader + h->blocks * kEntryBytes));
+    }
+    if (h->version == 1) {
       // Version 1 to 2 in place, under the header lock: the entries are the same; a version 1
       // library (which reads without pins) then refuses the file instead of reading a block
       // another process may evict.
@@ -132,6 +220,8 @@ Status CachedShard::Init(uint64_t wanted_block) {
       LIBSHARD_RETURN_IF_ERROR(state.Sync());
     }
   }
+  block_size = h->block_size;
+  blocks = h->blocks;
   struct stat st {};
   if (fstat(data.fd(), &st) != 0) return Errno(data_path + ": fstat");
   dev = st.st_dev;
@@ -150,6 +240,17 @@ Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b) {
   LIBSHARD_RETURN_IF_ERROR(state.PReadExact(&word, 8, entry));
   if (word != kPresent) lock.Release();
   return lock;
+}
+
+Status InvalidateEntry(CachedShard& s, uint64_t b) {
+  const uint64_t entry = kStateHeader + b * kEntryBytes;
+  LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock, RangeLock::Acquire(s.state.fd(), entry, kEntryBytes,
+                                                               true, s.state_path));
+  const uint64_t zero = 0;
+  LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&zero, 8, entry));
+  if (fdatasync(s.state.fd()) != 0) return Errno(s.state_path + ": fdatasync");
+  s.present[b].store(0, std::memory_order_release);
+  return Status::OK();
 }
 
 Result<uint64_t> EvictEntry(int evict_fd, io::File& state, io::File& data, uint64_t b,

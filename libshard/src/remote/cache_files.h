@@ -10,23 +10,20 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 
 #include "io/file.h"
 #include "io/s3_client.h"
+#include "remote/cache_records.h"
 #include "libshard/status.h"
 
 namespace libshard::remote {
 
-// docs/CACHE.md §2: the state file of a shard's cache file.
-constexpr char kStateMagic[8] = {'L', 'S', 'C', 'A', 'C', 'H', 'E', '1'};
-constexpr uint64_t kStateHeader = 64;
-constexpr uint64_t kEntryBytes = 16;
-constexpr uint64_t kPresent = 0x31544E4553455250ull;  // "PRESENT1"
-constexpr uint32_t kStateVersion = 2;  // version 1 files are upgraded in place (CACHE.md §2)
 // Eviction keeps the first 4096 bytes of block 0: the shard header the local reader checks when
 // a process opens the dataset (CACHE.md §3, "Evict").
 constexpr uint64_t kKeptHead = 4096;
@@ -36,8 +33,6 @@ constexpr uint64_t kMaxIndexObject = uint64_t{16} << 30;
 
 // $name, or "" when unset.
 std::string Env(const char* name);
-// $name as a byte count, or `fallback` when unset or not a number.
-uint64_t EnvBytes(const char* name, uint64_t fallback);
 // A name made of [A-Za-z0-9._-] from `s` (others become '_'), at most `max` characters.
 std::string Sanitize(std::string_view s, size_t max);
 // The 16 hex digits naming a cached object's version (the xxh3 of its ETag).
@@ -45,9 +40,31 @@ std::string EtagTag(const std::string& etag);
 Status Errno(const std::string& what, int e = errno);
 // Creates `dir` and its parents; the error says to point the cache at a writable disk.
 Status MakeDirs(const std::string& dir);
-// Fetches `object` whole into `path` unless there (tmp file + rename, so a reader never sees part).
-Status FetchWhole(io::S3Client* client, const io::S3Url& object, const io::ObjectInfo& info,
-                  uint64_t max_size, const std::string& path);
+// Creates ROOT/RELATIVE: the root as MakeDirs (a symlinked root is the user's choice), each
+// directory under it without following a symlink (one in its place is removed and the directory
+// made).
+Status MakeCacheDirs(const std::string& root, const std::string& relative);
+// `object` (of `info`'s size and ETag) whole, passed by `check` (the dataset's own references:
+// cache_verify.h) before anything is cached. A download that fails the check is made once more;
+// a second failure is the bucket's: a Corruption saying the object in the bucket is damaged.
+Result<std::string> FetchChecked(io::S3Client* client, const io::S3Url& object,
+                                 const io::ObjectInfo& info,
+                                 const std::function<Status(const std::string&)>& check);
+// Opens a file of the cache with `flags` (O_NOFOLLOW and O_CLOEXEC added). A symlink or other
+// non-regular file in its place is removed (the link, not its target) and, with O_CREAT, the
+// file made anew: the cache never follows a symlink (docs/CACHE.md §1).
+Result<io::File> OpenCacheFile(const std::string& path, int flags);
+// A cached whole file of `size` bytes (opened without following a symlink; a size other than
+// `size` is a Corruption).
+Result<std::string> ReadCachedFile(const std::string& path, uint64_t size);
+// A new cached file: `data` to PATH.tmp-PID, synced, renamed to `path` (a reader never sees part).
+Status WriteCachedFile(const std::string& path, std::string_view data);
+// Repairs a cached file in place: `data` over its bytes, its size set, synced. The same inode,
+// so the views' hard links see the repair (docs/CACHE.md §7).
+Status RewriteCachedFile(const std::string& path, std::string_view data);
+inline std::span<const std::byte> AsBytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
 // A hard link `link` to `target` (an existing one is kept).
 Status LinkInto(const std::string& target, const std::string& link);
 
@@ -165,6 +182,11 @@ Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b);
 // block 0). Returns the bytes freed, 0 when skipped.
 Result<uint64_t> EvictEntry(int evict_fd, io::File& state, io::File& data, uint64_t b,
                             uint64_t block_size, uint64_t size);
+
+// Marks block b of `s` absent (its state word cleared and synced) under the entry's exclusive
+// lock, waiting for readers: a block recorded present whose bytes are known damaged. Its bytes
+// stay (counted) until the block is fetched again or evicted.
+Status InvalidateEntry(CachedShard& s, uint64_t b);
 
 // The bytes a block of `len` bytes allocates in its data file (whole 4096-byte file-system
 // blocks), as the cache's running count adds and subtracts them.

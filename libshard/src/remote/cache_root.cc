@@ -16,6 +16,7 @@
 #include "format/bytes.h"
 #include "io/filesystem.h"
 #include "remote/cache_files.h"
+#include "util/env_knobs.h"
 
 namespace libshard::remote {
 namespace {
@@ -43,7 +44,8 @@ Result<std::shared_ptr<RootCache>> RootCache::Get(const std::string& root) {
   auto fresh = std::make_shared<RootCache>();
   fresh->root_ = root;
   fresh->pid_ = getpid();
-  fresh->measure_ns_ = EnvBytes("LIBSHARD_CACHE_MEASURE_SECONDS", 60) * 1000000000ull;
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  fresh->measure_ns_ = knobs.cache_measure_seconds * 1000000000ull;
   LIBSHARD_RETURN_IF_ERROR(fresh->OpenUsage());
   slot = fresh;
   return fresh;
@@ -52,8 +54,39 @@ Result<std::shared_ptr<RootCache>> RootCache::Get(const std::string& root) {
 Status RootCache::OpenUsage() {
   LIBSHARD_RETURN_IF_ERROR(MakeDirs(root_));
   const std::string path = internal::JoinPath(root_, kUsageName);
-  LIBSHARD_ASSIGN_OR_RETURN(usage_, io::File::Open(path, O_RDWR | O_CREAT | O_CLOEXEC));
+  // Never through a symlink: one in its place is removed (docs/CACHE.md §1).
+  LIBSHARD_ASSIGN_OR_RETURN(usage_, OpenCacheFile(path, O_RDWR | O_CREAT));
   return Status::OK();
+}
+
+uint64_t RootCache::FileSystemBytes() const {
+  struct statvfs vfs {};
+  if (fstatvfs(usage_.fd(), &vfs) != 0) return UINT64_MAX;
+  const uint64_t blocks = vfs.f_blocks, frsize = vfs.f_frsize;
+  return frsize != 0 && blocks > UINT64_MAX / frsize ? UINT64_MAX : blocks * frsize;
+}
+
+Result<UsageRecord> RootCache::ReadUsageLocked(bool* rewrite) {
+  std::byte rec[kUsageBytes] = {};
+  LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, usage_.PReadFull(rec, kUsageBytes, 0));
+  const uint64_t now = NowNs();
+  std::optional<UsageRecord> r =
+      got == kUsageBytes ? ParseUsage({rec, kUsageBytes}, now, FileSystemBytes()) : std::nullopt;
+  if (r && now - std::min(now, r->measured_ns) < measure_ns_) return *r;
+  // New, damaged, lying (a count the file system cannot hold, a measure in the future) or
+  // stale: measure (rarely: LIBSHARD_CACHE_MEASURE_SECONDS). Downloads in flight at this moment
+  // are forgotten (bounded: one per fetcher connection; a killed process's are dropped here).
+  UsageRecord fresh;
+  LIBSHARD_ASSIGN_OR_RETURN(fresh.used, Walk(nullptr));
+  fresh.measured_ns = now;
+  *rewrite = true;
+  return fresh;
+}
+
+Status RootCache::WriteUsageLocked(const UsageRecord& r) {
+  std::byte rec[kUsageBytes];
+  EncodeUsage(r, rec);
+  return usage_.PWriteAll(rec, kUsageBytes, 0);
 }
 
 void RootCache::Register(EvictSource* source) {
@@ -96,72 +129,70 @@ Result<uint64_t> RootCache::Measure() {
   std::lock_guard<std::mutex> in_process(count_mu_);
   LIBSHARD_ASSIGN_OR_RETURN(RangeLock lock,
                             RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path()));
-  LIBSHARD_ASSIGN_OR_RETURN(uint64_t used, Walk(nullptr));
-  std::byte rec[kUsageBytes] = {};
-  std::memcpy(rec, kUsageMagic, 8);
-  format::PutU32(rec + 8, 1);
-  format::PutU32(rec + 12, kUsageBytes);
-  format::PutU64(rec + 16, used);
-  format::PutU64(rec + 24, NowNs());
-  LIBSHARD_RETURN_IF_ERROR(usage_.PWriteAll(rec, kUsageBytes, 0));
-  return used;
+  UsageRecord r;
+  LIBSHARD_ASSIGN_OR_RETURN(r.used, Walk(nullptr));
+  r.measured_ns = NowNs();
+  LIBSHARD_RETURN_IF_ERROR(WriteUsageLocked(r));
+  return r.used;
 }
 
-void RootCache::Unreserve(uint64_t bytes) {
-  if (bytes == 0) return;
+void RootCache::Update(uint64_t used_minus, uint64_t pending_minus) {
+  if (used_minus == 0 && pending_minus == 0) return;
   std::lock_guard<std::mutex> in_process(count_mu_);
   Result<RangeLock> lock = RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path());
   if (!lock.ok()) return;  // the next measure corrects the count
   std::byte rec[kUsageBytes] = {};
-  if (!usage_.PReadExact(rec, kUsageBytes, 0).ok() || std::memcmp(rec, kUsageMagic, 8) != 0)
-    return;
-  const uint64_t used = format::GetU64(rec + 16);
-  format::PutU64(rec + 16, used - std::min(used, bytes));
-  (void)usage_.PWriteAll(rec + 16, 8, 16);
+  if (!usage_.PReadExact(rec, kUsageBytes, 0).ok()) return;
+  std::optional<UsageRecord> r = ParseUsage({rec, kUsageBytes}, NowNs(), FileSystemBytes());
+  if (!r) return;  // the next Reserve measures again
+  r->used -= std::min(r->used, used_minus);
+  r->pending -= std::min(r->pending, pending_minus);
+  (void)WriteUsageLocked(*r);
 }
+
+void RootCache::Unreserve(uint64_t bytes) { Update(bytes, 0); }
+
+void RootCache::Landed(uint64_t len) { Update(0, Allocated(len)); }
+
+void RootCache::Abandoned(uint64_t len) { Update(Allocated(len), Allocated(len)); }
 
 Status RootCache::Reserve(uint64_t len, uint64_t cache_size, uint64_t min_free, int fs_fd) {
   const uint64_t want = Allocated(len);
+  const bool download = fs_fd >= 0;
   std::string why;
   // Each round: measure the need under the count's lock; evict outside it. Other processes may
   // take the room freed meanwhile, so a few rounds; none frees anything: full.
   for (int round = 0; round < 32; ++round) {
-    uint64_t need = 0, used = 0, free_bytes = UINT64_MAX;
+    uint64_t need = 0, used = 0, free_bytes = UINT64_MAX, pending = 0;
     {
       std::lock_guard<std::mutex> in_process(count_mu_);
       LIBSHARD_ASSIGN_OR_RETURN(
           RangeLock lock, RangeLock::Acquire(usage_.fd(), 0, kUsageBytes, true, usage_.path()));
-      std::byte rec[kUsageBytes] = {};
-      LIBSHARD_ASSIGN_OR_RETURN(uint64_t got, usage_.PReadFull(rec, kUsageBytes, 0));
-      const uint64_t now = NowNs();
-      bool write_all = false;
-      if (got != kUsageBytes || std::memcmp(rec, kUsageMagic, 8) != 0 ||
-          now - std::min(now, format::GetU64(rec + 24)) >= measure_ns_) {
-        // New, damaged or stale: measure (rarely: LIBSHARD_CACHE_MEASURE_SECONDS).
-        LIBSHARD_ASSIGN_OR_RETURN(uint64_t measured, Walk(nullptr));
-        std::memset(rec, 0, sizeof rec);
-        std::memcpy(rec, kUsageMagic, 8);
-        format::PutU32(rec + 8, 1);
-        format::PutU32(rec + 12, kUsageBytes);
-        format::PutU64(rec + 16, measured);
-        format::PutU64(rec + 24, now);
-        write_all = true;
-      }
-      used = format::GetU64(rec + 16);
+      bool rewrite = false;
+      LIBSHARD_ASSIGN_OR_RETURN(UsageRecord r, ReadUsageLocked(&rewrite));
+      used = r.used;
+      pending = r.pending;
       struct statvfs vfs {};
-      if (fs_fd >= 0 && fstatvfs(fs_fd, &vfs) == 0) free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
-      if (free_bytes < want + min_free) need = want + min_free - free_bytes;
+      if (download && fstatvfs(fs_fd, &vfs) == 0)
+        free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+      // The floor: what the file system has free, less what the node's downloads in flight
+      // (every process's) have reserved and not yet written (docs/CACHE.md §4).
+      const uint64_t available = free_bytes - std::min(free_bytes, pending);
+      if (download && available < want + min_free) need = want + min_free - available;
       if (cache_size > 0 && used + want > cache_size)
         need = std::max(need, used + want - cache_size);
-      if (need == 0) format::PutU64(rec + 16, used + want);
-      if (need == 0 || write_all)
-        LIBSHARD_RETURN_IF_ERROR(usage_.PWriteAll(rec, kUsageBytes, 0));
+      if (need == 0) {
+        r.used = used + want;
+        if (download) r.pending = pending + want;
+      }
+      if (need == 0 || rewrite) LIBSHARD_RETURN_IF_ERROR(WriteUsageLocked(r));
     }
     if (need == 0) return Status::OK();
     LIBSHARD_ASSIGN_OR_RETURN(uint64_t freed, Evict(need));
     if (freed > 0) continue;
-    if (free_bytes < want + min_free)
-      why = Bytes(free_bytes) + " free on its file system, which must keep " + Bytes(min_free) +
+    if (download && free_bytes - std::min(free_bytes, pending) < want + min_free)
+      why = Bytes(free_bytes) + " free on its file system (" + Bytes(pending) +
+            " of it reserved by downloads in flight), which must keep " + Bytes(min_free) +
             " free (LIBSHARD_CACHE_MIN_FREE)";
     else
       why = "it holds " + Bytes(used) + " of cache_size " + std::to_string(cache_size) +
@@ -207,26 +238,26 @@ Result<uint64_t> RootCache::EvictOthers(uint64_t need) {
   for (const std::string& state_path : files) {
     if (freed >= need) break;
     const std::string data_path = state_path.substr(0, state_path.size() - 7);
-    Result<io::File> data = io::File::Open(data_path, O_RDWR | O_CLOEXEC);
+    Result<io::File> data = io::File::Open(data_path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (!data.ok()) continue;
     struct stat st {};
-    if (fstat(data->fd(), &st) != 0) continue;
+    if (fstat(data->fd(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     bool owned = false;
     for (EvictSource* s : sources_) owned = owned || s->OwnsDataFile(st.st_dev, st.st_ino);
     if (owned) continue;
-    Result<io::File> state = io::File::Open(state_path, O_RDWR | O_CLOEXEC);
+    Result<io::File> state =
+        io::File::Open(state_path, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (!state.ok()) continue;
+    struct stat sst {};
+    if (fstat(state->fd(), &sst) != 0 || !S_ISREG(sst.st_mode)) continue;
     std::byte header[kStateHeader] = {};
     Result<uint64_t> have = state->Size();
     if (!have.ok() || *have < kStateHeader || !state->PReadExact(header, kStateHeader, 0).ok())
       continue;
-    const uint64_t block_size = format::GetU64(header + 16), size = format::GetU64(header + 24),
-                   blocks = format::GetU64(header + 32);
+    const std::optional<StateHeader> h = ParseStateHeader({header, kStateHeader}, *have);
     // Version 2 files only: a version 1 library reads without pins (CACHE.md §2).
-    if (std::memcmp(header, kStateMagic, 8) != 0 || format::GetU32(header + 8) != kStateVersion ||
-        block_size == 0 || block_size % 4096 != 0 || blocks != (size + block_size - 1) / block_size ||
-        *have != kStateHeader + blocks * kEntryBytes || uint64_t(st.st_size) != size)
-      continue;
+    if (!h || h->version != kStateVersion || uint64_t(st.st_size) != h->size) continue;
+    const uint64_t block_size = h->block_size, size = h->size, blocks = h->blocks;
     std::vector<std::byte> entries(blocks * kEntryBytes);
     if (!state->PReadExact(entries.data(), entries.size(), kStateHeader).ok()) continue;
     for (uint64_t b = 0; b < blocks && freed < need; ++b) {

@@ -13,14 +13,10 @@
 #include <vector>
 
 #include "io/file.h"
+#include "remote/cache_records.h"
 #include "libshard/status.h"
 
 namespace libshard::remote {
-
-// docs/CACHE.md §4: ROOT/.usage.
-constexpr char kUsageMagic[8] = {'L', 'S', 'U', 'S', 'A', 'G', 'E', '1'};
-constexpr uint64_t kUsageBytes = 64;
-constexpr const char* kUsageName = ".usage";
 
 // An open dataset this process reads, seen by the evictor: it knows which of its blocks this
 // process consumed, wants (read-ahead) or pins.
@@ -45,13 +41,19 @@ class RootCache {
   void Unregister(EvictSource* source);
 
   // Room for a block of `len` bytes: the free-space floor (`min_free` bytes left free on the
-  // file system of `fs_fd`; -1: not checked) and, when `cache_size` > 0, the bound (the running count plus the
-  // block within cache_size). Evicts by the victim order first when needed, then adds the block
+  // file system of `fs_fd`, less what every download in flight on the node reserved and has not
+  // written; -1: not checked, and not a download) and, when `cache_size` > 0, the bound (the
+  // running count plus the block within cache_size). A download's reservation stays pending
+  // until Landed or Abandoned. Evicts by the victim order first when needed, then adds the block
   // to the running count. Error: ResourceExhausted "the cache is full", naming the root, the
   // bound and why nothing could be evicted.
   [[nodiscard]] Status Reserve(uint64_t len, uint64_t cache_size, uint64_t min_free, int fs_fd);
-  // Takes `bytes` off the running count (a reserved block not written, bytes evicted).
+  // Takes `bytes` off the running count (bytes evicted, a reservation of an open not made).
   void Unreserve(uint64_t bytes);
+  // A download reserved by Reserve(len, ..., fs_fd >= 0) is written: no longer pending.
+  void Landed(uint64_t len);
+  // A download reserved so failed: neither counted nor pending.
+  void Abandoned(uint64_t len);
   // Walks the root and sets the running count to what the cache files allocate (st_blocks,
   // each inode once, staging/ left out). Returns it.
   Result<uint64_t> Measure();
@@ -61,6 +63,14 @@ class RootCache {
 
  private:
   Status OpenUsage();
+  // The size of the file system that holds the root (bounds what .usage may claim).
+  uint64_t FileSystemBytes() const;
+  // Require count_mu_ and the record's lock. The record, measured again when new, damaged,
+  // lying or stale (*rewrite then set: write it back).
+  Result<UsageRecord> ReadUsageLocked(bool* rewrite);
+  Status WriteUsageLocked(const UsageRecord& r);
+  // Takes bytes off the count and off the pending downloads.
+  void Update(uint64_t used_minus, uint64_t pending_minus);
   // Frees at least `need` bytes if it can (tiers 1-3, CACHE.md §5); returns the bytes freed.
   Result<uint64_t> Evict(uint64_t need);
   // Tier 2: blocks of cache files under the root that no open dataset of this process owns.
@@ -77,6 +87,26 @@ class RootCache {
   // threads share usage_'s description, so their locks would merge).
   std::mutex count_mu_;
   std::vector<EvictSource*> sources_;
+};
+
+// A download's reservation (RootCache::Reserve with a file system to check): Abandoned when it
+// goes out of scope unless Landed.
+class PendingDownload {
+ public:
+  PendingDownload(RootCache* root, uint64_t len) : root_(root), len_(len) {}
+  ~PendingDownload() {
+    if (root_ != nullptr) root_->Abandoned(len_);
+  }
+  PendingDownload(const PendingDownload&) = delete;
+  PendingDownload& operator=(const PendingDownload&) = delete;
+  void Landed() {
+    if (root_ != nullptr) root_->Landed(len_);
+    root_ = nullptr;
+  }
+
+ private:
+  RootCache* root_;
+  uint64_t len_;
 };
 
 }  // namespace libshard::remote

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -21,7 +22,10 @@
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "io/s3_client.h"
+#include "remote/cache_log.h"
+#include "remote/cache_verify.h"
 #include "remote/remote_dataset_impl.h"
+#include "util/env_knobs.h"
 
 namespace libshard::remote {
 
@@ -34,14 +38,11 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   ds->url_ = "s3://" + base.bucket + (base.key.empty() ? "" : "/" + base.key);
   ds->options_ = options;
   LIBSHARD_ASSIGN_OR_RETURN(ds->config_, io::LoadS3Config());
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
   ds->connections_ = options.fetch_connections > 0
                          ? options.fetch_connections
-                         : static_cast<uint32_t>(std::clamp<uint64_t>(
-                               EnvBytes("LIBSHARD_S3_CONNECTIONS", 8), 1, 256));
-  const uint64_t block = EnvBytes("LIBSHARD_CACHE_BLOCK_SIZE", kDefaultBlock);
-  if (block == 0 || block % 4096 != 0 || block > (uint64_t{1} << 30))
-    return Status::InvalidArgument("LIBSHARD_CACHE_BLOCK_SIZE=" + std::to_string(block) +
-                                   ": a multiple of 4096 up to 1 GiB");
+                         : static_cast<uint32_t>(knobs.s3_connections);
+  const uint64_t block = knobs.cache_block_size;
   auto object = [&](const std::string& name) {
     return io::S3Url{base.bucket, base.key.empty() ? name : base.key + "/" + name};
   };
@@ -50,18 +51,18 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   const std::string root = CacheRoot(options);
   ds->root_ = root;
   const std::string id = ds->config_.endpoint + " " + ds->url_;
-  ds->cache_dir_ = internal::JoinPath(
-      root, Sanitize(base.bucket, 63) + "/" + Sanitize(base.key, 80) + "-" +
-                format::Hex16(format::Xxh3(id.data(), id.size())));
+  const std::string relative = Sanitize(base.bucket, 63) + "/" + Sanitize(base.key, 80) + "-" +
+                               format::Hex16(format::Xxh3(id.data(), id.size()));
+  ds->cache_dir_ = internal::JoinPath(root, relative);
   const std::string objects = internal::JoinPath(ds->cache_dir_, "objects");
-  LIBSHARD_RETURN_IF_ERROR(MakeDirs(objects));
+  LIBSHARD_RETURN_IF_ERROR(MakeCacheDirs(root, relative + "/objects"));
   {
     struct statvfs vfs {};
     const uint64_t fallback =
         statvfs(objects.c_str(), &vfs) == 0
             ? std::min<uint64_t>(uint64_t{vfs.f_blocks} * vfs.f_frsize / 20, uint64_t{10} << 30)
             : 0;
-    ds->min_free_ = EnvBytes("LIBSHARD_CACHE_MIN_FREE", fallback);
+    ds->min_free_ = knobs.cache_min_free == EnvKnobs::kUnset ? fallback : knobs.cache_min_free;
   }
 
   // Every file the open creates is counted in the root's running count before it is written,
@@ -74,34 +75,62 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   // Manifest and index first; no listing.
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client,
                             io::S3Client::Create(ds->config_));
-  // The manifest by GET (small; its ETag comes with it), so a changed dataset is seen at once.
+  // The manifest by GET (small; its ETag comes with it), so a changed dataset is seen at once,
+  // and by HEAD: nothing is cached unless it parses and has the object's size (a body cut short
+  // without a Content-Length looks complete). docs/CACHE.md §7.
   const io::S3Url manifest_obj = object(format::kManifestName);
-  Result<io::S3Client::Body> manifest_body = client->GetObject(manifest_obj, kMaxSmallObject);
-  if (!manifest_body.ok()) {
-    if (manifest_body.status().code() == StatusCode::kNotFound)
-      return Status::NotFound(ds->url_ + ": no manifest.json (" +
-                                  manifest_body.status().message() + "); not a libshard dataset",
-                              ENOENT);
-    return manifest_body.status();
+  std::string manifest_text, manifest_etag, why;
+  std::optional<format::Manifest> parsed;
+  for (int attempt = 0; attempt < 3 && !parsed; ++attempt) {
+    Result<io::S3Client::Body> body = client->GetObject(manifest_obj, kMaxSmallObject);
+    if (!body.ok()) {
+      if (body.status().code() == StatusCode::kNotFound)
+        return Status::NotFound(ds->url_ + ": no manifest.json (" + body.status().message() +
+                                    "); not a libshard dataset",
+                                ENOENT);
+      return body.status();
+    }
+    LIBSHARD_ASSIGN_OR_RETURN(io::ObjectInfo head, client->Head(manifest_obj));
+    if (!body->etag.empty() && head.etag != body->etag) {
+      why = "it was replaced between two requests";
+      continue;
+    }
+    if (head.size != body->data.size()) {
+      why = "received " + std::to_string(body->data.size()) + " of its " +
+            std::to_string(head.size) + " bytes";
+      continue;
+    }
+    Result<format::Manifest> m = format::ParseManifest(body->data, ds->url_ + "/manifest.json");
+    if (!m.ok()) {
+      why = WithoutLocalAdvice(m.status().message());
+      continue;
+    }
+    parsed = std::move(m).value();
+    manifest_text = std::move(body->data);
+    manifest_etag = head.etag;
   }
-  const std::string manifest_etag = manifest_body->etag;
+  if (!parsed)
+    return Status::Corruption(ds->url_ + "/manifest.json (bucket " + base.bucket + ", key " +
+                              manifest_obj.key + "): three downloads failed their checks, the "
+                              "last: " + why + "; if the bucket's copy is damaged, upload the "
+                              "dataset again from its source");
+  format::Manifest manifest = std::move(*parsed);
   const std::string manifest_path = internal::JoinPath(
       objects, std::string(format::kManifestName) + "." + EtagTag(manifest_etag));
-  if (!internal::PathExists(manifest_path)) {
-    LIBSHARD_RETURN_IF_ERROR(reserve(manifest_body->data.size()));
-    const std::string tmp = manifest_path + ".tmp-" + std::to_string(getpid());
-    {
-      LIBSHARD_ASSIGN_OR_RETURN(io::File f,
-                                io::File::Open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC));
-      LIBSHARD_RETURN_IF_ERROR(
-          f.PWriteAll(manifest_body->data.data(), manifest_body->data.size(), 0));
-      LIBSHARD_RETURN_IF_ERROR(f.Sync());
-    }
-    if (::rename(tmp.c_str(), manifest_path.c_str()) != 0) return Errno(manifest_path + ": rename");
+  if (Result<std::string> cached = ReadCachedFile(manifest_path, manifest_text.size());
+      cached.ok() && *cached == manifest_text) {
+    // As in the bucket.
+  } else if (cached.ok() || cached.status().code() == StatusCode::kCorruption) {
+    LIBSHARD_RETURN_IF_ERROR(RewriteCachedFile(manifest_path, manifest_text));
+    CacheWarning(ds->url_ + "/manifest.json: the cached copy " + manifest_path +
+                 " differed from the bucket's (damaged on this node's disk); repaired");
+  } else if (internal::PathExists(manifest_path)) {
+    return cached.status().WithContext("the cached manifest (docs/CACHE.md §7; delete " +
+                                       ds->cache_dir_ + ")");
+  } else {
+    LIBSHARD_RETURN_IF_ERROR(reserve(manifest_text.size()));
+    LIBSHARD_RETURN_IF_ERROR(WriteCachedFile(manifest_path, manifest_text));
   }
-  const std::string manifest_text = std::move(manifest_body->data);
-  LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest,
-                            format::ParseManifest(manifest_text, ds->url_ + "/manifest.json"));
   auto safe_name = [&](const std::string& name) -> Status {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
         name.find(".tmp-") != std::string::npos)
@@ -119,9 +148,25 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
                               " (the dataset is being rewritten, or damaged); reopen it later");
   const std::string index_path = internal::JoinPath(
       objects, Sanitize(manifest.index_file, 200) + "." + EtagTag(index_info.etag));
-  if (!internal::PathExists(index_path)) LIBSHARD_RETURN_IF_ERROR(reserve(index_info.size));
-  LIBSHARD_RETURN_IF_ERROR(
-      FetchWhole(client.get(), index_obj, index_info, kMaxIndexObject, index_path));
+  // A cached index is checked by the local reader as it reads it (its head at open, each block
+  // on first use) and repaired when it fails (HealIndex); a new one is checked whole first.
+  struct stat cached_index {};
+  if (::lstat(index_path.c_str(), &cached_index) != 0 || !S_ISREG(cached_index.st_mode) ||
+      uint64_t(cached_index.st_size) != index_info.size) {
+    const std::string where = ds->url_ + "/" + manifest.index_file;
+    LIBSHARD_ASSIGN_OR_RETURN(
+        std::string index_bytes,
+        FetchChecked(client.get(), index_obj, index_info, [&](const std::string& b) {
+          return CheckIndexBytes(AsBytes(b), manifest.index_size, manifest.index_xxh3, where);
+        }));
+    LIBSHARD_RETURN_IF_ERROR(reserve(index_info.size));
+    LIBSHARD_RETURN_IF_ERROR(WriteCachedFile(index_path, index_bytes));
+  }
+  ds->index_obj_ = index_obj;
+  ds->index_info_ = index_info;
+  ds->index_xxh3_ = manifest.index_xxh3;
+  ds->index_path_ = index_path;
+  ds->open_local_ = open_local;
 
   // Every shard: HEAD (size, ETag), the cache files, and the header bytes the local reader
   // checks at open (the same bytes under the same ETag, so writing them into a block not yet
@@ -153,14 +198,31 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
     }
     LIBSHARD_RETURN_IF_ERROR(s->Init(block));
     if (s->size < format::kShardHeaderSize) return Status::OK();  // the local reader says why
-    LIBSHARD_ASSIGN_OR_RETURN(bool here, s->IsPresent(0));
-    if (here) return Status::OK();
+    // The header the local reader checks at open: the cached one when it checks (the same bytes
+    // under the same ETag), else fetched again (docs/CACHE.md §7).
     std::vector<std::byte> header(format::kShardHeaderSize);
     LIBSHARD_RETURN_IF_ERROR(s->data.PReadExact(header.data(), header.size(), 0));
-    if (format::CheckShardHeader(header, s->url).ok()) return Status::OK();  // fetched before
-    Status st = c->GetRange(s->object, 0, header.size(), s->etag, header.data());
-    if (!st.ok()) return st.WithContext("the header of " + s->url);
-    return s->data.PWriteAll(header.data(), header.size(), 0);
+    if (format::CheckShardHeader(header, s->url).ok()) return Status::OK();
+    LIBSHARD_ASSIGN_OR_RETURN(bool here, s->IsPresentOnDisk(0));
+    if (here) {
+      // Block 0 is recorded present, yet its header fails: damaged since. Absent again, so the
+      // block is fetched anew when read.
+      LIBSHARD_RETURN_IF_ERROR(InvalidateEntry(*s, 0));
+      CacheWarning(s->url + ": the cached copy's shard header was damaged (" + s->data_path +
+                   "); block 0 is fetched again");
+    }
+    Status bad;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      Status st = c->GetRange(s->object, 0, header.size(), s->etag, header.data());
+      if (!st.ok()) return st.WithContext("the header of " + s->url);
+      bad = format::CheckShardHeader(header, s->url);
+      if (bad.ok()) return s->data.PWriteAll(header.data(), header.size(), 0);
+    }
+    return Status::Corruption(s->url + " (bucket " + s->object.bucket + ", key " + s->object.key +
+                              ", bytes 0-4095, ETag " + s->etag +
+                              "): the object in the bucket is damaged: " +
+                              WithoutLocalAdvice(bad.message()) +
+                              " on two downloads; upload the dataset again from its source");
   };
   {
     const size_t n = ds->shards_.size();
@@ -185,11 +247,34 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
   // the local reader. Immutable once made (a new ETag anywhere makes another view).
   const std::string view = internal::JoinPath(
       ds->cache_dir_, "v-" + format::Hex16(format::Xxh3(version.data(), version.size())));
-  if (!internal::PathExists(internal::JoinPath(view, format::kManifestName))) {
+  // A view holds hard links to this version's objects and nothing else: one that does not (a
+  // symlink, a file replaced, an object repaired as a new file) is made again.
+  const auto sound = [&] {
+    struct stat v {}, o {};
+    const auto same = [&](const std::string& link, const std::string& target) {
+      return ::lstat(link.c_str(), &v) == 0 && S_ISREG(v.st_mode) &&
+             ::lstat(target.c_str(), &o) == 0 && v.st_dev == o.st_dev && v.st_ino == o.st_ino;
+    };
+    if (::lstat(view.c_str(), &v) != 0 || !S_ISDIR(v.st_mode)) return false;
+    if (!same(internal::JoinPath(view, format::kManifestName), manifest_path) ||
+        !same(internal::JoinPath(view, manifest.index_file), index_path))
+      return false;
+    for (size_t k = 0; k < manifest.shards.size(); ++k)
+      if (!same(internal::JoinPath(view, manifest.shards[k].file), ds->shards_[k]->data_path))
+        return false;
+    return true;
+  };
+  std::error_code ec;
+  if (struct stat v {}; ::lstat(view.c_str(), &v) == 0 && !sound()) {
+    const std::string old = view + ".tmp-old-" + std::to_string(getpid());
+    if (S_ISDIR(v.st_mode) ? ::rename(view.c_str(), old.c_str()) == 0
+                           : ::unlink(view.c_str()) == 0)
+      std::filesystem::remove_all(old, ec);  // removes links, never follows them
+  }
+  if (!sound()) {
     const std::string tmp = view + ".tmp-" + std::to_string(getpid());
-    std::error_code ec;
     std::filesystem::remove_all(tmp, ec);
-    LIBSHARD_RETURN_IF_ERROR(MakeDirs(tmp));
+    if (::mkdir(tmp.c_str(), 0755) != 0) return Errno(tmp + ": mkdir");
     LIBSHARD_RETURN_IF_ERROR(LinkInto(index_path, internal::JoinPath(tmp, manifest.index_file)));
     for (size_t k = 0; k < manifest.shards.size(); ++k)
       LIBSHARD_RETURN_IF_ERROR(LinkInto(ds->shards_[k]->data_path,
@@ -199,20 +284,31 @@ Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
         LinkInto(manifest_path, internal::JoinPath(tmp, format::kManifestName)));
     if (::rename(tmp.c_str(), view.c_str()) != 0) {
       const int e = errno;
-      std::filesystem::remove_all(tmp, ec);
+      std::filesystem::remove_all(tmp, ec);  // another process made the view first
       if (e != EEXIST && e != ENOTEMPTY) return Errno(view + ": rename", e);
     }
   }
 
+  ds->view_ = view;
   Result<std::shared_ptr<Dataset>> inner = open_local(view, options);
+  if (!inner.ok() && inner.status().code() == StatusCode::kCorruption) {
+    // The manifest and the shard headers were checked above; the cached index is checked whole
+    // and repaired when it fails (HealIndex opens the reader again).
+    if (ds->HealIndex(inner.status()).ok()) return std::shared_ptr<Dataset>(std::move(ds));
+    return Status::Corruption(ds->url_ + " (cached in " + view + "): " +
+                              WithoutLocalAdvice(inner.status().message()) +
+                              "; the manifest, the index and the shard headers the cache holds "
+                              "are those of the bucket: upload the dataset again from its source");
+  }
   if (!inner.ok()) return inner.status().WithContext(ds->url_ + " (cached in " + view + ")");
-  ds->inner_ = std::move(inner).value();
+  ds->inners_.push_back(std::move(inner).value());
+  ds->inner_.store(ds->inners_.back().get(), std::memory_order_release);
   return std::shared_ptr<Dataset>(std::move(ds));
 }
 
 std::string CacheRoot(const DatasetOptions& options) {
   if (!options.cache_dir.empty()) return options.cache_dir;
-  if (std::string e = Env("LIBSHARD_CACHE_DIR"); !e.empty()) return e;
+  if (std::string e = EnvKnobsOrDefaults().cache_dir; !e.empty()) return e;
   if (std::string x = Env("XDG_CACHE_HOME"); !x.empty()) return x + "/libshard";
   const std::string home = Env("HOME");
   return (home.empty() ? std::string("/tmp") : home + "/.cache") + "/libshard";

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -59,6 +60,10 @@ struct PinTable {
   // Per shard, this process's own descriptions of the state file: one for the readers' shared
   // locks, one for the evictor's exclusive ones (never the fetcher's, CACHE.md §3).
   std::vector<io::File> pin_files, evict_files;
+  // Blocks being healed (cache_heal.cc): this process takes no new pin on them meanwhile, so its
+  // readers cannot starve the healer's wait for the block's exclusive lock.
+  std::set<BlockId> healing;
+  std::condition_variable healed_cv;
 
   // Pins blocks [b0, b1] of `shard` (PinEntry for each not pinned here yet). False, nothing
   // held: one of them is absent (evicted since; *absent is set to it).
@@ -122,67 +127,81 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
 
   // ---- Dataset: the cached copy, after Ensure for what is read ----
   const std::string& path() const override { return url_; }
-  uint64_t size() const override { return inner_->size(); }
-  const Schema& schema() const override { return inner_->schema(); }
-  const std::vector<ShardInfo>& shards() const override { return inner_->shards(); }
-  uint64_t total_stored_bytes() const override { return inner_->total_stored_bytes(); }
-  uint64_t total_raw_bytes() const override { return inner_->total_raw_bytes(); }
-  const DatasetProvenance& provenance() const override { return inner_->provenance(); }
-  std::vector<uint8_t> field_codecs() const override { return inner_->field_codecs(); }
-  uint32_t index_version() const override { return inner_->index_version(); }
+  // The cached copy's local reader. Replaced (never destroyed before this dataset) when a damaged
+  // cached index was repaired (HealIndex), so what it returned by reference stays valid.
+  const Dataset& inner() const { return *inner_.load(std::memory_order_acquire); }
+  uint64_t size() const override { return inner().size(); }
+  const Schema& schema() const override { return inner().schema(); }
+  const std::vector<ShardInfo>& shards() const override { return inner().shards(); }
+  uint64_t total_stored_bytes() const override { return inner().total_stored_bytes(); }
+  uint64_t total_raw_bytes() const override { return inner().total_raw_bytes(); }
+  const DatasetProvenance& provenance() const override { return inner().provenance(); }
+  std::vector<uint8_t> field_codecs() const override { return inner().field_codecs(); }
+  uint32_t index_version() const override { return inner().index_version(); }
   Result<std::vector<uint64_t>> field_stored_sizes(uint64_t i) const override {
-    return inner_->field_stored_sizes(i);
+    return WithIndex([&] { return inner().field_stored_sizes(i); });
   }
   ShardFiller* shard_filler() const override { return const_cast<RemoteDataset*>(this); }
-  SampleLocation location(uint64_t i) const override { return inner_->location(i); }
-  Result<SampleLocation> Locate(uint64_t i) const override { return inner_->Locate(i); }
-  TensorLocation tensor(uint64_t i, size_t f) const override { return inner_->tensor(i, f); }
-  uint64_t length(uint64_t i) const override { return inner_->length(i); }
-  std::vector<uint64_t> lengths() const override { return inner_->lengths(); }
-  Result<Provenance> source(uint64_t i) const override { return inner_->source(i); }
-  Result<Metadata> metadata(uint64_t i) const override { return inner_->metadata(i); }
-  // Each read of the cached bytes is pinned until it returns (docs/CACHE.md §3).
+  SampleLocation location(uint64_t i) const override { return inner().location(i); }
+  Result<SampleLocation> Locate(uint64_t i) const override {
+    return WithIndex([&] { return inner().Locate(i); });
+  }
+  TensorLocation tensor(uint64_t i, size_t f) const override { return inner().tensor(i, f); }
+  uint64_t length(uint64_t i) const override { return inner().length(i); }
+  std::vector<uint64_t> lengths() const override { return inner().lengths(); }
+  Result<Provenance> source(uint64_t i) const override {
+    return WithIndex([&] { return inner().source(i); });
+  }
+  Result<Metadata> metadata(uint64_t i) const override {
+    return WithIndex([&] { return inner().metadata(i); });
+  }
+  // Each read of the cached bytes is pinned until it returns (docs/CACHE.md §3); a read whose
+  // bytes fail their checksum heals them (HealSample).
   Result<Sample> Read(uint64_t i) const override {
-    std::unique_ptr<Hold> hold;
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
-    return inner_->Read(i);
+    Result<Sample> out = Status::Internal("unset");
+    LIBSHARD_RETURN_IF_ERROR(HealSample(i, [&] {
+      out = inner().Read(i);
+      return out.status();
+    }));
+    return out;
   }
   Status Verify(uint64_t i) const override {
-    std::unique_ptr<Hold> hold;
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
-    return inner_->Verify(i);
+    return HealSample(i, [&] { return inner().Verify(i); });
   }
   // Field checksums (FORMAT.md §3.9): from the cached index; the bytes they cover are read
   // through the cache (EnsureSample) where this reads shards itself.
-  bool has_field_checksums() const override { return inner_->has_field_checksums(); }
+  bool has_field_checksums() const override { return inner().has_field_checksums(); }
   Result<std::vector<uint64_t>> field_checksums(uint64_t i) const override {
-    return inner_->field_checksums(i);
+    return WithIndex([&] { return inner().field_checksums(i); });
   }
   Status VerifyFields(uint64_t i, const std::byte* base, uint64_t base_offset, uint64_t base_size,
                       std::span<const size_t> fields) const override {
-    return inner_->VerifyFields(i, base, base_offset, base_size, fields);
+    return inner().VerifyFields(i, base, base_offset, base_size, fields);
   }
   Status FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
                       std::vector<uint64_t>* sizes) const override {
-    return inner_->FieldRegions(i, offsets, sizes);
+    return inner().FieldRegions(i, offsets, sizes);
   }
   Result<std::vector<uint64_t>> ComputeFieldChecksums(uint64_t i) const override {
-    std::unique_ptr<Hold> hold;
-    LIBSHARD_RETURN_IF_ERROR(EnsureSample(i, &hold));
-    return inner_->ComputeFieldChecksums(i);
+    Result<std::vector<uint64_t>> out = Status::Internal("unset");
+    LIBSHARD_RETURN_IF_ERROR(HealSample(i, [&] {
+      out = inner().ComputeFieldChecksums(i);
+      return out.status();
+    }));
+    return out;
   }
   Status Decode(uint64_t i, std::span<const std::byte> stored,
                 std::span<std::byte> raw) const override {
-    return inner_->Decode(i, stored, raw);
+    return inner().Decode(i, stored, raw);
   }
   Status DecodeSelected(uint64_t i, std::span<const std::byte> stored, std::span<std::byte> raw,
                         std::span<const size_t> fields, uint64_t max_len) const override {
-    return inner_->DecodeSelected(i, stored, raw, fields, max_len);
+    return inner().DecodeSelected(i, stored, raw, fields, max_len);
   }
   Result<Sample> MakeSample(uint64_t i, const std::byte* base, uint64_t base_offset,
                             uint64_t base_size, std::shared_ptr<const void> memory,
                             std::span<const size_t> fields) const override {
-    return inner_->MakeSample(i, base, base_offset, base_size, std::move(memory), fields);
+    return inner().MakeSample(i, base, base_offset, base_size, std::move(memory), fields);
   }
 
   // ---- ShardFiller ----
@@ -206,6 +225,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
     return f->queue.size() < f->max_queue;
   }
   void ForgetReadAhead() override;
+  Status Heal(uint32_t shard, uint64_t offset, uint64_t length, const Status& failure,
+              std::byte* dst, const std::function<Status()>& recheck) override;
 
   // ---- EvictSource (the process's evictor of the cache root) ----
   Result<uint64_t> EvictTier(int tier, uint64_t need) override;
@@ -214,7 +235,7 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
  private:
   // Ensure for sample i's stored bytes, pinned in *hold while the caller reads them.
   Status EnsureSample(uint64_t i, std::unique_ptr<Hold>* hold) const {
-    LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, inner_->Locate(i));
+    LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
     Status st =
         const_cast<RemoteDataset*>(this)->Ensure(loc.shard, loc.offset, loc.stored_size, hold);
     return st.ok() ? st : st.WithContext("sample " + std::to_string(i));
@@ -231,6 +252,35 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   // Downloads one block unless present (in this or another process); docs/CACHE.md §3.
   Status FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer, int lock_fd);
 
+  // ---- Healing a damaged cached copy (cache_heal.cc, docs/CACHE.md §7) ----
+  // read() (a read of sample i's cached bytes) with the sample's blocks pinned; when it fails
+  // with a Corruption, Heal of the sample's stored range with read() as the recheck.
+  Status HealSample(uint64_t i, const std::function<Status()>& read) const;
+  // f(); when it fails with a Corruption, HealIndex and f() once more.
+  template <typename F>
+  auto WithIndex(F&& f) const -> decltype(f()) {
+    auto r = f();
+    if (r.ok() || r.status().code() != StatusCode::kCorruption) return r;
+    LIBSHARD_RETURN_IF_ERROR(HealIndex(r.status()));
+    return f();
+  }
+  // After `failure` (a Corruption from the index reader, or not): checks the cached index whole
+  // against its own checksums. Sound: `failure` is not the cached index's (returned as it is,
+  // advice for a local dataset taken out). Damaged: fetched again, checked, rewritten in place
+  // and a fresh reader opened over it (inner_); OK, the caller tries again.
+  Status HealIndex(const Status& failure) const;
+  struct BlockVerdict {
+    bool local_damage = false;  // a cached block no longer matched its recorded checksum
+    bool same_bytes = true;     // every fresh download equalled what was recorded before
+  };
+  // Under block `id`'s fetch lock: its cached bytes checked against the recorded checksum, then
+  // replaced by a fresh download (a reservation when it was absent); the bytes of
+  // [offset, offset + length) that lie in it copied into dst (when not null).
+  Status RefetchBlock(io::S3Client* client, BlockId id, uint64_t offset, uint64_t length,
+                      std::byte* dst, BlockVerdict* verdict);
+  // "s3://b/p/shard-00000.lss (bucket b, key p/shard-00000.lss, bytes 0-8191, ETag "...")"
+  std::string RangeWhere(uint32_t shard, uint64_t offset, uint64_t length) const;
+
   // "block 3 (bytes 12582912-16777215) of s3://b/p/shard-00000.lss"
   std::string BlockWhere(BlockId id) const {
     const CachedShard& s = *shards_[id.shard];
@@ -246,7 +296,9 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   DatasetOptions options_;
   uint32_t connections_ = 8;
   uint64_t min_free_ = 0;
-  std::shared_ptr<Dataset> inner_;
+  mutable std::atomic<const Dataset*> inner_{nullptr};
+  mutable std::mutex inners_mu_;
+  mutable std::vector<std::shared_ptr<Dataset>> inners_;  // every inner_ so far, kept alive
   std::vector<std::unique_ptr<CachedShard>> shards_;
   mutable std::mutex fetcher_mu_;
   mutable std::atomic<Fetcher*> fetcher_{nullptr};
@@ -255,6 +307,12 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   std::set<BlockId> requested_;
   // Tier 3's cursor over this process's shards (guarded by the root's eviction lock).
   uint32_t evict_shard_ = 0;
+  // What HealIndex needs: the index object, its cached file, the view and the local open.
+  io::S3Url index_obj_;
+  io::ObjectInfo index_info_;
+  uint64_t index_xxh3_ = 0;  // manifest.json's index.xxh3
+  std::string index_path_, view_;
+  LocalOpen open_local_ = nullptr;
 };
 
 }  // namespace libshard::remote

@@ -14,6 +14,7 @@
 #include "libshard/dataset.h"
 #include "remote/remote_dataset.h"
 #include "remote/uploader.h"
+#include "util/env_knobs.h"
 
 namespace libshard::remote {
 namespace {
@@ -137,9 +138,9 @@ Result<std::string> StagingDir(const std::string& url) {
                                      "cannot be written (it names no single staging directory)");
     rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
   }
-  const char* env = std::getenv("LIBSHARD_S3_STAGING");
-  const std::string root = env != nullptr && *env != '\0'
-                               ? std::string(env)
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  const std::string root = !knobs.s3_staging.empty()
+                               ? knobs.s3_staging
                                : JoinPath(CacheRoot(DatasetOptions{}), "staging");
   return JoinPath(JoinPath(root, u.bucket), key.empty() ? "_root" : key);
 }

@@ -2,7 +2,9 @@
 // node-local cache (docs/CACHE.md). Implemented by remote/remote_dataset.cc.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "libshard/dataset.h"
@@ -42,6 +44,18 @@ class ShardFiller {
   // The reader starts a new pass (an epoch): what it announced before and did not read is no
   // longer its read-ahead.
   virtual void ForgetReadAhead() = 0;
+  // A read of bytes [offset, offset + length) of shard `shard` from the cache failed a check
+  // (`failure`, a Corruption): fetches the blocks of the range again from the object store,
+  // replacing their cached bytes for every process of the node, copies the fresh bytes of the
+  // range into `dst` (when not null: `length` bytes, as they lie in the shard) and calls
+  // `recheck` to check them again. OK when the recheck passes: the cached copy was damaged,
+  // and a warning says so and how (on this node's disk, or in the earlier download). Otherwise
+  // the error: the object in the bucket is damaged (a Corruption naming the bucket, the key, the
+  // range and the ETag), or it was replaced since the dataset was opened (ESTALE). The caller
+  // holds no pin on the range (docs/CACHE.md §7). Any thread.
+  [[nodiscard]] virtual Status Heal(uint32_t shard, uint64_t offset, uint64_t length,
+                                    const Status& failure, std::byte* dst,
+                                    const std::function<Status()>& recheck) = 0;
 };
 
 }  // namespace libshard

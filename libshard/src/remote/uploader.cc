@@ -20,6 +20,8 @@
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "remote/md5.h"
+#include "remote/upload_journal.h"
+#include "util/env_knobs.h"
 
 namespace libshard::remote {
 namespace {
@@ -28,19 +30,7 @@ constexpr const char* kJournalName = "upload.journal";
 constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kKeepHead = 4096;  // UploadOptions::free_uploaded keeps a shard's header
 
-uint64_t EnvBytes(const char* name, uint64_t fallback, uint64_t lo, uint64_t hi) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0') return fallback;
-  return std::clamp<uint64_t>(n, lo, hi);
-}
-
-struct Recorded {
-  uint64_t size = 0;
-  std::string value;  // the upload id ("upload") or the ETag ("done")
-};
+using Recorded = UploadRecord;
 
 // One file being uploaded. Its parts finish on any thread; the last one completes the upload.
 struct FileJob {
@@ -62,11 +52,13 @@ struct FileJob {
 }  // namespace
 
 UploadOptions UploadOptions::FromEnvironment() {
+  // The table's bounds (util/env_knobs.h): below S3's 5 MiB only for servers that allow it
+  // (tests); 5 GiB is S3's part limit. A bad value fails Uploader::Open.
+  const EnvKnobs knobs = EnvKnobsOrDefaults();
   UploadOptions o;
-  // Below S3's 5 MiB only for servers that allow it (tests); 5 GiB is S3's part limit.
-  o.part_size = EnvBytes("LIBSHARD_S3_PART_SIZE", o.part_size, 4096, uint64_t{5} << 30);
-  o.threads = static_cast<uint32_t>(EnvBytes("LIBSHARD_S3_UPLOAD_THREADS", o.threads, 1, 64));
-  o.content_md5 = EnvBytes("LIBSHARD_S3_CONTENT_MD5", 1, 0, 1) != 0;
+  o.part_size = knobs.s3_part_size;
+  o.threads = static_cast<uint32_t>(knobs.s3_upload_threads);
+  o.content_md5 = knobs.s3_content_md5;
   return o;
 }
 
@@ -339,6 +331,7 @@ Uploader::~Uploader() {
 Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
                                                  const std::string& staging_dir, bool fresh,
                                                  UploadOptions options) {
+  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   auto s = std::make_unique<State>();
   LIBSHARD_ASSIGN_OR_RETURN(s->base, io::ParseS3Url(prefix));
   while (!s->base.key.empty() && s->base.key.back() == '/') s->base.key.pop_back();
@@ -350,19 +343,9 @@ Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
   if (internal::PathExists(journal_path)) {
     LIBSHARD_ASSIGN_OR_RETURN(std::string text,
                               internal::ReadWholeFile(journal_path, uint64_t{64} << 20));
-    // Complete lines only (a kill may tear the last one).
-    std::istringstream in(text.substr(0, text.rfind('\n') == std::string::npos
-                                             ? 0
-                                             : text.rfind('\n') + 1));
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string kind, name, value;
-      uint64_t size = 0;
-      if (!(fields >> kind >> name >> size >> value)) continue;
-      if (kind == "upload") s->uploads[name] = Recorded{size, value};
-      if (kind == "done") s->done[name] = Recorded{size, value};
-    }
+    UploadJournal journal = ParseUploadJournal(text);  // complete lines only
+    s->uploads = std::move(journal.uploads);
+    s->done = std::move(journal.done);
     if (fresh) {
       // A new write replaces whatever an earlier one left: its unfinished uploads are aborted.
       Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s->config);
