@@ -3,6 +3,7 @@
 // Thin: indices are checked here (IndexError), blocking reads release the GIL, results are plain
 // Python data; the pure-Python layer (libshard/_dataset.py) makes torch tensors.
 #include "libshard/dataset.h"
+#include "libshard/storage.h"
 #include "libshard/upgrade.h"
 
 #include <pybind11/numpy.h>
@@ -57,6 +58,20 @@ py::dict SchemaToPython(const Schema& schema) {
 }
 
 void RegisterDataset(py::module_& m) {
+  m.def(
+      "storage_info",
+      [](const std::string& location) {
+        const StorageInfo info = ValueOrThrow(DescribeStorage(location));
+        py::dict out;
+        out["driver"] = info.driver;
+        out["location"] = info.location;
+        out["work_dir"] = info.work_dir;
+        out["staged"] = info.staged;
+        out["local_files"] = info.local_files;
+        return out;
+      },
+      py::arg("location"),
+      "DescribeStorage (libshard/storage.h): the storage driver's view of a dataset location.");
   m.def(
       "upgrade_index",
       [](const std::string& path) {

@@ -89,6 +89,7 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
     r.text.clear();
     r.error_body.clear();
     r.etag.clear();
+    r.encryption.clear();
     r.content_range.clear();
     r.content_length = -1;
     r.curl = h;
@@ -103,6 +104,8 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &Response::OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &r);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    // The path as built (EncodeKey): never "/../" or "/./" collapsed into another key or bucket.
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     if (const std::string ca = Env("CURL_CA_BUNDLE").empty() ? Env("SSL_CERT_FILE")
                                                              : Env("CURL_CA_BUNDLE");
         !ca.empty())
@@ -240,7 +243,7 @@ Result<ObjectInfo> S3Client::Head(const S3Url& object) {
     return Status::IoError("HEAD " + UrlOf(object) + ": HTTP " + std::to_string(r.code) +
                                " without Content-Length",
                            EIO);
-  return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag};
+  return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag, r.encryption};
 }
 
 Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t length,
@@ -291,14 +294,14 @@ Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_byt
   return Body{std::move(r.text), std::move(r.etag)};
 }
 
-Result<std::string> S3Client::Put(const S3Url& object, std::string_view data,
+Result<ObjectInfo> S3Client::Put(const S3Url& object, std::string_view data,
                                   const std::string& content_md5) {
   Response r;
   r.cap = 1 << 20;
   std::vector<std::string> headers;
   if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
   LIBSHARD_RETURN_IF_ERROR(Perform("PUT", object, 0, 0, {}, data, &r, {}, headers));
-  return r.etag;
+  return ObjectInfo{data.size(), r.etag, r.encryption};
 }
 
 Status S3Client::Delete(const S3Url& object) {

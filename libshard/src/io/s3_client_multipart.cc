@@ -24,7 +24,7 @@ Result<std::string> S3Client::CreateMultipartUpload(const S3Url& object) {
   return *id;
 }
 
-Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
+Result<ObjectInfo> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
                                          uint32_t number, std::string_view data,
                                          const std::string& content_md5) {
   Response r;
@@ -38,7 +38,7 @@ Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string&
     return Status::IoError("PUT " + UrlOf(object) + "?" + query + ": HTTP " +
                                std::to_string(r.code) + " without an ETag",
                            EIO);
-  return r.etag;
+  return ObjectInfo{data.size(), r.etag, r.encryption};
 }
 
 Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
@@ -74,7 +74,7 @@ Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
   return parts;
 }
 
-Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
+Result<ObjectInfo> S3Client::CompleteMultipartUpload(const S3Url& object,
                                                       const std::string& upload_id,
                                                       const std::vector<Part>& parts) {
   std::string xml = "<CompleteMultipartUpload>";
@@ -94,7 +94,7 @@ Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
                                XmlTag(r.text, "Message").value_or(""),
                            EIO);
   std::optional<std::string> etag = XmlTag(r.text, "ETag");
-  return etag ? *etag : r.etag;
+  return ObjectInfo{0, etag ? *etag : r.etag, r.encryption};
 }
 
 Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(

@@ -39,7 +39,8 @@ inline std::string Lower(std::string s) {
 }
 
 // Request encoding and response parsing (s3_request.cc).
-// Unreserved characters and '/' pass; everything else is %XX (the SigV4 canonical URI).
+// The key as a URL path: each '/'-separated segment percent-encoded on its own (RFC 3986
+// unreserved characters pass, everything else is %XX), as the SigV4 canonical URI has it.
 std::string EncodeKey(std::string_view key);
 // The <Code> of an S3 XML error body, or "".
 std::string S3ErrorCode(const std::string& body);
@@ -64,6 +65,7 @@ struct S3Client::Response {
   std::string text;
   std::string error_body;  // a non-2xx body, truncated
   std::string etag;
+  std::string encryption;  // ObjectInfo::encryption
   std::string content_range;
   int64_t content_length = -1;
   CURL* curl = nullptr;
@@ -96,6 +98,7 @@ struct S3Client::Response {
     if (colon == std::string::npos) {
       if (line.rfind("HTTP/", 0) == 0) {  // a new response (after a redirect or 100)
         r->etag.clear();
+        r->encryption.clear();
         r->content_range.clear();
         r->content_length = -1;
       }
@@ -104,6 +107,8 @@ struct S3Client::Response {
     const std::string name = s3_internal::Lower(s3_internal::Trim(line.substr(0, colon)));
     const std::string value = s3_internal::Trim(line.substr(colon + 1));
     if (name == "etag") r->etag = value;
+    if (name == "x-amz-server-side-encryption") r->encryption = value;
+    if (name == "x-amz-server-side-encryption-customer-algorithm") r->encryption = "SSE-C";
     if (name == "content-range") r->content_range = value;
     if (name == "content-length") r->content_length = std::strtoll(value.c_str(), nullptr, 10);
     return n;
