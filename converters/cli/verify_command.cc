@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/cache_options.h"
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "pack/verify_against.h"
@@ -17,6 +18,7 @@ struct VerifyArgs {
   std::string against;
   uint64_t max_errors = 20;
   bool quiet = false;
+  CacheArgs cache;
 };
 
 int RunVerify(const VerifyArgs& a) {
@@ -24,6 +26,7 @@ int RunVerify(const VerifyArgs& a) {
   DatasetOptions opts;
   opts.verify_checksums = true;
   opts.caller = Caller::kCli;
+  if (Status st = ApplyCacheOptions(a.cache, &opts); !st.ok()) return UsageError(kCmd, st.message());
   auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;
@@ -93,11 +96,12 @@ int RunVerify(const VerifyArgs& a) {
 Command AddVerifyCommand(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* c = app.add_subcommand("verify", "Check every sample's checksum (and optionally its source)");
-  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
   c->add_option("--against", args->against,
                 "Source root: compare every tensor bit-exact with the file it was packed from");
   c->add_option("--max-errors", args->max_errors, "Print at most this many errors")->capture_default_str();
   c->add_flag("-q,--quiet", args->quiet, "Print only errors");
+  AddCacheOptions(c, &args->cache);
   return {c, [args] { return RunVerify(*args); }};
 }
 
