@@ -41,7 +41,7 @@ Result<CheckedSend> SendChecked(
   }
   out.digest = Md5(data);
   const std::string expected = EtagOfMd5(out.digest);
-  const std::string header = Md5Base64(data);
+  const std::string header = Md5Base64(out.digest);  // one pass of MD5 over the bytes
   const uint32_t attempts = std::max<uint32_t>(1, max_attempts);
   std::string seen;
   for (uint32_t attempt = 1;; ++attempt) {

@@ -336,7 +336,9 @@ struct Uploader::State {
       st = job->file.PReadExact(data.data(), length, offset);
       if (st.ok()) {
         auto it = job->listed.find(n);
-        const Md5Digest digest = Md5(data);
+        // A part up already (resume) is kept when its ETag is the MD5 of these bytes.
+        Md5Digest digest{};
+        if (it != job->listed.end() && it->second.size == length) digest = Md5(data);
         if (it != job->listed.end() && it->second.size == length &&
             SameEtag(it->second.etag, EtagOfMd5(digest))) {
           etag = it->second.etag;  // up already, with these bytes
