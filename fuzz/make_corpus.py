@@ -620,11 +620,26 @@ def upload_journal_corpus():
     return c
 
 
+def object_url_corpus():
+    """URLs for object_url_fuzz: valid ones, and each refusal of storage/object_url.h."""
+    c = Corpus("object_url_fuzz")
+    for name, url in [("plain", "s3://my-bucket/hidden-states/run1"), ("root", "s3://bucket"),
+                      ("root_slash", "s3://bucket/"), ("trailing", "s3://bucket/a/b/"),
+                      ("dots_inside", "s3://bucket/v1.2/..x/y.."), ("encoded", "s3://b-1/a b/%2e%2e/+"),
+                      ("dotdot", "s3://bucket/../other"), ("dot", "s3://bucket/a/./b"),
+                      ("empty_segment", "s3://bucket/a//b"), ("double_trailing", "s3://bucket//"),
+                      ("control", "s3://bucket/a\nb"), ("no_bucket", "s3:///x"),
+                      ("other_scheme", "gs://bucket/x"), ("no_scheme", "/data/s3://x"),
+                      ("long", "s3://bucket/" + "k" * 961)]:
+        c.add(name, url.encode())
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
                  journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus,
                  cache_corpus, s3_xml_corpus, aws_ini_corpus, cache_state_corpus,
-                 upload_journal_corpus):
+                 upload_journal_corpus, object_url_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the generated part of bindings/python/libshard/_core.pyi from the library's option
-tables (``_core.loader_option_table()``, ``writer_option_table()`` and ``pack_option_table()``:
-LoaderOptionTable in libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h and
+tables (``_core.dataset_option_table()``, ``loader_option_table()``, ``writer_option_table()``
+and ``pack_option_table()``: DatasetOptionTable in libshard/dataset.h, LoaderOptionTable in
+libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h and
 PackOptionTable in converters/pack/option_parsing.h), so the
 stubs' option names, types, defaults and docs are the ones the library checks.
 
@@ -54,7 +55,8 @@ def render(tables: Dict[str, List[Dict[str, Any]]]) -> str:
 
 def generate(text: str) -> str:
     from libshard import _core  # the built extension (PYTHONPATH=build/python)
-    tables = {"LoaderOptions": list(_core.loader_option_table()),
+    tables = {"DatasetOptions": list(_core.dataset_option_table()),
+              "LoaderOptions": list(_core.loader_option_table()),
               "WriterOptions": list(_core.writer_option_table())}
     if getattr(_core, "HAVE_PACK", False):
         tables["PackOptions"] = list(_core.pack_option_table())

@@ -1,6 +1,7 @@
-// io/s3_client.h without a network: s3:// URL parsing, where credentials, region and endpoint
-// come from (environment, then the shared credentials/config files), and the addressing style.
-// The requests themselves are tested against a real S3 server in tests/python/test_s3.py.
+// io/s3_client.h without a network: where credentials, region and endpoint come from
+// (environment, then the shared credentials/config files), and the addressing style. s3:// URLs
+// are the storage driver's (storage_driver_test.cc). The requests themselves are tested against
+// a real S3 server in tests/python/test_s3.py.
 #include "io/s3_client.h"
 
 #include <gtest/gtest.h>
@@ -34,23 +35,6 @@ class S3ConfigTest : public ::testing::Test {
   }
   std::filesystem::path dir_;
 };
-
-TEST(S3UrlTest, Parses) {
-  Result<S3Url> u = ParseS3Url("s3://my-bucket/a/b/c");
-  ASSERT_TRUE(u.ok()) << u.status().ToString();
-  EXPECT_EQ(u->bucket, "my-bucket");
-  EXPECT_EQ(u->key, "a/b/c");
-  u = ParseS3Url("s3://bucket");
-  ASSERT_TRUE(u.ok());
-  EXPECT_EQ(u->key, "");
-  EXPECT_TRUE(IsS3Url("s3://x"));
-  EXPECT_FALSE(IsS3Url("/data/s3://x"));
-  for (const char* bad : {"s3://", "s3://AB/x", "s3://a/x", "s3://bad_bucket/x", "http://b/x"}) {
-    Result<S3Url> r = ParseS3Url(bad);
-    EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  }
-}
 
 TEST_F(S3ConfigTest, EnvironmentFirst) {
   setenv("AWS_ACCESS_KEY_ID", "AKIAENV", 1);

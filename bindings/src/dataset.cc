@@ -3,6 +3,8 @@
 // Thin: indices are checked here (IndexError), blocking reads release the GIL, results are plain
 // Python data; the pure-Python layer (libshard/_dataset.py) makes torch tensors.
 #include "libshard/dataset.h"
+#include "libshard/option_table.h"
+#include "libshard/storage.h"
 #include "libshard/upgrade.h"
 
 #include <pybind11/numpy.h>
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "options.h"
 
 namespace libshard::python {
 namespace {
@@ -57,6 +60,22 @@ py::dict SchemaToPython(const Schema& schema) {
 }
 
 void RegisterDataset(py::module_& m) {
+  m.def("dataset_option_table", [] { return OptionTableToPython(DatasetOptionTable()); },
+        "The rows of DatasetOptionTable (libshard/dataset.h) as dicts.");
+  m.def(
+      "storage_info",
+      [](const std::string& location) {
+        const StorageInfo info = ValueOrThrow(DescribeStorage(location));
+        py::dict out;
+        out["driver"] = info.driver;
+        out["location"] = info.location;
+        out["work_dir"] = info.work_dir;
+        out["staged"] = info.staged;
+        out["local_files"] = info.local_files;
+        return out;
+      },
+      py::arg("location"),
+      "DescribeStorage (libshard/storage.h): the storage driver's view of a dataset location.");
   m.def(
       "upgrade_index",
       [](const std::string& path) {
@@ -71,21 +90,24 @@ void RegisterDataset(py::module_& m) {
                                                 "A packed dataset opened for random access.")
       .def_static(
           "open",
-          [](const std::string& path, bool verify_checksums, const std::string& cache_dir,
-             uint64_t cache_size) {
+          [](const std::string& path, bool verify_checksums, const py::dict& settings) {
+            // cache, cache_size (s3:// only): read through DatasetOptionTable.
+            const OptionTable<DatasetOptions>& table = DatasetOptionTable();
             DatasetOptions options;
+            for (const auto& [k, v] : settings) {
+              const std::string key = py::str(k);
+              ThrowIfError(table.Set(options, key, ToOptionValue(table.what(), key, v)));
+            }
             options.caller = Caller::kPython;
             options.verify_checksums = verify_checksums;
-            options.cache_dir = cache_dir;    // s3:// only (docs/guide/object-storage.md)
-            options.cache_size = cache_size;
             Result<std::shared_ptr<Dataset>> result = [&] {
               py::gil_scoped_release release;
               return Dataset::Open(path, options);
             }();
             return ValueOrThrow(std::move(result));
           },
-          py::arg("path"), py::arg("verify_checksums") = true, py::arg("cache_dir") = "",
-          py::arg("cache_size") = 0)
+          py::arg("path"), py::arg("verify_checksums") = true, py::arg("options") = py::dict(),
+          "Dataset::Open; `options`: DatasetOptionTable's keys (cache, cache_size).")
       .def_property_readonly("path", &Dataset::path)
       .def("__len__", &Dataset::size)
       .def_property_readonly("schema", [](const Dataset& d) { return SchemaToPython(d.schema()); })

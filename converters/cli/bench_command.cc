@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/cache_options.h"
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
@@ -23,6 +24,7 @@ namespace {
 
 struct BenchArgs {
   std::string dir;
+  CacheArgs cache;
   bool shuffle = false;
   bool verify = true;
   std::string fields;
@@ -63,6 +65,8 @@ std::vector<std::string> SplitCommas(const std::string& s) {
 int RunBench(const BenchArgs& a) {
   DatasetOptions opts;
   opts.caller = Caller::kCli;
+  if (Status st = ApplyCacheOptions(a.cache, &opts); !st.ok())
+    return UsageError("bench", st.message());
   auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail("bench", opened.status());
   std::shared_ptr<Dataset> ds = *opened;
@@ -187,7 +191,7 @@ Command AddBenchCommand(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "bench", "Measure the streaming loader's read throughput and CPU cost against the raw "
                "sequential O_DIRECT read of the same shard files");
-  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
   c->add_flag("--shuffle", args->shuffle, "Read in a shuffled order (default: dataset order)");
   c->add_flag("--verify,!--no-verify", args->verify,
               "Verify every sample's xxh3 checksum (default, as the loader does; --no-verify: "
@@ -203,6 +207,7 @@ Command AddBenchCommand(CLI::App& app) {
   c->add_option("--workers", args->workers, "Verification/decoding threads (default 0: one per core for a compressed dataset, else 1)");
   c->add_flag("--no-drop-caches", args->no_drop_caches, "Do not drop the page cache");
   c->add_flag("--skip-raw", args->skip_raw, "Skip the raw sequential read");
+  AddCacheOptions(c, &args->cache);
   return {c, [args] { return RunBench(*args); }};
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli/cache_options.h"
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
@@ -23,6 +24,7 @@ struct InfoArgs {
   std::string dir;
   bool json = false;
   std::string batches;  // --batches SPEC
+  CacheArgs cache;      // --cache, --cache-size
 };
 
 // One row of --batches: a label (the Python Loader settings that give it) and the options.
@@ -333,6 +335,7 @@ int RunInfo(const InfoArgs& a) {
   DatasetOptions opts;
   opts.verify_checksums = false;
   opts.caller = Caller::kCli;
+  if (Status st = ApplyCacheOptions(a.cache, &opts); !st.ok()) return UsageError("info", st.message());
   auto ds = Dataset::Open(a.dir, opts);
   if (!ds.ok()) return Fail("info", ds.status());
   auto j = Describe(**ds);
@@ -358,7 +361,7 @@ int RunInfo(const InfoArgs& a) {
 Command AddInfoCommand(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   CLI::App* c = app.add_subcommand("info", "Describe a dataset: schema, counts, sizes, lengths, provenance");
-  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
   c->add_flag("--json", args->json, "Machine-readable output");
   c->add_option("--batches", args->batches,
                 "Plan an epoch's batches from the index and report padding and the largest "
@@ -366,6 +369,7 @@ Command AddInfoCommand(CLI::App& app) {
                 "bucket_window=M, world_size=W, max_len=L, seed=S (without budget and "
                 "bucket_window the usual settings are compared)")
       ->type_name("SPEC");
+  AddCacheOptions(c, &args->cache);
   return {c, [args] { return RunInfo(*args); }};
 }
 

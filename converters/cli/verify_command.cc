@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "cli/cache_options.h"
 #include "cli/command.h"
 #include "libshard/dataset.h"
 #include "pack/verify_against.h"
@@ -19,6 +20,7 @@ struct VerifyArgs {
   std::string from = "auto";
   uint64_t max_errors = 20;
   bool quiet = false;
+  CacheArgs cache;
 };
 
 int RunVerify(const VerifyArgs& a) {
@@ -26,6 +28,7 @@ int RunVerify(const VerifyArgs& a) {
   DatasetOptions opts;
   opts.verify_checksums = true;
   opts.caller = Caller::kCli;
+  if (Status st = ApplyCacheOptions(a.cache, &opts); !st.ok()) return UsageError(kCmd, st.message());
   auto opened = Dataset::Open(a.dir, opts);
   if (!opened.ok()) return Fail(kCmd, opened.status());
   const Dataset& ds = **opened;
@@ -103,7 +106,7 @@ int RunVerify(const VerifyArgs& a) {
 Command AddVerifyCommand(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* c = app.add_subcommand("verify", "Check every sample's checksum (and optionally its source)");
-  c->add_option("DIR", args->dir, "Dataset directory")->required();
+  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
   c->add_option("--against", args->against,
                 "Source root or cache: compare every tensor bit-exact with the file (or the "
                 "DeepSpec / NeMo AutoModel / TorchSpec cache sample) it was packed from");
@@ -113,6 +116,7 @@ Command AddVerifyCommand(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--max-errors", args->max_errors, "Print at most this many errors")->capture_default_str();
   c->add_flag("-q,--quiet", args->quiet, "Print only errors");
+  AddCacheOptions(c, &args->cache);
   return {c, [args] { return RunVerify(*args); }};
 }
 

@@ -19,7 +19,7 @@
 #include <unordered_set>
 
 #include "libshard/dataset.h"
-#include "libshard/object_storage.h"
+#include "libshard/storage.h"
 #include "libshard/parallel_writer.h"
 #include "libshard_support/text.h"
 #include "libshard/version.h"
@@ -73,8 +73,8 @@ std::string OneLine(std::string s) {
 
 class PackJob {
  public:
-  // `target`: what the Writer is given, when not o.output (an s3:// URL written through
-  // o.output, its staging directory).
+  // `target`: what the Writer is given, when not o.output (an object-storage URL written
+  // through o.output, its staging directory: StorageInfo::work_dir).
   explicit PackJob(const PackOptions& o, std::string target = {})
       : o_(o), target_(target.empty() ? o.output : std::move(target)),
         start_(std::chrono::steady_clock::now()), source_options_(o.source_options) {}
@@ -649,27 +649,23 @@ Status ValidatePackOptions(const PackOptions& o, OptionSpelling spelling) {
 
 Result<PackSummary> Pack(const PackOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(ValidatePackOptions(options, options.spelling));
-  if (IsObjectStorageUrl(options.output)) {
-    // -o s3://...: the job runs in the URL's local staging directory (its lock, journal and
-    // skipped.txt live there) and the Writer, given the URL, uploads from it.
-    if (options.append)
-      return Status::Unsupported(PackOptionName("append", options.spelling) +
-                                 " to an s3:// dataset is not supported; pack the new "
-                                 "sources to another prefix");
-    LIBSHARD_ASSIGN_OR_RETURN(std::string staging, ObjectStorageStagingDir(options.output));
-    PackOptions local = options;
-    local.output = staging;
-    PackJob job(local, options.output);
-    Result<PackSummary> summary = job.Run();
-    if (summary.ok()) {
-      summary->output = options.output;
-      if (!summary->skipped_report.empty())
-        summary->skipped_report.clear();  // removed with the staging directory
-    }
-    return summary;
+  // The job runs in the directory the output's writes work in (its lock, journal and
+  // skipped.txt live there): the output itself, or an object-storage URL's staging directory,
+  // from which the Writer, given the URL, uploads.
+  LIBSHARD_ASSIGN_OR_RETURN(StorageInfo where, DescribeStorage(options.output));
+  if (options.append && !where.local_files)
+    return Status::Unsupported(PackOptionName("append", options.spelling) + " to an " +
+                               where.driver + ":// dataset is not supported; pack the new "
+                               "sources to another prefix");
+  PackOptions local = options;
+  local.output = where.work_dir;
+  PackJob job(local, where.location);
+  Result<PackSummary> summary = job.Run();
+  if (summary.ok() && where.staged) {
+    summary->output = where.location;
+    summary->skipped_report.clear();  // removed with the staging directory
   }
-  PackJob job(options);
-  return job.Run();
+  return summary;
 }
 
 }  // namespace libshard::convert

@@ -1,6 +1,7 @@
 """A real S3 server for the s3:// tests: moto's standalone server on 127.0.0.1 with signature
 checking on, and a fault proxy on loopback in front of it that counts requests and injects 503s,
-reset connections, truncated bodies and stalls.
+reset connections, truncated bodies, stalls and upload bodies damaged on the way (moto, like some
+S3-compatible stores, does not check Content-MD5, so it stores a damaged body as it arrived).
 
 Nothing here talks to anything but 127.0.0.1; every wait is bounded in time.
 """
@@ -121,7 +122,8 @@ class FaultProxy:
         self.requests: List[Tuple[str, str, str]] = []  # (method, path, range)
         self.faults: List[str] = []     # "503", "reset", "truncate", "stall:SECONDS", "pass"
         # Faults for the next PUTs (objects and parts): "503", "reset", "pass", "hold:SECONDS"
-        # (the request is held, never forwarded, then the connection closed).
+        # (the request is held, never forwarded, then the connection closed), "damage" (one byte
+        # of the body flipped before it is forwarded).
         self.upload_faults: List[str] = []
         self.path_faults: Dict[str, List[str]] = {}  # PUTs whose path has KEY: these faults
         # GETs whose path has KEY (any range): "flip" (one byte of the body flipped),
@@ -175,6 +177,10 @@ class FaultProxy:
                             fault = None
                         else:
                             proxy.injected["put-" + fault.split(":")[0]] += 1
+                if fault == "damage" and body:
+                    damaged = bytearray(body)
+                    damaged[len(damaged) // 2] ^= 0xFF
+                    body = bytes(damaged)
                 if fault is not None and fault.startswith("hold:"):
                     proxy.stalling.set()
                     time.sleep(float(fault.split(":")[1]))

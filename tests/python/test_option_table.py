@@ -55,6 +55,18 @@ def test_python_signature_defaults_are_the_tables():
     assert checked >= 25
 
 
+def test_dataset_cache_options_are_the_dataset_table():
+    """cache / cache_size of libshard.open, Dataset and Loader are DatasetOptionTable's rows
+    (the CLI's --cache / --cache-size read the same table): same names, same defaults."""
+    rows = {row["name"]: row for row in _core.dataset_option_table()}
+    assert set(rows) == {"cache", "cache_size"}
+    assert rows["cache_size"]["unset"]  # None and 0: no bound
+    for fn in (libshard.open, libshard.Dataset.__init__, libshard.Loader.__init__):
+        params = inspect.signature(fn).parameters
+        for name, row in rows.items():
+            assert repr(params[name].default) == row["default"], (fn, name)
+
+
 def test_every_table_row_reaches_the_core(varlen):
     ds = libshard.Dataset(varlen)
     rows = {row["name"] for row in _core.loader_option_table()}

@@ -4,6 +4,7 @@ against a real S3 server on 127.0.0.1 (moto, signature checking on) behind a fau
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -249,6 +250,48 @@ def test_cli_info_verify_bench(server, proxy, env, local_ds, tmp_path):
     bad = subprocess.run([cli, "verify", f"s3://{BUCKET}/nothing-here"], env=e,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "no manifest.json" in bad.stderr
+
+
+def test_cli_cache_options_mean_what_python_cache_options_mean(server, proxy, env, local_ds,
+                                                             tmp_path):
+    """`info/verify/bench --cache DIR --cache-size SIZE` are read by the library's dataset option
+    table, as Python's cache= / cache_size= are: the cache lands in DIR, the bound is enforced
+    (the same MemoryError text as test_cache_full), 0 means no bound, a bad size is a usage
+    error naming the flag."""
+    from conftest import _cli
+    cli = _cli()
+    if cli is None:
+        pytest.skip("the libshard command is not built")
+    url = upload(server, local_ds, "equal")
+    e = dict(env, LIBSHARD_CACHE_DIR=str(tmp_path / "not-this-one"))
+    cache = tmp_path / "cli-cache"
+    for cmd in (["info"], ["verify"], ["bench"]):
+        r = subprocess.run([cli, *cmd, url, "--cache", str(cache), "--cache-size", "0"], env=e,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, cmd + [r.stdout, r.stderr]
+    assert any(cache.rglob("*.blocks")) and not (tmp_path / "not-this-one").exists()
+    full = subprocess.run([cli, "verify", url, "--cache", str(tmp_path / "small"),
+                           "--cache-size", str(3 * BLOCK)], env=e, capture_output=True,
+                          text=True, timeout=120)
+    assert full.returncode == 1 and "cache_size 24576" in full.stderr, full.stderr
+    bad = subprocess.run([cli, "info", url, "--cache-size", "lots"], env=e, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--cache-size" in bad.stderr and "lots" in bad.stderr
+
+
+def test_cache_size_zero_or_none_is_no_bound(server, proxy, env, local_ds, tmp_path):
+    """cache_size means what the C++ option means: 0 and None are "no bound" (C++'s 0), a
+    size string is parsed by the library; a negative or unreadable size is a ValueError."""
+    url = upload(server, local_ds, "equal")
+    local = libshard.open(local_ds)
+    for size in (0, None, "0", "64MiB", 64 << 20):
+        remote = libshard.open(url, cache=tmp_path / "cache", cache_size=size)
+        assert_sample_equal(remote[len(local) - 1], local[len(local) - 1], f"cache_size={size!r}")
+        again = pickle.loads(pickle.dumps(remote))  # spawned workers reopen with the same
+        assert len(again) == len(local)
+    for bad in (-1, "lots", True):
+        with pytest.raises(ValueError, match="cache_size"):
+            libshard.open(url, cache=tmp_path / "cache", cache_size=bad)
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

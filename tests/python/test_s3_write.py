@@ -255,3 +255,107 @@ def test_leftover_upload_is_aborted_at_commit(server, proxy, env, local_written,
     left = [u["Key"] for u in s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
     assert "orphan/shard-00000.lss" not in left
     assert_same_dataset(f"s3://{BUCKET}/orphan", local_written, tmp_path / "cache")
+
+
+def test_damaged_part_bodies_are_sent_again(server, proxy, env, local_written, tmp_path):
+    """A network that damages upload bodies (moto stores them as they arrive): each reply's ETag
+    is compared with the MD5 of what was sent, and a damaged part is sent again."""
+    url = f"s3://{BUCKET}/damaged"
+    proxy.inject_upload("pass", "damage", "pass", "pass", "damage", "damage")
+    r = write(url, env)
+    assert r.returncode == 0, r.stderr
+    assert proxy.injected == {"put-damage": 3}
+    puts = proxy.part_puts()
+    assert len(puts) - len(set(puts)) >= 3, "no damaged part was sent again"
+    assert_same_dataset(url, local_written, tmp_path / "cache")
+    assert not (tmp_path / "staging" / BUCKET / "damaged").exists()
+
+
+def test_pack_through_a_damaging_network(server, proxy, env, tmp_path):
+    """`pack -o s3://` through a network that damages part bodies: every part is checked, the
+    damaged ones sent again, and what readers get is what was packed."""
+    from conftest import _cli
+    cli = _cli()
+    if cli is None:
+        pytest.skip("the libshard command is not built")
+    src = tmp_path / "src"
+    write_eagle_dir(src, 30, seed=5, min_len=8, max_len=60)
+    local = pack_dir(src, tmp_path / "local", shard_size="96KiB")
+    url = f"s3://{BUCKET}/packed-damaged"
+    proxy.inject_upload(*(["damage", "pass"] * 2))  # each damaged PUT's retry passes
+    r = subprocess.run([cli, "pack", str(src), "-o", url, "--shard-size", "96KiB"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert proxy.injected == {"put-damage": 2}
+    want, got = libshard.open(local), libshard.open(url, cache=tmp_path / "cache")
+    assert len(got) == len(want) == 30
+    for i in range(len(want)):
+        assert_sample_equal(got[i], want[i], f"sample {i}")
+
+
+def test_damage_in_every_attempt_fails_and_keeps_the_staging_copy(server, proxy, env, tmp_path):
+    """Damage on every try of one object: the write fails naming it, nothing is committed and
+    the staging directory (with its journal) stays for a resume."""
+    url = f"s3://{BUCKET}/always-damaged"
+    e = dict(env, LIBSHARD_S3_MAX_ATTEMPTS="3")
+    proxy.inject_put_path("/always-damaged/shard-00000.lss", *["damage"] * 60)
+    r = write(url, e)
+    assert r.returncode != 0
+    assert "the server stored other bytes than were sent, in all 3 attempts" in r.stderr, r.stderr
+    assert "shard-00000.lss" in r.stderr and "not the MD5" in r.stderr
+    assert "manifest.json" not in objects(server, "always-damaged")
+    staging = tmp_path / "staging" / BUCKET / "always-damaged"
+    assert (staging / "_journal.lsj").exists(), \
+        sorted(p.name for p in staging.iterdir())
+
+
+def test_object_changed_in_the_bucket_is_sent_again_by_a_resumed_merge(server, proxy, env,
+                                                                      local_written, tmp_path):
+    """The commit fails; meanwhile a shard object changes in the bucket (same size, other bytes).
+    Running the merge again finds the object's ETag is not the one uploaded, sends the staging
+    copy again, and commits only once every object was checked."""
+    url = f"s3://{BUCKET}/changed"
+    e = dict(env, LIBSHARD_S3_MAX_ATTEMPTS="2")
+    proxy.inject_put_path("/changed/manifest.json", "503", "503")
+    m = subprocess.run([sys.executable, "-c", "import sys, libshard; "
+                        "libshard.merge(sys.argv[1], [sys.argv[2]])", url, str(local_written)],
+                       env=e, capture_output=True, text=True, timeout=300)
+    assert m.returncode != 0 and "run the same merge again" in m.stderr, m.stderr
+    s3 = server.s3()
+    key = "changed/shard-00000.lss"
+    size = s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b"Z" * size)
+    libshard.merge(url, [local_written])
+    assert_same_dataset(url, local_written, tmp_path / "cache")
+
+
+def test_object_changed_after_its_staging_copy_was_freed_is_an_error(server, proxy, env,
+                                                                     local_written, tmp_path):
+    """A Writer frees each shard's staging bytes once it is up; if the bucket's copy then changes
+    before the commit, a resume cannot send it again and says so (never uploads the freed
+    holes)."""
+    url = f"s3://{BUCKET}/freed"
+    e = dict(env, LIBSHARD_S3_MAX_ATTEMPTS="2")
+    proxy.inject_put_path("/freed/manifest.json", "503", "503")
+    assert write(url, e).returncode != 0
+    s3 = server.s3()
+    key = "freed/shard-00000.lss"
+    size = s3.head_object(Bucket=BUCKET, Key=key)["ContentLength"]
+    s3.put_object(Bucket=BUCKET, Key=key, Body=b"Z" * size)
+    r = write(url, env)
+    assert r.returncode != 0
+    assert "shard-00000.lss" in r.stderr and "was freed once it was up" in r.stderr, r.stderr
+    assert "manifest.json" not in objects(server, "freed")
+
+
+@pytest.mark.parametrize("url", [f"s3://{BUCKET}/../other", f"s3://{BUCKET}/a/./b",
+                                 f"s3://{BUCKET}/a//b"])
+def test_dot_and_empty_segments_are_refused(url, tmp_path, monkeypatch):
+    import torch
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path segment") as e:
+        libshard.Writer(url).write({"x": torch.zeros(4)}, key="a")
+    assert url in str(e.value)
+    with pytest.raises(ValueError, match="path segment"):
+        libshard.open(url)
+    assert not (tmp_path / "s3:").exists()

@@ -96,15 +96,18 @@ class Dataset(torch.utils.data.Dataset):
             (default ``$LIBSHARD_CACHE_DIR``, else ``~/.cache/libshard``).
           cache_size: s3:// only: bytes the whole cache directory may hold, every dataset under
             it together (int or "500GiB"); blocks are evicted to stay within it (docs/CACHE.md);
-            default no bound but the free-space floor.
+            None or 0 (the default): no bound but the free-space floor.
+
+        ``cache`` and ``cache_size`` are read by the library's table (``DatasetOptionTable``),
+        as ``libshard info/verify/bench --cache/--cache-size`` are.
         """
-        from ._units import parse_bytes
         self._path = os.fspath(path)
         self._verify = bool(verify)
         self._metadata = bool(metadata)
-        self._cache = "" if cache is None else os.fspath(cache)
-        self._cache_size = 0 if cache_size is None else parse_bytes(cache_size, "cache_size")
-        self._core = _core.Dataset.open(self._path, self._verify, self._cache, self._cache_size)
+        self._cache = None if cache is None else os.fspath(cache)
+        self._cache_size = cache_size
+        self._core = _core.Dataset.open(self._path, self._verify,
+                                        {"cache": self._cache, "cache_size": self._cache_size})
         self._schema: Optional[Schema] = None
         self._lengths: Optional[np.ndarray] = None
         self._key_index: Optional[Dict[str, int]] = None
@@ -116,7 +119,7 @@ class Dataset(torch.utils.data.Dataset):
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(state["path"], verify=state["verify"], metadata=state["metadata"],
-                      cache=state.get("cache") or None, cache_size=state.get("cache_size") or None)
+                      cache=state.get("cache") or None, cache_size=state.get("cache_size"))
 
     def __repr__(self) -> str:
         return (f"libshard.Dataset({self._path!r}, samples={len(self)}, "

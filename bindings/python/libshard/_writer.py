@@ -202,7 +202,9 @@ class Writer:
         self._closed = False
         self.out = os.fspath(out)
         self.rank, self.world_size, self._rank_source = resolve_writer_rank(rank, world_size)
-        if self.out.startswith("s3://") and self.world_size > 1:
+        # Where the output lives, as the library's storage driver for it says (DescribeStorage).
+        storage = _core.storage_info(self.out)
+        if not storage["local_files"] and self.world_size > 1:
             # The parts are joined through local files (locks, markers) next to them.
             raise _core.UnsupportedError(
                 f"{self.out}: a Writer of several ranks (world_size {self.world_size}) writes "
@@ -237,24 +239,18 @@ class Writer:
         self._keys: set = set()
         self._copy_stream: Optional[Any] = None
         self.summary: Optional[Dict[str, Any]] = None
-        if self.path.startswith("s3://"):
-            # The core writes an s3:// output through a local staging directory: an interrupted
-            # write there is resumed, else NotFound says there is nothing to resume.
-            try:
-                self._open(resume=True)
-            except FileNotFoundError:
-                if self._given_schema is not None:
-                    self._open(resume=False, schema=self._given_schema)
-        elif os.path.exists(os.path.join(self.path, _MANIFEST)) or \
-                os.path.exists(os.path.join(self.path, _JOURNAL)):
+        # The directory the write works in: the output itself, or an object-storage URL's
+        # staging directory; what it holds (a journal, a committed dataset) is resumed.
+        self._work_dir = storage["work_dir"] if self.world_size == 1 else self.path
+        if os.path.exists(os.path.join(self._work_dir, _MANIFEST)) or \
+                os.path.exists(os.path.join(self._work_dir, _JOURNAL)):
             self._open(resume=True)
         elif self._given_schema is not None:
             self._open(resume=False, schema=self._given_schema)
 
     # -- opening ------------------------------------------------------------------------------
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
-        if not self.path.startswith("s3://"):  # s3://: the core makes its staging directory
-            os.makedirs(self.path, exist_ok=True)
+        os.makedirs(self._work_dir, exist_ok=True)
         if self.world_size > 1:  # this rank has samples after all
             _core.mark_part_empty(self.out, self.rank, self.world_size, False)
         self._core = _core.Writer.open(

@@ -29,11 +29,19 @@ struct DatasetOptions {
   // else ~/.cache/libshard. Shared by every process of the node that reads the dataset.
   std::string cache_dir;
   uint64_t cache_size = 0;         // bytes the whole cache directory may hold (every dataset under
-                                   // it; docs/CACHE.md §4); 0: no bound but the free-space floor
+                                   // it; docs/CACHE.md §4); 0 (Python None or 0): no bound but
+                                   // the free-space floor
   uint32_t fetch_connections = 0;  // parallel range GETs; 0: $LIBSHARD_S3_CONNECTIONS, else 8
   // The front end opening the dataset: errors give its spelling of what to do (caller.h).
   Caller caller = Caller::kCpp;
 };
+
+template <typename Options>
+class OptionTable;  // libshard/option_table.h
+// The DatasetOptions a front end sets by name, decided here once: Python's `cache=` /
+// `cache_size=` (libshard.open, Dataset, Loader) and the CLI's `--cache` / `--cache-size`
+// (info, verify, bench) read them through this table (cache_size None or 0: no bound).
+const OptionTable<DatasetOptions>& DatasetOptionTable();
 
 // Fills the shard files of a dataset whose bytes live in object storage (remote/shard_filler.h).
 class ShardFiller;

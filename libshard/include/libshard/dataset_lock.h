@@ -35,12 +35,14 @@ class DatasetLock {
  public:
   static constexpr const char* kFileName = ".libshard.lock";
 
-  // Takes the lock of dataset directory `dir`, creating the directory first when
-  // `create_directory` (else a missing `dir` is NotFound). Fails at once with AlreadyExists,
+  // Takes the lock of the dataset at `location`: of the directory its writes work in
+  // (StorageInfo::work_dir, libshard/storage.h: the directory itself, or an s3:// URL's staging
+  // directory, so that URL's lock holds on one node only), creating the directory first when
+  // `create_directory` (else a missing one is NotFound). Fails at once with AlreadyExists,
   // "DIR is being written by another process (pid N, host H, since T); ...", when another writer
   // holds it, including another DatasetLock of this process; its advice is in `caller`'s
   // spelling (ResumeAdvice).
-  static Result<std::shared_ptr<const DatasetLock>> Acquire(const std::string& dir,
+  static Result<std::shared_ptr<const DatasetLock>> Acquire(const std::string& location,
                                                             bool create_directory = true,
                                                             Caller caller = Caller::kCpp);
 
@@ -49,7 +51,7 @@ class DatasetLock {
   DatasetLock(const DatasetLock&) = delete;
   DatasetLock& operator=(const DatasetLock&) = delete;
 
-  const std::string& dir() const;
+  const std::string& dir() const;  // the directory locked
   // True when this is the lock of directory `dir` (however `dir` is spelled).
   bool Covers(const std::string& dir) const;
 

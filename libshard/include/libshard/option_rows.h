@@ -146,6 +146,47 @@ OptionSpec<Options> Names(std::string_view what, std::string_view name, std::str
   return s;
 }
 
+// A byte count that may be unset: None and 0 (an integer, or the text "0") mean `unset` (e.g.
+// "no bound"); any other count, an integer or a size such as "2GiB", must lie within [min, max].
+template <typename Options>
+OptionSpec<Options> OptionalBytes(std::string_view what, std::string_view name,
+                                  std::string_view member, Ref<Options, uint64_t> ref,
+                                  uint64_t min, uint64_t max, std::string_view unset,
+                                  std::string_view doc) {
+  OptionSpec<Options> s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kBytes;
+  s.py_type = "Union[int, str, None]";
+  s.default_value = "None";
+  s.min = min;
+  s.max = max;
+  s.unset = unset;
+  s.doc = doc;
+  s.set = [what, ref, min, max, unset, doc](Options& o, const OptionValue& v,
+                                            std::string_view spelled) -> Status {
+    if (v.kind == OptionValue::Kind::kNone) {
+      ref(o) = 0;
+      return Status::OK();
+    }
+    // Digits as text are the integer they spell ("0" from Python as from the CLI).
+    const OptionValue value =
+        v.kind == OptionValue::Kind::kText ? option_table::FromText(OptionType::kBytes, v.text) : v;
+    uint64_t bytes = 0;
+    LIBSHARD_RETURN_IF_ERROR(
+        option_table::ToBytes(what, spelled, value, 0, UINT64_MAX, doc, &bytes));
+    if (bytes != 0 && (bytes < min || bytes > max))
+      return option_table::Bad(what, spelled,
+                               "= " + std::to_string(bytes) + " is out of range; use " +
+                                   option_table::Accepted(min, max, unset) + " (" +
+                                   std::string(doc) + ")");
+    ref(o) = bytes;
+    return Status::OK();
+  };
+  s.get = [ref](const Options& o) { return ref(const_cast<Options&>(o)); };
+  return s;
+}
+
 // A real number; `non_negative` refuses one below 0.
 template <typename Options>
 OptionSpec<Options> Number(std::string_view what, std::string_view name, std::string_view member,

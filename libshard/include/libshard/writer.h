@@ -90,8 +90,9 @@ struct WriterOptions {
   // Store bfloat16/float16 hidden states as float8_e4m3fn with a scale per token (lossy, §4.3.5).
   bool store_fp8 = false;
   // Called on the appending thread once a shard is sealed: its samples are final and journaled
-  // and its file closed (still named NAME.tmp at `path` until Finish renames it to NAME). An
-  // s3:// Writer uploads the shard from here while the next one is written. An error fails the
+  // and its file closed (still named NAME.tmp at `path` until Finish renames it to NAME); Resume
+  // calls it for each shard it finds sealed. An s3:// Writer's storage driver uploads the shard
+  // from here while the next one is written, before this hook is called. An error fails the
   // Writer like a failed write.
   std::function<Status(const std::string& name, const std::string& path)> on_shard_sealed;
 };

@@ -22,8 +22,7 @@
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
-#include "remote/remote_dataset.h"
+#include "storage/storage_driver.h"
 
 namespace libshard {
 namespace internal {
@@ -242,8 +241,9 @@ Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {
 
 Result<std::shared_ptr<Dataset>> Dataset::Open(const std::string& dir,
                                                const DatasetOptions& options) {
-  if (io::IsS3Url(dir)) return remote::OpenRemoteDataset(dir, options, &DatasetImpl::Open);
-  return DatasetImpl::Open(dir, options);
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(dir));
+  return driver->Open(options, &DatasetImpl::Open);
 }
 
 }  // namespace libshard

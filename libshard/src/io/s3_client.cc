@@ -163,7 +163,7 @@ Result<ObjectInfo> S3Client::Head(const S3Url& object) {
     return Status::IoError("HEAD " + UrlOf(object) + ": HTTP " + std::to_string(r.code) +
                                " without Content-Length",
                            EIO);
-  return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag};
+  return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag, r.encryption};
 }
 
 Status S3Client::GetRange(const S3Url& object, uint64_t offset, uint64_t length,
@@ -214,14 +214,14 @@ Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_byt
   return Body{std::move(r.text), std::move(r.etag)};
 }
 
-Result<std::string> S3Client::Put(const S3Url& object, std::string_view data,
+Result<ObjectInfo> S3Client::Put(const S3Url& object, std::string_view data,
                                   const std::string& content_md5) {
   S3Response r;
   r.cap = 1 << 20;
   std::vector<std::string> headers;
   if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
   LIBSHARD_RETURN_IF_ERROR(Perform("PUT", object, 0, 0, {}, data, &r, {}, headers));
-  return r.etag;
+  return ObjectInfo{data.size(), r.etag, r.encryption};
 }
 
 Status S3Client::Delete(const S3Url& object) {

@@ -21,15 +21,13 @@
 
 namespace libshard::io {
 
-// s3://bucket/key... split into its parts; `key` has no leading '/'.
+// An object's address: its bucket and key (no leading '/'). The s3:// URLs users write are
+// parsed and checked by the storage driver (storage/s3_driver.cc); the key is percent-encoded
+// per segment when a request is built (UrlOf).
 struct S3Url {
   std::string bucket;
   std::string key;
 };
-// True for "s3://..." (the prefix only).
-bool IsS3Url(std::string_view path);
-// InvalidArgument for anything but s3://BUCKET[/KEY] with a valid bucket name.
-Result<S3Url> ParseS3Url(std::string_view url);
 
 // Where and as whom requests go. LoadS3Config reads, in the AWS SDKs' order:
 //   credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else the profile
@@ -61,6 +59,10 @@ Result<S3Config> LoadS3Config();
 struct ObjectInfo {
   uint64_t size = 0;
   std::string etag;  // as the server sent it, quotes included
+  // The server-side encryption the reply names: x-amz-server-side-encryption ("AES256",
+  // "aws:kms", "aws:kms:dsse"), or "SSE-C" for a customer key; "" when none is named. Under
+  // aws:kms and SSE-C S3's ETag is not the MD5 of the bytes (remote/upload_check.h).
+  std::string encryption;
 };
 
 // Counters of one client (for tests and benchmarks).
@@ -93,9 +95,10 @@ class S3Client {
   };
   Result<Body> GetObject(const S3Url& object, uint64_t max_bytes, const std::string& if_match = {});
   // PUT of a whole object (single request; UNSIGNED-PAYLOAD). With `content_md5` (the base64
-  // MD5 of `data`) the server refuses a body damaged on the way. Returns the new ETag.
-  Result<std::string> Put(const S3Url& object, std::string_view data,
-                          const std::string& content_md5 = {});
+  // MD5 of `data`) a server that checks it refuses a body damaged on the way. Returns the reply's
+  // ETag and encryption, with `size` the bytes sent.
+  Result<ObjectInfo> Put(const S3Url& object, std::string_view data,
+                         const std::string& content_md5 = {});
   // DELETE of an object (S3 answers 204 also for a missing one).
   [[nodiscard]] Status Delete(const S3Url& object);
 
@@ -109,15 +112,17 @@ class S3Client {
   };
   // Starts an upload of `object`; returns its upload id.
   Result<std::string> CreateMultipartUpload(const S3Url& object);
-  // Uploads one part (with Content-MD5 when given); returns its ETag.
-  Result<std::string> UploadPart(const S3Url& object, const std::string& upload_id,
-                                 uint32_t number, std::string_view data,
-                                 const std::string& content_md5 = {});
+  // Uploads one part (with Content-MD5 when given); returns its ETag and the reply's encryption,
+  // with `size` the bytes sent.
+  Result<ObjectInfo> UploadPart(const S3Url& object, const std::string& upload_id,
+                                uint32_t number, std::string_view data,
+                                const std::string& content_md5 = {});
   // The parts uploaded so far, by number. NotFound (ENOENT) when the upload is no more (completed
   // or aborted).
   Result<std::vector<Part>> ListParts(const S3Url& object, const std::string& upload_id);
-  // Makes the object of `parts` (ascending numbers) visible; returns its ETag.
-  Result<std::string> CompleteMultipartUpload(const S3Url& object, const std::string& upload_id,
+  // Makes the object of `parts` (ascending numbers) visible; returns its ETag and the reply's
+  // encryption (`size` unset).
+  Result<ObjectInfo> CompleteMultipartUpload(const S3Url& object, const std::string& upload_id,
                                               const std::vector<Part>& parts);
   [[nodiscard]] Status AbortMultipartUpload(const S3Url& object, const std::string& upload_id);
   // The unfinished multipart uploads of keys starting with `key_prefix` in `bucket` (key and

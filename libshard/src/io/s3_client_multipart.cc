@@ -26,7 +26,7 @@ Result<std::string> S3Client::CreateMultipartUpload(const S3Url& object) {
   return *id;
 }
 
-Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
+Result<ObjectInfo> S3Client::UploadPart(const S3Url& object, const std::string& upload_id,
                                          uint32_t number, std::string_view data,
                                          const std::string& content_md5) {
   S3Response r;
@@ -40,7 +40,7 @@ Result<std::string> S3Client::UploadPart(const S3Url& object, const std::string&
     return Status::IoError("PUT " + UrlOf(object) + "?" + query + ": HTTP " +
                                std::to_string(r.code) + " without an ETag",
                            EIO);
-  return r.etag;
+  return ObjectInfo{data.size(), r.etag, r.encryption};
 }
 
 Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
@@ -69,7 +69,7 @@ Result<std::vector<S3Client::Part>> S3Client::ListParts(const S3Url& object,
   return parts;
 }
 
-Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
+Result<ObjectInfo> S3Client::CompleteMultipartUpload(const S3Url& object,
                                                       const std::string& upload_id,
                                                       const std::vector<Part>& parts) {
   std::string xml = "<CompleteMultipartUpload>";
@@ -86,7 +86,7 @@ Result<std::string> S3Client::CompleteMultipartUpload(const S3Url& object,
       std::optional<std::string> etag,
       ParseCompleteResult(r.text, "POST " + UrlOf(object) + "?" + query + ": HTTP " +
                                       std::to_string(r.code)));
-  return etag ? *etag : r.etag;
+  return ObjectInfo{0, etag ? *etag : r.etag, r.encryption};
 }
 
 Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(

@@ -1,5 +1,5 @@
-// S3 URLs and the client's configuration (s3_client.h: IsS3Url, ParseS3Url, LoadS3Config):
-// the environment and the AWS shared config and credentials files.
+// The client's configuration (s3_client.h: LoadS3Config): the environment and the AWS shared
+// config and credentials files.
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
@@ -38,27 +38,6 @@ std::string HomeFile(const char* env, const char* name) {
 }
 
 }  // namespace
-
-bool IsS3Url(std::string_view path) { return path.substr(0, 5) == "s3://"; }
-
-Result<S3Url> ParseS3Url(std::string_view url) {
-  if (!IsS3Url(url))
-    return Status::InvalidArgument(std::string(url) + ": not an s3:// URL");
-  std::string_view rest = url.substr(5);
-  const size_t slash = rest.find('/');
-  S3Url out;
-  out.bucket = std::string(rest.substr(0, slash));
-  if (slash != std::string_view::npos) out.key = std::string(rest.substr(slash + 1));
-  const auto bucket_char = [](unsigned char c) {
-    return std::islower(c) || std::isdigit(c) || c == '-' || c == '.';
-  };
-  if (out.bucket.size() < 3 || out.bucket.size() > 63 ||
-      !std::all_of(out.bucket.begin(), out.bucket.end(), bucket_char))
-    return Status::InvalidArgument(std::string(url) + ": '" + out.bucket +
-                                   "' is not a valid bucket name (3-63 characters of a-z, 0-9, "
-                                   "'-', '.'); write s3://BUCKET/PREFIX");
-  return out;
-}
 
 Result<S3Config> LoadS3Config() {
   S3Config c;

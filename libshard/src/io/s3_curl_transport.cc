@@ -55,6 +55,8 @@ class CurlTransport final : public S3Transport {
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &sink);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    // The path as built (EncodeKey): never "/../" or "/./" collapsed into another key or bucket.
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     if (const std::string ca =
             Env("CURL_CA_BUNDLE").empty() ? Env("SSL_CERT_FILE") : Env("CURL_CA_BUNDLE");
         !ca.empty())

@@ -35,7 +35,8 @@ inline std::string Lower(std::string s) {
 }
 
 // Request encoding and response parsing (s3_request.cc).
-// Unreserved characters and '/' pass; everything else is %XX (the SigV4 canonical URI).
+// The key as a URL path: each '/'-separated segment percent-encoded on its own (RFC 3986
+// unreserved characters pass, everything else is %XX), as the SigV4 canonical URI has it.
 std::string EncodeKey(std::string_view key);
 // The <Code> of an S3 XML error body, or "".
 std::string S3ErrorCode(const std::string& body);

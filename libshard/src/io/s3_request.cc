@@ -10,18 +10,17 @@
 
 namespace libshard::io::s3_internal {
 
-// Unreserved characters and '/' pass; everything else is %XX (the SigV4 canonical URI).
+// Each '/'-separated segment encoded on its own (EncodeQueryValue's unreserved set), joined by
+// '/'. The storage driver refuses "." and ".." segments in the URLs users write, and the client
+// sends the path as built (CURLOPT_PATH_AS_IS), so no segment is ever collapsed.
 std::string EncodeKey(std::string_view key) {
-  static const char* kHex = "0123456789ABCDEF";
   std::string out;
-  for (unsigned char c : key) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
+  for (std::string_view rest = key;;) {
+    const size_t slash = rest.find('/');
+    out += EncodeQueryValue(rest.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    out.push_back('/');
+    rest = rest.substr(slash + 1);
   }
   return out;
 }

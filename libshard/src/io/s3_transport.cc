@@ -28,6 +28,7 @@ void S3Response::Reset() {
   text.clear();
   error_body.clear();
   etag.clear();
+  encryption.clear();
   content_range.clear();
   content_length = -1;
 }
@@ -35,6 +36,7 @@ void S3Response::Reset() {
 void S3Response::OnStatus(long status) {
   code = status;
   etag.clear();
+  encryption.clear();
   content_range.clear();
   content_length = -1;
 }
@@ -54,6 +56,8 @@ void S3Response::OnHeader(std::string_view line) {
       s3_internal::Lower(s3_internal::Trim(std::string(line.substr(0, colon))));
   const std::string value = s3_internal::Trim(std::string(line.substr(colon + 1)));
   if (name == "etag") etag = value;
+  if (name == "x-amz-server-side-encryption") encryption = value;
+  if (name == "x-amz-server-side-encryption-customer-algorithm") encryption = "SSE-C";
   if (name == "content-range") content_range = value;
   if (name == "content-length") {
     // Digits only; anything else is no length at all (the client then checks by other means).

@@ -43,6 +43,7 @@ struct S3Response {
   std::string text;
   std::string error_body;  // a non-2xx body, at most kMaxErrorBody bytes
   std::string etag;
+  std::string encryption;  // ObjectInfo::encryption (x-amz-server-side-encryption, or SSE-C)
   std::string content_range;
   int64_t content_length = -1;  // -1: no Content-Length header
 

@@ -18,8 +18,9 @@ std::array<uint8_t, 16> Md5(std::string_view data) {
   return digest;
 }
 
-std::string Md5Base64(std::string_view data) {
-  const std::array<uint8_t, 16> d = Md5(data);
+std::string Md5Base64(std::string_view data) { return Md5Base64(Md5(data)); }
+
+std::string Md5Base64(const std::array<uint8_t, 16>& d) {
   unsigned char out[32] = {};  // 4 * ceil(16 / 3) = 24 characters and the terminator
   const int n = EVP_EncodeBlock(out, d.data(), static_cast<int>(d.size()));
   return std::string(reinterpret_cast<const char*>(out), n > 0 ? static_cast<size_t>(n) : 0);

@@ -10,8 +10,9 @@
 namespace libshard::remote {
 
 std::array<uint8_t, 16> Md5(std::string_view data);
-// The base64 of the digest (the Content-MD5 header).
+// The base64 of the digest (the Content-MD5 header), of `data` or of a digest computed already.
 std::string Md5Base64(std::string_view data);
+std::string Md5Base64(const std::array<uint8_t, 16>& digest);
 // The lower-case hex of the digest, quoted ("\"...\""): S3's ETag of a single-part object.
 std::string Md5Etag(std::string_view data);
 

@@ -29,11 +29,9 @@
 
 namespace libshard::remote {
 
-Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const std::string& url,
+Result<std::shared_ptr<Dataset>> RemoteDataset::Open(const io::S3Url& base,
                                                      const DatasetOptions& options,
                                                      LocalOpen open_local) {
-  LIBSHARD_ASSIGN_OR_RETURN(io::S3Url base, io::ParseS3Url(url));
-  while (!base.key.empty() && base.key.back() == '/') base.key.pop_back();
   auto ds = std::make_shared<RemoteDataset>();
   ds->url_ = "s3://" + base.bucket + (base.key.empty() ? "" : "/" + base.key);
   ds->options_ = options;
@@ -314,10 +312,10 @@ std::string CacheRoot(const DatasetOptions& options) {
   return (home.empty() ? std::string("/tmp") : home + "/.cache") + "/libshard";
 }
 
-Result<std::shared_ptr<Dataset>> OpenRemoteDataset(const std::string& url,
+Result<std::shared_ptr<Dataset>> OpenRemoteDataset(const io::S3Url& base,
                                                    const DatasetOptions& options,
                                                    LocalOpen open_local) {
-  return RemoteDataset::Open(url, options, open_local);
+  return RemoteDataset::Open(base, options, open_local);
 }
 
 }  // namespace libshard::remote

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "io/s3_client.h"
 #include "libshard/dataset.h"
 
 namespace libshard::remote {
@@ -21,9 +22,10 @@ namespace libshard::remote {
 using LocalOpen = Result<std::shared_ptr<Dataset>> (*)(const std::string& dir,
                                                         const DatasetOptions& options);
 
-// Opens `url` (s3://...) through the cache of options.cache_dir; `open_local` opens the cached
-// copy (Dataset::Open's local path).
-Result<std::shared_ptr<Dataset>> OpenRemoteDataset(const std::string& url,
+// Opens the dataset whose objects are `base`.key/NAME in `base`.bucket (an s3:// URL the storage
+// driver parsed and checked, storage/s3_driver.cc) through the cache of options.cache_dir;
+// `open_local` opens the cached copy (Dataset::Open's local path).
+Result<std::shared_ptr<Dataset>> OpenRemoteDataset(const io::S3Url& base,
                                                    const DatasetOptions& options,
                                                    LocalOpen open_local);
 

@@ -121,7 +121,7 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
     for (std::thread& t : f->threads) t.join();
   }
 
-  static Result<std::shared_ptr<Dataset>> Open(const std::string& url,
+  static Result<std::shared_ptr<Dataset>> Open(const io::S3Url& base,
                                                const DatasetOptions& options,
                                                LocalOpen open_local);
 

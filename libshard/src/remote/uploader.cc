@@ -20,7 +20,9 @@
 #include "io/file.h"
 #include "io/filesystem.h"
 #include "remote/md5.h"
+#include "remote/upload_check.h"
 #include "remote/upload_journal.h"
+#include "remote/upload_verify.h"
 #include "util/env_knobs.h"
 
 namespace libshard::remote {
@@ -45,9 +47,19 @@ struct FileJob {
   std::map<uint32_t, io::S3Client::Part> listed;  // parts already up (resume)
   std::mutex mu;
   std::vector<io::S3Client::Part> parts;
+  std::vector<Md5Digest> digests;  // each part's MD5, as sent (UploadOptions::content_md5)
+  bool verifiable = true;          // every part's ETag was its MD5 (so the object's is checked)
   uint32_t remaining = 0;
   bool failed = false;
 };
+
+// "PUT s3://b/p/NAME part 3 (bytes 0-99 of PATH)" for messages.
+std::string PartWhere(const std::string& url, uint32_t part, uint64_t offset, uint64_t length,
+                      const std::string& path) {
+  return "PUT " + url + (part > 0 ? " part " + std::to_string(part) : std::string()) +
+         " (bytes " + std::to_string(offset) + "-" + std::to_string(offset + length - 1) + " of " +
+         path + ")";
+}
 
 }  // namespace
 
@@ -141,6 +153,26 @@ struct Uploader::State {
     work_cv.notify_one();
   }
 
+  std::string UrlOf(const std::string& name) const { return prefix + "/" + name; }
+
+  // SendChecked (upload_verify.h) with this Uploader's settings, counted in its stats.
+  Result<io::ObjectInfo> Send(io::S3Client& client, std::string_view data,
+                              const std::string& where,
+                              const std::function<Result<io::ObjectInfo>(const std::string&)>& send,
+                              Md5Digest* digest, bool* verified) {
+    Result<CheckedSend> r =
+        SendChecked(data, options.content_md5, client.config().max_attempts, where, send);
+    if (!r.ok()) return r.status();
+    {
+      std::lock_guard<std::mutex> g(mu);
+      stats.etag_mismatches += r->mismatches;
+      stats.unverifiable += r->unverifiable ? 1 : 0;
+    }
+    *digest = r->digest;
+    *verified = r->verified;
+    return r->reply;
+  }
+
   void Worker() {
     Result<std::unique_ptr<io::S3Client>> made = io::S3Client::Create(config);
     io::S3ClientStats seen;
@@ -186,9 +218,10 @@ struct Uploader::State {
       if (auto it = uploads.find(job->name); it != uploads.end()) was_started = it->second;
     }
     if (was_done && was_done->size == job->size) {
-      // Finished by an earlier run: kept when the server still has it with that size.
+      // Finished by an earlier run: kept when the server still has it with that size and the
+      // ETag recorded when it was finished.
       Result<io::ObjectInfo> info = client.Head(job->object);
-      if (info.ok() && info->size == job->size) {
+      if (info.ok() && info->size == job->size && SameEtag(info->etag, was_done->value)) {
         std::lock_guard<std::mutex> g(mu);
         ++stats.objects;
         --pending_files;
@@ -197,20 +230,38 @@ struct Uploader::State {
       }
       if (!info.ok() && info.status().code() != StatusCode::kNotFound)
         return FinishFile(*job, info.status(), {});
+      if (options.free_uploaded)
+        return FinishFile(
+            *job,
+            Status::Corruption(
+                UrlOf(job->name) + ": " +
+                (info.ok() ? "the bucket holds " + std::to_string(info->size) +
+                                 " bytes with ETag " + info->etag + ", but " +
+                                 std::to_string(job->size) + " bytes with ETag " +
+                                 was_done->value + " were uploaded"
+                           : std::string("uploaded before, but gone from the bucket")) +
+                ", and its local copy in " + staging +
+                " was freed once it was up, so it cannot be sent again; delete that staging "
+                "directory and write the dataset again"),
+            {});
     }
     job->part_size = std::max<uint64_t>(options.part_size, (job->size + kMaxParts - 1) / kMaxParts);
     if (job->size <= job->part_size) {
       std::string data(job->size, '\0');
       Status st = job->file.PReadExact(data.data(), data.size(), 0);
       if (!st.ok()) return FinishFile(*job, st, {});
-      Result<std::string> etag =
-          client.Put(job->object, data, options.content_md5 ? Md5Base64(data) : std::string());
-      if (etag.ok()) {
+      Md5Digest digest{};
+      bool verified = false;
+      Result<io::ObjectInfo> reply = Send(
+          client, data, PartWhere(UrlOf(job->name), 0, 0, data.size(), job->path),
+          [&](const std::string& md5) { return client.Put(job->object, data, md5); }, &digest,
+          &verified);
+      if (reply.ok()) {
         std::lock_guard<std::mutex> g(mu);
         ++stats.parts_uploaded;
         stats.bytes_uploaded += data.size();
       }
-      return FinishFile(*job, etag.status(), etag.ok() ? *etag : std::string());
+      return FinishFile(*job, reply.status(), reply.ok() ? reply->etag : std::string());
     }
     job->parts_total = static_cast<uint32_t>((job->size + job->part_size - 1) / job->part_size);
     if (was_started && was_started->size == job->size) {
@@ -220,12 +271,16 @@ struct Uploader::State {
         job->upload_id = was_started->value;
         for (io::S3Client::Part& p : *listed) job->listed.emplace(p.number, std::move(p));
       } else if (listed.status().code() == StatusCode::kNotFound) {
-        // The upload is gone: completed (killed before "done" was journaled) or aborted.
+        // The upload is gone: completed (killed before "done" was journaled) or aborted. The
+        // object is kept when its ETag is the one the local bytes' parts make.
         Result<io::ObjectInfo> info = client.Head(job->object);
         const std::string suffix = "-" + std::to_string(job->parts_total) + "\"";
         if (info.ok() && info->size == job->size && info->etag.size() > suffix.size() &&
-            info->etag.ends_with(suffix))
-          return FinishFile(*job, Status::OK(), info->etag);
+            info->etag.ends_with(suffix)) {
+          Result<bool> same = SameAsLocal(*job, info->etag, info->encryption);
+          if (!same.ok()) return FinishFile(*job, same.status(), {});
+          if (*same) return FinishFile(*job, Status::OK(), info->etag);
+        }
       } else {
         return FinishFile(*job, listed.status(), {});
       }
@@ -243,6 +298,7 @@ struct Uploader::State {
       if (!js.ok()) return FinishFile(*job, js, {});
     }
     job->parts.resize(job->parts_total);
+    job->digests.resize(job->parts_total);
     job->remaining = job->parts_total;
     // The parts go to the front of the queue (part 1 first): one file's parts are finished
     // before the next file starts, which bounds the memory in flight and the unfinished uploads.
@@ -272,17 +328,34 @@ struct Uploader::State {
       st = job->file.PReadExact(data.data(), length, offset);
       if (st.ok()) {
         auto it = job->listed.find(n);
+        // A part up already (resume) is kept when its ETag is the MD5 of these bytes.
+        Md5Digest digest{};
+        if (it != job->listed.end() && it->second.size == length) digest = Md5(data);
         if (it != job->listed.end() && it->second.size == length &&
-            it->second.etag == Md5Etag(data)) {
+            SameEtag(it->second.etag, EtagOfMd5(digest))) {
           etag = it->second.etag;  // up already, with these bytes
+          {
+            std::lock_guard<std::mutex> g(job->mu);
+            job->digests[n - 1] = digest;
+          }
           std::lock_guard<std::mutex> g(mu);
           ++stats.parts_skipped;
         } else {
-          Result<std::string> r = client.UploadPart(
-              job->object, job->upload_id, n, data,
-              options.content_md5 ? Md5Base64(data) : std::string());
+          Md5Digest sent{};
+          bool verified = false;
+          Result<io::ObjectInfo> r = Send(
+              client, data, PartWhere(UrlOf(job->name), n, offset, length, job->path),
+              [&](const std::string& md5) {
+                return client.UploadPart(job->object, job->upload_id, n, data, md5);
+              },
+              &sent, &verified);
           if (r.ok()) {
-            etag = *r;
+            etag = r->etag;
+            {
+              std::lock_guard<std::mutex> g(job->mu);
+              job->digests[n - 1] = sent;
+              job->verifiable = job->verifiable && verified;
+            }
             std::lock_guard<std::mutex> g(mu);
             ++stats.parts_uploaded;
             stats.bytes_uploaded += length;
@@ -310,9 +383,36 @@ struct Uploader::State {
       done_cv.notify_all();
       return;
     }
-    Result<std::string> done_etag =
+    Result<io::ObjectInfo> completed =
         client.CompleteMultipartUpload(job->object, job->upload_id, job->parts);
-    FinishFile(*job, done_etag.status(), done_etag.ok() ? *done_etag : std::string());
+    if (completed.ok() && options.content_md5 && job->verifiable) {
+      const std::string expected = MultipartEtag(job->digests);
+      if (CheckEtag(completed->etag, expected, completed->encryption) == EtagCheck::kMismatch)
+        return FinishFile(*job,
+                          Status::IoError("POST " + UrlOf(job->name) + "?uploadId=" +
+                                              job->upload_id + ": the completed object's ETag " +
+                                              completed->etag + " is not the " + expected +
+                                              " its parts make (the server assembled other "
+                                              "bytes); nothing was committed",
+                                          EIO),
+                          {});
+    }
+    FinishFile(*job, completed.status(), completed.ok() ? completed->etag : std::string());
+  }
+
+  // Whether `etag` (a completed object's) is the one the local file's parts make; true when it
+  // cannot tell (content_md5 off, or the server's ETags are no MD5s).
+  Result<bool> SameAsLocal(FileJob& job, const std::string& etag, const std::string& encryption) {
+    if (!options.content_md5) return true;
+    std::vector<Md5Digest> digests(job.parts_total);
+    std::string data;
+    for (uint32_t n = 1; n <= job.parts_total; ++n) {
+      const uint64_t offset = uint64_t{n - 1} * job.part_size;
+      data.resize(std::min(job.part_size, job.size - offset));
+      LIBSHARD_RETURN_IF_ERROR(job.file.PReadExact(data.data(), data.size(), offset));
+      digests[n - 1] = Md5(data);
+    }
+    return CheckEtag(etag, MultipartEtag(digests), encryption) != EtagCheck::kMismatch;
   }
 };
 
@@ -328,14 +428,13 @@ Uploader::~Uploader() {
   for (std::thread& t : s_->threads) t.join();
 }
 
-Result<std::unique_ptr<Uploader>> Uploader::Open(const std::string& prefix,
+Result<std::unique_ptr<Uploader>> Uploader::Open(const io::S3Url& base, const std::string& url,
                                                  const std::string& staging_dir, bool fresh,
                                                  UploadOptions options) {
   LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   auto s = std::make_unique<State>();
-  LIBSHARD_ASSIGN_OR_RETURN(s->base, io::ParseS3Url(prefix));
-  while (!s->base.key.empty() && s->base.key.back() == '/') s->base.key.pop_back();
-  s->prefix = prefix;
+  s->base = base;
+  s->prefix = url;
   s->staging = staging_dir;
   s->options = options;
   LIBSHARD_ASSIGN_OR_RETURN(s->config, io::LoadS3Config());
@@ -408,14 +507,21 @@ Status Uploader::PutNow(const std::string& name, std::string_view data) {
   if (!s_->caller_client) {
     LIBSHARD_ASSIGN_OR_RETURN(s_->caller_client, io::S3Client::Create(s_->config));
   }
-  Result<std::string> etag = s_->caller_client->Put(s_->ObjectOf(name), data, Md5Base64(data));
+  io::S3Client& client = *s_->caller_client;
+  const io::S3Url object = s_->ObjectOf(name);
+  Md5Digest digest{};
+  bool verified = false;
+  Result<io::ObjectInfo> reply = s_->Send(
+      client, data, "PUT " + s_->UrlOf(name),
+      [&](const std::string& md5) { return client.Put(object, data, md5); }, &digest, &verified);
   std::lock_guard<std::mutex> g(s_->mu);
-  if (etag.ok()) {
+  if (reply.ok()) {
     ++s_->stats.parts_uploaded;
     s_->stats.bytes_uploaded += data.size();
     ++s_->stats.objects;
+    s_->done[name] = Recorded{data.size(), reply->etag};
   }
-  return etag.status();
+  return reply.status();
 }
 
 Result<io::ObjectInfo> Uploader::HeadNow(const std::string& name) {
@@ -443,6 +549,17 @@ void Uploader::AbortLeftovers(const std::vector<std::string>& names) {
       s_->caller_client->AbortMultipartUpload(io::S3Url{s_->base.bucket, u.key}, u.upload_id)
           .IgnoreError();
 }
+
+std::optional<io::ObjectInfo> Uploader::Finished(const std::string& name) const {
+  std::lock_guard<std::mutex> g(s_->mu);
+  auto it = s_->done.find(name);
+  if (it == s_->done.end()) return std::nullopt;
+  return io::ObjectInfo{it->second.size, it->second.value, {}};
+}
+
+io::S3Url Uploader::ObjectOf(const std::string& name) const { return s_->ObjectOf(name); }
+
+const io::S3Config& Uploader::config() const { return s_->config; }
 
 UploadStats Uploader::stats() const {
   std::lock_guard<std::mutex> g(s_->mu);

@@ -6,6 +6,13 @@
 // and completed once all are up. A multipart object is invisible until completed, so a reader
 // never sees half of one.
 //
+// Checked (upload_check.h): each reply's ETag is compared with the MD5 of the bytes sent; a part
+// or PUT whose ETag is the MD5 of other bytes (damaged on the way, stored by a server that does
+// not check Content-MD5) is sent again, up to the client's max_attempts; a completed object's
+// ETag is compared with the one its parts' MD5s make. Only then is the object journaled as done
+// (and its local bytes freed, with `free_uploaded`). CheckUploaded HEADs the objects afterwards
+// and compares their sizes and ETags with what was recorded.
+//
 // Resume: the upload journal (`upload.journal` in the staging directory, one text line per event,
 // appended and fsynced) records each multipart upload id when it starts ("upload NAME SIZE ID")
 // and each finished object ("done NAME SIZE ETAG"). A new Uploader on the same directory (the
@@ -16,8 +23,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "io/s3_client.h"
@@ -31,9 +40,11 @@ struct UploadOptions {
   uint64_t part_size = uint64_t{16} << 20;
   // LIBSHARD_S3_UPLOAD_THREADS (default 8): parts in flight at once.
   uint32_t threads = 8;
-  // LIBSHARD_S3_CONTENT_MD5 (default 1): send each part's and object's Content-MD5, so that the
-  // server refuses bytes damaged on the way. 0 saves the MD5 (a CPU-second or more per GB on a
-  // busy node) where TLS already protects the transfer; a resume still checks parts by MD5.
+  // LIBSHARD_S3_CONTENT_MD5 (default 1): send each part's and object's Content-MD5, so that a
+  // server that checks it refuses bytes damaged on the way, and compare each reply's ETag with
+  // the MD5 of what was sent. 0 does neither and saves the MD5 (a CPU-second or more per GB on a
+  // busy node) where TLS already protects the transfer; sizes and the ETags the server returned
+  // are still checked (CheckUploaded), and a resume still checks listed parts by MD5.
   bool content_md5 = true;
   // Free the local bytes of a file once it is up, past its first 4 KiB (a shard's header, which
   // a resumed Writer checks), by punching a hole that keeps the size: the staging directory then
@@ -51,14 +62,17 @@ struct UploadStats {
   uint64_t bytes_uploaded = 0;
   uint64_t requests = 0;         // every try of every request
   uint64_t retries = 0;
+  uint64_t etag_mismatches = 0;  // replies whose ETag was the MD5 of other bytes (sent again)
+  uint64_t unverifiable = 0;     // replies whose ETag is no MD5 (SSE-KMS, SSE-C, some stores)
 };
 
 class Uploader {
  public:
-  // `prefix` is the dataset's s3:// URL (objects go to PREFIX/NAME); `staging_dir` holds the
-  // files and the upload journal. `fresh`: a new write; a journal left by an earlier one is
-  // dropped (its unfinished uploads aborted, best effort). Otherwise the journal is continued.
-  static Result<std::unique_ptr<Uploader>> Open(const std::string& prefix,
+  // Objects go to `base`.key/NAME in `base`.bucket (the prefix of the dataset whose URL, for
+  // messages, is `url`); `staging_dir` holds the files and the upload journal. `fresh`: a new
+  // write; a journal left by an earlier one is dropped (its unfinished uploads aborted, best
+  // effort). Otherwise the journal is continued.
+  static Result<std::unique_ptr<Uploader>> Open(const io::S3Url& base, const std::string& url,
                                                 const std::string& staging_dir, bool fresh,
                                                 UploadOptions options);
   ~Uploader();  // stops the threads; unfinished uploads stay for a resume
@@ -72,8 +86,14 @@ class Uploader {
   Status error() const;
   // Waits until every queued upload is finished or one failed; the first error.
   [[nodiscard]] Status Wait();
-  // PUT of `data` as PREFIX/`name` now, on the calling thread (index, manifest).
+  // PUT of `data` as PREFIX/`name` now, on the calling thread (index, manifest), checked and
+  // recorded like a queued upload (not journaled: it is put again by a resumed run).
   [[nodiscard]] Status PutNow(const std::string& name, std::string_view data);
+  // The size and ETag recorded when PREFIX/`name` was finished (by this Uploader, PutNow, or the
+  // run whose journal it continued); nullopt when it was not.
+  std::optional<io::ObjectInfo> Finished(const std::string& name) const;
+  io::S3Url ObjectOf(const std::string& name) const;
+  const io::S3Config& config() const;
   // HEAD of PREFIX/`name` on the calling thread.
   Result<io::ObjectInfo> HeadNow(const std::string& name);
 

@@ -6,7 +6,7 @@
 #include "format/manifest.h"
 #include "io/file_lock.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
+#include "storage/storage_driver.h"
 
 namespace libshard {
 namespace {
@@ -46,14 +46,15 @@ bool DatasetLock::Covers(const std::string& dir) const {
   return impl_->lock.Holds(internal::JoinPath(dir, kFileName));
 }
 
-Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::string& dir,
+Result<std::shared_ptr<const DatasetLock>> DatasetLock::Acquire(const std::string& location,
                                                                  bool create_directory,
                                                                  Caller caller) {
-  if (dir.empty()) return Status::InvalidArgument("DatasetLock: empty directory name");
-  // Every writer (pack, merge, upgrade, Writer) locks its output first: no local "s3:" directory.
-  if (io::IsS3Url(dir))
-    return Status::Unsupported(dir +
-                               " is an s3:// URL: only local directories are locked (an s3:// output is written through its local staging directory; docs/guide/object-storage.md)");
+  if (location.empty()) return Status::InvalidArgument("DatasetLock: empty directory name");
+  // Every writer (pack, merge, upgrade, Writer) locks its output first: the directory its
+  // location's writes work in (an s3:// output's staging directory), never a local "s3:".
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(location));
+  const std::string& dir = driver->info().work_dir;
   if (create_directory) {
     LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(dir));
   } else if (!internal::PathExists(dir)) {

@@ -9,7 +9,7 @@
 #include "io/file.h"
 #include "io/file_lock.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
+#include "storage/storage_driver.h"
 #include "libshard/checksum.h"
 #include "libshard/merge.h"
 
@@ -103,8 +103,15 @@ Status MarkPartEmpty(const std::string& out, uint32_t rank, uint32_t world_size,
 Result<JoinResult> JoinParts(const std::string& out, uint32_t world_size,
                              const JoinOptions& options) {
   LIBSHARD_RETURN_IF_ERROR(CheckRank(0, world_size));
-  if (io::IsS3Url(out))
-    return Status::Unsupported("join: " + out + " is an s3:// URL; parts are joined locally");
+  {
+    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                              storage::OpenStorage(out));
+    if (!driver->info().local_files)
+      return storage::NeedsLocalFiles(*driver, "parts are joined locally",
+                                      "a write of several ranks joins its parts through local "
+                                      "files next to them")
+          .WithContext("join");
+  }
   const std::string parts_root = internal::JoinPath(out, kPartsDir);
   LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(parts_root));
   LIBSHARD_ASSIGN_OR_RETURN(io::FileLock lock,

@@ -5,13 +5,12 @@
 #include <numeric>
 
 #include "io/filesystem.h"
-#include "io/s3_client.h"
-#include "remote/s3_writer.h"
 #include "format/journal.h"
 #include "format/manifest.h"
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
 #include "libshard/dataset_lock.h"
+#include "storage/storage_driver.h"
 #include "writer/commit.h"
 
 namespace libshard {
@@ -52,21 +51,24 @@ Status OrderBySource(std::vector<format::IndexSample>* samples, const std::vecto
   return Status::OK();
 }
 
-}  // namespace
-
-Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
-                     const MergeOptions& options) {
+// The merge itself, into the local directory `out_dir` (the output's own, or its staging
+// directory).
+Status MergeLocal(const std::string& out_dir, const std::vector<std::string>& parts,
+                  const MergeOptions& options) {
   const bool link = options.link;
-  if (parts.empty()) return Status::InvalidArgument("merge: no parts given");
-  // An s3:// output: merged into a local staging directory, then uploaded (remote/s3_writer.h).
-  if (io::IsS3Url(out_dir)) return remote::MergeToS3(out_dir, parts, options);
   std::vector<std::shared_ptr<Dataset>> datasets;
   uint64_t total_shards = 0, total_samples = 0;
   for (const std::string& part : parts) {
-    // A part's shards are linked or copied as files: a cached s3:// copy has holes.
-    if (io::IsS3Url(part))
-      return Status::Unsupported("merge: part " + part + " is an s3:// URL; merge reads local "
-                                 "parts only (download it first)");
+    // A part's shards are linked or copied as files: a cached object-storage copy has holes.
+    {
+      LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                                storage::OpenStorage(part));
+      if (!driver->info().local_files)
+        return storage::NeedsLocalFiles(*driver, "merge reads local parts only",
+                                        "it links or copies their shard files; download the "
+                                        "part first")
+            .WithContext("merge");
+    }
     DatasetOptions open_options;
     open_options.caller = options.caller;
     auto ds = Dataset::Open(part, open_options);
@@ -158,6 +160,29 @@ Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>&
   for (uint8_t c : codecs) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;
+  return Status::OK();
+}
+
+}  // namespace
+
+// The output's storage driver says where the merge is written; an object store's target then
+// publishes it (a merge stopped while publishing is finished by running it again).
+Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
+                     const MergeOptions& options) {
+  if (parts.empty()) return Status::InvalidArgument("merge: no parts given");
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(out_dir));
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::WriteTarget> target,
+                            driver->BeginWrite(storage::WriteKind::kMerge, options.caller));
+  if (!target->committed_unpublished()) {
+    Status merged = MergeLocal(target->local_dir(), parts, options);
+    if (!merged.ok() && driver->info().staged)
+      return merged.WithContext(driver->location() + " (staging directory " +
+                                target->local_dir() + ")");
+    LIBSHARD_RETURN_IF_ERROR(merged);
+  }
+  LIBSHARD_RETURN_IF_ERROR(target->Publish().WithContext("merge"));
+  target->Release();
   return Status::OK();
 }
 

@@ -4,7 +4,7 @@
 #include "format/index.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
+#include "storage/storage_driver.h"
 #include "libshard/dataset.h"
 #include "libshard/dataset_lock.h"
 #include "writer/commit.h"
@@ -12,9 +12,11 @@
 namespace libshard {
 
 Result<bool> UpgradeIndex(const std::string& dir, Caller caller) {
-  if (io::IsS3Url(dir))
-    return Status::Unsupported(dir + ": upgrade rewrites a local directory; an s3:// dataset is "
-                                     "upgraded locally, then uploaded again");
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(dir));
+  if (!driver->info().local_files)
+    return storage::NeedsLocalFiles(*driver, "upgrade rewrites a local directory",
+                                    "upgrade a local copy, then upload that");
   DatasetOptions open_options;
   open_options.caller = caller;
   if (!internal::PathExists(dir)) return Dataset::Open(dir, open_options).status();  // its message

@@ -11,7 +11,6 @@
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_common.h"
@@ -22,7 +21,6 @@
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
 #include "writer/buffer_pool.h"
-#include "remote/s3_writer.h"
 #include "writer/commit.h"
 #include "writer/writer_impl.h"
 
@@ -221,6 +219,11 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   w->samples_ = std::move(journal.samples);
   w->journaled_ = w->samples_.size();
   if (options.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir));
+  // The shards sealed before the interruption (all but the last, still open one) are sealed
+  // again for WriterOptions::on_shard_sealed: an object store's target uploads what is not up.
+  if (options.on_shard_sealed)
+    for (uint32_t k = 0; k + 1 < shard_count; ++k)
+      LIBSHARD_RETURN_IF_ERROR(options.on_shard_sealed(w->shards_[k].name, w->TmpPath(k)));
   return std::unique_ptr<Writer>(std::move(w));
 }
 

@@ -12,7 +12,6 @@
 #include "io/direct_io.h"
 #include "io/file.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_common.h"
@@ -23,7 +22,6 @@
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
 #include "writer/buffer_pool.h"
-#include "remote/s3_writer.h"
 #include "writer/commit.h"
 #include "writer/writer_impl.h"
 

@@ -1,0 +1,73 @@
+// A Writer over a storage driver's WriteTarget (publishing_writer.h).
+#include "writer/publishing_writer.h"
+
+#include <utility>
+
+namespace libshard::writer_internal {
+namespace {
+
+class PublishingWriter final : public Writer {
+ public:
+  PublishingWriter(std::shared_ptr<storage::WriteTarget> target, std::unique_ptr<Writer> inner)
+      : target_(std::move(target)), inner_(std::move(inner)) {}
+
+  Result<EncodedSample> Encode(const SampleInput& sample) const override {
+    return inner_->Encode(sample);
+  }
+  Status AppendEncoded(EncodedSample sample) override {
+    // A failed upload stops the write at once, not only at Finish.
+    LIBSHARD_RETURN_IF_ERROR(target_->error());
+    return inner_->AppendEncoded(std::move(sample));
+  }
+  Status Append(const SampleInput& sample) override {
+    LIBSHARD_ASSIGN_OR_RETURN(EncodedSample e, Encode(sample));
+    return AppendEncoded(std::move(e));
+  }
+  Result<WriteSummary> Finish() override {
+    LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, inner_->Finish());
+    LIBSHARD_RETURN_IF_ERROR(target_->Publish());
+    target_->Release();
+    return summary;
+  }
+  const Schema& schema() const override { return inner_->schema(); }
+  uint64_t samples_written() const override { return inner_->samples_written(); }
+  const std::vector<SourceFileInfo>& existing_sources() const override {
+    return inner_->existing_sources();
+  }
+
+ private:
+  std::shared_ptr<storage::WriteTarget> target_;  // before inner_: outlives its hook
+  std::unique_ptr<Writer> inner_;                 // writes target_->local_dir()
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Writer>> OpenThroughStorage(const std::string& location,
+                                                   storage::WriteKind kind,
+                                                   const WriterOptions& options,
+                                                   const OpenLocalWriter& open) {
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(location));
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::WriteTarget> made,
+                            driver->BeginWrite(kind, options.caller));
+  std::shared_ptr<storage::WriteTarget> target = std::move(made);
+  if (target->committed_unpublished()) LIBSHARD_RETURN_IF_ERROR(target->Publish());
+  // Each sealed shard goes to the target (an object store uploads it while the next is written),
+  // then to the caller's own hook.
+  WriterOptions o = options;
+  o.on_shard_sealed = [target, user = options.on_shard_sealed](
+                          const std::string& name, const std::string& path) -> Status {
+    LIBSHARD_RETURN_IF_ERROR(target->ShardSealed(name, path));
+    return user ? user(name, path) : Status::OK();
+  };
+  Result<std::unique_ptr<Writer>> inner = open(target->local_dir(), o);
+  if (!inner.ok()) {
+    if (!driver->info().staged) return inner.status();
+    return inner.status().WithContext(driver->location() + " (staging directory " +
+                                      target->local_dir() + ")");
+  }
+  return std::unique_ptr<Writer>(
+      std::make_unique<PublishingWriter>(std::move(target), std::move(*inner)));
+}
+
+}  // namespace libshard::writer_internal
