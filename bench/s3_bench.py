@@ -13,6 +13,10 @@ dataset uploaded once, and in turn:
                 --direct every reader talks to the server itself and nothing is counted)
   warm epoch    the same loader again over the now full cache
   local         libshard.Loader over the local copy (what the warm epoch should match)
+With --nodes 2,4, simulated nodes (each its own cache directory, each epoch of each node its own
+process) read the dataset for --epochs epochs with the global order and with the node-local one
+(locality="node"): the bytes each node fetches, as a multiple of dataset / N (issue 35's target:
+<= 1.05 for node-local over all epochs).
 With --upload, the write path instead: libshard's upload (merge of the packed dataset to s3://)
 against the same bytes PUT alone by curl --parallel in pieces of the part size.
 Targets: cold >= 0.9x server alone, warm ~ local, exactly 1 GET per block, first sample within
@@ -40,6 +44,7 @@ sample's token ids and every byte of the first samples are hashed and compared),
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -80,12 +85,15 @@ def make_dataset(out: Path, n: int, seq: int, hidden: int, shard_size=None) -> N
             }, key=f"s{i:06d}")
 
 
-def epoch(url: str, **kw):
+def epoch(url, **kw):
+    """One epoch: of a new loader over `url`, or, when `url` is a Loader, its next epoch."""
     t0 = time.perf_counter()
     c0 = cpu()
     first = None
     nbytes = 0
-    for s in libshard.Loader(url, shuffle=True, seed=0, pin_memory=False, **kw):
+    loader = url if isinstance(url, libshard.Loader) else \
+        libshard.Loader(url, shuffle=True, seed=0, pin_memory=False, **kw)
+    for s in loader:
         if first is None:
             first = time.perf_counter() - t0
         nbytes += sum(t.numel() * t.element_size() for t in s.values()
@@ -569,14 +577,22 @@ def main() -> None:
         cache = work / "cache"
         if cache.exists():
             shutil.rmtree(cache)
-        cold = epoch(url, cache=cache)
+        # One loader for the cold and the warm epochs, as a trainer runs them (set_epoch). Its
+        # first fast epoch grows the arena past what the network-bound cold epoch used, and on
+        # these VMs the first touch of memory is slow (docs/performance.md, "The first fast
+        # epoch"): compare it with the local loader's first epoch, and the second with the
+        # second.
+        remote = libshard.Loader(url, cache=cache, shuffle=True, seed=0, pin_memory=False)
+        cold = epoch(remote)
         gets = proxy.shard_gets()
         block_gets = [v for k, v in gets.items() if k[1] != "bytes=0-4095"]
-        warm = epoch(url, cache=cache)
-        # The first warm epoch of a process still pays for what the cold one left behind; a
-        # trainer's later epochs look like the second.
-        warm2 = epoch(url, cache=cache)
-        loc = epoch(str(local))
+        warm = epoch(remote)
+        warm2 = epoch(remote)
+        del remote
+        here = libshard.Loader(str(local), shuffle=True, seed=0, pin_memory=False)
+        loc = epoch(here)
+        loc2 = epoch(here)
+        del here
     finally:
         proxy.stop()
         server.stop()
@@ -587,10 +603,11 @@ def main() -> None:
     print(f"{'reader':<14} {'first s':>8} {'seconds':>8} {'GB/s':>7} {'CPU-s/GB':>9}")
     print(f"{'server alone':<14} {'':>8} {alone_s:8.2f} {gb / alone_s:7.3f} {alone_cpu / gb:9.2f}")
     for name, (first, secs, c, _) in (("cold epoch", cold), ("warm epoch", warm),
-                                      ("warm epoch 2", warm2), ("local", loc)):
+                                      ("warm epoch 2", warm2), ("local", loc),
+                                      ("local epoch 2", loc2)):
         print(f"{name:<14} {first:8.3f} {secs:8.2f} {gb / secs:7.3f} {c / gb:9.2f}")
     print(f"cold / server alone: {alone_s / cold[1]:.2f}x   warm / local: {loc[1] / warm[1]:.2f}x"
-          f"   warm 2 / local: {loc[1] / warm2[1]:.2f}x")
+          f"   warm 2 / local 2: {loc2[1] / warm2[1]:.2f}x")
     if a.direct:
         print("GETs per block: not counted (--direct)")
     else:
@@ -656,8 +673,132 @@ def evict_main() -> None:
         print(f"{name:<18} {n:7d} {secs:8.2f} {gb / secs:7.3f} {c / gb:9.2f} {per:10.2f}")
 
 
+NODE_EPOCH = r"""
+import json, resource, sys, time
+import libshard
+spec = json.loads(sys.argv[1])
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+t0, c0, n, nbytes = time.perf_counter(), cpu(), 0, 0
+loader = libshard.Loader(spec["url"], rank=spec["rank"], world_size=spec["world"],
+                         locality=spec["locality"], nodes=spec["nodes"], seed=0,
+                         cache=spec["cache"], cache_size=spec["cache_size"],
+                         pin_memory=False, return_index=True, metadata=False)
+loader.set_epoch(spec["epoch"])
+indices = []
+for s in loader:
+    indices.append(int(s["__index__"]))
+    nbytes += sum(t.numel() * t.element_size() for k, t in s.items() if k != "__index__")
+print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": cpu() - c0, "bytes": nbytes,
+                  "indices": indices}))
+"""
+
+
+def nodes_main() -> None:
+    """`s3_bench.py --nodes 2,4 [--epochs 3]`: simulated nodes reading one s3:// dataset, each
+    with its own cache directory (cache_size = --cache-fraction x the node's 1/N of the shards'
+    bytes), one rank per node, each epoch of each node in a process of its own, through the
+    counting proxy: the bytes each node fetches over the epochs with the global order and with
+    the node-local one (locality="node", docs/ORDER.md §5), and each epoch's GB/s against the
+    local dataset read the same way. Target (issue 35): node-local <= 1.05 x dataset / N per node
+    over all epochs."""
+    ap = argparse.ArgumentParser(description=nodes_main.__doc__.split("\n")[0])
+    ap.add_argument("--nodes", required=True, help="node counts, e.g. 2,4")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--cache-fraction", type=float, default=1.25,
+                    help="each node's cache_size as a multiple of dataset / N")
+    ap.add_argument("--samples", type=int, default=160)
+    ap.add_argument("--seq", type=int, default=1536)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--shard-size", default="256MiB")
+    ap.add_argument("--block", default=str(4 << 20), help="cache block bytes")
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--work", default=None)
+    a = ap.parse_args()
+    work = Path(a.work or tempfile.mkdtemp(prefix="s3_nodes_bench_"))
+    local = work / "ds"
+    if local.exists():
+        shutil.rmtree(local)
+    make_dataset(local, a.samples, a.seq, a.hidden, a.shard_size)
+    sizes = {p.name: p.stat().st_size for p in local.glob("*.lss")}
+    total = sum(sizes.values())
+    server = MotoServer()
+    proxy = FaultProxy(server.port)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _pythonpath()
+    rows = []
+    try:
+        server.upload_dir(BUCKET, "ds", local)
+        url = f"s3://{BUCKET}/ds"
+        env.update(s3_env(proxy.endpoint, server.access_key, server.secret_key,
+                          LIBSHARD_CACHE_BLOCK_SIZE=a.block,
+                          LIBSHARD_S3_CONNECTIONS=str(a.connections),
+                          LIBSHARD_S3_MAX_ATTEMPTS="8", LIBSHARD_S3_STALL_SECONDS="30",
+                          LIBSHARD_S3_TIMEOUT_SECONDS="300"))
+
+        def run(spec: dict) -> dict:
+            out = subprocess.run([sys.executable, "-c", NODE_EPOCH, json.dumps(spec)], env=env,
+                                 capture_output=True, text=True, timeout=3600)
+            if out.returncode != 0:
+                raise SystemExit(f"node {spec['rank']} epoch {spec['epoch']} failed:\n"
+                                 f"{out.stderr[-3000:]}")
+            return json.loads(out.stdout.strip().splitlines()[-1])
+
+        for nodes in [int(x) for x in a.nodes.split(",")]:
+            bound = int(a.cache_fraction * total / nodes)
+            for locality in ("global", "node"):
+                caches = [work / f"cache-{nodes}-{locality}-{k}" for k in range(nodes)]
+                for c in caches:
+                    shutil.rmtree(c, ignore_errors=True)
+                fetched = [0] * nodes
+                served = Counter()
+                for ep in range(a.epochs):
+                    secs = []
+                    for k in range(nodes):
+                        proxy.reset_counts()
+                        r = run({"url": url, "rank": k, "world": nodes, "nodes": nodes,
+                                 "locality": locality, "epoch": ep, "cache": str(caches[k]),
+                                 "cache_size": bound})
+                        got = 0
+                        for (path, rng), count in proxy.shard_gets().items():
+                            lo, hi = (int(x) for x in rng.split("=")[1].split("-"))
+                            got += count * (hi - lo + 1)
+                        fetched[k] += got
+                        served.update(r["indices"])
+                        secs.append((r["seconds"], r["bytes"], r["cpu"], got))
+                    rows.append((nodes, locality, ep, secs))
+                assert set(served) == set(range(a.samples)), "a sample was never served"
+                rows.append((nodes, locality, "total", fetched))
+        # The local dataset, one rank of the largest node count, host-warm, for the warm GB/s.
+        loc = run({"url": str(local), "rank": 0, "world": 1, "nodes": None,
+                   "locality": "global", "epoch": 0, "cache": None, "cache_size": None})
+    finally:
+        proxy.stop()
+        server.stop()
+    gb = total / 1e9
+    print(f"dataset: {a.samples} samples, {gb:.2f} GB in {len(sizes)} shards, blocks of "
+          f"{a.block} B; each node's cache_size {a.cache_fraction:.2f} x dataset / N")
+    print(f"local dataset, one process: {loc['bytes'] / loc['seconds'] / 1e9:.3f} GB/s")
+    print(f"{'nodes':>5} {'order':<7} {'epoch':>5} {'fetched per node, x dataset/N':<34} "
+          f"{'GB/s per node (min..max)':>26}")
+    for nodes, locality, ep, data in rows:
+        share = total / nodes
+        if ep == "total":
+            per = ", ".join(f"{f / share:.3f}" for f in data)
+            print(f"{nodes:5d} {locality:<7} {'all':>5} {per:<34} "
+                  f"{'max ' + format(max(data) / share, '.3f'):>26}")
+        else:
+            per = ", ".join(f"{g / share:.3f}" for _, _, _, g in data)
+            rates = [b / s / 1e9 for s, b, _, _ in data]
+            print(f"{nodes:5d} {locality:<7} {ep:5d} {per:<34} "
+                  f"{min(rates):12.3f}..{max(rates):.3f}")
+
+
 if __name__ == "__main__":
     if "--evict" in sys.argv:
         evict_main()
+    elif "--nodes" in sys.argv:
+        nodes_main()
     else:
         main()

@@ -60,3 +60,60 @@ for name, (n, seed, epoch), positions in [
         ("GOLDEN_V2_2P64M1_1_0", ((1 << 64) - 1, 1, 0), [0, 1, (1 << 64) - 2])]:
     at = shuffle_v2(n, seed, epoch)
     print(name, ", ".join(str(at(i)) for i in positions))
+
+# Order version 3, node-local (docs/ORDER.md §5): groups, assignment, a node's epoch. The
+# dataset: 40 samples of 3 MiB and 5 MiB in turn, packed back to back (4 KiB aligned, the first
+# at 4 KiB) in shards of 64 MiB; seed 42, 3 nodes of 2 ranks, epoch 1, single samples.
+MIB = 1 << 20
+def spans(n, sizes, shard_bytes):
+    out, shard, off = [], 0, 4096
+    for i in range(n):
+        size = sizes[i % len(sizes)]
+        if off + size > shard_bytes and off > 4096:
+            shard, off = shard + 1, 4096
+        out.append((shard, off, size))
+        off += (size + 4095) // 4096 * 4096
+    return out
+def assign(sp, seed, nodes):
+    total = sum(s[2] for s in sp)
+    g = max(4096, min(256 * MIB, total // (8 * nodes)) // 4096 * 4096)
+    keys = sorted(set((s[0], s[1] // g) for s in sp))
+    groups = [[i for i, s in enumerate(sp) if (s[0], s[1] // g) == k] for k in keys]
+    st = [mix((mix(seed ^ 0x6E6F64652D617373) + nodes) & M)]
+    def nxt():
+        st[0] = (st[0] + 0x9E3779B97F4A7C15) & M
+        return mix(st[0])
+    def below(m):
+        w = nxt() * m; lo = w & M
+        if lo < m:
+            t = ((1 << 64) - m) % m
+            while lo < t:
+                w = nxt() * m; lo = w & M
+        return w >> 64
+    deal = list(range(len(groups)))
+    for i in range(len(groups) - 1, 0, -1):
+        j = below(i + 1); deal[i], deal[j] = deal[j], deal[i]
+    count, size, samples = [0] * nodes, [0] * nodes, [[] for _ in range(nodes)]
+    for gi in deal:
+        k = min(range(nodes), key=lambda x: (count[x], size[x], x))
+        count[k] += len(groups[gi]); size[k] += sum(sp[i][2] for i in groups[gi])
+        samples[k] += groups[gi]
+    return g, [sorted(s) for s in samples]
+def node_seed(seed, k):
+    return mix(seed ^ mix((k + 0x6C6F63616C6E6F64) & M))
+g, a = assign(spans(40, [3 * MIB, 5 * MIB], 64 * MIB), 42, 3)
+print()
+print("group bytes", g)
+print("GOLDEN_NODE0", ", ".join(map(str, a[0])))
+print("GOLDEN_NODE1", ", ".join(map(str, a[1])))
+L, epoch = 2, 1
+S = max((len(x) + L - 1) // L for x in a)
+firsts = []
+for k in range(3):
+    at = shuffle_v2(len(a[k]), node_seed(42, k), epoch)
+    q = [a[k][at(i)] for i in range(len(a[k]))]
+    for j in range(L):
+        for t in range(2):
+            u = t * L + j
+            firsts.append(q[u] if u < len(q) else q[(u - len(q)) % len(q)])
+print("GOLDEN_FIRST_STEPS", ", ".join(map(str, firsts)))

@@ -55,6 +55,19 @@ LoaderState StateFromPython(const py::handle& obj) {
     if (!budget.ok()) kOptions.Bad("resume.bucketing.budget", budget.status().message());
     state.bucketing.budget = *budget;
   }
+  // Order version 3 (docs/ORDER.md §5.4); None for the other versions.
+  if (d.contains("locality") && !d["locality"].is_none()) {
+    if (!py::isinstance<py::dict>(d["locality"]))
+      kOptions.Bad("resume.locality", "must be a dict from state() or None");
+    py::dict l = d["locality"];
+    for (const char* key : {"nodes", "local_world_size", "steps"})
+      if (!l.contains(key))
+        kOptions.Bad("resume.locality", std::string("misses the key '") + key + "'");
+    state.locality.nodes = kOptions.U32("resume.locality.nodes", l["nodes"]);
+    state.locality.local_world_size =
+        kOptions.U32("resume.locality.local_world_size", l["local_world_size"]);
+    state.locality.steps = kOptions.Unsigned("resume.locality.steps", l["steps"]);
+  }
   return state;
 }
 
@@ -76,6 +89,15 @@ py::dict StateToPython(const LoaderState& state) {
     b["max_tokens"] = state.bucketing.max_tokens;
     b["budget"] = state.bucketing.budget == TokenBudget::kPadded ? "padded" : "sum";
     out["bucketing"] = std::move(b);
+  }
+  if (state.locality.nodes == 0) {
+    out["locality"] = py::none();
+  } else {
+    py::dict l;
+    l["nodes"] = state.locality.nodes;
+    l["local_world_size"] = state.locality.local_world_size;
+    l["steps"] = state.locality.steps;
+    out["locality"] = std::move(l);
   }
   return out;
 }

@@ -1,6 +1,7 @@
-// `libshard info DIR [--json] [--batches SPEC]`: schema, counts, sizes, length histogram,
-// provenance summary; with --batches, what the loader's batching makes of the dataset (padding,
-// largest batch), planned from the index lengths alone.
+// `libshard info DIR [--json] [--batches SPEC] [--nodes N]`: schema, counts, sizes, length
+// histogram, provenance summary; with --batches, what the loader's batching makes of the dataset
+// (padding, largest batch), planned from the index lengths alone; with --nodes, what each node
+// reads (and caches) under the node-local order (docs/ORDER.md §5).
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
 #include "libshard_support/text.h"
+#include "libshard_support/units.h"
 #include "pack/option_parsing.h"
 
 namespace libshard::cli {
@@ -25,6 +27,9 @@ struct InfoArgs {
   bool json = false;
   std::string batches;  // --batches SPEC
   CacheArgs cache;      // --cache, --cache-size
+  uint32_t nodes = 0;   // --nodes N
+  uint64_t seed = 0;    // --seed S (of --nodes)
+  std::string block = "4MiB";  // --block-size (of --nodes)
 };
 
 // One row of --batches: a label (the Python Loader settings that give it) and the options.
@@ -331,6 +336,44 @@ void PrintText(const nlohmann::json& j) {
   }
 }
 
+// --nodes: each node's share under the node-local order.
+Result<nlohmann::json> DescribeNodes(const Dataset& ds, const InfoArgs& a) {
+  LIBSHARD_ASSIGN_OR_RETURN(const uint64_t block, ParseByteSize(a.block));
+  LoaderOptions options;
+  options.seed = a.seed;
+  LIBSHARD_ASSIGN_OR_RETURN(const std::vector<NodeShare> shares,
+                            SummarizeNodeShares(ds, options, a.nodes, block));
+  nlohmann::json nodes = nlohmann::json::array();
+  for (const NodeShare& n : shares)
+    nodes.push_back({{"samples", n.samples},
+                     {"stored_bytes", n.stored_bytes},
+                     {"cached_bytes", n.cached_bytes}});
+  return nlohmann::json{{"nodes", a.nodes}, {"seed", a.seed}, {"cache_block_bytes", block},
+                        {"shares", std::move(nodes)}};
+}
+
+void PrintNodes(const nlohmann::json& n) {
+  using convert::FormatBytes;
+  std::printf("nodes        %llu, seed %llu: what each node reads every epoch with "
+              "locality='node' (docs/ORDER.md §5)\n",
+              n["nodes"].get<unsigned long long>(), n["seed"].get<unsigned long long>());
+  std::printf("  %-6s %9s %12s %14s\n", "node", "samples", "stored",
+              ("cached (" + FormatBytes(n["cache_block_bytes"].get<uint64_t>()) + " blocks)")
+                  .c_str());
+  uint64_t largest = 0;
+  size_t k = 0;
+  for (const auto& s : n["shares"]) {
+    const uint64_t cached = s["cached_bytes"].get<uint64_t>();
+    largest = std::max(largest, cached);
+    std::printf("  %-6zu %9llu %12s %14s\n", k++, s["samples"].get<unsigned long long>(),
+                FormatBytes(s["stored_bytes"].get<uint64_t>()).c_str(),
+                FormatBytes(cached).c_str());
+  }
+  std::printf("  a node's cache_size of at least %s (plus the read-ahead) holds its share, so "
+              "each epoch after the first reads it from the cache\n",
+              FormatBytes(largest).c_str());
+}
+
 int RunInfo(const InfoArgs& a) {
   DatasetOptions opts;
   opts.verify_checksums = false;
@@ -345,6 +388,11 @@ int RunInfo(const InfoArgs& a) {
     if (!batches.ok()) return Fail("info", batches.status());
     (*j)["batches"] = *std::move(batches);
   }
+  if (a.nodes > 0) {
+    Result<nlohmann::json> nodes = DescribeNodes(**ds, a);
+    if (!nodes.ok()) return Fail("info", nodes.status().WithContext("--nodes"));
+    (*j)["nodes"] = *std::move(nodes);
+  }
   if (a.json) {
     // Names, sources and provenance are raw bytes (FORMAT.md §1), not always UTF-8: invalid
     // sequences are replaced (U+FFFD) rather than failing the whole output.
@@ -352,6 +400,7 @@ int RunInfo(const InfoArgs& a) {
   } else {
     PrintText(*j);
     if (j->contains("batches")) PrintBatches((*j)["batches"]);
+    if (j->contains("nodes")) PrintNodes((*j)["nodes"]);
   }
   return kExitOk;
 }
@@ -370,6 +419,15 @@ Command AddInfoCommand(CLI::App& app) {
                 "bucket_window the usual settings are compared)")
       ->type_name("SPEC");
   AddCacheOptions(c, &args->cache);
+  c->add_option("--nodes", args->nodes,
+                "Report what each of N nodes reads every epoch with the node-local order "
+                "(locality='node'): samples, stored bytes and the cache blocks it holds")
+      ->type_name("N")
+      ->check(CLI::Range(1u, 1u << 20));
+  c->add_option("--seed", args->seed, "The loader's seed, for --nodes (default 0)");
+  c->add_option("--block-size", args->block,
+                "The cache's block size, for --nodes (default 4MiB, as the cache's)")
+      ->type_name("BYTES");
   return {c, [args] { return RunInfo(*args); }};
 }
 

@@ -177,9 +177,11 @@ def test_state_dict_resume_in_process(eagle_dataset):
     it = iter(part)
     head = [[s["__index__"] for s in next(it)] for _ in range(4)]
     state = part.state_dict()
-    assert set(state) == {"seed", "epoch", "position", "skipped", "order", "bucketing"}
+    assert set(state) == {"seed", "epoch", "position", "skipped", "order", "bucketing",
+                          "locality"}
     assert state["order"] == 2  # new loaders use order version 2
-    assert all(isinstance(v, int) for k, v in state.items() if k not in ("skipped", "bucketing"))
+    assert all(isinstance(v, int) for k, v in state.items()
+               if k not in ("skipped", "bucketing", "locality"))
     assert state["bucketing"] is None  # no length-aware batching without collate="pad"
     assert state["epoch"] == 0
     del it, part

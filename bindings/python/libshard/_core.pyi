@@ -99,6 +99,12 @@ class LoaderOptions(TypedDict, total=False):
     drop_last: bool
     # the shuffle's order version: 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
     order: int
+    # global: each epoch spread over all ranks; node: each node reads its own share of the dataset every epoch (order version 3) (default 'global'; 'global' | 'node')
+    locality: str
+    # locality='node': the number of nodes (default None; 1..4294967295, None: from the launcher)
+    nodes: Optional[int]
+    # locality='node': this process's node (None: from the launcher, else rank / ranks per node) (default None; 0..4294967294, None: from the launcher)
+    node_rank: Optional[int]
     # a state() to continue from (overrides seed, epoch and order) (default None)
     resume: Optional[Dict[str, Any]]
     # read only these fields (None: every field) (default None)

@@ -80,6 +80,19 @@ class Loader:
       rank, world_size: default to torch.distributed when initialised, else torchrun's
         RANK/WORLD_SIZE, else a Slurm array or SLURM_PROCID/SLURM_NTASKS, else 0/1 (the one rule
         of ``libshard/world.h``, shared with the Writer and ``pack --part auto``).
+      locality: ``"global"`` (default): each epoch's order is spread over all ranks.
+        ``"node"``: the node-local order (order version 3, ``docs/ORDER.md`` §5): the dataset is
+        split among the nodes once (by dataset, seed and node count) and each node's ranks read
+        only their node's share, shuffled within it every epoch, so a node's cache of an
+        ``s3://`` dataset downloads its share once instead of a new random share every epoch.
+        Every sample is still served once per epoch across all ranks, and every rank takes the
+        same number of steps. A state saved on one node count resumes on another (the rest of
+        that epoch is then spread over all ranks; the next epoch is split anew).
+      nodes, node_rank: ``locality="node"``: the number of nodes and this process's node.
+        None (default): from the launcher (torchrun's GROUP_WORLD_SIZE/GROUP_RANK or
+        WORLD_SIZE/LOCAL_WORLD_SIZE, Slurm's SLURM_JOB_NUM_NODES/SLURM_NODEID), else one node.
+        Ranks must be numbered node by node (rank = node_rank x ranks per node + local rank),
+        as torchrun and srun number them.
       drop_last: drop the tail instead of padding by wrap-around (and drop a last partial batch).
       fields: read only these tensors (less I/O); None reads every field, and an empty list is
         an error (it would select nothing).
@@ -151,6 +164,9 @@ class Loader:
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  drop_last: bool = False,
+                 locality: str = "global",
+                 nodes: Optional[int] = None,
+                 node_rank: Optional[int] = None,
                  fields: Optional[Sequence[str]] = None,
                  max_len: Optional[int] = None,
                  max_tokens: Optional[int] = None,
@@ -200,6 +216,7 @@ class Loader:
         self._options: Dict[str, Any] = {
             "shuffle": shuffle, "seed": seed, "order": order,
             "rank": self._rank, "world_size": self._world_size, "drop_last": drop_last,
+            "locality": locality, "nodes": nodes, "node_rank": node_rank,
             "fields": fields, "max_len": max_len,
             "batch_size": batch_size, "max_tokens": max_tokens,
             "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,
@@ -426,19 +443,24 @@ class Loader:
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands, after the last step returned: ``{"seed", "epoch",
-        "position", "skipped", "order", "bucketing"}`` (ints, a list of ints, and ``None`` or a
-        small dict of ints and a string; ``order`` is the shuffle's order version, ``bucketing`` how
-        length-aware batching cut the epoch, which a resume inside the epoch keeps). After a completed epoch it points at the start of the next one. The same on
-        every rank after the same number of steps."""
+        "position", "skipped", "order", "bucketing", "locality"}`` (ints, a list of ints, and
+        ``None`` or small dicts of ints and a string; ``order`` is the order version,
+        ``bucketing`` how length-aware batching cut the epoch, which a resume inside the epoch
+        keeps, ``locality`` the nodes, ranks per node and steps of a node-local epoch, order
+        version 3). After a completed epoch it points at the start of the next one. The same
+        on every rank after the same number of steps."""
         state = self._require_core().state()
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": [], "order": state["order"], "bucketing": None}
+                     "skipped": [], "order": state["order"], "bucketing": None,
+                     "locality": None}
         bucketing = state.get("bucketing")
+        locality = state.get("locality")
         return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
                 "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
                 "order": int(state["order"]),
-                "bucketing": dict(bucketing) if bucketing is not None else None}
+                "bucketing": dict(bucketing) if bucketing is not None else None,
+                "locality": dict(locality) if locality is not None else None}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
@@ -457,7 +479,8 @@ class Loader:
                              "position": state["position"],
                              "skipped": list(state.get("skipped", [])),
                              "order": state.get("order", 1),
-                             "bucketing": state.get("bucketing")}
+                             "bucketing": state.get("bucketing"),
+                             "locality": state.get("locality")}
         new_core = self._new_core(options)
         self.close()
         self._core = new_core

@@ -83,6 +83,16 @@ Result<TokenBudget> ParseTokenBudget(std::string_view name);
 Result<Collate> ParseCollate(std::string_view name);
 Result<OversizedSample> ParseOversizedSample(std::string_view name);  // "batch" | "error"
 
+// Which ranks read which samples (LoaderOptions::locality; docs/ORDER.md).
+enum class Locality : uint32_t {
+  kGlobal = 0,  // every epoch's order is striped over all ranks (order versions 1 and 2)
+  // Order version 3 (docs/ORDER.md §5): the samples are assigned to nodes once (by dataset, seed
+  // and node count), each node's ranks read only their node's samples, shuffled within the node
+  // each epoch. A node's cache of an s3:// dataset then downloads its share once.
+  kNode = 1,
+};
+Result<Locality> ParseLocality(std::string_view name);  // "global" | "node"
+
 // Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
 // created with `resume` set continues exactly where the saved one stopped, also on another
 // world size (FORMAT-independent; see docs/ORDER.md for the contract).
@@ -111,6 +121,17 @@ struct LoaderState {
     bool operator==(const Bucketing&) const = default;
   };
   Bucketing bucketing;
+  // Order version 3 (docs/ORDER.md §5.4): the epoch's node count, ranks per node and the steps
+  // every rank had taken when the node-local part of the epoch stopped; all 0 for versions 1
+  // and 2. With them every node's consumed prefix is recomputed, so a resume on the same nodes
+  // continues each node exactly, and one on other nodes serves the epoch's remaining samples.
+  struct Locality {
+    uint32_t nodes = 0;
+    uint32_t local_world_size = 0;
+    uint64_t steps = 0;
+    bool operator==(const Locality&) const = default;
+  };
+  Locality locality;
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -129,6 +150,8 @@ inline constexpr uint64_t kMaxLoaderBucketWindow = uint64_t{1} << 24;  // bucket
 // work; 0 (off) otherwise. Resolved once, by ResolveLoaderOptions.
 inline constexpr uint64_t kAutoBucketWindow = UINT64_MAX;
 inline constexpr uint64_t kAutoBucketWindowSize = 4096;
+// LoaderOptions::node_rank: from the launcher's variables, else from the rank.
+inline constexpr uint32_t kAutoNodeRank = UINT32_MAX;
 
 struct LoaderOptions {
   // Order.
@@ -144,6 +167,16 @@ struct LoaderOptions {
   // of libshard before versions, O(n) per epoch, to reproduce earlier runs. Unshuffled, both are
   // the dataset order.
   uint32_t order = 2;
+  // Node-local order (Locality::kNode, order version 3, docs/ORDER.md §5): world_size ranks on
+  // `nodes` nodes of world_size / nodes ranks each, numbered node by node (rank = node_rank x
+  // ranks per node + local rank, as torchrun and Slurm number them). nodes 0: from the launcher
+  // (ResolveNodes in libshard/world.h: GROUP_WORLD_SIZE, WORLD_SIZE / LOCAL_WORLD_SIZE,
+  // SLURM_JOB_NUM_NODES; 1 when none is set). node_rank kAutoNodeRank: from the launcher
+  // (GROUP_RANK, SLURM_NODEID) when set, else rank / ranks per node; a node rank that the rank
+  // does not fall on is InvalidArgument at Create. Ignored with Locality::kGlobal.
+  Locality locality = Locality::kGlobal;
+  uint32_t nodes = 0;
+  uint32_t node_rank = kAutoNodeRank;
 
   // What to read.
   // Empty: all fields; else only these tensors' bytes. (Front ends spell "all" None; an empty
@@ -331,6 +364,20 @@ struct BatchingSummary {
 // `options`) and sums it up. InvalidArgument as Loader::Create for inconsistent options.
 // O(N) time (O(N log M) with bucket_window M); memory: the lengths and 8 bytes per batch.
 Result<BatchingSummary> SummarizeBatching(const Dataset& dataset, const LoaderOptions& options);
+
+// What each node reads under the node-local order (LoaderOptions::locality kNode, docs/ORDER.md
+// §5), every epoch: for sizing each node's cache of an s3:// dataset (`libshard info --nodes`).
+struct NodeShare {
+  uint64_t samples = 0;
+  uint64_t stored_bytes = 0;  // the stored bytes of its samples
+  uint64_t cached_bytes = 0;  // the cache blocks of `block_bytes` its samples touch
+};
+// The share of each of `nodes` nodes (options.seed and options.shuffle, as the loader deals
+// them; with options.resume, its seed). `block_bytes`: the cache's block size (4 MiB by default,
+// docs/CACHE.md). O(N log N); reads no sample.
+Result<std::vector<NodeShare>> SummarizeNodeShares(const Dataset& dataset,
+                                                   const LoaderOptions& options, uint32_t nodes,
+                                                   uint64_t block_bytes);
 
 // Samples of one step. For single-sample mode it holds one sample. With a collate, `samples` is
 // empty and `collated` holds the batch.

@@ -52,4 +52,31 @@ Environment MapEnvironment(std::map<std::string, std::string> variables);
 
 Result<World> ResolveWorld(const WorldRequest& request, const Environment& environment);
 
+// How a world's ranks sit on nodes, for the node-local order (LoaderOptions::locality,
+// docs/ORDER.md §5). Ranks are numbered node by node: rank = node_rank x local_world_size +
+// local_rank, as torchrun and Slurm's block distribution number them.
+struct Nodes {
+  uint32_t nodes = 1;
+  uint32_t local_world_size = 1;  // world_size / nodes
+  uint32_t node_rank = 0;         // rank / local_world_size
+  uint32_t local_rank = 0;        // rank % local_world_size
+  // Where `nodes` came from: "arguments", "GROUP_WORLD_SIZE", "WORLD_SIZE/LOCAL_WORLD_SIZE",
+  // "SLURM_JOB_NUM_NODES" or "default" (one node).
+  std::string source;
+};
+
+struct NodesRequest {
+  std::optional<uint64_t> nodes;      // LoaderOptions::nodes, when not 0
+  std::optional<uint64_t> node_rank;  // LoaderOptions::node_rank, when not kAutoNodeRank
+};
+
+// The nodes of rank `rank` of `world_size` (a resolved World). nodes: the explicit value, else
+// torchrun's GROUP_WORLD_SIZE, else WORLD_SIZE / LOCAL_WORLD_SIZE, else SLURM_JOB_NUM_NODES (or
+// SLURM_NNODES), else 1. The node: rank / (world_size / nodes); an explicit node_rank, torchrun's
+// GROUP_RANK or Slurm's SLURM_NODEID (read where nodes came from the same launcher) that
+// disagrees is InvalidArgument, as is a LOCAL_RANK / SLURM_LOCALID other than rank mod the ranks
+// per node, and a world_size that is not a multiple of nodes: the message names the variables.
+Result<Nodes> ResolveNodes(uint32_t rank, uint32_t world_size, const NodesRequest& request,
+                           const Environment& environment);
+
 }  // namespace libshard

@@ -94,6 +94,20 @@ Status SetPinMemory(LoaderOptions& o, const OptionValue& v, std::string_view spe
   return Status::OK();
 }
 
+// None: from the launcher's variables, else from the rank (kAutoNodeRank).
+Status SetNodeRank(LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
+  if (v.kind == Kind::kNone) {
+    o.node_rank = kAutoNodeRank;
+    return Status::OK();
+  }
+  uint64_t x = 0;
+  LIBSHARD_RETURN_IF_ERROR(option_table::ToCount(kWhat, spelled, v, 0, kAutoNodeRank - 1, "",
+                                                 "this process's node, 0 <= node_rank < nodes",
+                                                 &x));
+  o.node_rank = static_cast<uint32_t>(x);
+  return Status::OK();
+}
+
 Spec Custom(std::string_view name, std::string_view member, OptionType type,
             std::string_view py_type, std::string_view default_value, std::string_view doc,
             Status (*set)(LoaderOptions&, const OptionValue&, std::string_view)) {
@@ -133,6 +147,24 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(Count<O>(kWhat, "order", "order", Member<&O::order>, "2", 1, 2, "",
                        "the shuffle's order version: 2, O(1) per position; 1, the order of "
                        "libshard before order versions"));
+  t.push_back(Choice<O>(kWhat, "locality", "locality", Member<&O::locality>, ParseLocality,
+                        "'global'", {"global", "node"}, std::nullopt,
+                        "global: each epoch spread over all ranks; node: each node reads its own "
+                        "share of the dataset every epoch (order version 3)"));
+  t.push_back(Count<O>(kWhat, "nodes", "nodes", Member<&O::nodes>, "None", 1, UINT32_MAX,
+                       "from the launcher", "locality='node': the number of nodes"));
+  {
+    Spec s = Custom("node_rank", "node_rank", OptionType::kCount, "Optional[int]", "None",
+                    "locality='node': this process's node (None: from the launcher, else "
+                    "rank / ranks per node)",
+                    SetNodeRank);
+    s.max = kAutoNodeRank - 1;
+    s.unset = "from the launcher";
+    s.get = [](const LoaderOptions& o) {
+      return o.node_rank == kAutoNodeRank ? 0 : uint64_t{o.node_rank};
+    };
+    t.push_back(std::move(s));
+  }
   t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[Dict[str, Any]]", "None",
                      "a state() to continue from (overrides seed, epoch and order)", nullptr));
   // What to read.
@@ -259,10 +291,22 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   // Counts and byte sizes against the table's bounds (threads are started one per worker: an
   // unbounded count would exhaust the process's threads seconds later instead of failing now).
   LIBSHARD_RETURN_IF_ERROR(LoaderOptionTable().CheckBounds(o));
-  if (o.resume && (o.resume->order < 1 || o.resume->order > 2))
+  if (o.resume && (o.resume->order < 1 || o.resume->order > 3))
     return Bad("resume.order", "is " + std::to_string(o.resume->order) +
-                                   ", not 1 or 2: the state was saved by a newer libshard; "
+                                   ", not 1, 2 or 3: the state was saved by a newer libshard; "
                                    "resume it with that version");
+  // An order version 3 state inside its epoch records its nodes, ranks per node and steps
+  // (docs/ORDER.md §5.4); one at the start of an epoch needs none.
+  if (o.resume && o.resume->order == 3 && o.resume->position > 0 &&
+      (o.resume->locality.nodes == 0 || o.resume->locality.local_world_size == 0))
+    return Bad("resume.locality", "is missing: an order version 3 state inside an epoch records "
+                                  "its nodes, ranks per node and steps; pass the whole state()");
+  if (o.resume && o.resume->order != 3 && o.resume->locality.nodes > 0)
+    return Bad("resume.locality", "is set, but only order version 3 states have one");
+  if (o.locality > Locality::kNode) return Bad("locality", "is not one of global, node");
+  if (o.locality == Locality::kNode && o.order == 1)
+    return Bad("order", "1 cannot be node-local: locality='node' is order version 3; leave "
+                        "order at its default");
   if (o.batch_size > 1 && o.max_tokens > 0)
     return Status::InvalidArgument(
         "Loader options batch_size and max_tokens are exclusive (batch_size " +

@@ -265,6 +265,7 @@ Result<EpochPlan> EpochPlan::MakeImpl(uint64_t n, std::span<const uint64_t> leng
     BatchLayout main = epoch_units.From(p);
     const uint64_t units = main.size();
     plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
+    if (options.steps > 0) plan.steps_ = options.steps;
     plan.epoch_steps_ = options.drop_last ? epoch_units.size() / w : CeilDiv(all.size(), w);
     const uint64_t padding = plan.steps_ * w - std::min(plan.steps_ * w, units);
     plan.main_ = std::make_shared<const BatchLayout>(std::move(main));
@@ -290,6 +291,7 @@ Result<EpochPlan> EpochPlan::MakeImpl(uint64_t n, std::span<const uint64_t> leng
   }
   const uint64_t units = main.size();
   plan.steps_ = options.drop_last ? units / w : CeilDiv(units, w);
+  if (options.steps > 0) plan.steps_ = options.steps;
   const uint64_t epoch_units =
       (!tokens && options.drop_last) ? n / batch : from_zero.size();
   plan.epoch_steps_ = options.drop_last ? epoch_units / w : CeilDiv(epoch_units, w);
@@ -353,8 +355,9 @@ std::vector<uint64_t> EpochPlan::BatchSamples(uint64_t k) const {
 }
 
 uint64_t EpochPlan::PositionAfter(uint64_t k) const {
-  if (k + 1 >= steps_) return n_;
-  return main_->Begin((k + 1) * options_.world_size);
+  const uint64_t next = (k + 1) * options_.world_size;
+  if (k + 1 >= steps_ || next >= main_->size()) return n_;
+  return main_->Begin(next);
 }
 
 }  // namespace libshard

@@ -70,6 +70,10 @@ struct PlanOptions {
   uint64_t bucket_window = 0;   // > 0: length-aware batching (section 2a)
   uint64_t start_position = 0;  // LoaderState::position to resume from; 0..n
   uint32_t order = kOrderLatest;  // order version (1 or 2) of a shuffled epoch; see section 1.
+  // > 0: exactly this many steps per rank from start_position, whatever §3 gives: steps past
+  // the units are padding as in §3, and units past them are dropped. The node-local order
+  // (docs/ORDER.md §5.3) gives every node's plan the same count.
+  uint64_t steps = 0;
 };
 
 // The PlanOptions a Loader built with `options` (resolved by ResolveLoaderOptions, which
@@ -129,6 +133,8 @@ class EpochPlan {
 
   // Global units from start_position (before drop/padding), and the permutation itself.
   uint64_t global_units() const { return main_->size(); }
+  // The first position of global unit g from start_position; size() when g >= global_units().
+  uint64_t UnitBegin(uint64_t g) const { return g < main_->size() ? main_->Begin(g) : n_; }
   // The sample at position i of the epoch's sequence (i < size()): P, or S under 2a. O(1) for
   // every order without bucketing; under 2a, O(1) within a cached window.
   uint64_t SampleAt(uint64_t i) const {

@@ -3,7 +3,8 @@
 // order, the batch consumer (loader/batch_consumer.h) to cut them into batches and to advance
 // LoaderState::position. Where an order comes from is decided by whoever makes the sequence
 // (StreamingLoader::StartEpoch); each kind of order is one implementation of this interface:
-//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md).
+//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md §1-§4);
+//   - NodeLocalSteps, RemainderSteps (loader/node_steps.h): the node-local order (§5).
 // Immutable once made; every method is const and thread-safe.
 #pragma once
 
@@ -32,6 +33,12 @@ class StepSequence {
   virtual uint64_t PositionAfter(uint64_t k) const = 0;
   // LoaderState::bucketing of the epoch (window 0 when the order has no length-aware batching).
   virtual LoaderState::Bucketing bucketing() const = 0;
+  // Sets what else a state after `consumed` steps of this rank records for this kind of order
+  // (the order version and its own fields); the default records nothing more.
+  virtual void AmendState(uint64_t consumed, LoaderState* state) const {
+    (void)consumed;
+    (void)state;
+  }
 };
 
 // The loader's own order: an EpochPlan of docs/ORDER.md.

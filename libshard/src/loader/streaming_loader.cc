@@ -73,6 +73,10 @@ Status StreamingLoader::Init() {
     for (uint64_t& l : lengths) l = ClippedLength(l, options_.max_len);
     lengths_ = std::make_shared<const std::vector<uint64_t>>(std::move(lengths));
   }
+  if (NodeLocality::Needed(options_)) {
+    LIBSHARD_ASSIGN_OR_RETURN(node_locality_,
+                              NodeLocality::Make(*dataset_, options_, ProcessEnvironment()));
+  }
 
   memory::ArenaOptions arena_options;
   // kAuto without a CUDA driver: no CUDA call at all (not even loading the runtime to learn that
@@ -134,15 +138,25 @@ Status StreamingLoader::Init() {
   if (options_.resume) state.skipped = options_.resume->skipped;
   consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
                                               &diagnostics_, std::move(state));
-  return StartEpoch(plan_options);
+  return StartEpoch(plan_options, options_.resume ? &*options_.resume : nullptr);
 }
 
-Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
-  LIBSHARD_ASSIGN_OR_RETURN(EpochPlan plan,
-                            EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
+Status StreamingLoader::StartEpoch(PlanOptions plan_options, const LoaderState* resume) {
+  std::shared_ptr<const StepSequence> steps;
+  if (node_locality_ != nullptr) {
+    LIBSHARD_ASSIGN_OR_RETURN(steps, node_locality_->EpochSteps(plan_options, resume, lengths_));
+  }
+  if (steps == nullptr) {
+    // Order version 3 only ever comes from a state; this loader's own order continues with its
+    // own version (docs/ORDER.md §5.4).
+    if (plan_options.order == 3) plan_options.order = options_.order;
+    LIBSHARD_ASSIGN_OR_RETURN(
+        EpochPlan plan, EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
+    steps = std::make_shared<PlannedSteps>(std::move(plan));
+  }
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
-    queue_.Reset(std::make_shared<PlannedSteps>(std::move(plan)));
+    queue_.Reset(std::move(steps));
   }
   scheduler_->Start();
   return Status::OK();
@@ -274,19 +288,25 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
     std::lock_guard<std::mutex> lock(queue_.mu);
     consumer_->OnNewEpochLocked(epoch);
   }
-  return StartEpoch(plan_options);
+  return StartEpoch(plan_options, nullptr);
 }
 
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
   std::lock_guard<std::mutex> lock(queue_.mu);
   state.bucketing = queue_.steps->bucketing();
+  queue_.steps->AmendState(queue_.next_batch, &state);
   return state;
 }
 
 Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
   if (!options_.resume || options_.resume->position == 0 ||
       options_.resume->position >= dataset_->size())
+    return Status::OK();
+  // A version 3 state resumed on other nodes or ranks per node ends its epoch without
+  // length-aware batching (docs/ORDER.md §5.4).
+  if (options_.resume->order == 3 &&
+      (node_locality_ == nullptr || !node_locality_->ContinuesOnSameNodes(*options_.resume)))
     return Status::OK();
   const LoaderState::Bucketing& saved = options_.resume->bucketing;
   const LoaderState::Bucketing now = BucketingOf(plan);

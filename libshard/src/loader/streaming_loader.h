@@ -22,6 +22,7 @@
 #include "loader/order.h"
 #include "loader/read_scheduler.h"
 #include "loader/item_queue.h"
+#include "loader/node_locality.h"
 #include "memory/arena.h"
 
 namespace libshard {
@@ -46,9 +47,10 @@ class StreamingLoader final : public Loader {
   StreamingLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                   DiagnosticsHooks hooks);
   Status Init();
-  // Replaces the epoch's steps with the plan of `plan_options` and starts the scheduler on
-  // them; the pipeline must be stopped.
-  Status StartEpoch(const PlanOptions& plan_options);
+  // Replaces the epoch's steps with those of `plan_options` (the loader's own order, or the
+  // node-local order) and starts the scheduler on them; the pipeline must be stopped. `resume`:
+  // the state the epoch resumes from (Init), null for an epoch from its start (SetEpoch).
+  Status StartEpoch(PlanOptions plan_options, const LoaderState* resume);
   uint64_t DatasetFootprint() const;
   // InvalidArgument when a resume inside an epoch batched by length asks for other batching.
   Status CheckResumeBucketing(const PlanOptions& plan) const;
@@ -62,6 +64,8 @@ class StreamingLoader final : public Loader {
   LoaderOptions options_;
   // Every sample's length clipped to max_len, for token batching and bucketing (else null).
   std::shared_ptr<const std::vector<uint64_t>> lengths_;
+  // With locality kNode (or a version 3 state to finish): nodes, assignment, epochs (else null).
+  std::unique_ptr<NodeLocality> node_locality_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the item queue they use.
   LogSink log_;  // the diagnostics' sink, for the one line Init may print

@@ -124,4 +124,72 @@ Result<World> ResolveWorld(const WorldRequest& request, const Environment& envir
   return w;
 }
 
+Result<Nodes> ResolveNodes(uint32_t rank, uint32_t world_size, const NodesRequest& request,
+                           const Environment& environment) {
+  Nodes n;
+  uint64_t nodes = 1;
+  n.source = "default";
+  bool from_torchrun = false;
+  bool from_slurm = false;
+  if (request.nodes) {
+    nodes = *request.nodes;
+    n.source = "arguments";
+  } else {
+    LIBSHARD_ASSIGN_OR_RETURN(auto group_world, Number(environment, "GROUP_WORLD_SIZE"));
+    LIBSHARD_ASSIGN_OR_RETURN(auto env_world, Number(environment, "WORLD_SIZE"));
+    LIBSHARD_ASSIGN_OR_RETURN(auto local_world, Number(environment, "LOCAL_WORLD_SIZE"));
+    LIBSHARD_ASSIGN_OR_RETURN(auto slurm_nodes, Number(environment, "SLURM_JOB_NUM_NODES"));
+    if (!slurm_nodes) {
+      LIBSHARD_ASSIGN_OR_RETURN(slurm_nodes, Number(environment, "SLURM_NNODES"));
+    }
+    if (group_world) {
+      nodes = *group_world, n.source = "GROUP_WORLD_SIZE", from_torchrun = true;
+    } else if (env_world && local_world) {
+      if (*local_world == 0 || *env_world % *local_world != 0)
+        return Inconsistent("WORLD_SIZE=" + std::to_string(*env_world) +
+                            " is not a multiple of LOCAL_WORLD_SIZE=" +
+                            std::to_string(*local_world));
+      nodes = *env_world / *local_world, n.source = "WORLD_SIZE/LOCAL_WORLD_SIZE";
+      from_torchrun = true;
+    } else if (slurm_nodes) {
+      nodes = *slurm_nodes, n.source = "SLURM_JOB_NUM_NODES", from_slurm = true;
+    }
+  }
+  if (nodes == 0 || nodes > world_size || world_size % nodes != 0)
+    return Status::InvalidArgument(
+        "the node-local order needs the " + std::to_string(world_size) +
+        " ranks split evenly over the nodes, but nodes=" + std::to_string(nodes) + " (from " +
+        n.source + ") does not divide world_size " + std::to_string(world_size) +
+        "; give nodes= explicitly, or run the same number of ranks on every node");
+  n.nodes = static_cast<uint32_t>(nodes);
+  n.local_world_size = world_size / n.nodes;
+  n.node_rank = rank / n.local_world_size;
+  n.local_rank = rank % n.local_world_size;
+  const auto numbered = [&](const std::string& what) {
+    return Status::InvalidArgument(
+        "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " on " +
+        std::to_string(n.nodes) + " nodes of " + std::to_string(n.local_world_size) +
+        " ranks falls on node " + std::to_string(n.node_rank) + " as local rank " +
+        std::to_string(n.local_rank) + ", but " + what +
+        ": the node-local order needs ranks numbered node by node (rank = node_rank x ranks per "
+        "node + local rank), as torchrun and srun number them; fix the launcher's numbering or "
+        "nodes=");
+  };
+  std::optional<uint64_t> node_rank = request.node_rank;
+  std::string node_rank_name = "node_rank";
+  if (!node_rank && (from_torchrun || from_slurm)) {
+    node_rank_name = from_torchrun ? "GROUP_RANK" : "SLURM_NODEID";
+    LIBSHARD_ASSIGN_OR_RETURN(node_rank, Number(environment, node_rank_name));
+  }
+  if (node_rank && *node_rank != n.node_rank)
+    return numbered(node_rank_name + " is " + std::to_string(*node_rank));
+  if (from_torchrun || from_slurm) {
+    const std::string local_name = from_torchrun ? "LOCAL_RANK" : "SLURM_LOCALID";
+    LIBSHARD_ASSIGN_OR_RETURN(auto local, Number(environment, local_name));
+    if (local && *local != n.local_rank)
+      return numbered(local_name + " is " + std::to_string(*local));
+  }
+  return n;
+}
+
 }  // namespace libshard

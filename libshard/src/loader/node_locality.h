@@ -1,0 +1,62 @@
+// NodeLocality: the StreamingLoader's part of the node-local order (docs/ORDER.md §5): which
+// node this rank is on (ResolveNodes), the samples each node reads (computed once per node
+// count: it does not change with the epoch) and the StepSequence of each epoch, including an
+// epoch resumed from a version 3 state on the same or on other nodes (§5.4).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "libshard/dataset.h"
+#include "libshard/loader.h"
+#include "libshard/status.h"
+#include "libshard/world.h"
+#include "loader/node_assignment.h"
+#include "loader/node_steps.h"
+#include "loader/order.h"
+#include "loader/step_sequence.h"
+
+namespace libshard {
+
+class NodeLocality {
+ public:
+  // Needed when options.locality is kNode, or options.resume is an order version 3 state (whose
+  // epoch must end in its own order). `environment`: the launcher's variables (ResolveNodes).
+  static bool Needed(const LoaderOptions& options);
+  static Result<std::unique_ptr<NodeLocality>> Make(const Dataset& dataset,
+                                                    const LoaderOptions& options,
+                                                    const Environment& environment);
+  // Make over the samples' spans (DatasetSpans) instead of a dataset (tests).
+  static Result<std::unique_ptr<NodeLocality>> MakeFromSpans(std::vector<SampleSpan> spans,
+                                                             const LoaderOptions& options,
+                                                             const Environment& environment);
+
+  // The steps of the epoch `plan` describes for this rank, or null when the loader's own order
+  // (PlannedSteps) serves it. `resume`: the state the epoch resumes from (Create), null for an
+  // epoch started from its beginning (SetEpoch). `lengths` as EpochPlan::Make takes them.
+  Result<std::shared_ptr<const StepSequence>> EpochSteps(
+      const PlanOptions& plan, const LoaderState* resume,
+      const std::shared_ptr<const std::vector<uint64_t>>& lengths);
+
+  // Whether a resume from `state` continues each node where it was (same nodes and ranks per
+  // node): then the state's length-aware batching must be the loader's too.
+  bool ContinuesOnSameNodes(const LoaderState& state) const;
+  const Nodes& nodes() const { return nodes_; }
+  // The samples each node reads with this loader's node count (kNode only).
+  const NodeAssignment* assignment() const { return current_.get(); }
+
+ private:
+  NodeLocality() = default;
+  Result<std::shared_ptr<const NodeAssignment>> AssignmentFor(uint32_t nodes, uint64_t seed,
+                                                              bool shuffle);
+
+  bool node_local_ = false;  // options.locality == kNode
+  Nodes nodes_;
+  std::vector<SampleSpan> spans_;
+  std::shared_ptr<const NodeAssignment> current_;  // for nodes_.nodes and the loader's seed
+};
+
+}  // namespace libshard
