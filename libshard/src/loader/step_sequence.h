@@ -3,8 +3,13 @@
 // order, the batch consumer (loader/batch_consumer.h) to cut them into batches and to advance
 // LoaderState::position. Where an order comes from is decided by whoever makes the sequence
 // (StreamingLoader::StartEpoch); each kind of order is one implementation of this interface:
-//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md).
-// Immutable once made; every method is const and thread-safe.
+//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md);
+//   - CallerSteps (loader/caller_steps.h): an order the caller gives (LoaderOptions::
+//     caller_order, docs/ORDER.md §6);
+//   - AnnouncedSteps (loader/announced_steps.h): the read-ahead's announced order
+//     (libshard/read_ahead.h), which grows and whose steps a caller may pass over.
+// Immutable once made, and every method const and thread-safe, except AnnouncedSteps, which
+// changes only under ItemQueue::mu, which whoever reads it (the read scheduler) holds.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +37,12 @@ class StepSequence {
   virtual uint64_t PositionAfter(uint64_t k) const = 0;
   // LoaderState::bucketing of the epoch (window 0 when the order has no length-aware batching).
   virtual LoaderState::Bucketing bucketing() const = 0;
+  // The first step at or after k that is still wanted: the read scheduler starts no step
+  // before it that it has not started (a caller passed it over). k for every order but the
+  // read-ahead's.
+  virtual uint64_t NextWanted(uint64_t k) const { return k; }
+  // LoaderState::steps_digest of the epoch (0 but for a caller-given order).
+  virtual uint64_t steps_digest() const { return 0; }
 };
 
 // The loader's own order: an EpochPlan of docs/ORDER.md.
