@@ -173,8 +173,6 @@ def test_bad_samplers_are_refused(eagle_dataset):
         libshard.Loader(eagle_dataset, batch_sampler=[[0], [], [1]], **SMALL)
     with pytest.raises(libshard.InvalidArgumentError, match="not a sequence"):
         libshard.Loader(eagle_dataset, batch_sampler=[0, 1], **SMALL)
-    with pytest.raises(libshard.InvalidArgumentError, match="shuffle"):
-        libshard.Loader(eagle_dataset, sampler=SequentialSampler(range(4)), shuffle=True)
     with pytest.raises(libshard.InvalidArgumentError, match="exclusive"):
         libshard.Loader(eagle_dataset, sampler=[0], batch_sampler=[[0]])
     with pytest.raises(libshard.InvalidArgumentError, match="exclusive"):

@@ -79,8 +79,8 @@ class Loader:
         ``sampler``'s), then streams its indices through the same engine: memory_budget,
         checks, ``collate``, ``fields`` and the rest apply. The sampler's order is this rank's:
         it is not split across ranks again (a ``DistributedSampler`` already splits it).
-        ``shuffle``, ``seed``, ``order`` and ``max_tokens`` do not apply (``shuffle`` given with
-        a sampler is an error, as in DataLoader). ``state_dict()`` counts the steps of the
+        ``shuffle``, ``seed`` and ``order`` do not apply (shuffle in the sampler), and
+        ``max_tokens`` is an error. ``state_dict()`` counts the steps of the
         epoch consumed and a digest of its order: ``load_state_dict`` continues with the same
         remaining batches when the sampler gives the same order for the same epoch (seeded, with
         ``set_epoch``), and raises ``InvalidArgumentError`` when it does not.
@@ -158,7 +158,7 @@ class Loader:
 
     def __init__(self, data: Union[PathLike, Dataset], *,
                  batch_size: Optional[int] = None,
-                 shuffle: Optional[bool] = None,
+                 shuffle: bool = True,
                  seed: int = 0,
                  order: int = 2,
                  rank: Optional[int] = None,
@@ -207,16 +207,10 @@ class Loader:
         self._order: Optional[SamplerOrder] = None
         batched = False
         if sampler is not None or batch_sampler is not None:
-            if shuffle is not None:
-                raise InvalidArgumentError(
-                    "Loader: shuffle does not apply with a sampler: the sampler gives the order "
-                    "(shuffle it there, e.g. RandomSampler or DistributedSampler(shuffle=True))")
             self._order = SamplerOrder(sampler, batch_sampler, batch_size, drop_last)
             warn_unsplit(self._order, self._world_size)
             batched = batch_size is not None or batch_sampler is not None
             batch_size, drop_last = None, False  # the steps are the batches
-        if shuffle is None:
-            shuffle = True
         # "pad" / "pack": collated in C++; a callable: in Python on the list of samples.
         native = not callable(collate)
         self._native = collate if native and collate in ("pad", "pack") else None
