@@ -194,6 +194,8 @@ def main() -> None:
         print(json.dumps(run_row(args)))
         return
     make_dataset(Path(args.dir) / "ds", args.gb, args.hidden, args.min_len, args.max_len)
+    if args.rounds == 0:  # --rounds 0: only make the data (outside the quiet run)
+        return
     rows = args.rows.split(",")
     results = {r: [] for r in rows}
     passthrough = [a for a in sys.argv[1:] if not a.startswith("--json")]

@@ -45,6 +45,7 @@ py::dict StatsToPython(const ReadAheadStats& s) {
   out["skipped"] = s.skipped;
   out["evicted"] = s.evicted;
   out["held"] = s.held;
+  out["ready"] = s.ready;
   out["bytes_read"] = s.bytes_read;
   out["bytes_served"] = s.bytes_served;
   out["checksum_failures"] = s.checksum_failures;

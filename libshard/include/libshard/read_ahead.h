@@ -56,6 +56,7 @@ struct ReadAheadStats {
   uint64_t skipped = 0;    // entries passed over before their read started: never read
   uint64_t evicted = 0;    // entries read but dropped before any Get took them
   uint64_t held = 0;       // entries announced and not yet taken or dropped
+  uint64_t ready = 0;      // held entries whose read is complete and checked
   uint64_t bytes_read = 0;        // by the engine (misses not included)
   uint64_t bytes_served = 0;      // tensor bytes of the samples served from entries
   uint64_t checksum_failures = 0;

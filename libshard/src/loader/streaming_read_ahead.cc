@@ -219,6 +219,11 @@ ReadAheadStats StreamingReadAhead::stats() const {
   std::lock_guard<std::mutex> lock(queue_.mu);
   s.announced = steps_->announced();
   s.held = steps_->held();
+  for (const std::unique_ptr<Item>& item : queue_.items) {
+    const AnnouncedSteps::State st = steps_->state(item->step);
+    if (item->ready && (st == AnnouncedSteps::State::kHeld || st == AnnouncedSteps::State::kPassed))
+      ++s.ready;
+  }
   s.skipped = steps_->skipped();
   s.hits = hits_;
   s.waits = waits_;
