@@ -115,22 +115,43 @@ class MemoryDataset(Dataset):
         return self.samples[i]
 
 
-def cpu_seconds() -> float:
+def _children_cpu() -> tuple:
+    """(user, system) CPU seconds of this process's live (or exited, not yet reaped) children."""
+    me, tick = os.getpid(), os.sysconf("SC_CLK_TCK")
+    user = system = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:  # ppid
+            user += int(fields[11]) / tick
+            system += int(fields[12]) / tick
+    return user, system
+
+
+def cpu_seconds() -> tuple:
+    """(user, system) CPU seconds of this process and its DataLoader workers, alive or joined."""
     s = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    lu, ls = _children_cpu()
+    return s.ru_utime + c.ru_utime + lu, s.ru_stime + c.ru_stime + ls
 
 
 def run_row(args) -> dict:
     path = str(Path(args.dir) / "ds")
     plain = libshard.open(path, metadata=False)
     n = len(plain)
-    sample_bytes = plain.total_raw_bytes
+    gb = plain.total_raw_bytes / 1e9
     sampler = SeededSampler(n, seed=1)
     workers = args.workers
     dl_kwargs = dict(num_workers=workers, multiprocessing_context=args.context,
-                     prefetch_factor=args.prefetch_factor) if workers else {}
-    stats = {}
+                     prefetch_factor=args.prefetch_factor,
+                     persistent_workers=args.epochs > 1) if workers else {}
+    epoch_of = sampler  # what set_epoch goes to
     if args.row == "memory":
         ds = MemoryDataset(path)
         loader = DataLoader(ds, batch_sampler=BatchSampler(sampler, args.batch, False),
@@ -142,33 +163,39 @@ def run_row(args) -> dict:
     elif args.row == "readahead":
         ds = libshard.open(path, metadata=False,
                            read_ahead={"memory_budget": args.read_ahead_budget})
-        batches = libshard.ReadAheadSampler(sampler, ds, batch_size=args.batch,
-                                            num_workers=workers, depth=args.depth)
-        loader = DataLoader(ds, batch_sampler=batches, collate_fn=collate_with_stats,
+        epoch_of = libshard.ReadAheadSampler(sampler, ds, batch_size=args.batch,
+                                             num_workers=workers, depth=args.depth)
+        loader = DataLoader(ds, batch_sampler=epoch_of, collate_fn=collate_with_stats,
                             **dl_kwargs)
     elif args.row == "loader":
         loader = libshard.Loader(path, sampler=sampler, batch_size=args.batch, collate="pad",
                                  metadata=False, pin_memory=False)
+        epoch_of = loader
     else:
         raise SystemExit(f"unknown row {args.row}")
-    if args.row != "memory":
-        benchlib.drop_caches()
-    cpu0, t0 = cpu_seconds(), time.perf_counter()
-    steps = 0
-    for batch in loader:
-        if args.row == "readahead":
-            batch, (pid, s) = batch
-            stats[pid] = s
-        steps += 1
-        del batch
-    wall = time.perf_counter() - t0
-    del loader  # joins the workers, so that their CPU time is counted
-    cpu = cpu_seconds() - cpu0
-    out = {"row": args.row, "steps": steps, "GB_per_s": sample_bytes / wall / 1e9,
-           "cpu_s_per_GB": cpu / (sample_bytes / 1e9), "wall_s": wall}
+    epochs = []
+    stats = {}
+    for epoch in range(args.epochs):
+        epoch_of.set_epoch(epoch)
+        if args.row != "memory":
+            benchlib.drop_caches()
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        steps = 0
+        for batch in loader:
+            if args.row == "readahead":
+                batch, (pid, st) = batch
+                stats[pid] = st
+            steps += 1
+            del batch
+        wall = time.perf_counter() - t0
+        user, system = (b - a for a, b in zip(cpu0, cpu_seconds()))
+        epochs.append({"steps": steps, "GB_per_s": gb / wall, "cpu_s_per_GB": (user + system) / gb,
+                       "user_s_per_GB": user / gb, "sys_s_per_GB": system / gb, "wall_s": wall})
+    out = {"row": args.row, **epochs[-1], "epochs": epochs}
     if stats:
         keys = ("hits", "waits", "misses", "skipped", "evicted", "arena_peak")
         out["read_ahead"] = {k: sum(s[k] for s in stats.values() if s) for k in keys}
+    del loader
     return out
 
 
@@ -186,6 +213,8 @@ def main() -> None:
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--read-ahead-budget", default="512MiB")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=1,
+                   help="epochs per row (> 1: persistent workers); the table gives the last")
     p.add_argument("--rows", default="memory,readahead,plain,loader")
     p.add_argument("--row", help=argparse.SUPPRESS)
     p.add_argument("--json", help="write the results here too")
@@ -198,7 +227,13 @@ def main() -> None:
         return
     rows = args.rows.split(",")
     results = {r: [] for r in rows}
-    passthrough = [a for a in sys.argv[1:] if not a.startswith("--json")]
+    passthrough = []
+    skip = False
+    for a in sys.argv[1:]:  # every option but --json goes to the rows' processes
+        if skip or a.startswith("--json"):
+            skip = a == "--json"
+            continue
+        passthrough.append(a)
     for _ in range(args.rounds):
         for r in rows:
             out = subprocess.run([sys.executable, __file__, *passthrough, "--row", r],
@@ -207,16 +242,19 @@ def main() -> None:
     ceiling = statistics.median(x["GB_per_s"] for x in results.get("memory", [])) \
         if "memory" in results else None
     print(f"{args.gb} GB, H={args.hidden}, batch {args.batch}, {args.workers} workers "
-          f"({args.context}), prefetch_factor {args.prefetch_factor}, no step time, cold cache "
-          f"for libshard rows; median of {args.rounds}")
-    print(f"{'row':<10} {'GB/s':>6} {'CPU-s/GB':>9} {'x memory':>9}   runs (GB/s)")
+          f"({args.context}{', persistent' if args.epochs > 1 else ''}), prefetch_factor "
+          f"{args.prefetch_factor}, read-ahead {args.read_ahead_budget} per worker, depth "
+          f"{args.depth}, no step time, cold cache for libshard rows; epoch {args.epochs} of "
+          f"{args.epochs}, median of {args.rounds}")
+    print(f"{'row':<10} {'GB/s':>6} {'CPU-s/GB':>9} {'(sys)':>6} {'x memory':>9}   runs (GB/s)")
     table = []
     for r in rows:
         gbps = statistics.median(x["GB_per_s"] for x in results[r])
         cpu = statistics.median(x["cpu_s_per_GB"] for x in results[r])
+        system = statistics.median(x["sys_s_per_GB"] for x in results[r])
         ratio = gbps / ceiling if ceiling else float("nan")
         runs = " ".join(f"{x['GB_per_s']:.2f}" for x in results[r])
-        print(f"{r:<10} {gbps:6.2f} {cpu:9.2f} {ratio:9.2f}   {runs}")
+        print(f"{r:<10} {gbps:6.2f} {cpu:9.2f} {system:6.2f} {ratio:9.2f}   {runs}")
         table.append({"row": r, "GB_per_s": gbps, "cpu_s_per_GB": cpu, "x_memory": ratio,
                       "runs": results[r]})
     for x in results.get("readahead", []):
