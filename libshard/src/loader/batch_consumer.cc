@@ -21,10 +21,11 @@ LoaderState BatchConsumer::state() const {
   return state_;
 }
 
-void BatchConsumer::OnNewEpochLocked(uint64_t epoch) {
+void BatchConsumer::OnNewEpochLocked(uint64_t epoch, uint64_t position,
+                                     std::vector<uint64_t> skipped) {
   state_.epoch = epoch;
-  state_.position = 0;
-  state_.skipped.clear();
+  state_.position = position;
+  state_.skipped = std::move(skipped);
 }
 
 double BatchConsumer::HeldMemoryTimeout() const {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "libshard/loader.h"
 #include "loader/diagnostics.h"
@@ -30,8 +31,10 @@ class BatchConsumer {
   Result<std::optional<Batch>> Next();
   // The state after the last batch returned by Next().
   LoaderState state() const;
-  // Requires ItemQueue::mu. The stream restarts at the beginning of epoch `epoch`.
-  void OnNewEpochLocked(uint64_t epoch);
+  // Requires ItemQueue::mu. The stream restarts in epoch `epoch`, at its beginning or (a resume
+  // of a caller-given order) after `position` steps, with the samples skipped before then.
+  void OnNewEpochLocked(uint64_t epoch, uint64_t position = 0,
+                        std::vector<uint64_t> skipped = {});
 
  private:
   using Clock = LoaderClock;

@@ -37,6 +37,7 @@ inline constexpr int kPollMs = 100;
 // One sample of one batch on its way to the consumer.
 struct Item {
   uint64_t seq = 0;     // position in this rank's item sequence of the epoch
+  uint64_t step = 0;    // the step (StepSequence) it belongs to
   uint64_t sample = 0;
   SampleLocation location;
   ReadLayout layout;

@@ -213,6 +213,11 @@ void ReadScheduler::StopPipeline() {
 
 void ReadScheduler::Wake() { engine_->Wake(); }
 
+void ReadScheduler::OnStepsAddedLocked() {
+  steps_done_ = false;
+  engine_->Wake();
+}
+
 void ReadScheduler::FillStats(LoaderStats* s) const {
   const Clock::TimePoint now = diagnostics_->clock().Now();
   {
@@ -353,7 +358,14 @@ Result<bool> ReadScheduler::StartNextItem() {
     return false;
   }
   const StepSequence& steps = *queue_->steps;
+  // A step fetched but not started that the caller has passed over since is dropped
+  // (StepSequence::NextWanted; the read-ahead's order only).
+  if (sched_in_batch_ == 0 && !sched_samples_.empty() &&
+      steps.NextWanted(sched_batch_ - 1) != sched_batch_ - 1) {
+    sched_samples_.clear();
+  }
   while (sched_in_batch_ >= sched_samples_.size()) {
+    sched_batch_ = steps.NextWanted(sched_batch_);
     if (sched_batch_ >= steps.steps()) {
       steps_done_ = true;
       return false;
@@ -369,6 +381,7 @@ Result<bool> ReadScheduler::StartNextItem() {
 
   const uint64_t sample = sched_samples_[sched_in_batch_];
   auto item = std::make_unique<Item>();
+  item->step = sched_batch_ - 1;
   item->sample = sample;
   // Locate, not location: a version 2 index reads the sample's block on first use, and a
   // damaged one is this sample's error (FORMAT.md §3.8.7).
@@ -441,6 +454,7 @@ void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler
   // Bounded work per call; the filler's queue bounds how far ahead the fetch runs.
   for (int n = 0; n < 256 && filler->Hungry(); ++n) {
     while (pf_in_batch_ >= pf_samples_.size()) {
+      pf_batch_ = steps.NextWanted(pf_batch_);
       if (pf_batch_ >= steps.steps()) return;
       pf_samples_.clear();
       steps.AppendStepSamples(pf_batch_++, &pf_samples_);

@@ -84,6 +84,9 @@ class ReadScheduler {
   // Makes the scheduler thread re-check its conditions now (memory was released, Stop()).
   // Any thread.
   void Wake();
+  // Requires ItemQueue::mu. ItemQueue::steps grew (the read-ahead's announced order): a
+  // scheduler that reached its end goes on.
+  void OnStepsAddedLocked();
   // Requires ItemQueue::mu. No item waits for or runs on a worker thread.
   bool WorkersIdle() const { return tasks_.empty() && active_tasks_ == 0; }
   // The I/O part of the stats: reads in flight, engine, O_DIRECT. Any thread.

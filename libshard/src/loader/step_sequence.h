@@ -4,8 +4,13 @@
 // LoaderState::position. Where an order comes from is decided by whoever makes the sequence
 // (StreamingLoader::StartEpoch); each kind of order is one implementation of this interface:
 //   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md §1-§4);
-//   - NodeLocalSteps, RemainderSteps (loader/node_steps.h): the node-local order (§5).
-// Immutable once made; every method is const and thread-safe.
+//   - NodeLocalSteps, RemainderSteps (loader/node_steps.h): the node-local order (§5);
+//   - CallerSteps (loader/caller_steps.h): an order the caller gives (LoaderOptions::
+//     caller_order, docs/ORDER.md §6);
+//   - AnnouncedSteps (loader/announced_steps.h): the read-ahead's announced order
+//     (libshard/read_ahead.h), which grows and whose steps a caller may pass over.
+// Immutable once made, and every method const and thread-safe, except AnnouncedSteps, which
+// changes only under ItemQueue::mu, which whoever reads it (the read scheduler) holds.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +44,12 @@ class StepSequence {
     (void)consumed;
     (void)state;
   }
+  // The first step at or after k that is still wanted: the read scheduler starts no step
+  // before it that it has not started (a caller passed it over). k for every order but the
+  // read-ahead's.
+  virtual uint64_t NextWanted(uint64_t k) const { return k; }
+  // LoaderState::steps_digest of the epoch (0 but for a caller-given order).
+  virtual uint64_t steps_digest() const { return 0; }
 };
 
 // The loader's own order: an EpochPlan of docs/ORDER.md.

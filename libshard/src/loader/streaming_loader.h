@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@ class StreamingLoader final : public Loader {
 
   Result<std::optional<Batch>> Next() override;
   Status SetEpoch(uint64_t epoch) override;
+  Status SetEpochSteps(uint64_t epoch, EpochSteps steps) override;
   LoaderState state() const override;
   uint64_t batches_per_epoch() const override;
   LoaderStats stats() const override;
@@ -47,6 +49,8 @@ class StreamingLoader final : public Loader {
   StreamingLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                   DiagnosticsHooks hooks);
   Status Init();
+  // LoaderOptions::caller_order: the consumer, and no epoch until SetEpochSteps.
+  Status InitCallerOrder();
   // Replaces the epoch's steps with those of `plan_options` (the loader's own order, or the
   // node-local order) and starts the scheduler on them; the pipeline must be stopped. `resume`:
   // the state the epoch resumes from (Init), null for an epoch from its start (SetEpoch).
@@ -78,6 +82,10 @@ class StreamingLoader final : public Loader {
   // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
   std::shared_ptr<memory::Arena> batch_arena_;
   std::unique_ptr<CollateStage> collate_;
+  // caller_order: the resume state not yet applied (the first SetEpochSteps applies or drops
+  // it), and whether an epoch was given. Consumer thread only.
+  std::optional<LoaderState> pending_resume_;
+  bool epoch_given_ = false;
 };
 
 }  // namespace libshard
