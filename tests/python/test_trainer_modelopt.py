@@ -13,6 +13,7 @@ from trainers_util import (assert_opens_dataset_files_only, assert_same, cli_pac
                            require, under)
 
 eagle_utils = require("modelopt.torch.speculative.eagle.utils", "ModelOpt (nvidia-modelopt 0.47)")
+import libshard  # noqa: E402
 import libshard.modelopt as lm  # noqa: E402
 
 N = 30
@@ -87,6 +88,47 @@ def test_batches_equal_modelopt_two_epochs_two_ranks(dump):
                 assert g["input_ids"].shape == (min(4, 15 - 4 * b), TRAIN_LEN)
                 batches += 1
     assert batches == 16
+
+
+def _unflatten(batch):
+    """collate='modelopt-eagle' keys "a/b" as ModelOpt's nested dict, plus the collator's
+    base_hidden_prenorm (False: the dump declares none)."""
+    out = {}
+    for key, value in batch.items():
+        if "/" in key:
+            outer, inner = key.split("/", 1)
+            out.setdefault(outer, {})[inner] = value
+        else:
+            out[key] = value
+    out["base_model_outputs"]["base_hidden_prenorm"] = False
+    return out
+
+
+@pytest.mark.parametrize("answer_only_loss", [False, True])
+@pytest.mark.parametrize("train_len", [TRAIN_LEN, 64])
+def test_cpp_batches_equal_modelopt_collator(dump, answer_only_loss, train_len):
+    """collate='modelopt-eagle': every batch of two epochs on two ranks is, key for key and
+    byte for byte, EagleOfflineDataCollator(train_len) over OfflineSupervisedDataset's items of
+    the same samples (the stored loss_mask read with answer_only_loss, ones without)."""
+    src, packed = dump
+    ds = lm.OfflineDataset(packed, answer_only_loss=answer_only_loss)
+    collate = eagle_utils.EagleOfflineDataCollator(train_len=train_len)
+    fields = ["input_ids", "hidden_states", "aux_hidden_states"]
+    if answer_only_loss:
+        fields.append("loss_mask")
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=4, collate="modelopt-eagle",
+                                 recipe_len=train_len, fields=fields, seed=3, rank=rank,
+                                 world_size=2, return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                indices = got.pop("__index__").tolist()
+                want = collate([ds[i] for i in indices])
+                assert_same(_unflatten(got), want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 4
 
 
 def test_sample_size_pickle_and_errors(dump):

@@ -18,6 +18,7 @@ from trainers_util import (assert_opens_dataset_files_only, assert_same, cli_pac
                            require, under)
 
 require("specforge.runtime.data_plane", "SpecForge (specforge 0.2.0)")
+import libshard  # noqa: E402
 import libshard.specforge as ls  # noqa: E402
 from specforge import launch as sf_launch  # noqa: E402
 from specforge.algorithms.builtin import builtin_algorithm_registry  # noqa: E402
@@ -123,6 +124,35 @@ def test_batches_equal_specforge_two_epochs_two_ranks(data):
                 assert set(g[1]) >= {"input_ids", "loss_mask", "hidden_state", "target"}
                 batches += 1
     assert batches == 16
+
+
+@pytest.mark.parametrize("max_len", [MAX_LEN, 1000])
+def test_cpp_batches_equal_specforge_collate(data, max_len):
+    """collate='specforge-eagle3': every batch of two epochs on two ranks is, key for key and
+    byte for byte, SpecForge's DataCollatorWithPadding over normalize_offline_sample of the same
+    samples (max_len shorter and longer than the samples)."""
+    from functools import partial
+
+    from specforge.algorithms.eagle3.data import normalize_offline_sample
+    from specforge.data.utils import DataCollatorWithPadding
+
+    src, packed = data
+    ds = libshard.Dataset(packed)
+    normalize = partial(normalize_offline_sample, max_len=max_len)
+    collate = DataCollatorWithPadding()
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=3, collate="specforge-eagle3",
+                                 recipe_len=max_len, seed=11, rank=rank, world_size=2,
+                                 return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                indices = got.pop("__index__").tolist()
+                want = collate([normalize(ds[i]) for i in indices])
+                assert_same(got, want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 5
 
 
 def test_vocab_count_from_small_fields(data):

@@ -137,6 +137,37 @@ def test_batches_equal_two_epochs_two_ranks(data, monkeypatch):
     assert batches >= 4
 
 
+@pytest.mark.parametrize("total_seq_len", [SEQ, 16])
+def test_cpp_batches_equal_speculators_collate(data, total_seq_len):
+    """collate='speculators-eagle3': every batch of two epochs on two ranks is, key for key and
+    byte for byte, speculators' CollateFn over shift_batch of ArrowDataset's items of the same
+    rows (bf16 and fp8 dumps; a budget that truncates and drops samples), but for the loss mask
+    and error count, which the recipe leaves to libshard.speculators (from the Arrow rows)."""
+    import libshard
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import CollateFn
+
+    data_dir, packed, native = data
+    transfer = lsp.LibshardTransfer(packed)
+    row_of = {transfer.sample_index(i): i for i in range(N)}
+    dataset = ArrowDataset(SEQ, str(data_dir), transfer=native, on_missing="raise")
+    collate = CollateFn(total_seq_len, H, num_target_layers=LAYERS, preprocess=shift_batch)
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=3, collate="speculators-eagle3",
+                                 recipe_len=total_seq_len, seed=2, rank=rank, world_size=2,
+                                 return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                rows = [row_of[i] for i in got.pop("__index__").tolist()]
+                want = collate([dataset[r] for r in rows])
+                del want["loss_mask"], want["error_records"]
+                assert_same(got, want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 3
+
+
 def test_spawned_workers_open_the_dataset_themselves(data, monkeypatch):
     data_dir, packed, native = data
     mine = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed),
