@@ -168,6 +168,50 @@ def test_cpp_batches_equal_speculators_collate(data, total_seq_len):
     assert batches == 2 * 2 * 3
 
 
+@pytest.mark.parametrize("batches", ["cpp", "trainer"])
+def test_train_loader_drop_in_equals_speculators(data, monkeypatch, batches):
+    """libshard.speculators.train_loader over speculators' own sampler and collate (C++
+    batches, or speculators' DataLoader over rows read ahead in the sampler's order): the
+    batches of speculators' DataLoader over the file/fp8 backend, two epochs on two ranks."""
+    data_dir, packed, native = data
+    mine = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed),
+                        on_missing="raise")
+    ref = ArrowDataset(SEQ, str(data_dir), transfer=native, on_missing="raise")
+    for rank in range(2):
+        base = _loader(mine, rank, monkeypatch)
+        got_loader = lsp.train_loader(mine, base.batch_sampler, base.collate_fn,
+                                      batches=batches, fallback=lambda: base)
+        if batches == "cpp":
+            assert isinstance(got_loader, lsp.PackedLoader)
+        want_loader = _loader(ref, rank, monkeypatch)
+        assert len(got_loader) == len(want_loader)
+        for epoch in range(2):
+            got_loader.batch_sampler.set_epoch(epoch)
+            want_loader.batch_sampler.set_epoch(epoch)
+            assert_same(list(got_loader), list(want_loader), f"rank {rank} epoch {epoch}")
+
+
+def test_train_loader_falls_back_when_rows_differ(tmp_path, monkeypatch, caplog):
+    # A row whose stored tokens differ from the Arrow input_ids is one speculators skips: the
+    # C++ batches are not provably its, so speculators' own loader serves, saying why.
+    data_dir = write_speculators_dir(tmp_path / "data", n=6)
+    from safetensors.torch import load_file, save_file
+
+    f = data_dir / "hidden_states" / "hs_2.safetensors"
+    sample = load_file(str(f))
+    sample["token_ids"] = sample["token_ids"] + 1
+    save_file(sample, str(f))
+    packed = cli_pack(data_dir / "hidden_states", tmp_path / "packed")
+    ds = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed), on_missing="skip")
+    base = _loader(ds, 0, monkeypatch)
+    with caplog.at_level("WARNING", logger="libshard"):
+        got = lsp.train_loader(ds, base.batch_sampler, base.collate_fn, fallback=lambda: base)
+    assert got is base
+    assert any("hs_2" in r.getMessage() for r in caplog.records), caplog.records
+    with pytest.raises(ValueError, match="batches='cpp'"):
+        lsp.train_loader(ds, base.batch_sampler, base.collate_fn, batches="cpp")
+
+
 def test_spawned_workers_open_the_dataset_themselves(data, monkeypatch):
     data_dir, packed, native = data
     mine = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed),
@@ -235,6 +279,8 @@ def test_training_entry_same_losses(tmp_path):
                                which, "train", *args, "--save-path", str(tmp_path / f"out-{which}"),
                                *extra], env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, f"{which}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        # libshard's default: batches built in C++ (it says so when it falls back).
+        assert "own DataLoader and collate build" not in proc.stderr, proc.stderr[-3000:]
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         runs[which] = [r for r in rows if isinstance(r.get("train"), dict) or "val" in r]
     native, mine = runs["native"], runs["libshard"]

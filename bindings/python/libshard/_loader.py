@@ -399,7 +399,8 @@ class Loader:
     def _recipe_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
         """Batch recipes (a trainer's own batch, built in C++): one tensor per recipe key, in the
         recipe's order (the trainer modules, e.g. libshard.specforge, nest "a/b" keys and add
-        what their trainer adds), plus ``"__index__"`` with ``return_index``."""
+        what their trainer adds), then the samples' metadata as lists (``metadata=True``) and
+        ``"__index__"`` with ``return_index``."""
         return_index = self._return_index
         release = self._release
         while True:
@@ -409,11 +410,13 @@ class Loader:
             if raw is None:
                 self._exhausted = True
                 return
-            fields, indices = raw[0], raw[1]
+            fields, indices, meta = raw[0], raw[1], raw[2]
             del raw
             step: Dict[str, Any] = {name: make_tensor(dtype, shape, mem)
                                     for name, dtype, shape, mem in fields}
             del fields
+            for key, values in meta.items():  # empty unless metadata=True
+                step.setdefault(key, values)
             if return_index:
                 step[INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
             yield step
