@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the generated part of bindings/python/libshard/_core.pyi from the library's option
-tables (``_core.loader_option_table()``, ``writer_option_table()`` and ``pack_option_table()``:
-LoaderOptionTable in libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h and
-PackOptionTable in converters/pack/option_parsing.h), so the
+tables (``_core.loader_option_table()``, ``writer_option_table()``,
+``read_ahead_option_table()`` and ``pack_option_table()``: LoaderOptionTable in
+libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h, ReadAheadOptionTable in
+libshard/read_ahead.h and PackOptionTable in converters/pack/option_parsing.h), so the
 stubs' option names, types, defaults and docs are the ones the library checks.
 
     PYTHONPATH=build/python python3 scripts/gen_core_pyi.py          # rewrite the file
@@ -55,7 +56,8 @@ def render(tables: Dict[str, List[Dict[str, Any]]]) -> str:
 def generate(text: str) -> str:
     from libshard import _core  # the built extension (PYTHONPATH=build/python)
     tables = {"LoaderOptions": list(_core.loader_option_table()),
-              "WriterOptions": list(_core.writer_option_table())}
+              "WriterOptions": list(_core.writer_option_table()),
+              "ReadAheadOptions": list(_core.read_ahead_option_table())}
     if getattr(_core, "HAVE_PACK", False):
         tables["PackOptions"] = list(_core.pack_option_table())
     block = render(tables)

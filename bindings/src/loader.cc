@@ -7,12 +7,14 @@
 // several Python threads cannot race inside the library; stats() and stop() may run concurrently.
 #include "libshard/loader.h"
 
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "options.h"
@@ -34,6 +36,9 @@ LoaderState StateFromPython(const py::handle& obj) {
   state.position = kOptions.Unsigned("resume.position", d["position"]);
   // A state saved before order versions has no "order": it resumes onto order 1 exactly.
   state.order = d.contains("order") ? kOptions.U32("resume.order", d["order"]) : 1;
+  // Only a caller-given order's state has one (docs/ORDER.md §6).
+  if (d.contains("steps_digest") && !d["steps_digest"].is_none())
+    state.steps_digest = kOptions.Unsigned("resume.steps_digest", d["steps_digest"]);
   if (d.contains("skipped")) {
     for (const py::handle& s : py::iterable(d["skipped"])) {
       state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
@@ -67,6 +72,7 @@ py::dict StateToPython(const LoaderState& state) {
   py::list skipped;
   for (uint64_t s : state.skipped) skipped.append(s);
   out["skipped"] = std::move(skipped);
+  if (state.order == kOrderCaller) out["steps_digest"] = state.steps_digest;
   if (state.bucketing.window == 0) {
     out["bucketing"] = py::none();
   } else {
@@ -195,6 +201,23 @@ class PyLoader {
     ThrowIfError(status);
   }
 
+  // caller_order: epoch `epoch` in the order of `samples` (int64, every step's indices one
+  // after the other) cut at `bounds` (int64, steps + 1 offsets from 0).
+  void SetEpochSteps(uint64_t epoch, const py::array_t<int64_t, py::array::c_style |
+                                                                     py::array::forcecast>& samples,
+                     const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& bounds) {
+    std::shared_ptr<Loader> loader = Get();
+    EpochSteps steps;
+    steps.samples = Unsigned(samples, "sample index");
+    steps.bounds = Unsigned(bounds, "step bound");
+    Status status = [&] {
+      py::gil_scoped_release release;
+      std::lock_guard<std::mutex> lock(consumer_mu_);
+      return loader->SetEpochSteps(epoch, std::move(steps));
+    }();
+    ThrowIfError(status);
+  }
+
   py::dict State() {
     std::shared_ptr<Loader> loader = Get();
     LoaderState state;
@@ -246,6 +269,23 @@ class PyLoader {
     return loader;
   }
 
+  // The values of a 1-D int64 array, refused (InvalidArgumentError naming `what`) when one is
+  // negative.
+  static std::vector<uint64_t> Unsigned(
+      const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a, const char* what) {
+    if (a.ndim() != 1) ThrowStatus(Status::InvalidArgument(std::string(what) + "s must be 1-D"));
+    std::vector<uint64_t> out(static_cast<size_t>(a.shape(0)));
+    const int64_t* p = a.data();
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (p[i] < 0)
+        ThrowStatus(Status::InvalidArgument(std::string(what) + " " + std::to_string(p[i]) +
+                                            " (entry " + std::to_string(i) +
+                                            ") is negative; indices start at 0"));
+      out[i] = static_cast<uint64_t>(p[i]);
+    }
+    return out;
+  }
+
   std::mutex ptr_mu_;       // guards loader_
   std::mutex consumer_mu_;  // serialises next/set_epoch/state
   std::shared_ptr<Loader> loader_;
@@ -280,6 +320,10 @@ void RegisterLoader(py::module_& m) {
            "collated batch (fields, indices, metadata, lengths, cu_seqlens, max_seqlen), or None "
            "at the end of the epoch. Blocks with the GIL released.")
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
+      .def("set_epoch_steps", &PyLoader::SetEpochSteps, py::arg("epoch"), py::arg("samples"),
+           py::arg("bounds"),
+           "caller_order: starts epoch `epoch` with this rank's steps: step k is "
+           "samples[bounds[k]:bounds[k+1]] (int64 arrays). Blocks with the GIL released.")
       .def("state", &PyLoader::State)
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def("stats", &PyLoader::Stats)

@@ -7,7 +7,10 @@ Two lines in a training script::
 
 * :func:`pack` converts a directory of ``torch.save`` / ``.safetensors`` files (once).
 * :func:`open` gives a map-style :class:`Dataset` (``ds[i]`` -> dict of tensors, as torch.load).
-* :class:`Loader` streams it: shuffled, split across ranks, batched, resumable.
+* :class:`Loader` streams it: shuffled, split across ranks, batched, resumable; or in the order
+  of a torch ``Sampler`` (``sampler=`` / ``batch_sampler=``).
+* :meth:`Dataset.prefetch` reads ahead in an announced order; :class:`ReadAheadSampler` tells
+  each DataLoader worker its indices ahead.
 * :class:`Writer` writes a dataset straight from a generator (keys, resume, many ranks).
 * :func:`pad_collate`, :func:`pack_collate` batch variable-length samples.
 
@@ -47,6 +50,7 @@ from ._collate import pack_collate, pad_collate
 from ._dataset import Dataset, Field, Schema, open, upgrade
 from ._loader import Loader
 from ._pack import pack
+from ._read_ahead import ReadAheadSampler
 from ._tensors import INDEX_KEY
 from ._writer import Writer, join_parts, merge
 
@@ -80,6 +84,7 @@ __all__ = [
     "Loader",
     "Writer",
     "NotFoundError",
+    "ReadAheadSampler",
     "ResourceExhaustedError",
     "Schema",
     "join_parts",

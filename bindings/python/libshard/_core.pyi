@@ -93,6 +93,8 @@ class LoaderOptions(TypedDict, total=False):
     drop_last: bool
     # the shuffle's order version: 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
     order: int
+    # the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler) (default False)
+    caller_order: bool
     # a state() to continue from (overrides seed, epoch and order) (default None)
     resume: Optional[Dict[str, Any]]
     # read only these fields (None: every field) (default None)
@@ -163,6 +165,28 @@ class WriterOptions(TypedDict, total=False):
     created_by: str
     # recorded in the manifest's provenance summary (default '')
     source_root: str
+class ReadAheadOptions(TypedDict, total=False):
+    """The keys `ReadAhead` takes (name: type, default; bounds; doc)."""
+    # bytes of the pinned arena; a few GiB is typical (default '512MiB'; 4096..17592186044416)
+    memory_budget: Union[int, str]
+    # reads in flight; 64 is a good default (default 64; 1..4096)
+    queue_depth: int
+    # large samples are read in pieces of this size, rounded up to 4096 (default '4MiB'; 0..1073741824)
+    read_size: Union[int, str]
+    # the I/O engine; env LIBSHARD_ENGINE overrides auto (default 'auto'; 'auto' | 'uring' | 'pread')
+    engine: str
+    # O_DIRECT or buffered reads; env LIBSHARD_IO_MODE overrides auto (default 'auto'; 'auto' | 'direct' | 'buffered')
+    io_mode: str
+    # pin the arena for fast GPU copies, 64 MiB at a time as it is first used: True or 'auto' where a CUDA driver is installed, 'on', False or 'off' (default False; 'auto' | 'on' | 'off')
+    pin_memory: Union[bool, str]
+    # checksum and decoding threads; 0 chooses from the dataset and the cores (default 0; 0..256)
+    worker_threads: int
+    # None or True: check every byte served (a fields/max_len read field by field); False: check nothing (default None)
+    verify: Optional[bool]
+    # check every byte served against its sample or field checksum (default True)
+    verify_checksums: bool
+    # a log line when the consumer waits this long; 0 turns it off (default 10.0)
+    slow_wait_warning_seconds: float
 class PackOptions(TypedDict, total=False):
     """The keys `Pack` takes (name: type, default; bounds; doc)."""
     # the source directory, walked recursively (default None; also spelled SRC)
@@ -219,6 +243,7 @@ class Loader:
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None: ...
     def next(self) -> Union[List[RawSample], RawCollated, None]: ...
     def set_epoch(self, epoch: int) -> None: ...
+    def set_epoch_steps(self, epoch: int, samples: np.ndarray, bounds: np.ndarray) -> None: ...
     def state(self) -> Dict[str, Any]: ...
     def batches_per_epoch(self) -> int: ...
     def stats(self) -> Dict[str, Any]: ...
@@ -229,6 +254,17 @@ class Loader:
     @property
     def closed(self) -> bool: ...
 
+# bindings/src/read_ahead.cc (libshard.Dataset.prefetch)
+class ReadAhead:
+    def __init__(self, dataset: Dataset, options: ReadAheadOptions) -> None: ...
+    def announce(self, indices: np.ndarray) -> None: ...
+    def get(self, index: int) -> RawSample: ...
+    def stats(self) -> Dict[str, Any]: ...
+    def close(self) -> None: ...
+    @property
+    def forked(self) -> bool: ...
+
+def read_ahead_option_table() -> List[Dict[str, Any]]: ...
 def loader_option_table() -> List[Dict[str, Any]]: ...
 def resolve_loader_options(options: LoaderOptions) -> Dict[str, Any]: ...
 def resolve_world(rank: Optional[int] = None, world_size: Optional[int] = None,

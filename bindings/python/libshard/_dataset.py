@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -78,6 +79,14 @@ class Dataset(torch.utils.data.Dataset):
     pickling keeps only the path and options, and workers reopen the dataset.
     Reads release the GIL. Thread-safe.
 
+    Read-ahead: :meth:`prefetch` announces the indices that will be asked for, in order; the
+    dataset then reads them ahead with the Loader's engine (io_uring, O_DIRECT, one arena of
+    ``read_ahead["memory_budget"]`` bytes per process, every byte checked), and ``ds[i]`` in
+    that order is served from memory already read (zero-copy views of the arena). Unannounced
+    or out-of-order reads still work, read synchronously. In a DataLoader,
+    :class:`libshard.ReadAheadSampler` announces to each worker the indices it will be asked
+    for (docs/guide/loading.md).
+
     Raises (on open and on reads) a ``libshard.Error``: ``NotFoundError`` (a ``FileNotFoundError``:
     no dataset at ``path``), ``CorruptionError`` (bad index, manifest or checksum; the message
     names the file, sample and offset), ``IoError`` (an ``OSError``: I/O failure, with errno),
@@ -86,7 +95,8 @@ class Dataset(torch.utils.data.Dataset):
 
     def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True,
                  cache: Optional[PathLike] = None,
-                 cache_size: Union[int, str, None] = None) -> None:
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Mapping[str, Any]] = None) -> None:
         """Opens the dataset in directory ``path``, or in object storage (``s3://BUCKET/PREFIX``).
 
         Args:
@@ -97,6 +107,12 @@ class Dataset(torch.utils.data.Dataset):
           cache_size: s3:// only: bytes the whole cache directory may hold, every dataset under
             it together (int or "500GiB"); blocks are evicted to stay within it (docs/CACHE.md);
             default no bound but the free-space floor.
+          read_ahead: the settings of the read-ahead that :meth:`prefetch` starts, by the
+            Loader's names: ``memory_budget`` (default ``"512MiB"``, per process: each
+            DataLoader worker has its own), ``queue_depth``, ``read_size``, ``engine``,
+            ``io_mode``, ``pin_memory`` (default False), ``worker_threads``,
+            ``slow_wait_warning_seconds``. Checked when the read-ahead starts. Verification
+            follows ``verify``.
         """
         from ._units import parse_bytes
         self._path = os.fspath(path)
@@ -108,15 +124,22 @@ class Dataset(torch.utils.data.Dataset):
         self._schema: Optional[Schema] = None
         self._lengths: Optional[np.ndarray] = None
         self._key_index: Optional[Dict[str, int]] = None
+        self._read_ahead_options: Dict[str, Any] = dict(read_ahead or {})
+        # The read-ahead engine of this process (made by prefetch); see _engine.
+        self._ra: Optional[Any] = None
+        self._ra_pid = os.getpid()
+        self._ra_lock = threading.Lock()
 
     # -- pickling: reopen by path (DataLoader workers with the spawn/forkserver start method) --
     def __getstate__(self) -> Dict[str, Any]:
         return {"path": self._path, "verify": self._verify, "metadata": self._metadata,
-                "cache": self._cache, "cache_size": self._cache_size}
+                "cache": self._cache, "cache_size": self._cache_size,
+                "read_ahead": self._read_ahead_options}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__init__(state["path"], verify=state["verify"], metadata=state["metadata"],
-                      cache=state.get("cache") or None, cache_size=state.get("cache_size") or None)
+                      cache=state.get("cache") or None, cache_size=state.get("cache_size") or None,
+                      read_ahead=state.get("read_ahead"))
 
     def __repr__(self) -> str:
         return (f"libshard.Dataset({self._path!r}, samples={len(self)}, "
@@ -128,7 +151,66 @@ class Dataset(torch.utils.data.Dataset):
     def __getitem__(self, index: int) -> Dict[str, Any]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]  # type: ignore[return-value]
-        return sample_to_dict(self._core.read(operator.index(index)), metadata=self._metadata)
+        i = operator.index(index)
+        ra = self._ra
+        if ra is None or self._ra_pid != os.getpid():
+            return sample_to_dict(self._core.read(i), metadata=self._metadata)
+        n = len(self._core)
+        if not -n <= i < n:
+            raise IndexError(f"sample index {i} is out of range: dataset {self._path} has {n} "
+                             "samples")
+        return sample_to_dict(ra.get(i + n if i < 0 else i), metadata=self._metadata)
+
+    # -- read-ahead ------------------------------------------------------------------------
+    def prefetch(self, indices: Iterable[int]) -> None:
+        """Announces that the samples ``indices`` (an iterable of ints, a numpy array or a
+        tensor; repeats allowed) will be asked for, in this order, after those announced
+        before: they are read ahead, and ``ds[i]`` in that order is served from memory already
+        read. The first call in a process starts the read-ahead (settings: ``read_ahead``).
+
+        The rule (docs/guide/loading.md, "Reading ahead for a map-style dataset"): ``ds[i]``
+        takes the earliest announced entry of ``i`` still held; the entries announced before
+        it and not taken are passed over (those not yet read are never read; those read stay
+        available to a late request for 64 more entries, or until their memory is needed).
+        A sample with no held entry is read synchronously, as without prefetch; nothing
+        announced and never asked for blocks anything. An index out of range raises
+        ``InvalidArgumentError`` and announces nothing.
+        """
+        if isinstance(indices, np.ndarray):
+            values = indices
+        elif isinstance(indices, torch.Tensor):
+            values = indices.detach().cpu().numpy()
+        else:
+            values = np.fromiter((operator.index(i) for i in indices), dtype=np.int64)
+        self._engine().announce(np.ascontiguousarray(values, dtype=np.int64).reshape(-1))
+
+    def read_ahead_stats(self) -> Optional[Dict[str, Any]]:
+        """The read-ahead's counters in this process, or None before :meth:`prefetch`:
+        ``announced``, ``hits`` (served from memory already read), ``waits`` (served once its
+        read completed), ``misses`` (read synchronously), ``skipped`` (passed over, never
+        read), ``evicted`` (read, dropped unasked), ``held``, ``bytes_read``,
+        ``bytes_served``, ``checksum_failures``, ``wait_seconds``, ``engine``, ``direct_io``,
+        ``io_status``, ``pinned``, ``arena_budget``, ``arena_in_use``, ``arena_peak``."""
+        ra = self._ra
+        if ra is None or self._ra_pid != os.getpid():
+            return None
+        return ra.stats()
+
+    def _engine(self) -> Any:
+        """This process's read-ahead engine, made on first use. One inherited through fork()
+        (its threads are not in this process) is left alone and replaced."""
+        if self._ra_pid != os.getpid():  # a forked child: fresh state, fresh lock
+            self._ra, self._ra_pid, self._ra_lock = None, os.getpid(), threading.Lock()
+        with self._ra_lock:
+            if self._ra is None:
+                options = dict(self._read_ahead_options)
+                if "verify" in options or "verify_checksums" in options:
+                    raise _core.InvalidArgumentError(
+                        "read_ahead: the read-ahead checks what the dataset checks: set "
+                        "verify= of the Dataset, not of read_ahead")
+                options["verify"] = self._verify
+                self._ra = _core.ReadAhead(self._core, options)
+            return self._ra
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         for i in range(len(self)):
@@ -264,7 +346,10 @@ def upgrade(path: PathLike) -> bool:
 
 
 def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa: A001
-         cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None) -> Dataset:
+         cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None,
+         read_ahead: Optional[Mapping[str, Any]] = None) -> Dataset:
     """Opens the packed dataset in directory ``path`` or at an ``s3://`` URL (through the
-    node-local ``cache``); see :class:`Dataset`."""
-    return Dataset(path, verify=verify, metadata=metadata, cache=cache, cache_size=cache_size)
+    node-local ``cache``); see :class:`Dataset` (``read_ahead``: the settings of
+    :meth:`Dataset.prefetch`)."""
+    return Dataset(path, verify=verify, metadata=metadata, cache=cache, cache_size=cache_size,
+                   read_ahead=read_ahead)

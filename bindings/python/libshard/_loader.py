@@ -12,6 +12,7 @@ from ._core import InvalidArgumentError
 from ._collate import pack_collate, pad_collate
 from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
+from ._sampler_order import SamplerOrder, warn_unsplit
 from ._tensors import INDEX_KEY, make_tensor, sample_to_dict
 from ._world import resolve_world
 
@@ -71,6 +72,18 @@ class Loader:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
       shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
+      sampler, batch_sampler: stream in the order of a torch ``Sampler`` (grouped by
+        ``batch_size``, ``drop_last``) or batch sampler (one step per batch) instead of the
+        loader's own (``docs/ORDER.md`` §6). Each epoch the loader calls the sampler's
+        ``set_epoch(epoch)`` when it has one (for a batch sampler without one, its inner
+        ``sampler``'s), then streams its indices through the same engine: memory_budget,
+        checks, ``collate``, ``fields`` and the rest apply. The sampler's order is this rank's:
+        it is not split across ranks again (a ``DistributedSampler`` already splits it).
+        ``shuffle``, ``seed``, ``order`` and ``max_tokens`` do not apply (``shuffle`` given with
+        a sampler is an error, as in DataLoader). ``state_dict()`` counts the steps of the
+        epoch consumed and a digest of its order: ``load_state_dict`` continues with the same
+        remaining batches when the sampler gives the same order for the same epoch (seeded, with
+        ``set_epoch``), and raises ``InvalidArgumentError`` when it does not.
       order: the shuffle's order version (``docs/ORDER.md``). 2 (default):
         evaluated per position in O(1), so a rank of a large world starts at once; 1: the
         Fisher-Yates order of libshard before order versions (O(n) per epoch), to reproduce an
@@ -149,7 +162,7 @@ class Loader:
 
     def __init__(self, data: Union[PathLike, Dataset], *,
                  batch_size: Optional[int] = None,
-                 shuffle: bool = True,
+                 shuffle: Optional[bool] = None,
                  seed: int = 0,
                  order: int = 2,
                  rank: Optional[int] = None,
@@ -182,7 +195,10 @@ class Loader:
                  expect: Optional[Dict[str, Union[str, int]]] = None,
                  # -- s3:// datasets (docs/guide/object-storage.md); kept apart for the option table
                  cache: Optional[PathLike] = None,
-                 cache_size: Union[int, str, None] = None) -> None:
+                 cache_size: Union[int, str, None] = None,
+                 # -- a torch Sampler's order (docs/ORDER.md §6)
+                 sampler: Any = None,
+                 batch_sampler: Any = None) -> None:
         if isinstance(data, Dataset):
             self._dataset = data
         elif isinstance(data, (str, os.PathLike)):
@@ -192,13 +208,28 @@ class Loader:
                                        f"got {type(data).__name__}")
         self._dataset.check(expect)
         self._rank, self._world_size = resolve_rank(rank, world_size)
+        # sampler= / batch_sampler=: the C++ loader takes each epoch's steps from Python.
+        self._order: Optional[SamplerOrder] = None
+        batched = False
+        if sampler is not None or batch_sampler is not None:
+            if shuffle is not None:
+                raise InvalidArgumentError(
+                    "Loader: shuffle does not apply with a sampler: the sampler gives the order "
+                    "(shuffle it there, e.g. RandomSampler or DistributedSampler(shuffle=True))")
+            self._order = SamplerOrder(sampler, batch_sampler, batch_size, drop_last)
+            warn_unsplit(self._order, self._world_size)
+            batched = batch_size is not None or batch_sampler is not None
+            batch_size, drop_last = None, False  # the steps are the batches
+        if shuffle is None:
+            shuffle = True
         # "pad" / "pack" or a batch recipe: collated in C++; a callable: in Python on the list of
         # samples. The library checks the name (LoaderOptionTable).
         native = not callable(collate)
         self._native = collate if native and isinstance(collate, str) and collate != "none" \
             else None
         self._collate = None if native else self._make_collate(collate)
-        self._batched = batch_size is not None or max_tokens is not None
+        self._batched = (batched if self._order is not None
+                         else batch_size is not None or max_tokens is not None)
         self._return_index = bool(return_index)
         self._metadata = bool(metadata)
         self._device = self._check_device(device)
@@ -219,6 +250,8 @@ class Loader:
             "slow_wait_warning_seconds": slow_wait_warning_seconds,
             "stats_interval_seconds": stats_interval_seconds,
         }
+        if self._order is not None:
+            self._options["caller_order"] = True
         if collate is pad_collate:
             # Python pads these batches: the "auto" budget and bucket window follow collate="pad".
             self._options["consumer_pads"] = True
@@ -228,6 +261,8 @@ class Loader:
         self._guard_async_copies(self._core)
         # True once this epoch's last step was returned: the next iter() starts the next epoch.
         self._exhausted = False
+        if self._order is not None:
+            self._give_epoch(int(self._core.state()["epoch"]))
 
     # -- configuration ---------------------------------------------------------------------
     #: Samples per window of length-aware batching when ``bucket_window="auto"`` turns it on
@@ -324,7 +359,10 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         core = self._require_core()
         if self._exhausted:
-            core.set_epoch(int(core.state()["epoch"]) + 1)
+            if self._order is not None:
+                self._give_epoch(int(core.state()["epoch"]) + 1)
+            else:
+                core.set_epoch(int(core.state()["epoch"]) + 1)
             self._exhausted = False
         steps = self._steps(core)
         if self._device is not None:
@@ -458,8 +496,20 @@ class Loader:
         """Makes the next ``iter()`` run epoch ``epoch`` from its beginning."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise InvalidArgumentError(f"epoch must be a non-negative integer, got {epoch!r}")
-        self._require_core().set_epoch(epoch)
+        if self._order is not None:
+            self._give_epoch(epoch)
+        else:
+            self._require_core().set_epoch(epoch)
         self._exhausted = False
+
+    def _give_epoch(self, epoch: int) -> None:
+        """With a sampler: ``set_epoch(epoch)`` on it, then its order as epoch ``epoch``'s steps
+        (a pending resume of that epoch continues after its position)."""
+        core = self._require_core()
+        assert self._order is not None
+        self._order.set_epoch(epoch)
+        samples, bounds = self._order.steps()
+        core.set_epoch_steps(epoch, samples, bounds)
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the stream stands, after the last step returned: ``{"seed", "epoch",
@@ -470,12 +520,16 @@ class Loader:
         state = self._require_core().state()
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": [], "order": state["order"], "bucketing": None}
+                     "skipped": [], "order": state["order"], "bucketing": None,
+                     **({"steps_digest": 0} if "steps_digest" in state else {})}
         bucketing = state.get("bucketing")
-        return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
-                "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
-                "order": int(state["order"]),
-                "bucketing": dict(bucketing) if bucketing is not None else None}
+        out = {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
+               "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
+               "order": int(state["order"]),
+               "bucketing": dict(bucketing) if bucketing is not None else None}
+        if "steps_digest" in state:  # an order a sampler gave (docs/ORDER.md §6)
+            out["steps_digest"] = int(state["steps_digest"])
+        return out
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
@@ -494,12 +548,15 @@ class Loader:
                              "position": state["position"],
                              "skipped": list(state.get("skipped", [])),
                              "order": state.get("order", 1),
-                             "bucketing": state.get("bucketing")}
+                             "bucketing": state.get("bucketing"),
+                             "steps_digest": state.get("steps_digest")}
         new_core = self._new_core(options)
         self.close()
         self._core = new_core
         self._guard_async_copies(new_core)
         self._exhausted = False
+        if self._order is not None:
+            self._give_epoch(int(state["epoch"]))
 
     def stats(self) -> Dict[str, Any]:
         """Loader statistics: samples/bytes delivered and read, throughput (GB/s), the consumer's

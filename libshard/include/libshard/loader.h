@@ -103,12 +103,17 @@ struct LoaderState {
   uint64_t seed = 0;
   uint64_t epoch = 0;
   uint64_t position = 0;               // global position: units of the epoch's global sequence
-                                       // consumed by all ranks together
+                                       // consumed by all ranks together (kOrderCaller: this
+                                       // rank's steps consumed, docs/ORDER.md §6)
   std::vector<uint64_t> skipped;       // samples skipped by OnError::kSkip this epoch
   // The order version the epoch follows (LoaderOptions::order). 1 by default: a state saved
   // before order versions existed has none and resumes onto the version 1 order exactly; a
-  // Loader's state() always sets it.
+  // Loader's state() always sets it. kOrderCaller (0): the caller gave the order
+  // (LoaderOptions::caller_order).
   uint32_t order = 1;
+  // kOrderCaller only: the digest of the epoch's steps (EpochStepsDigest), which a resume
+  // inside the epoch checks against the steps it is given; 0 otherwise.
+  uint64_t steps_digest = 0;
   // How the epoch's sequence was cut by length-aware batching (LoaderOptions::bucket_window;
   // docs/ORDER.md §2a). window 0: no bucketing, the sequence is the shuffled order
   // itself. A resume in the middle of an epoch keeps the epoch's sequence, so that every sample
@@ -126,6 +131,33 @@ struct LoaderState {
   Bucketing bucketing;
   bool operator==(const LoaderState&) const = default;
 };
+
+// LoaderState::order of an epoch whose order the caller gave (LoaderOptions::caller_order).
+inline constexpr uint32_t kOrderCaller = 0;
+
+// One rank's steps of one epoch in an order the caller gives (LoaderOptions::caller_order;
+// docs/ORDER.md §6): step k is samples[bounds[k], bounds[k + 1]), in delivery order, one
+// sample or one batch. Loader::SetEpochSteps checks it (ValidateEpochSteps): bounds holds
+// steps() + 1 entries rising strictly from 0 to samples.size() (no empty step), every index is
+// below the dataset's size; an index may repeat (a sampler with replacement). No step at all:
+// bounds {0} or empty, with no samples.
+struct EpochSteps {
+  std::vector<uint64_t> samples;
+  std::vector<uint64_t> bounds;
+  uint64_t steps() const { return bounds.empty() ? 0 : bounds.size() - 1; }
+  // One sample per step.
+  static EpochSteps Singles(std::vector<uint64_t> samples);
+  // Steps of these samples each.
+  static EpochSteps Batches(const std::vector<std::vector<uint64_t>>& batches);
+};
+
+// InvalidArgument naming the step, its index and `dataset_path` (an index out of range), or
+// what is wrong with the bounds (an empty step; bounds that do not start at 0, fall, or do not
+// end at samples.size()).
+[[nodiscard]] Status ValidateEpochSteps(const EpochSteps& steps, uint64_t dataset_size,
+                                        const std::string& dataset_path);
+// xxh3-64 of the steps (their samples and bounds): LoaderState::steps_digest. Never 0.
+uint64_t EpochStepsDigest(const EpochSteps& steps);
 
 // Bounds of LoaderOptions' numeric settings, checked by ValidateLoaderOptions (and so by
 // Loader::Create) before any thread starts or memory is reserved. They are far above what any
@@ -192,6 +224,18 @@ struct LoaderOptions {
   // as Python's pad_collate): the "auto" settings (token_budget, bucket_window) resolve as with
   // kPad. Changes nothing else.
   bool consumer_pads = false;
+
+  // The caller gives each epoch's order (docs/ORDER.md §6): Create starts no read, and each
+  // epoch begins with Loader::SetEpochSteps and this rank's steps (in Python, those of a torch
+  // Sampler or batch sampler). They are this rank's own: nothing is striped over rank and
+  // world_size (a DistributedSampler has split the epoch already), shuffled or batched again.
+  // shuffle, seed, order, rank, world_size and drop_last are not used; batch_size > 1,
+  // max_tokens and bucket_window > 0 are InvalidArgument (the steps are the batches; "auto"
+  // bucketing resolves to off). fields, max_len, collate, verification, on_error, memory and
+  // I/O work as in the loader's own order. state() holds the epoch, the steps consumed
+  // (position), kOrderCaller and the steps' digest; a resume continues after that position
+  // once SetEpochSteps gives the saved epoch steps with the same digest.
+  bool caller_order = false;
 
   // Memory and I/O.
   // The arena; every queue is bounded by it. Reserved at once (one mapping) but touched, pinned
@@ -368,8 +412,19 @@ class Loader {
   // failed counts as consumed: state() moves past it, so a Next() after the error continues
   // with the following batch, and a state saved then resumes after the failed one.
   virtual Result<std::optional<Batch>> Next() = 0;
-  // Starts epoch `epoch` from its beginning (drops what was prefetched).
+  // Starts epoch `epoch` from its beginning (drops what was prefetched). With caller_order:
+  // InvalidArgument (SetEpochSteps starts an epoch).
   virtual Status SetEpoch(uint64_t epoch) = 0;
+  // caller_order only (InvalidArgument otherwise): starts epoch `epoch` in the order of
+  // `steps`, this rank's, dropping what was prefetched; Next() returns those steps, then
+  // nullopt. Checked first (ValidateEpochSteps): a bad index, an empty step or bad bounds are
+  // InvalidArgument and change nothing. When the loader was created with `resume` and this is
+  // the first epoch given since, and it is the state's epoch, the epoch continues after the
+  // state's position: the steps' digest must equal the state's (InvalidArgument otherwise: the
+  // sampler gave another order for that epoch, so the steps left are unknown), and the
+  // position must not exceed the steps. Before the first SetEpochSteps, Next() is
+  // InvalidArgument and batches_per_epoch() 0.
+  virtual Status SetEpochSteps(uint64_t epoch, EpochSteps steps);
   // The state after the last batch returned by Next(): resume from it to continue.
   virtual LoaderState state() const = 0;
   // Batches this rank gets per epoch.

@@ -21,10 +21,11 @@ LoaderState BatchConsumer::state() const {
   return state_;
 }
 
-void BatchConsumer::OnNewEpochLocked(uint64_t epoch) {
+void BatchConsumer::OnNewEpochLocked(uint64_t epoch, uint64_t position,
+                                     std::vector<uint64_t> skipped) {
   state_.epoch = epoch;
-  state_.position = 0;
-  state_.skipped.clear();
+  state_.position = position;
+  state_.skipped = std::move(skipped);
 }
 
 double BatchConsumer::HeldMemoryTimeout() const {
@@ -48,9 +49,9 @@ Result<std::optional<Batch>> BatchConsumer::Next() {
   double waited_total = 0;
   while (true) {
     if (w.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
-    if (w.next_batch >= w.plan->batches_for_rank()) return std::optional<Batch>();
+    if (w.next_batch >= w.steps->steps()) return std::optional<Batch>();
     const uint64_t batch_index = w.next_batch;
-    const uint64_t count = w.plan->BatchSamples(batch_index).size();
+    const uint64_t count = w.steps->StepSize(batch_index);
 
     // Wait until the batch's items are all ready (they are the front of the queue).
     const Clock::TimePoint wait_start = clock.Now();
@@ -162,7 +163,7 @@ Result<std::optional<Batch>> BatchConsumer::Next() {
       }
     }
     ++w.next_batch;
-    state_.position = w.plan->PositionAfter(batch_index);
+    state_.position = w.steps->PositionAfter(batch_index);
     if (queue_full) scheduler_->Wake();
     diagnostics_->AddWait(waited_total);
     waited_total = 0;

@@ -1,6 +1,6 @@
 // BatchConsumer: the consuming half of the StreamingLoader. Next() waits until the items of the
-// next batch of the plan are ready at the front of the queue (loader/item_queue.h), takes them in
-// plan order (which is the reorder stage), and applies the error policy: OnError::kRaise
+// next batch (step) are ready at the front of the queue (loader/item_queue.h), takes them in
+// step order (which is the reorder stage), and applies the error policy: OnError::kRaise
 // returns a failed sample's error, OnError::kSkip drops it, records it in the state and, for a
 // batch that lost every sample, repeats a stand-in sample in its place. While it waits it tells
 // apart reads that will complete, a batch that can never fit the arena (an error) and memory the
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "libshard/loader.h"
 #include "loader/diagnostics.h"
@@ -30,8 +31,10 @@ class BatchConsumer {
   Result<std::optional<Batch>> Next();
   // The state after the last batch returned by Next().
   LoaderState state() const;
-  // Requires ItemQueue::mu. The stream restarts at the beginning of epoch `epoch`.
-  void OnNewEpochLocked(uint64_t epoch);
+  // Requires ItemQueue::mu. The stream restarts in epoch `epoch`, at its beginning or (a resume
+  // of a caller-given order) after `position` steps, with the samples skipped before then.
+  void OnNewEpochLocked(uint64_t epoch, uint64_t position = 0,
+                        std::vector<uint64_t> skipped = {});
 
  private:
   using Clock = LoaderClock;

@@ -1,6 +1,6 @@
 // The item queue: the items between the read scheduler (loader/read_scheduler.h), which creates
-// them in plan order and fills them, and the consumer (loader/batch_consumer.h), which takes them
-// from the front strictly in plan order, and what the two sides tell each other. Every mutable
+// them in step order and fills them, and the consumer (loader/batch_consumer.h), which takes them
+// from the front strictly in step order, and what the two sides tell each other. Every mutable
 // field is guarded by `mu`, the loader's one lock for the pipeline. (Not a "window": that word
 // is length-aware batching's, LoaderOptions::bucket_window.)
 #pragma once
@@ -16,7 +16,7 @@
 #include "libshard/dataset.h"
 #include "libshard/sample.h"
 #include "libshard/status.h"
-#include "loader/order.h"
+#include "loader/step_sequence.h"
 #include "loader/read_layout.h"
 #include "remote/shard_filler.h"
 
@@ -37,6 +37,7 @@ inline constexpr int kPollMs = 100;
 // One sample of one batch on its way to the consumer.
 struct Item {
   uint64_t seq = 0;     // position in this rank's item sequence of the epoch
+  uint64_t step = 0;    // the step (StepSequence) it belongs to
   uint64_t sample = 0;
   SampleLocation location;
   ReadLayout layout;
@@ -64,10 +65,10 @@ struct ItemQueue {
   std::condition_variable ready_cv;
   std::atomic<bool> stopped{false};  // Loader::Stop() was called; set without `mu`
 
-  std::deque<std::unique_ptr<Item>> items;  // unconsumed items in plan order
-  // The plan of the epoch; replaced only while the scheduler thread is stopped.
-  std::optional<EpochPlan> plan;
-  uint64_t next_batch = 0;       // consumer: next step of the plan
+  std::deque<std::unique_ptr<Item>> items;  // unconsumed items in step order
+  // This rank's steps of the epoch; replaced only while the scheduler thread is stopped.
+  std::shared_ptr<const StepSequence> steps;
+  uint64_t next_batch = 0;       // consumer: next step
   uint64_t next_seq = 0;         // scheduler: seq of the next item it creates
   uint64_t pipeline_bytes = 0;   // arena bytes held by `items`
   // While the consumer waits: it needs the items with seq below this; 0 when not waiting.
@@ -76,9 +77,9 @@ struct ItemQueue {
   uint64_t blocked_need = 0;       // the slot it could not get, bytes
   Status fatal;                    // a scheduler failure, returned by Next()
 
-  // Requires `mu`. The start of a new epoch over `epoch_plan` (the queue must be empty).
-  void Reset(EpochPlan epoch_plan) {
-    plan = std::move(epoch_plan);
+  // Requires `mu`. The start of a new epoch over `epoch_steps` (the queue must be empty).
+  void Reset(std::shared_ptr<const StepSequence> epoch_steps) {
+    steps = std::move(epoch_steps);
     next_batch = 0;
     next_seq = 0;
     blocked_on_memory = false;

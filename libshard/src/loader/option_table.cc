@@ -133,6 +133,8 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(Count<O>(kWhat, "order", "order", Member<&O::order>, "2", 1, 2, "",
                        "the shuffle's order version: 2, O(1) per position; 1, the order of "
                        "libshard before order versions"));
+  t.push_back(Bool<O>(kWhat, "caller_order", "caller_order", Member<&O::caller_order>, "False",
+                      "the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler)"));
   t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[Dict[str, Any]]", "None",
                      "a state() to continue from (overrides seed, epoch and order)", nullptr));
   // What to read.
@@ -266,10 +268,25 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   // Counts and byte sizes against the table's bounds (threads are started one per worker: an
   // unbounded count would exhaust the process's threads seconds later instead of failing now).
   LIBSHARD_RETURN_IF_ERROR(LoaderOptionTable().CheckBounds(o));
-  if (o.resume && (o.resume->order < 1 || o.resume->order > 2))
+  if (o.resume && o.caller_order && o.resume->order != kOrderCaller)
+    return Bad("resume", "is a state of the loader's own order (order " +
+                             std::to_string(o.resume->order) +
+                             "), but this loader takes its order from the caller (a sampler); "
+                             "resume it with a loader without a sampler");
+  if (o.resume && !o.caller_order && o.resume->order == kOrderCaller)
+    return Bad("resume", "is a state of an order the caller gave (a sampler or batch sampler), "
+                         "but this loader has no sampler; resume it with the same sampler");
+  if (o.resume && !o.caller_order && o.resume->order > 2)
     return Bad("resume.order", "is " + std::to_string(o.resume->order) +
                                    ", not 1 or 2: the state was saved by a newer libshard; "
                                    "resume it with that version");
+  if (o.caller_order && (o.batch_size > 1 || o.max_tokens > 0 ||
+                         (o.bucket_window != kAutoBucketWindow && o.bucket_window > 0)))
+    return Status::InvalidArgument(
+        "Loader option caller_order: the caller's steps are the batches, so batch_size > 1, "
+        "max_tokens and bucket_window do not apply (batch_size " +
+        std::to_string(o.batch_size) + ", max_tokens " + std::to_string(o.max_tokens) +
+        "); batch in the sampler (a batch sampler) instead");
   if (o.batch_size > 1 && o.max_tokens > 0)
     return Status::InvalidArgument(
         "Loader options batch_size and max_tokens are exclusive (batch_size " +
@@ -321,7 +338,7 @@ Result<LoaderOptions> ResolveLoaderOptions(const LoaderOptions& options) {
     o.token_budget = padded ? TokenBudget::kPadded : TokenBudget::kSum;
   if (o.bucket_window == kAutoBucketWindow) {
     const bool batched = o.max_tokens > 0 || o.batch_size > 1;
-    o.bucket_window = padded && batched ? kAutoBucketWindowSize : 0;
+    o.bucket_window = padded && batched && !o.caller_order ? kAutoBucketWindowSize : 0;
   }
   return o;
 }

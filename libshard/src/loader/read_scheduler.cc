@@ -190,7 +190,7 @@ void ReadScheduler::Start() {
   pf_in_batch_ = 0;
   pf_seq_ = 0;
   pipeline_stop_ = false;
-  plan_done_ = false;
+  steps_done_ = false;
   reading_bytes_ = 0;  // the items of a stopped pipeline were dropped
   if (ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_)) {
     filler->ForgetReadAhead();  // a new pass of the plan
@@ -219,6 +219,11 @@ void ReadScheduler::StopPipeline() {
 }
 
 void ReadScheduler::Wake() { engine_->Wake(); }
+
+void ReadScheduler::OnStepsAddedLocked() {
+  steps_done_ = false;
+  engine_->Wake();
+}
 
 void ReadScheduler::FillStats(LoaderStats* s) const {
   const Clock::TimePoint now = diagnostics_->clock().Now();
@@ -352,21 +357,28 @@ Status ReadScheduler::SchedulerStep() {
 
 Result<bool> ReadScheduler::StartNextItem() {
   std::unique_lock<std::mutex> lock(queue_->mu);
-  if (plan_done_) return false;
+  if (steps_done_) return false;
   // The workers are behind: read nothing more until they take some of the backlog (a worker
   // wakes the scheduler). They always do, so this never stalls the pipeline for good.
   if (blocked_on_backlog_ || BacklogFull()) {
     blocked_on_backlog_ = true;
     return false;
   }
-  const EpochPlan& plan = *queue_->plan;
+  const StepSequence& steps = *queue_->steps;
+  // A step fetched but not started that the caller has passed over since is dropped
+  // (StepSequence::NextWanted; the read-ahead's order only).
+  if (sched_in_batch_ == 0 && !sched_samples_.empty() &&
+      steps.NextWanted(sched_batch_ - 1) != sched_batch_ - 1) {
+    sched_samples_.clear();
+  }
   while (sched_in_batch_ >= sched_samples_.size()) {
-    if (sched_batch_ >= plan.batches_for_rank()) {
-      plan_done_ = true;
+    sched_batch_ = steps.NextWanted(sched_batch_);
+    if (sched_batch_ >= steps.steps()) {
+      steps_done_ = true;
       return false;
     }
     sched_samples_.clear();
-    plan.AppendBatchSamples(sched_batch_++, &sched_samples_);
+    steps.AppendStepSamples(sched_batch_++, &sched_samples_);
     sched_in_batch_ = 0;
   }
   // The consumer's batch may always be completed; later ones respect the queue cap.
@@ -376,6 +388,7 @@ Result<bool> ReadScheduler::StartNextItem() {
 
   const uint64_t sample = sched_samples_[sched_in_batch_];
   auto item = std::make_unique<Item>();
+  item->step = sched_batch_ - 1;
   item->sample = sample;
   // Locate, not location: a version 2 index reads the sample's block on first use, and a
   // damaged one is this sample's error (FORMAT.md §3.8.7).
@@ -430,7 +443,7 @@ Result<bool> ReadScheduler::StartNextItem() {
   queue_->pipeline_bytes += item->slot_bytes;
   queue_->items.push_back(std::move(item));
   ShardFiller* const filler = internal::DatasetAccess::shard_filler(*dataset_);  // s3:// datasets only (remote/)
-  if (filler != nullptr) PrefetchAhead(plan, filler);
+  if (filler != nullptr) PrefetchAhead(steps, filler);
   lock.unlock();
   if (!too_large.ok()) {
     Complete(raw_item, std::move(too_large));
@@ -444,13 +457,14 @@ Result<bool> ReadScheduler::StartNextItem() {
   return true;
 }
 
-void ReadScheduler::PrefetchAhead(const EpochPlan& plan, ShardFiller* filler) {
+void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler) {
   // Bounded work per call; the filler's queue bounds how far ahead the fetch runs.
   for (int n = 0; n < 256 && filler->Hungry(); ++n) {
     while (pf_in_batch_ >= pf_samples_.size()) {
-      if (pf_batch_ >= plan.batches_for_rank()) return;
+      pf_batch_ = steps.NextWanted(pf_batch_);
+      if (pf_batch_ >= steps.steps()) return;
       pf_samples_.clear();
-      plan.AppendBatchSamples(pf_batch_++, &pf_samples_);
+      steps.AppendStepSamples(pf_batch_++, &pf_samples_);
       pf_in_batch_ = 0;
     }
     const uint64_t sample = pf_samples_[pf_in_batch_++];

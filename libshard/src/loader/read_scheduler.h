@@ -1,5 +1,5 @@
-// ReadScheduler: the producing half of the StreamingLoader. A thread walks this rank's plan
-// (ItemQueue::plan) item by item (one item = one sample of one batch), takes an arena slot for
+// ReadScheduler: the producing half of the StreamingLoader. A thread walks this rank's steps
+// (ItemQueue::steps) item by item (one item = one sample of one batch), takes an arena slot for
 // each, splits its read into `read_size` sub-reads and keeps `queue_depth` of them in flight on
 // the IoEngine, never letting the queue drain between samples. Completed items that need a
 // checksum or zstd decoding go to worker threads; the others become Samples on the scheduler
@@ -75,7 +75,7 @@ class ReadScheduler {
   ReadScheduler(const ReadScheduler&) = delete;
   ReadScheduler& operator=(const ReadScheduler&) = delete;
 
-  // Starts the scheduler thread at the beginning of ItemQueue::plan. The pipeline must be stopped
+  // Starts the scheduler thread at the beginning of ItemQueue::steps. The pipeline must be stopped
   // (just created, or after StopPipeline()) and the queue empty.
   void Start();
   // Stops the scheduler thread, cancels the reads in flight, waits until no worker runs and
@@ -84,6 +84,9 @@ class ReadScheduler {
   // Makes the scheduler thread re-check its conditions now (memory was released, Stop()).
   // Any thread.
   void Wake();
+  // Requires ItemQueue::mu. ItemQueue::steps grew (the read-ahead's announced order): a
+  // scheduler that reached its end goes on.
+  void OnStepsAddedLocked();
   // Requires ItemQueue::mu. No item waits for or runs on a worker thread.
   bool WorkersIdle() const { return tasks_.empty() && active_tasks_ == 0; }
   // The I/O part of the stats: reads in flight, engine, O_DIRECT. Any thread.
@@ -107,11 +110,11 @@ class ReadScheduler {
 
   void SchedulerLoop();
   Status SchedulerStep();
-  // Creates the next item of the plan when memory allows; false when blocked or done.
+  // Creates the next item of the steps when memory allows; false when blocked or done.
   Result<bool> StartNextItem();
   // s3:// datasets: announces the reads of the samples after the last item started to the cache
-  // filler, in plan order, while it has room (read-ahead). Requires queue_->mu.
-  void PrefetchAhead(const EpochPlan& plan, ShardFiller* filler);
+  // filler, in step order, while it has room (read-ahead). Requires queue_->mu.
+  void PrefetchAhead(const StepSequence& steps, ShardFiller* filler);
   // `offset`, `length`: the sub-read's place within the item's read.
   void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);
   void FinishRead(Item* item);
@@ -187,12 +190,12 @@ class ReadScheduler {
   }
   bool workers_exit_ = false;
   bool pipeline_stop_ = false;
-  bool plan_done_ = false;             // every item of the epoch was created
+  bool steps_done_ = false;            // every item of the epoch was created
   // Scheduler cursor (guarded by queue_->mu; reset only while the thread is stopped).
   uint64_t sched_batch_ = 0;
   std::vector<uint64_t> sched_samples_;
   size_t sched_in_batch_ = 0;
-  // Read-ahead cursor of PrefetchAhead (s3:// only), in the same plan order.
+  // Read-ahead cursor of PrefetchAhead (s3:// only), in the same step order.
   uint64_t pf_batch_ = 0;
   std::vector<uint64_t> pf_samples_;
   size_t pf_in_batch_ = 0;

@@ -4,7 +4,15 @@
 #include <string>
 #include <utility>
 
+#include "loader/caller_steps.h"
+
 namespace libshard {
+
+Status Loader::SetEpochSteps(uint64_t epoch, EpochSteps steps) {
+  (void)epoch;
+  (void)steps;
+  return Status::Unsupported("Loader::SetEpochSteps is not implemented by this loader");
+}
 
 Result<std::unique_ptr<Loader>> Loader::Create(std::shared_ptr<const Dataset> dataset,
                                                const LoaderOptions& options) {
@@ -120,6 +128,7 @@ Status StreamingLoader::Init() {
   arena_->SetReleaseCallback([scheduler = scheduler_.get()] { scheduler->Wake(); });
   diagnostics_.SetSnapshot([this] { return stats(); });
 
+  if (options_.caller_order) return InitCallerOrder();
   const PlanOptions plan_options = PlanOptionsFor(options_);
   LIBSHARD_RETURN_IF_ERROR(CheckResumeBucketing(plan_options));
   LoaderState state;
@@ -133,12 +142,74 @@ Status StreamingLoader::Init() {
   return StartEpoch(plan_options);
 }
 
+Status StreamingLoader::InitCallerOrder() {
+  // No epoch until SetEpochSteps; until then state() is the resume state, if any.
+  LoaderState state;
+  state.seed = options_.seed;
+  state.epoch = options_.resume ? options_.resume->epoch : options_.epoch;
+  state.position = options_.resume ? options_.resume->position : 0;
+  state.order = kOrderCaller;
+  if (options_.resume) {
+    state.skipped = options_.resume->skipped;
+    pending_resume_ = options_.resume;
+  }
+  consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
+                                              &diagnostics_, std::move(state));
+  std::lock_guard<std::mutex> lock(queue_.mu);
+  queue_.Reset(std::make_shared<CallerSteps>(std::make_shared<const EpochSteps>(), 0,
+                                             options_.resume ? options_.resume->steps_digest : 0));
+  return Status::OK();
+}
+
+Status StreamingLoader::SetEpochSteps(uint64_t epoch, EpochSteps steps) {
+  if (!options_.caller_order)
+    return Status::InvalidArgument(
+        "Loader::SetEpochSteps: this loader plans its own order; create it with "
+        "LoaderOptions::caller_order to give each epoch's steps (in Python: sampler= or "
+        "batch_sampler=)");
+  if (queue_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
+  LIBSHARD_RETURN_IF_ERROR(ValidateEpochSteps(steps, dataset_->size(), dataset_->path()));
+  const uint64_t digest = EpochStepsDigest(steps);
+  uint64_t start = 0;
+  std::vector<uint64_t> skipped;
+  if (pending_resume_ && pending_resume_->epoch == epoch && pending_resume_->position > 0) {
+    const LoaderState& saved = *pending_resume_;
+    if (saved.steps_digest != digest)
+      return Status::InvalidArgument(
+          "resume: epoch " + std::to_string(epoch) + " was saved after " +
+          std::to_string(saved.position) + " steps of another order (steps digest " +
+          std::to_string(saved.steps_digest) + ", the sampler now gives " +
+          std::to_string(digest) + ", " + std::to_string(steps.steps()) +
+          " steps); the steps left cannot be known, so resume needs a sampler that gives the "
+          "same order for the same epoch (seeded, with set_epoch) and the same dataset and "
+          "world size, or start the epoch from its beginning");
+    if (saved.position > steps.steps())
+      return Status::InvalidArgument("resume: position " + std::to_string(saved.position) +
+                                     " is past the " + std::to_string(steps.steps()) +
+                                     " steps of epoch " + std::to_string(epoch));
+    start = saved.position;
+    skipped = saved.skipped;
+  }
+  pending_resume_.reset();
+  scheduler_->StopPipeline();
+  if (collate_ != nullptr) collate_->Drop();
+  {
+    std::lock_guard<std::mutex> lock(queue_.mu);
+    consumer_->OnNewEpochLocked(epoch, start, std::move(skipped));
+    queue_.Reset(std::make_shared<CallerSteps>(
+        std::make_shared<const EpochSteps>(std::move(steps)), start, digest));
+  }
+  epoch_given_ = true;
+  scheduler_->Start();
+  return Status::OK();
+}
+
 Status StreamingLoader::StartEpoch(const PlanOptions& plan_options) {
   LIBSHARD_ASSIGN_OR_RETURN(EpochPlan plan,
                             EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
-    queue_.Reset(std::move(plan));
+    queue_.Reset(std::make_shared<PlannedSteps>(std::move(plan)));
   }
   scheduler_->Start();
   return Status::OK();
@@ -219,6 +290,10 @@ uint64_t StreamingLoader::DatasetFootprint() const {
 }
 
 Result<std::optional<Batch>> StreamingLoader::Next() {
+  if (options_.caller_order && !epoch_given_)
+    return Status::InvalidArgument(
+        "Loader::Next: this loader takes its order from the caller: give the epoch's steps "
+        "with SetEpochSteps first");
   std::optional<Batch> batch;
   if (collate_ == nullptr) {
     LIBSHARD_ASSIGN_OR_RETURN(batch, consumer_->Next());
@@ -257,6 +332,10 @@ uint64_t StreamingLoader::SampleLength(uint64_t index) const {
 
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
   if (queue_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
+  if (options_.caller_order)
+    return Status::InvalidArgument(
+        "Loader::SetEpoch: this loader takes its order from the caller: start epoch " +
+        std::to_string(epoch) + " with SetEpochSteps and its steps");
   scheduler_->StopPipeline();
   if (collate_ != nullptr) collate_->Drop();
   const LoaderState current = consumer_->state();
@@ -276,7 +355,8 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
   std::lock_guard<std::mutex> lock(queue_.mu);
-  state.bucketing = BucketingOf(queue_.plan->options());
+  state.bucketing = queue_.steps->bucketing();
+  state.steps_digest = queue_.steps->steps_digest();
   return state;
 }
 
@@ -304,7 +384,7 @@ Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
 
 uint64_t StreamingLoader::batches_per_epoch() const {
   std::lock_guard<std::mutex> lock(queue_.mu);
-  return queue_.plan->epoch_batches_for_rank();
+  return queue_.steps->epoch_steps();
 }
 
 void StreamingLoader::Stop() {

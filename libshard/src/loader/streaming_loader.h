@@ -1,6 +1,6 @@
 // StreamingLoader: the Loader implementation (libshard/loader.h), a composition of
 //   - the item queue (loader/item_queue.h): the items between the two halves, and the one lock;
-//   - the read scheduler (loader/read_scheduler.h): plan cursor, arena slots, engine, workers;
+//   - the read scheduler (loader/read_scheduler.h): step cursor, arena slots, engine, workers;
 //   - the batch consumer (loader/batch_consumer.h): Next(), waiting, the error policy;
 //   - diagnostics (loader/diagnostics.h): stats counters and warnings, on an injectable clock
 //     and log sink;
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,7 @@ class StreamingLoader final : public Loader {
 
   Result<std::optional<Batch>> Next() override;
   Status SetEpoch(uint64_t epoch) override;
+  Status SetEpochSteps(uint64_t epoch, EpochSteps steps) override;
   LoaderState state() const override;
   uint64_t batches_per_epoch() const override;
   LoaderStats stats() const override;
@@ -46,7 +48,10 @@ class StreamingLoader final : public Loader {
   StreamingLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                   DiagnosticsHooks hooks);
   Status Init();
-  // Replaces the plan and starts the scheduler on it; the pipeline must be stopped.
+  // LoaderOptions::caller_order: the consumer, and no epoch until SetEpochSteps.
+  Status InitCallerOrder();
+  // Replaces the epoch's steps with the plan of `plan_options` and starts the scheduler on
+  // them; the pipeline must be stopped.
   Status StartEpoch(const PlanOptions& plan_options);
   uint64_t DatasetFootprint() const;
   // InvalidArgument when a resume inside an epoch batched by length asks for other batching.
@@ -73,6 +78,10 @@ class StreamingLoader final : public Loader {
   // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
   std::shared_ptr<memory::Arena> batch_arena_;
   std::unique_ptr<CollateStage> collate_;
+  // caller_order: the resume state not yet applied (the first SetEpochSteps applies or drops
+  // it), and whether an epoch was given. Consumer thread only.
+  std::optional<LoaderState> pending_resume_;
+  bool epoch_given_ = false;
 };
 
 }  // namespace libshard

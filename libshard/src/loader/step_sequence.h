@@ -1,0 +1,68 @@
+// StepSequence: one rank's steps of one epoch, the only view of the order that the loader's
+// pipeline has. The read scheduler (loader/read_scheduler.h) walks it to create items in step
+// order, the batch consumer (loader/batch_consumer.h) to cut them into batches and to advance
+// LoaderState::position. Where an order comes from is decided by whoever makes the sequence
+// (StreamingLoader::StartEpoch); each kind of order is one implementation of this interface:
+//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md);
+//   - CallerSteps (loader/caller_steps.h): an order the caller gives (LoaderOptions::
+//     caller_order, docs/ORDER.md §6);
+//   - AnnouncedSteps (loader/announced_steps.h): the read-ahead's announced order
+//     (libshard/read_ahead.h), which grows and whose steps a caller may pass over.
+// Immutable once made, and every method const and thread-safe, except AnnouncedSteps, which
+// changes only under ItemQueue::mu, which whoever reads it (the read scheduler) holds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "libshard/loader.h"
+#include "loader/order.h"
+
+namespace libshard {
+
+class StepSequence {
+ public:
+  virtual ~StepSequence() = default;
+
+  // Steps (batches, or samples in single-sample mode) this rank gets from the epoch's start
+  // position to its end. Identical on every rank.
+  virtual uint64_t steps() const = 0;
+  // Steps this rank gets in the whole epoch, from position 0 (len(loader) after a resume).
+  virtual uint64_t epoch_steps() const = 0;
+  // Samples of step k (< steps()), in delivery order.
+  virtual uint64_t StepSize(uint64_t k) const = 0;
+  // Appends the dataset indices of step k (< steps()) to `out`, in delivery order; never none.
+  virtual void AppendStepSamples(uint64_t k, std::vector<uint64_t>* out) const = 0;
+  // LoaderState::position once every rank has consumed its steps 0..k.
+  virtual uint64_t PositionAfter(uint64_t k) const = 0;
+  // LoaderState::bucketing of the epoch (window 0 when the order has no length-aware batching).
+  virtual LoaderState::Bucketing bucketing() const = 0;
+  // The first step at or after k that is still wanted: the read scheduler starts no step
+  // before it that it has not started (a caller passed it over). k for every order but the
+  // read-ahead's.
+  virtual uint64_t NextWanted(uint64_t k) const { return k; }
+  // LoaderState::steps_digest of the epoch (0 but for a caller-given order).
+  virtual uint64_t steps_digest() const { return 0; }
+};
+
+// The loader's own order: an EpochPlan of docs/ORDER.md.
+class PlannedSteps final : public StepSequence {
+ public:
+  explicit PlannedSteps(EpochPlan plan) : plan_(std::move(plan)) {}
+
+  uint64_t steps() const override { return plan_.batches_for_rank(); }
+  uint64_t epoch_steps() const override { return plan_.epoch_batches_for_rank(); }
+  uint64_t StepSize(uint64_t k) const override { return plan_.BatchSamples(k).size(); }
+  void AppendStepSamples(uint64_t k, std::vector<uint64_t>* out) const override {
+    plan_.AppendBatchSamples(k, out);
+  }
+  uint64_t PositionAfter(uint64_t k) const override { return plan_.PositionAfter(k); }
+  LoaderState::Bucketing bucketing() const override { return BucketingOf(plan_.options()); }
+
+  const EpochPlan& plan() const { return plan_; }
+
+ private:
+  EpochPlan plan_;
+};
+
+}  // namespace libshard
