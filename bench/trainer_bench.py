@@ -482,6 +482,9 @@ def main() -> None:
                    help="SpecForge's startup to the first batch on this many small samples")
     p.add_argument("--first-step-hidden", type=int, default=16)
     p.add_argument("--keep", action="store_true", help="keep the generated data")
+    p.add_argument("--prepare-only", action="store_true",
+                   help="write and pack the data, measure nothing (run it under "
+                        "/work/tools/heavy, then the measuring runs with --keep under quiet)")
     args = p.parse_args()
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -500,6 +503,8 @@ def main() -> None:
         src = make_data(root, lengths, args.hidden)
         packed = root / f"{name}.libshard"
         pack(src / "hidden_states" if name == "speculators" else src, packed)
+        if args.prepare_only:
+            continue
         rows = make_rows(src, packed, args)
         report[name] = run_rows(name, rows, epoch_bytes, args)
         del rows

@@ -180,7 +180,8 @@ def test_train_loader_drop_in_equals_speculators(data, monkeypatch, batches):
     for rank in range(2):
         base = _loader(mine, rank, monkeypatch)
         got_loader = lsp.train_loader(mine, base.batch_sampler, base.collate_fn,
-                                      batches=batches, fallback=lambda: base)
+                                      batches=batches,
+                                      fallback=lambda: lsp.read_ahead_loader(base))
         if batches == "cpp":
             assert isinstance(got_loader, lsp.PackedLoader)
         want_loader = _loader(ref, rank, monkeypatch)
@@ -189,6 +190,9 @@ def test_train_loader_drop_in_equals_speculators(data, monkeypatch, batches):
             got_loader.batch_sampler.set_epoch(epoch)
             want_loader.batch_sampler.set_epoch(epoch)
             assert_same(list(got_loader), list(want_loader), f"rank {rank} epoch {epoch}")
+    if batches == "trainer":  # speculators' collate over rows read ahead in the sampler's order
+        stats = mine.transfer._open()[0].read_ahead_stats()
+        assert stats is not None and stats["hits"] + stats["waits"] > 0, stats
 
 
 def test_train_loader_falls_back_when_rows_differ(tmp_path, monkeypatch, caplog):

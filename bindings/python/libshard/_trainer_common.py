@@ -96,16 +96,45 @@ def check_recipe(dataset: Any, *, collate: str, recipe_len: int,
     probe.close()
 
 
+#: The smallest arena the drop-ins give their loader ("auto"), as libshard.Loader's default.
+MIN_AUTO_BUDGET = 2 << 30
+
+
+def auto_memory_budget(dataset: Any, batches: Any, collate: str, recipe_len: int) -> int:
+    """memory_budget="auto" of the drop-ins: the Loader's default 2 GiB, or 8 times the largest
+    batch of this order when that is more, so that its batch memory (a quarter of the budget)
+    holds two batches (the one the trainer holds and the next) however the trainer's sampler
+    groups the samples. Bytes per position: the dataset's raw bytes over its positions."""
+    import numpy as np
+
+    lengths = np.asarray(dataset.lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    per_position = dataset.total_raw_bytes / max(total, 1)
+    largest = 0
+    for batch in batches:
+        if collate == "speculators-eagle3":
+            positions = recipe_len
+        elif collate == "modelopt-eagle":
+            positions = len(batch) * recipe_len
+        else:
+            longest = int(lengths[list(batch)].max()) if len(batch) else 0
+            positions = len(batch) * min(longest, recipe_len)
+        largest = max(largest, positions)
+    return max(MIN_AUTO_BUDGET, int(8 * largest * per_position * 1.1))
+
+
 class ordered_loader:  # noqa: N801 - a context manager used like a function
     """``with ordered_loader(dataset, batches, collate=..., recipe_len=...) as it:`` iterates the
     recipe's batches (dicts with ``"__index__"``), batch k holding the samples ``batches[k]``,
     read ahead in that order; the loader closes on exit."""
 
     def __init__(self, dataset: Any, batches: Any, *, collate: str, recipe_len: int,
-                 fields: Optional[Iterable[str]] = None, memory_budget: Union[int, str] = "2GiB",
+                 fields: Optional[Iterable[str]] = None, memory_budget: Union[int, str] = "auto",
                  metadata: bool = False) -> None:
         from ._loader import Loader
 
+        if memory_budget == "auto":
+            memory_budget = auto_memory_budget(dataset, batches, collate, recipe_len)
         self._loader = Loader(dataset, batch_sampler=batches, collate=collate,
                               recipe_len=recipe_len, return_index=True, metadata=metadata,
                               fields=None if fields is None else list(fields),

@@ -73,6 +73,8 @@ class OfflineDataset(OfflineSupervisedDataset):
         ``data.sample_size``).
       verify: check each sample's checksum when it is read.
       cache, cache_size: for an ``s3://`` dataset, the node-local cache directory and its bound.
+      read_ahead: the settings of the read-ahead :meth:`prefetch` starts (in each process that
+        reads; ``libshard.Dataset(read_ahead=...)``).
 
     Raises KeyError at open, naming the field and ModelOpt, when the dataset lacks a field
     ModelOpt's reader needs (``loss_mask`` with ``answer_only_loss`` and no tokenizer).
@@ -80,10 +82,12 @@ class OfflineDataset(OfflineSupervisedDataset):
 
     def __init__(self, path: PathLike, answer_only_loss: bool = False, tokenizer: Any = None, *,
                  sample_size: int = -1, verify: bool = True, cache: Optional[PathLike] = None,
-                 cache_size: Union[int, str, None] = None) -> None:
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None) -> None:
         if sample_size == 0 or sample_size < -1:
             raise ValueError("sample_size must be -1 (use all samples) or a positive integer")
         self._open_kwargs = common.open_kwargs(cache, cache_size)
+        self._open_kwargs["read_ahead"] = read_ahead
         self._data = Dataset(common.location(path), verify=verify, metadata=True,
                              **self._open_kwargs)
         needed = list(NEEDED_FIELDS)
@@ -222,19 +226,20 @@ class DataLoader:
     sampler=self._get_train_sampler(), collate_fn=self.data_collator)``.
 
     Args (besides torch's): batches ("auto", "cpp", "trainer"), memory_budget (the C++ loader's
-    pinned arena).
+    pinned arena; "auto": 2 GiB, or what two of the order's largest batches need).
     """
 
     def __init__(self, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
                  sampler: Any = None, batch_sampler: Any = None, num_workers: int = 0,
                  collate_fn: Any = None, *, batches: str = "auto",
-                 memory_budget: Union[int, str] = "2GiB", **kwargs: Any) -> None:
+                 memory_budget: Union[int, str] = "auto", **kwargs: Any) -> None:
         if batches not in BATCHES:
             raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
         self._torch = torch.utils.data.DataLoader(
             dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
             batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
             **kwargs)
+        self._kwargs = kwargs
         self.batches = batches
         self.memory_budget = memory_budget
 
@@ -270,6 +275,19 @@ class DataLoader:
             return str(e)
         return ""
 
+    def _read_ahead_loader(self) -> Any:
+        """The torch DataLoader, its batches announced to the (workers') OfflineDataset ahead
+        (libshard.ReadAheadSampler), so ModelOpt's own collate gets items already read."""
+        t = self._torch
+        if not isinstance(t.dataset, OfflineDataset):
+            return t
+        from ._read_ahead import ReadAheadSampler
+
+        batches = ReadAheadSampler(t.batch_sampler, t.dataset, num_workers=t.num_workers)
+        return torch.utils.data.DataLoader(t.dataset, batch_sampler=batches,
+                                           num_workers=t.num_workers, collate_fn=t.collate_fn,
+                                           **self._kwargs)
+
     @staticmethod
     def _recipe(ds: "OfflineDataset", collate: Any) -> Dict[str, Any]:
         fields = list(NEEDED_FIELDS) + (["loss_mask"] if ds.answer_only_loss else [])
@@ -285,7 +303,7 @@ class DataLoader:
                     f"libshard.modelopt: ModelOpt's own collator builds the batches ({why}); "
                     "batches built in C++ need libshard.modelopt.OfflineDataset with ModelOpt's "
                     "EagleOfflineDataCollator and a stored loss_mask for answer_only_loss"))
-            yield from self._torch
+            yield from self._read_ahead_loader()
             return
         ds = self._torch.dataset
         order = [[int(i) for i in batch] for batch in self._torch.batch_sampler]

@@ -172,15 +172,20 @@ class FeatureStore(_sf_store.FeatureStore):
       verify: check each sample's checksum when it is read.
       cache, cache_size: for ``s3://`` datasets, the node-local cache directory and its bound
         (as :func:`libshard.open`).
+      read_ahead: the settings of the read-ahead (``libshard.Dataset(read_ahead=...)``) that
+        :class:`FeatureDataLoader` starts when SpecForge's own collate runs: it tells the
+        dataset the refs' order, and ``get`` is then served from memory already read.
     """
 
     def __init__(self, path: Optional[PathLike] = None, *, store_id: Optional[str] = None,
                  verify: bool = True, cache: Optional[PathLike] = None,
-                 cache_size: Union[int, str, None] = None, **local_options: Any) -> None:
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None, **local_options: Any) -> None:
         self._local = _sf_store.LocalFeatureStore(store_id, **local_options)
         self.store_id = self._local.store_id
         self._verify = verify
         self._open_kwargs = common.open_kwargs(cache, cache_size)
+        self._open_kwargs["read_ahead"] = read_ahead
         self._lock = threading.Lock()
         self._datasets: Dict[str, Dataset] = {}
         self._leases: Dict[str, FeatureHandle] = {}
@@ -354,11 +359,12 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
 
     Args (besides SpecForge's):
       batches: "auto" (default), "cpp" or "trainer" (:data:`BATCHES`).
-      memory_budget: the C++ loader's pinned arena (read-ahead and batches).
+      memory_budget: the C++ loader's pinned arena (read-ahead and batches); "auto": 2 GiB, or
+        what two of the order's largest batches need.
     """
 
     def __init__(self, store: Any, queue: Any = None, *, batches: str = "auto",
-                 memory_budget: Union[int, str] = "2GiB", **kwargs: Any) -> None:
+                 memory_budget: Union[int, str] = "auto", **kwargs: Any) -> None:
         if batches not in BATCHES:
             raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
         super().__init__(store, queue, **kwargs)

@@ -50,6 +50,7 @@ import torch
 from . import _core
 from . import _trainer_common as common
 from ._dataset import Dataset
+from ._read_ahead import ReadAheadSampler
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -62,7 +63,7 @@ _TRAINER = "speculators (hs-connectors' file/fp8 backends)"
 BATCHES = ("auto", "cpp", "trainer")
 
 __all__ = ["BACKEND_NAME", "BATCHES", "LibshardBackend", "LibshardTransfer", "PackedLoader",
-           "main", "train_loader"]
+           "main", "read_ahead_loader", "train_loader"]
 
 
 class LibshardTransfer(HiddenStatesTransfer):
@@ -75,6 +76,8 @@ class LibshardTransfer(HiddenStatesTransfer):
       verify: check each sample's checksum when it is read.
       cache, cache_size: for an ``s3://`` dataset, the node-local cache directory and its bound
         (as :func:`libshard.open`).
+      read_ahead: the settings of the read-ahead :meth:`prefetch_rows` starts in each process
+        (``libshard.Dataset(read_ahead=...)``).
 
     Opening checks the schema speculators needs (``hidden_states``, ``token_ids``, and
     ``hidden_states_scales`` for fp8): KeyError naming the field, not at the first read.
@@ -82,11 +85,13 @@ class LibshardTransfer(HiddenStatesTransfer):
 
     def __init__(self, path: PathLike, dequantize_dtype: torch.dtype = torch.bfloat16,
                  verify: bool = True, cache: Optional[PathLike] = None,
-                 cache_size: Union[int, str, None] = None) -> None:
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None) -> None:
         self.path = common.location(path)
         self.dequantize_dtype = dequantize_dtype
         self.verify = bool(verify)
         self.cache, self.cache_size = cache, cache_size
+        self.read_ahead = read_ahead
         self._init_state()
         self._open()  # the schema, at open; a spawned worker reopens on first use
 
@@ -101,11 +106,13 @@ class LibshardTransfer(HiddenStatesTransfer):
     # Pickles as its options: each spawned worker opens the dataset on first use.
     def __getstate__(self) -> Dict[str, Any]:
         return {"path": self.path, "dequantize_dtype": self.dequantize_dtype,
-                "verify": self.verify, "cache": self.cache, "cache_size": self.cache_size}
+                "verify": self.verify, "cache": self.cache, "cache_size": self.cache_size,
+                "read_ahead": self.read_ahead}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         state.setdefault("cache", None)
         state.setdefault("cache_size", None)
+        state.setdefault("read_ahead", None)
         self.__dict__.update(state)
         self._init_state()
 
@@ -116,6 +123,7 @@ class LibshardTransfer(HiddenStatesTransfer):
         with self._lock:
             if self._ds is None:
                 ds = Dataset(self.path, verify=self.verify, metadata=False,
+                             read_ahead=self.read_ahead,
                              **common.open_kwargs(self.cache, self.cache_size))
                 needed = ["hidden_states", "token_ids"]
                 if "hidden_states" in ds.schema and \
@@ -222,7 +230,7 @@ class PackedLoader:
     """
 
     def __init__(self, dataset: Any, batch_sampler: Any, collate_fn: Any, transfer: Any,
-                 rows: Any, memory_budget: Union[int, str] = "2GiB") -> None:
+                 rows: Any, memory_budget: Union[int, str] = "auto") -> None:
         self.dataset = dataset
         self.batch_sampler = batch_sampler
         self.collate_fn = collate_fn
@@ -347,7 +355,7 @@ def _token_check(ds: Dataset, rows: "_ArrowRows", samples: List[int]) -> str:
 
 
 def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
-                 batches: str = "auto", memory_budget: Union[int, str] = "2GiB",
+                 batches: str = "auto", memory_budget: Union[int, str] = "auto",
                  fallback: Any = None) -> Any:
     """A :class:`PackedLoader` over speculators' ``dataset``, ``batch_sampler`` and
     ``collate_fn`` when its batches are provably speculators' (an ``ArrowDataset`` over
@@ -377,6 +385,50 @@ def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
     return fallback() if fallback is not None else None
 
 
+def _announce_rows(dataset: Any, positions: List[int]) -> None:
+    """libshard.ReadAheadSampler's announcement in a DataLoader worker: the ArrowDataset
+    positions it will be asked for, as rows of its libshard transfer."""
+    transfer = getattr(dataset, "transfer", None)
+    if isinstance(transfer, LibshardTransfer):
+        start = dataset.start_file_idx
+        transfer.prefetch_rows([int(p) + start for p in positions])
+
+
+class _ReadAheadBatches(ReadAheadSampler):
+    """libshard.ReadAheadSampler over speculators' multipack batch sampler, whose fast-skip of a
+    resumed epoch (the sampler's batch cache) reaches the wrapped sampler."""
+
+    @property
+    def _cached_generated_batches(self):
+        return self.sampler._cached_generated_batches
+
+    @_cached_generated_batches.setter
+    def _cached_generated_batches(self, value):
+        self.sampler._cached_generated_batches = value
+
+    def _generate_batches(self, epoch):
+        return self.sampler._generate_batches(epoch)
+
+
+def read_ahead_loader(loader: Any) -> Any:
+    """speculators' DataLoader (as its ``_setup_dataloader`` builds it) with each batch the
+    multipack sampler draws announced ahead to the worker that will fetch it, so the libshard
+    backend's ``get_cached`` is served from memory already read (``libshard.ReadAheadSampler``);
+    the same batches. The loader as given when its dataset is not over the libshard backend."""
+    if not isinstance(getattr(loader.dataset, "transfer", None), LibshardTransfer):
+        return loader
+    batches = _ReadAheadBatches(loader.batch_sampler, loader.dataset, num_workers=loader.num_workers,
+                      announce=_announce_rows)
+    workers = loader.num_workers > 0
+    return torch.utils.data.DataLoader(
+        loader.dataset, batch_sampler=batches, num_workers=loader.num_workers,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        pin_memory=loader.pin_memory, collate_fn=loader.collate_fn,
+        persistent_workers=loader.persistent_workers,
+        multiprocessing_context=loader.multiprocessing_context if workers else None,
+        worker_init_fn=loader.worker_init_fn)
+
+
 def _install_loader(batches: str) -> None:
     """speculators' training entry builds its loaders with ``_setup_dataloader``: build its
     DataLoader as it does, then take the C++ batches where :func:`train_loader` proves them."""
@@ -389,7 +441,7 @@ def _install_loader(batches: str) -> None:
     def setup(dataset, *args, **kwargs):
         loader = native(dataset, *args, **kwargs)
         return train_loader(dataset, loader.batch_sampler, loader.collate_fn, batches=batches,
-                            fallback=lambda: loader)
+                            fallback=lambda: read_ahead_loader(loader))
 
     setup._libshard = True  # type: ignore[attr-defined]
     sp_loader._setup_dataloader = setup
