@@ -292,8 +292,9 @@ class _ArrowRows:
             lo, hi = int(self._mask_offsets[p]), int(self._mask_offsets[p + 1])
             n = min(max(hi - lo - 1, 0), max_len - offset)
             if n > 0:
+                # A copy: Arrow's buffers are read-only.
                 out[offset:offset + n] = torch.from_numpy(
-                    self._np.ascontiguousarray(self._mask[lo + 1:lo + 1 + n])).to(self.mask_dtype)
+                    self._np.array(self._mask[lo + 1:lo + 1 + n])).to(self.mask_dtype)
             offset += n
             if offset == max_len:
                 break
