@@ -13,6 +13,7 @@ from trainers_util import (assert_opens_dataset_files_only, assert_same, cli_pac
                            require, under)
 
 eagle_utils = require("modelopt.torch.speculative.eagle.utils", "ModelOpt (nvidia-modelopt 0.47)")
+import libshard  # noqa: E402
 import libshard.modelopt as lm  # noqa: E402
 
 N = 30
@@ -89,6 +90,76 @@ def test_batches_equal_modelopt_two_epochs_two_ranks(dump):
     assert batches == 16
 
 
+@pytest.mark.parametrize("answer_only_loss", [False, True])
+@pytest.mark.parametrize("train_len", [TRAIN_LEN, 64])
+def test_cpp_batches_equal_modelopt_collator(dump, answer_only_loss, train_len):
+    """collate='modelopt-eagle': every batch of two epochs on two ranks is, key for key and
+    byte for byte, EagleOfflineDataCollator(train_len) over OfflineSupervisedDataset's items of
+    the same samples (the stored loss_mask read with answer_only_loss, ones without)."""
+    src, packed = dump
+    ds = lm.OfflineDataset(packed, answer_only_loss=answer_only_loss)
+    collate = eagle_utils.EagleOfflineDataCollator(train_len=train_len)
+    fields = ["input_ids", "hidden_states", "aux_hidden_states"]
+    if answer_only_loss:
+        fields.append("loss_mask")
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=4, collate="modelopt-eagle",
+                                 recipe_len=train_len, fields=fields, seed=3, rank=rank,
+                                 world_size=2, return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                indices = got.pop("__index__").tolist()
+                want = collate([ds[i] for i in indices])
+                # The module's conversion: nested base_model_outputs, base_hidden_prenorm
+                # from the samples' metadata, the metadata itself dropped.
+                assert "conversation_id" in got
+                assert_same(lm._modelopt_batch(got), want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 4
+
+
+@pytest.mark.parametrize("batches", ["cpp", "trainer"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_drop_in_equals_modelopt(dump, batches, workers):
+    """libshard.modelopt.DataLoader (C++ batches, or ModelOpt's collator over items read ahead
+    in the sampler's order, in the DataLoader's workers too) gives the batches a torch
+    DataLoader with EagleOfflineDataCollator gives over ModelOpt's own reader: two epochs, two
+    ranks of a DistributedSampler."""
+    src, packed = dump
+    ds = lm.OfflineDataset(packed, answer_only_loss=True)
+    native = _native(src, ds, True)
+    collate = eagle_utils.EagleOfflineDataCollator(train_len=TRAIN_LEN)
+    for rank in range(2):
+        samplers = [torch.utils.data.DistributedSampler(d, num_replicas=2, rank=rank,
+                                                        shuffle=True, seed=7)
+                    for d in (ds, native)]
+        mine = lm.DataLoader(ds, batch_size=4, sampler=samplers[0], collate_fn=collate,
+                             num_workers=workers, batches=batches)
+        theirs = torch.utils.data.DataLoader(native, batch_size=4, sampler=samplers[1],
+                                             collate_fn=collate)
+        assert len(mine) == len(theirs) == 4
+        for epoch in range(2):
+            for sampler in samplers:
+                sampler.set_epoch(epoch)
+            assert_same(list(mine), list(theirs), f"rank {rank} epoch {epoch}")
+
+
+def test_dataloader_says_why_it_uses_modelopts_collator(dump, caplog):
+    src, packed = dump
+    ds = lm.OfflineDataset(packed)
+
+    def my_collate(items):
+        return len(items)
+
+    with caplog.at_level("WARNING", logger="libshard"):
+        assert list(lm.DataLoader(ds, batch_size=8, collate_fn=my_collate)) == [8, 8, 8, 6]
+    assert any("EagleOfflineDataCollator" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ValueError, match="batches='cpp'"):
+        list(lm.DataLoader(ds, batch_size=8, collate_fn=my_collate, batches="cpp"))
+
+
 def test_sample_size_pickle_and_errors(dump):
     src, packed = dump
     ds = lm.OfflineDataset(packed, sample_size=7)
@@ -106,17 +177,37 @@ def test_sample_size_pickle_and_errors(dump):
     assert len(module["train_dataset"]) == N
 
 
-def test_answer_only_loss_without_loss_mask_names_the_sample(tmp_path):
+def test_answer_only_loss_without_loss_mask_fails_at_open(tmp_path):
+    """The schema ModelOpt's reader needs is checked at open (issue 33): a dump without
+    loss_mask and answer_only_loss names the field and ModelOpt there, not a KeyError or
+    ValueError at the first read; with a tokenizer (whose loss-mask recovery may stand in) the
+    per-sample rule names the sample."""
     src = tmp_path / "dump"
     src.mkdir()
     for i in range(2):
         torch.save({"input_ids": torch.arange(6), "hidden_states": torch.zeros(6, H).bfloat16(),
                     "aux_hidden_states": torch.zeros(6, 3 * H).bfloat16()}, src / f"c{i}.pt")
-    ds = lm.OfflineDataset(cli_pack(src, tmp_path / "packed"), answer_only_loss=True)
+    packed = cli_pack(src, tmp_path / "packed")
+    with pytest.raises(KeyError, match=r"loss_mask.*ModelOpt"):
+        lm.OfflineDataset(packed, answer_only_loss=True)
+
+    class NoRecovery:  # a tokenizer without a registered loss-mask recovery
+        name_or_path = "none"
+
+    ds = lm.OfflineDataset(packed, answer_only_loss=True, tokenizer=NoRecovery())
     with pytest.raises(ValueError, match="c1.pt"):
         ds[1]
     plain = lm.OfflineDataset(tmp_path / "packed")
     assert bool(plain[0]["loss_mask"].all())
+
+
+def test_missing_fields_fail_at_open(tmp_path):
+    src = tmp_path / "dump"
+    src.mkdir()
+    torch.save({"input_ids": torch.arange(6), "hidden_states": torch.zeros(6, H).bfloat16()},
+               src / "c0.pt")
+    with pytest.raises(KeyError, match=r"aux_hidden_states.*ModelOpt"):
+        lm.OfflineDataset(cli_pack(src, tmp_path / "packed"))
 
 
 def test_startup_opens_no_sample_file(dump):

@@ -18,6 +18,7 @@ from trainers_util import (assert_opens_dataset_files_only, assert_same, cli_pac
                            require, under)
 
 require("specforge.runtime.data_plane", "SpecForge (specforge 0.2.0)")
+import libshard  # noqa: E402
 import libshard.specforge as ls  # noqa: E402
 from specforge import launch as sf_launch  # noqa: E402
 from specforge.algorithms.builtin import builtin_algorithm_registry  # noqa: E402
@@ -125,6 +126,97 @@ def test_batches_equal_specforge_two_epochs_two_ranks(data):
     assert batches == 16
 
 
+@pytest.mark.parametrize("max_len", [MAX_LEN, 1000])
+def test_cpp_batches_equal_specforge_collate(data, max_len):
+    """collate='specforge-eagle3': every batch of two epochs on two ranks is, key for key and
+    byte for byte, SpecForge's DataCollatorWithPadding over normalize_offline_sample of the same
+    samples (max_len shorter and longer than the samples)."""
+    from functools import partial
+
+    from specforge.algorithms.eagle3.data import normalize_offline_sample
+    from specforge.data.utils import DataCollatorWithPadding
+
+    src, packed = data
+    ds = libshard.Dataset(packed)
+    normalize = partial(normalize_offline_sample, max_len=max_len)
+    collate = DataCollatorWithPadding()
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=3, collate="specforge-eagle3",
+                                 recipe_len=max_len, seed=11, rank=rank, world_size=2,
+                                 return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                indices = got.pop("__index__").tolist()
+                want = collate([normalize(ds[i]) for i in indices])
+                assert_same(got, want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 5
+
+
+def _train_batches(loader):
+    return [(b.sample_ids, b.tensors, b.metadata) for b in loader]
+
+
+@pytest.mark.parametrize("batches", ["cpp", "trainer"])
+def test_feature_dataloader_drop_in_equals_specforge(data, batches):
+    """libshard.specforge.FeatureDataLoader, with the batches built in C++ (cpp) or by
+    SpecForge's own collate over samples read ahead in the refs' order (trainer): the same
+    TrainBatches as SpecForge's FeatureDataLoader over its own reader, two epochs on two ranks,
+    and after a seek."""
+    src, packed = data
+    algorithm = builtin_algorithm_registry().resolve("eagle3")
+    collate, normalize = sf_launch._offline_io(algorithm, "text", MAX_LEN, ttt_length=7,
+                                               use_usp_preprocess=False)
+    native_refs = OfflineManifestReader(str(src), max_len=MAX_LEN).read()
+    lib_refs = ls.refs(packed, max_len=MAX_LEN)
+    store = ls.FeatureStore(packed)
+    batches_seen = 0
+    for rank in range(2):
+        for epoch in range(2):
+            def shard(refs):
+                return sf_launch._shard_offline_refs(refs, use_usp_preprocess=False, seed=11,
+                                                     epoch=epoch, dp_rank=rank, dp_size=2)
+
+            kw = dict(batch_size=3, collate_fn=collate, per_sample_transform=normalize,
+                      strategy="eagle3", ack=False, num_workers=2)
+            want_loader = FeatureDataLoader(LocalFeatureStore("n"), refs=shard(native_refs), **kw)
+            got_loader = ls.FeatureDataLoader(store, refs=shard(lib_refs), batches=batches, **kw)
+            want = _train_batches(want_loader)
+            got = _train_batches(got_loader)
+            assert len(got) == len(want) == 13 // 3
+            assert_same(got, want, f"rank {rank} epoch {epoch}")
+            batches_seen += len(got)
+            want_loader.seek(2)
+            got_loader.seek(2)
+            assert_same(_train_batches(got_loader), _train_batches(want_loader), "after seek")
+    assert batches_seen == 16
+    if batches == "trainer":
+        stats = store.dataset(packed).read_ahead_stats()
+        assert stats is not None and stats["hits"] + stats["waits"] > 0, stats
+
+
+def test_feature_dataloader_says_why_it_uses_specforges_collate(data, caplog):
+    src, packed = data
+    refs = ls.refs(packed, max_len=MAX_LEN)
+    store = ls.FeatureStore(packed)
+
+    def my_collate(features):
+        return {"n": torch.tensor([len(features)])}
+
+    loader = ls.FeatureDataLoader(store, refs=refs, batch_size=4, collate_fn=my_collate,
+                                  strategy="eagle3", ack=False)
+    with caplog.at_level("WARNING", logger="libshard"):
+        assert [b.tensors["n"].item() for b in loader] == [4] * (N // 4)
+        list(loader)
+    notes = [r.getMessage() for r in caplog.records if "own normalizer" in r.getMessage()]
+    assert len(notes) == 1 and "per_sample_transform" in notes[0], notes
+    with pytest.raises(ValueError, match="batches='cpp'"):
+        list(ls.FeatureDataLoader(store, refs=refs, batch_size=4, collate_fn=my_collate,
+                                  strategy="eagle3", ack=False, batches="cpp"))
+
+
 def test_vocab_count_from_small_fields(data):
     src, packed = data
     for max_length in (None, 10):
@@ -196,6 +288,8 @@ def _run(which: str, config: Path, tmp: Path) -> list:
                            which, "train", "--config", str(config)], env=env,
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{which}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    # libshard's default: batches built in C++ (it says so when it falls back to SpecForge's).
+    assert "own normalizer and collate build the batches" not in proc.stderr, proc.stderr[-3000:]
     # SpecForge's console logger: "step N: {metrics}" each log_interval steps.
     rows = []
     for line in proc.stdout.splitlines() + proc.stderr.splitlines():
@@ -234,6 +328,7 @@ def test_training_entry_same_losses(tmp_path):
         losses[which] = _run(which, config, tmp_path)
     native, mine = losses["native"], losses["libshard"]
     assert len(native) == STEPS, native
+    assert len(mine) == STEPS, mine
     keys = sorted(k for k in native[0] if "loss" in k or k.startswith("acc") or k == "grad_norm")
     assert keys, native[0]
     for n, m in zip(native, mine):

@@ -137,6 +137,85 @@ def test_batches_equal_two_epochs_two_ranks(data, monkeypatch):
     assert batches >= 4
 
 
+@pytest.mark.parametrize("total_seq_len", [SEQ, 16])
+def test_cpp_batches_equal_speculators_collate(data, total_seq_len):
+    """collate='speculators-eagle3': every batch of two epochs on two ranks is, key for key and
+    byte for byte, speculators' CollateFn over shift_batch of ArrowDataset's items of the same
+    rows (bf16 and fp8 dumps; a budget that truncates and drops samples), but for the loss mask
+    and error count, which the recipe leaves to libshard.speculators (from the Arrow rows)."""
+    import libshard
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import CollateFn
+
+    data_dir, packed, native = data
+    transfer = lsp.LibshardTransfer(packed)
+    row_of = {transfer.sample_index(i): i for i in range(N)}
+    dataset = ArrowDataset(SEQ, str(data_dir), transfer=native, on_missing="raise")
+    collate = CollateFn(total_seq_len, H, num_target_layers=LAYERS, preprocess=shift_batch)
+    batches = 0
+    for rank in range(2):
+        loader = libshard.Loader(packed, batch_size=3, collate="speculators-eagle3",
+                                 recipe_len=total_seq_len, seed=2, rank=rank, world_size=2,
+                                 return_index=True)
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            for b, got in enumerate(loader):
+                rows = [row_of[i] for i in got.pop("__index__").tolist()]
+                want = collate([dataset[r] for r in rows])
+                del want["loss_mask"], want["error_records"]
+                assert_same(got, want, f"rank {rank} epoch {epoch} batch {b}")
+                batches += 1
+    assert batches == 2 * 2 * 3
+
+
+@pytest.mark.parametrize("batches", ["cpp", "trainer"])
+def test_train_loader_drop_in_equals_speculators(data, monkeypatch, batches):
+    """libshard.speculators.train_loader over speculators' own sampler and collate (C++
+    batches, or speculators' DataLoader over rows read ahead in the sampler's order): the
+    batches of speculators' DataLoader over the file/fp8 backend, two epochs on two ranks."""
+    data_dir, packed, native = data
+    mine = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed),
+                        on_missing="raise")
+    ref = ArrowDataset(SEQ, str(data_dir), transfer=native, on_missing="raise")
+    for rank in range(2):
+        base = _loader(mine, rank, monkeypatch)
+        got_loader = lsp.train_loader(mine, base.batch_sampler, base.collate_fn,
+                                      batches=batches,
+                                      fallback=lambda: lsp.read_ahead_loader(base))
+        if batches == "cpp":
+            assert isinstance(got_loader, lsp.PackedLoader)
+        want_loader = _loader(ref, rank, monkeypatch)
+        assert len(got_loader) == len(want_loader)
+        for epoch in range(2):
+            got_loader.batch_sampler.set_epoch(epoch)
+            want_loader.batch_sampler.set_epoch(epoch)
+            assert_same(list(got_loader), list(want_loader), f"rank {rank} epoch {epoch}")
+    if batches == "trainer":  # speculators' collate over rows read ahead in the sampler's order
+        stats = mine.transfer._open()[0].read_ahead_stats()
+        assert stats is not None and stats["hits"] + stats["waits"] > 0, stats
+
+
+def test_train_loader_falls_back_when_rows_differ(tmp_path, monkeypatch, caplog):
+    # A row whose stored tokens differ from the Arrow input_ids is one speculators skips: the
+    # C++ batches are not provably its, so speculators' own loader serves, saying why.
+    data_dir = write_speculators_dir(tmp_path / "data", n=6)
+    from safetensors.torch import load_file, save_file
+
+    f = data_dir / "hidden_states" / "hs_2.safetensors"
+    sample = load_file(str(f))
+    sample["token_ids"] = sample["token_ids"] + 1
+    save_file(sample, str(f))
+    packed = cli_pack(data_dir / "hidden_states", tmp_path / "packed")
+    ds = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed), on_missing="skip")
+    base = _loader(ds, 0, monkeypatch)
+    with caplog.at_level("WARNING", logger="libshard"):
+        got = lsp.train_loader(ds, base.batch_sampler, base.collate_fn, fallback=lambda: base)
+    assert got is base
+    assert any("hs_2" in r.getMessage() for r in caplog.records), caplog.records
+    with pytest.raises(ValueError, match="batches='cpp'"):
+        lsp.train_loader(ds, base.batch_sampler, base.collate_fn, batches="cpp")
+
+
 def test_spawned_workers_open_the_dataset_themselves(data, monkeypatch):
     data_dir, packed, native = data
     mine = ArrowDataset(SEQ, str(data_dir), transfer=lsp.LibshardTransfer(packed),
@@ -204,6 +283,8 @@ def test_training_entry_same_losses(tmp_path):
                                which, "train", *args, "--save-path", str(tmp_path / f"out-{which}"),
                                *extra], env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, f"{which}: {proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        # libshard's default: batches built in C++ (it says so when it falls back).
+        assert "own DataLoader and collate build" not in proc.stderr, proc.stderr[-3000:]
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         runs[which] = [r for r in rows if isinstance(r.get("train"), dict) or "val" in r]
     native, mine = runs["native"], runs["libshard"]

@@ -111,8 +111,10 @@ class LoaderOptions(TypedDict, total=False):
     oversized: str
     # length-aware batching over windows of this many samples; auto: 4096 with padded batches, else off; None or 0: off (default 'auto'; 0..16777216, None: off, or 'auto')
     bucket_window: Union[int, str, None]
-    # batches assembled in C++: padded or packed; None: lists of samples (default None; 'none' | 'pad' | 'pack')
+    # batches assembled in C++: padded or packed, or a trainer's own batch (a recipe); None: lists of samples (default None; 'none' | 'pad' | 'pack' | 'specforge-eagle3' | 'modelopt-eagle' | 'speculators-eagle3')
     collate: Optional[str]
+    # a recipe's length: SpecForge max_len, ModelOpt train_len, speculators total_seq_len (default None; 1..18446744073709551615, None: unset)
+    recipe_len: Optional[int]
     # collate='pad': the value of padded positions (default 0)
     padding_value: float
     # collate='pad': per field padding values (default None)

@@ -125,6 +125,10 @@ class Loader:
         (default): on (4096 samples) with ``collate="pad"`` and batches, where padding costs GPU
         work, off otherwise; ``None`` or 0: off. Padding shows in ``stats()["padding_share"]``
         and, from the index alone, in ``libshard info --batches``.
+      recipe_len: with a batch recipe (``collate="specforge-eagle3"``, ``"modelopt-eagle"``,
+        ``"speculators-eagle3"``: a trainer's own batch built in C++, docs/guide/trainers.md),
+        the trainer's length setting (SpecForge ``max_len``, ModelOpt ``train_len``,
+        speculators ``total_seq_len``). The trainer modules set it for you.
       padding_value, padding_values: with ``collate="pad"``, the value of padded positions, and
         per field name overrides (e.g. ``{"loss_mask": 0, "input_ids": pad_id}``), cast to each
         field's dtype as ``Tensor.fill_`` does (a value the dtype cannot hold is an error).
@@ -189,6 +193,7 @@ class Loader:
                  oversized: str = "batch",
                  padding_value: float = 0,
                  padding_values: Optional[Mapping[str, float]] = None,
+                 recipe_len: Optional[int] = None,
                  memory_budget: Union[int, str] = "2GiB",
                  verify: Optional[bool] = None,
                  on_error: str = "raise",
@@ -227,9 +232,13 @@ class Loader:
             warn_unsplit(self._order, self._world_size)
             batched = batch_size is not None or batch_sampler is not None
             batch_size, drop_last = None, False  # the steps are the batches
-        # "pad" / "pack": collated in C++; a callable: in Python on the list of samples.
+        if shuffle is None:
+            shuffle = True
+        # "pad" / "pack" or a batch recipe: collated in C++; a callable: in Python on the list of
+        # samples. The library checks the name (LoaderOptionTable).
         native = not callable(collate)
-        self._native = collate if native and collate in ("pad", "pack") else None
+        self._native = collate if native and isinstance(collate, str) and collate != "none" \
+            else None
         self._collate = None if native else self._make_collate(collate)
         self._batched = (batched if self._order is not None
                          else batch_size is not None or max_tokens is not None)
@@ -247,6 +256,7 @@ class Loader:
             "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,
             "collate": collate if native else None,
             "padding_value": padding_value, "padding_values": padding_values,
+            "recipe_len": recipe_len,
             "memory_budget": memory_budget, "queue_depth": queue_depth, "read_size": read_size,
             "engine": engine, "io_mode": io_mode, "pin_memory": self._pin_mode(pin_memory),
             "worker_threads": worker_threads, "verify": verify, "on_error": on_error,
@@ -402,6 +412,9 @@ class Loader:
 
     def _native_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
         """Batches collated in C++: one dict per step, keyed as pad_collate / pack_collate."""
+        if self._native not in ("pad", "pack"):
+            yield from self._recipe_steps(core)
+            return
         pack = self._native == "pack"
         return_index = self._return_index
         release = self._release
@@ -429,6 +442,32 @@ class Loader:
             for key, values in meta.items():
                 if key not in step or key in ("lengths", "cu_seqlens", "max_seqlen"):
                     step[key] = values
+            if return_index:
+                step[INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
+            yield step
+            del step
+
+    def _recipe_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
+        """Batch recipes (a trainer's own batch, built in C++): one tensor per recipe key, in the
+        recipe's order (the trainer modules, e.g. libshard.specforge, nest "a/b" keys and add
+        what their trainer adds), then the samples' metadata as lists (``metadata=True``) and
+        ``"__index__"`` with ``return_index``."""
+        return_index = self._return_index
+        release = self._release
+        while True:
+            if release is not None:
+                release.step()
+            raw = core.next()
+            if raw is None:
+                self._exhausted = True
+                return
+            fields, indices, meta = raw[0], raw[1], raw[2]
+            del raw
+            step: Dict[str, Any] = {name: make_tensor(dtype, shape, mem)
+                                    for name, dtype, shape, mem in fields}
+            del fields
+            for key, values in meta.items():  # empty unless metadata=True
+                step.setdefault(key, values)
             if return_index:
                 step[INDEX_KEY] = torch.tensor(indices, dtype=torch.int64)
             yield step

@@ -24,7 +24,7 @@ Importing this module imports ModelOpt (``modelopt.torch.speculative.eagle.utils
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 try:
     from modelopt.torch.speculative.eagle.utils import (
@@ -40,11 +40,17 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import torch
 
+from . import _trainer_common as common
 from ._dataset import Dataset
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-__all__ = ["EagleOfflineDataCollator", "OfflineDataset", "data_module"]
+__all__ = ["DataLoader", "EagleOfflineDataCollator", "OfflineDataset", "data_module"]
+
+#: The fields ModelOpt's offline EAGLE reader takes from each dump (loss_mask only with
+#: answer_only_loss, where a tokenizer's loss-mask recovery may stand in for it).
+NEEDED_FIELDS = ("input_ids", "hidden_states", "aux_hidden_states")
+_TRAINER = "ModelOpt's offline EAGLE training (OfflineSupervisedDataset)"
 
 
 class OfflineDataset(OfflineSupervisedDataset):
@@ -58,19 +64,37 @@ class OfflineDataset(OfflineSupervisedDataset):
     works with ``num_workers > 0`` under any start method.
 
     Args:
-      path: the libshard dataset directory (``libshard pack`` of the dump directory).
+      path: the libshard dataset directory (``libshard pack`` of the dump directory), or its
+        ``s3://BUCKET/PREFIX`` URL (read through the node-local ``cache``, as
+        :func:`libshard.open`).
       answer_only_loss, tokenizer: as ModelOpt's (the stored ``loss_mask``, or one recovered from
         ``input_ids`` with the tokenizer's registered recovery, else ``ValueError``).
       sample_size: ``-1`` for every sample, else the first ``sample_size`` (ModelOpt's
         ``data.sample_size``).
       verify: check each sample's checksum when it is read.
+      cache, cache_size: for an ``s3://`` dataset, the node-local cache directory and its bound.
+      read_ahead: the settings of the read-ahead :meth:`prefetch` starts (in each process that
+        reads; ``libshard.Dataset(read_ahead=...)``).
+
+    Raises KeyError at open, naming the field and ModelOpt, when the dataset lacks a field
+    ModelOpt's reader needs (``loss_mask`` with ``answer_only_loss`` and no tokenizer).
     """
 
     def __init__(self, path: PathLike, answer_only_loss: bool = False, tokenizer: Any = None, *,
-                 sample_size: int = -1, verify: bool = True) -> None:
+                 sample_size: int = -1, verify: bool = True, cache: Optional[PathLike] = None,
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None) -> None:
         if sample_size == 0 or sample_size < -1:
             raise ValueError("sample_size must be -1 (use all samples) or a positive integer")
-        self._data = Dataset(path, verify=verify, metadata=True)
+        self._open_kwargs = common.open_kwargs(cache, cache_size)
+        self._open_kwargs["read_ahead"] = read_ahead
+        self._data = Dataset(common.location(path), verify=verify, metadata=True,
+                             **self._open_kwargs)
+        needed = list(NEEDED_FIELDS)
+        if answer_only_loss and tokenizer is None:
+            needed.append("loss_mask")
+        common.require_fields(self._data, needed, _TRAINER,
+                              "answer_only_loss" if "loss_mask" in needed else "its samples")
         n = len(self._data)
         self._n = n if sample_size < 0 else min(n, sample_size)
         self._sample_size = sample_size
@@ -80,12 +104,18 @@ class OfflineDataset(OfflineSupervisedDataset):
 
     def __reduce__(self):
         return (_rebuild, (self._data.path, self.answer_only_loss, self.tokenizer,
-                           self._sample_size, self._data._verify))
+                           self._sample_size, self._data._verify, self._open_kwargs))
 
     @property
     def dataset(self) -> Dataset:
         """The underlying :class:`libshard.Dataset`."""
         return self._data
+
+    def prefetch(self, indices) -> None:
+        """Announces the items that will be asked for, in order, so that they are read ahead
+        and served from memory already read (:meth:`libshard.Dataset.prefetch`; in DataLoader
+        workers through ``libshard.ReadAheadSampler``, as :class:`DataLoader` does)."""
+        self._data.prefetch(indices)
 
     def __len__(self) -> int:
         return self._n
@@ -130,9 +160,9 @@ class OfflineDataset(OfflineSupervisedDataset):
         }
 
 
-def _rebuild(path, answer_only_loss, tokenizer, sample_size, verify):
+def _rebuild(path, answer_only_loss, tokenizer, sample_size, verify, open_kwargs=None):
     return OfflineDataset(path, answer_only_loss, tokenizer, sample_size=sample_size,
-                          verify=verify)
+                          verify=verify, **(open_kwargs or {}))
 
 
 class _LazySources:
@@ -171,3 +201,128 @@ def data_module(path: PathLike, train_len: int, *, answer_only_loss: bool = Fals
                                         sample_size=sample_size),
         "data_collator": EagleOfflineDataCollator(train_len=train_len),
     }
+
+
+# -- ModelOpt's batches built in C++ -------------------------------------------------------------
+#: :class:`DataLoader`'s ``batches``: "auto" (C++ batches where provably ModelOpt's, else its own
+#: collator, saying why once), "cpp" (C++ batches or ValueError saying why not), "trainer".
+BATCHES = ("auto", "cpp", "trainer")
+_PRENORM = "hidden_states_prenorm"
+
+
+class DataLoader:
+    """A ``torch.utils.data.DataLoader`` for ModelOpt's offline EAGLE training (the same
+    arguments) whose batches are built in C++: when ``dataset`` is an :class:`OfflineDataset`
+    and ``collate_fn`` ModelOpt's ``EagleOfflineDataCollator``, each batch the sampler draws is
+    read ahead in its order and built as that collator builds it (``collate='modelopt-eagle'``,
+    docs/guide/trainers.md): ``input_ids``, ``attention_mask``, ``loss_mask``, ``labels`` and
+    ``base_model_outputs`` (``base_model_hidden_states``, ``aux_hidden_states``,
+    ``base_hidden_prenorm``), the same keys, dtypes, shapes and bytes. Otherwise (another
+    collate, a loss mask recovered by a tokenizer) it is the torch DataLoader it wraps, and with
+    ``batches="auto"`` it says once why.
+
+    In a Hugging Face ``Trainer`` (ModelOpt's ``examples/speculative_decoding``), return it from
+    ``get_train_dataloader``: ``DataLoader(self.train_dataset, self._train_batch_size,
+    sampler=self._get_train_sampler(), collate_fn=self.data_collator)``.
+
+    Args (besides torch's): batches ("auto", "cpp", "trainer"), memory_budget (the C++ loader's
+    pinned arena; "auto": 2 GiB, or what two of the order's largest batches need).
+    """
+
+    def __init__(self, dataset: Any, batch_size: Optional[int] = 1, shuffle: Optional[bool] = None,
+                 sampler: Any = None, batch_sampler: Any = None, num_workers: int = 0,
+                 collate_fn: Any = None, *, batches: str = "auto",
+                 memory_budget: Union[int, str] = "auto", **kwargs: Any) -> None:
+        if batches not in BATCHES:
+            raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
+        self._torch = torch.utils.data.DataLoader(
+            dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+            **kwargs)
+        self._kwargs = kwargs
+        self.batches = batches
+        self.memory_budget = memory_budget
+
+    def __getattr__(self, name: str) -> Any:  # dataset, sampler, batch_sampler, batch_size, ...
+        if name == "_torch":
+            raise AttributeError(name)
+        return getattr(self._torch, name)
+
+    def __len__(self) -> int:
+        return len(self._torch)
+
+    def _why_not(self) -> str:
+        ds, collate = self._torch.dataset, self._torch.collate_fn
+        if self.batches == "trainer":
+            return "batches='trainer'"
+        if not isinstance(ds, OfflineDataset):
+            return f"the dataset is a {type(ds).__name__}, not libshard.modelopt.OfflineDataset"
+        if type(collate) is not EagleOfflineDataCollator:
+            return "collate_fn is not ModelOpt's EagleOfflineDataCollator"
+        if not isinstance(collate.train_len, int) or collate.train_len < 1:
+            return f"train_len {collate.train_len!r} is not a positive integer"
+        schema = ds.dataset.schema
+        if ds.answer_only_loss and "loss_mask" not in schema:
+            return "answer_only_loss recovers the loss mask with the tokenizer"
+        if _PRENORM in schema:
+            return f"the dump stores {_PRENORM} as a tensor"
+        if not common.ordered_loader_available():
+            return ("this libshard cannot stream in a given order yet "
+                    "(libshard.Loader(batch_sampler=...))")
+        try:
+            common.check_recipe(ds.dataset, **self._recipe(ds, collate))
+        except ValueError as e:
+            return str(e)
+        return ""
+
+    def _read_ahead_loader(self) -> Any:
+        """The torch DataLoader, its batches announced to the (workers') OfflineDataset ahead
+        (libshard.ReadAheadSampler), so ModelOpt's own collate gets items already read."""
+        t = self._torch
+        if not isinstance(t.dataset, OfflineDataset):
+            return t
+        from ._read_ahead import ReadAheadSampler
+
+        batches = ReadAheadSampler(t.batch_sampler, t.dataset, num_workers=t.num_workers)
+        return torch.utils.data.DataLoader(t.dataset, batch_sampler=batches,
+                                           num_workers=t.num_workers, collate_fn=t.collate_fn,
+                                           **self._kwargs)
+
+    @staticmethod
+    def _recipe(ds: "OfflineDataset", collate: Any) -> Dict[str, Any]:
+        fields = list(NEEDED_FIELDS) + (["loss_mask"] if ds.answer_only_loss else [])
+        return {"collate": "modelopt-eagle", "recipe_len": collate.train_len, "fields": fields}
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        why = self._why_not()
+        if why:
+            if self.batches == "cpp":
+                raise ValueError(f"libshard.modelopt.DataLoader(batches='cpp'): {why}")
+            if self.batches == "auto":
+                common.note_once("modelopt:" + why, (
+                    f"libshard.modelopt: ModelOpt's own collator builds the batches ({why}); "
+                    "batches built in C++ need libshard.modelopt.OfflineDataset with ModelOpt's "
+                    "EagleOfflineDataCollator and a stored loss_mask for answer_only_loss"))
+            yield from self._read_ahead_loader()
+            return
+        ds = self._torch.dataset
+        order = [[int(i) for i in batch] for batch in self._torch.batch_sampler]
+        with common.ordered_loader(ds.dataset, order, memory_budget=self.memory_budget,
+                                   metadata=True, **self._recipe(ds, self._torch.collate_fn)) \
+                as steps:
+            for step in steps:
+                yield _modelopt_batch(step)
+
+
+def _modelopt_batch(step: Dict[str, Any]) -> Dict[str, Any]:
+    """A collate='modelopt-eagle' step as EagleOfflineDataCollator returns it: nested
+    base_model_outputs, base_hidden_prenorm from the samples' metadata (False when they have
+    none; mixed values are ModelOpt's ValueError)."""
+    flags = {bool(v) if v is not None else False for v in step.get(_PRENORM, [False])}
+    if len(flags) > 1:
+        raise ValueError("base_hidden_prenorm is not constant across the batch "
+                         f"(got {flags}); do not mix pre-norm and post-norm dumps.")
+    tensors = {k: v for k, v in step.items() if isinstance(v, torch.Tensor) and k != "__index__"}
+    batch = common.nest(tensors)
+    batch["base_model_outputs"]["base_hidden_prenorm"] = flags.pop()
+    return batch

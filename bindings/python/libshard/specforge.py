@@ -31,14 +31,16 @@ alone never does.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 import threading
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 try:
-    from specforge.runtime.contracts import SCHEMA_VERSION, FeatureHandle, SampleRef
+    from specforge.runtime.contracts import SCHEMA_VERSION, FeatureHandle, SampleRef, TrainBatch
+    from specforge.runtime.data_plane import feature_dataloader as _sf_loader
     from specforge.runtime.data_plane import feature_store as _sf_store
     from specforge.runtime.data_plane import offline_reader as _sf_reader
 except ImportError as e:  # pragma: no cover - depends on the environment
@@ -50,6 +52,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import torch
 
 from . import _core
+from . import _trainer_common as common
 from ._dataset import Dataset
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -59,13 +62,16 @@ URI_SCHEME = "libshard://"
 _FEATURE_SUFFIXES = _sf_reader._FEATURE_SUFFIXES
 _OFFLINE_EAGLE3_KEYS = _sf_reader._OFFLINE_EAGLE3_KEYS
 
-__all__ = ["FeatureStore", "URI_SCHEME", "count_effective_feature_tokens", "install",
-           "is_dataset", "main", "order", "refs"]
+__all__ = ["FeatureDataLoader", "FeatureStore", "URI_SCHEME", "count_effective_feature_tokens",
+           "install", "is_dataset", "main", "order", "refs"]
 
 
 def is_dataset(path: PathLike) -> bool:
-    """True when ``path`` is a libshard dataset directory (it has a manifest and an index)."""
+    """True when ``path`` is a libshard dataset directory (it has a manifest and an index), or
+    an ``s3://`` URL (SpecForge's own reader reads local files only)."""
     p = os.fspath(path)
+    if common.is_url(p):
+        return True
     return (os.path.isdir(p) and os.path.isfile(os.path.join(p, "manifest.json"))
             and not any(n.endswith(_FEATURE_SUFFIXES) for n in _top_names(p)))
 
@@ -77,13 +83,15 @@ def _top_names(p: str) -> List[str]:
         return []
 
 
-def order(data: Union[PathLike, Dataset]) -> List[int]:
+def order(data: Union[PathLike, Dataset], *, cache: Optional[PathLike] = None,
+          cache_size: Union[int, str, None] = None) -> List[int]:
     """The dataset's sample indices in SpecForge's order: the samples packed from ``.ckpt`` /
     ``.ckpt.gz`` files (the ones SpecForge's reader lists), sorted as SpecForge sorts their paths
     (Python's string sort; the paths share the source directory, so their relative paths sort
     alike). A dataset none of whose samples came from such a file (``libshard.Writer`` keys) is
     served in its own order."""
-    ds = data if isinstance(data, Dataset) else Dataset(data, verify=False)
+    ds = data if isinstance(data, Dataset) else Dataset(common.location(data), verify=False,
+                                                        cache=cache, cache_size=cache_size)
     sources = _core.dataset_sources(ds._core)
     picked = [i for i, s in enumerate(sources) if s.endswith(_FEATURE_SUFFIXES)]
     if not picked:
@@ -97,19 +105,18 @@ def refs(path: PathLike, *, run_id: str = "offline", strategy: str = "eagle3",
          target_model_version: str = "unknown", tokenizer_version: str = "unknown",
          feature_keys: Sequence[str] = _OFFLINE_EAGLE3_KEYS, ttt_length: int = 7,
          max_len: int = 2048, target_repr: Optional[str] = "hidden_state",
-         limit: Optional[int] = None) -> List[SampleRef]:
+         limit: Optional[int] = None, cache: Optional[PathLike] = None,
+         cache_size: Union[int, str, None] = None) -> List[SampleRef]:
     """The ``SampleRef``s ``OfflineManifestReader(path, ...).read(limit)`` gives for the source
-    directory, for the packed dataset at ``path``: the same ids, keys, strategy and metadata, in the
-    same order (:func:`order`); only ``feature_store_uri`` names the libshard sample instead of
-    the file. Reads the index only."""
-    root = os.path.abspath(os.fspath(path))
-    ds = Dataset(root, verify=False)
-    schema = ds.schema
-    missing = [k for k in feature_keys if k not in schema]
-    if missing:
-        raise KeyError(f"{root}: the dataset has no fields {missing} (it has {schema.names}); "
-                       "SpecForge's offline EAGLE-3 reader needs "
-                       f"{list(_OFFLINE_EAGLE3_KEYS)}")
+    directory, for the packed dataset at ``path`` (a directory, or an ``s3://`` URL read through
+    the node-local ``cache`` as :func:`libshard.open` does): the same ids, keys, strategy and
+    metadata, in the same order (:func:`order`); only ``feature_store_uri`` names the libshard
+    sample instead of the file. Reads the index only. KeyError naming the fields when the
+    dataset lacks one SpecForge's reader needs."""
+    root = common.location(path)
+    ds = Dataset(root, verify=False, cache=cache, cache_size=cache_size)
+    common.require_fields(ds, list(feature_keys), "SpecForge's offline EAGLE-3 reader",
+                          "its samples")
     keys = tuple(feature_keys)
     out: List[SampleRef] = []
     for index, sample in enumerate(order(ds)):
@@ -160,15 +167,25 @@ class FeatureStore(_sf_store.FeatureStore):
 
     Args:
       path: a dataset to open now (others open when a ref names them); None to open lazily.
+        A directory or an ``s3://`` URL.
       store_id: the id of the ``LocalFeatureStore`` behind it.
       verify: check each sample's checksum when it is read.
+      cache, cache_size: for ``s3://`` datasets, the node-local cache directory and its bound
+        (as :func:`libshard.open`).
+      read_ahead: the settings of the read-ahead (``libshard.Dataset(read_ahead=...)``) that
+        :class:`FeatureDataLoader` starts when SpecForge's own collate runs: it tells the
+        dataset the refs' order, and ``get`` is then served from memory already read.
     """
 
     def __init__(self, path: Optional[PathLike] = None, *, store_id: Optional[str] = None,
-                 verify: bool = True, **local_options: Any) -> None:
+                 verify: bool = True, cache: Optional[PathLike] = None,
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None, **local_options: Any) -> None:
         self._local = _sf_store.LocalFeatureStore(store_id, **local_options)
         self.store_id = self._local.store_id
         self._verify = verify
+        self._open_kwargs = common.open_kwargs(cache, cache_size)
+        self._open_kwargs["read_ahead"] = read_ahead
         self._lock = threading.Lock()
         self._datasets: Dict[str, Dataset] = {}
         self._leases: Dict[str, FeatureHandle] = {}
@@ -178,11 +195,11 @@ class FeatureStore(_sf_store.FeatureStore):
 
     def dataset(self, path: PathLike) -> Dataset:
         """The open :class:`libshard.Dataset` at ``path`` (opened on first use)."""
-        key = os.path.abspath(os.fspath(path))
+        key = common.location(path)
         with self._lock:
             ds = self._datasets.get(key)
             if ds is None:
-                ds = Dataset(key, verify=self._verify, metadata=False)
+                ds = Dataset(key, verify=self._verify, metadata=False, **self._open_kwargs)
                 self._datasets[key] = ds
             return ds
 
@@ -240,7 +257,9 @@ class FeatureStore(_sf_store.FeatureStore):
 
 def count_effective_feature_tokens(hidden_states_path: PathLike, *,
                                    max_length: Optional[int] = None,
-                                   target_vocab_size: Optional[int] = None) -> Counter:
+                                   target_vocab_size: Optional[int] = None,
+                                   cache: Optional[PathLike] = None,
+                                   cache_size: Union[int, str, None] = None) -> Counter:
     """SpecForge's ``count_effective_feature_tokens`` (the vocabulary count behind its draft vocab
     mapping) over a libshard dataset, reading only ``input_ids`` and ``loss_mask`` (a few bytes
     per token instead of the whole sample). Same counts, the same errors, and the same insertion
@@ -249,8 +268,8 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
     by token id, as SpecForge's file-by-file pass inserts them."""
     from ._loader import Loader
 
-    path = os.fspath(hidden_states_path)
-    ds = Dataset(path, verify=False)
+    path = common.location(hidden_states_path)
+    ds = Dataset(path, verify=False, cache=cache, cache_size=cache_size)
     if len(ds) == 0:
         raise ValueError(f"no offline feature samples in {path!r}")
     missing = [n for n in ("input_ids", "loss_mask") if n not in ds.schema]
@@ -315,23 +334,193 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
     return counts
 
 
+# -- SpecForge's FeatureDataLoader, with its batches built in C++ ------------------------------
+#: ``FeatureDataLoader(batches=...)``: "auto" (C++ batches when provably SpecForge's, else its own
+#: collate, saying why once), "cpp" (C++ batches or an error saying why not), "trainer" (its own
+#: normalizer and collate, as SpecForge's FeatureDataLoader).
+BATCHES = ("auto", "cpp", "trainer")
+_EAGLE3_RAW_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
+
+
+class FeatureDataLoader(_sf_loader.FeatureDataLoader):
+    """SpecForge's ``FeatureDataLoader`` (the same constructor, iteration, ``seek``,
+    ``set_epoch`` and ``close``), whose batches of libshard refs are built in C++.
+
+    SpecForge's offline eagle3 path batches with a fixed rule: per sample
+    ``normalize_offline_sample(raw, max_len)``, then ``DataCollatorWithPadding``. When the loader
+    is given exactly that (the refs are ``libshard://`` samples of one dataset served by a
+    :class:`FeatureStore`, ``per_sample_transform`` is ``partial(normalize_offline_sample,
+    max_len=M)``, ``collate_fn`` a ``DataCollatorWithPadding`` without sequence parallelism),
+    each batch is read ahead in the refs' order (SpecForge's ``randperm(seed + epoch)`` split
+    ``[rank::world]``) and built in C++ into pinned memory (``collate='specforge-eagle3'``,
+    ``docs/guide/trainers.md``): the same ``TrainBatch`` (ids, keys, dtypes, shapes, bytes,
+    metadata), without SpecForge's per-sample Python work. Otherwise it is SpecForge's loader,
+    and with ``batches="auto"`` says once why.
+
+    Args (besides SpecForge's):
+      batches: "auto" (default), "cpp" or "trainer" (:data:`BATCHES`).
+      memory_budget: the C++ loader's pinned arena (read-ahead and batches); "auto": 2 GiB, or
+        what two of the order's largest batches need.
+    """
+
+    def __init__(self, store: Any, queue: Any = None, *, batches: str = "auto",
+                 memory_budget: Union[int, str] = "auto", **kwargs: Any) -> None:
+        if batches not in BATCHES:
+            raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
+        super().__init__(store, queue, **kwargs)
+        self.batches = batches
+        self.memory_budget = memory_budget
+
+    def _recipe_plan(self, refs: List[SampleRef]) -> Tuple[Optional[Dataset], int, str]:
+        """(the dataset, max_len, "") when this loader's batches are provably what
+        collate='specforge-eagle3' builds; else (None, 0, why)."""
+        from functools import partial
+
+        from specforge.algorithms.eagle3.data import normalize_offline_sample
+        from specforge.data.utils import DataCollatorWithPadding
+
+        if not refs:
+            return None, 0, "there are no refs"
+        if not isinstance(self.store, FeatureStore):
+            return None, 0, f"the store is a {type(self.store).__name__}, not libshard's"
+        t = self.per_sample_transform
+        if not (isinstance(t, partial) and t.func is normalize_offline_sample and not t.args
+                and set(t.keywords) == {"max_len"} and isinstance(t.keywords["max_len"], int)
+                and t.keywords["max_len"] >= 1):
+            return None, 0, ("per_sample_transform is not SpecForge's eagle3 normalizer "
+                             "(partial(normalize_offline_sample, max_len=N))")
+        c = self.collate_fn
+        if not (type(c) is DataCollatorWithPadding and c.sp_degree == 1
+                and c.ulysses_degree == 1):
+            return None, 0, ("collate_fn is not SpecForge's DataCollatorWithPadding without "
+                             "sequence parallelism")
+        path = None
+        for ref in refs:
+            uri = ref.feature_store_uri
+            if not uri.startswith(URI_SCHEME):
+                return None, 0, f"ref {ref.sample_id} is not a libshard sample ({uri})"
+            here = _parse_uri(uri)[0]
+            if path is None:
+                path = here
+            elif here != path:
+                return None, 0, "the refs name more than one dataset"
+            keys = ref.feature_keys
+            for k in _EAGLE3_RAW_KEYS:
+                raw = keys.get(k)
+                if raw is None or raw.split("/")[-1] != k:
+                    return None, 0, (f"ref {ref.sample_id} maps the feature {k!r} to "
+                                     f"{raw!r}, not to the field {k!r}")
+        return self.store.dataset(path), int(t.keywords["max_len"]), ""
+
+    def _chunks(self, skip: int) -> List[List[SampleRef]]:
+        """The batches of refs an iteration fetches (SpecForge's _iter_refs rule)."""
+        refs = self._refs
+        chunks = []
+        for start in range(skip * self.batch_size, len(refs), self.batch_size):
+            chunk = refs[start:start + self.batch_size]
+            if self.drop_last and len(chunk) < self.batch_size:
+                break
+            chunks.append(chunk)
+        return chunks
+
+    def _announce(self, chunks: List[List[SampleRef]]) -> None:
+        """With SpecForge's own collate: tells the datasets the samples this iteration will
+        get, in order, so the store serves them from memory already read
+        (libshard.Dataset.prefetch)."""
+        if not isinstance(self.store, FeatureStore):
+            return
+        by_path: Dict[str, List[int]] = {}
+        for chunk in chunks:
+            for ref in chunk:
+                if ref.feature_store_uri.startswith(URI_SCHEME):
+                    path, index = _parse_uri(ref.feature_store_uri)
+                    by_path.setdefault(path, []).append(index)
+        for path, indices in by_path.items():
+            ds = self.store.dataset(path)
+            if hasattr(ds, "prefetch"):
+                ds.prefetch(indices)
+
+    def _iter_refs(self) -> Iterator[TrainBatch]:
+        refs = self._refs
+        dataset, max_len, why = (None, 0, "batches='trainer'") if self.batches == "trainer" \
+            else self._recipe_plan(refs)
+        loader = None
+        if dataset is not None:
+            loader, why = _recipe_loader_or_why(dataset, self.memory_budget,
+                                                collate="specforge-eagle3", recipe_len=max_len)
+        if loader is None:
+            if self.batches == "cpp":
+                raise ValueError(f"libshard.specforge.FeatureDataLoader(batches='cpp'): {why}")
+            if self.batches == "auto":
+                common.note_once("specforge:" + why, (
+                    f"libshard.specforge: SpecForge's own normalizer and collate build the "
+                    f"batches ({why}); batches built in C++ need the refs of "
+                    "libshard.specforge.refs() served by libshard.specforge.FeatureStore with "
+                    "SpecForge's eagle3 normalizer and DataCollatorWithPadding"))
+            self._announce(self._chunks(self._seek_batches))
+            yield from super()._iter_refs()
+            return
+        skip, self._seek_batches = self._seek_batches, 0
+        chunks = self._chunks(skip)
+        for chunk in chunks:
+            self._validate_refs(chunk)
+        order = [[_parse_uri(r.feature_store_uri)[1] for r in chunk] for chunk in chunks]
+        with loader(order) as batches:
+            for chunk, batch in zip(chunks, batches):
+                batch.pop("__index__", None)
+                if str(self.device) != "cpu":
+                    batch = {k: v.to(self.device) for k, v in batch.items()}
+                yield TrainBatch(
+                    sample_ids=[r.sample_id for r in chunk], strategy=self.strategy,
+                    tensors=batch,
+                    metadata={"target_repr": chunk[0].metadata.get("target_repr"),
+                              "ttt_length": chunk[0].metadata.get("ttt_length")})
+
+
+def _recipe_loader_or_why(dataset: Dataset, memory_budget: Union[int, str], **options: Any):
+    """(open(batches) -> a context manager iterating the recipe's batches in that order, "") or
+    (None, why) when this build cannot stream in a given order or the dataset does not fit the
+    recipe (the library's message)."""
+    from ._core import InvalidArgumentError
+
+    if not common.ordered_loader_available():
+        return None, ("this libshard cannot stream in a given order yet "
+                      "(libshard.Loader(batch_sampler=...))")
+    try:
+        common.check_recipe(dataset, **options)
+    except InvalidArgumentError as e:
+        return None, str(e)
+
+    def open_batches(order):
+        return common.ordered_loader(dataset, order, memory_budget=memory_budget, **options)
+
+    return open_batches, ""
+
+
 # -- SpecForge's own `specforge train`, reading libshard datasets -------------------------------
 _installed = False
 
 
-def install() -> None:
+def install(batches: str = "auto") -> None:
     """Makes SpecForge's training entry read libshard datasets where its config names one
-    (``data.hidden_states_path``, ``data.eval_hidden_states_path``); other paths keep SpecForge's
-    own reader. SpecForge 0.2 has no plug-in hook for its reader, so this replaces, in this
-    process, the four names its offline path looks up: ``OfflineManifestReader`` and
-    ``list_feature_files`` (``specforge.runtime.data_plane.offline_reader``; the latter gives the
-    shard files for a dataset, so the vocabulary map's dataset identity stats those),
-    ``count_effective_feature_tokens`` (``specforge.training.vocab_mapping``) and the
-    ``LocalFeatureStore`` that ``specforge.launch`` creates. Idempotent."""
+    (``data.hidden_states_path``, ``data.eval_hidden_states_path``: a directory or an ``s3://``
+    URL, cached under ``$LIBSHARD_CACHE_DIR``); other paths keep SpecForge's own reader.
+    SpecForge 0.2 has no plug-in hook for its reader, so this replaces, in this process, the
+    names its offline path looks up: ``OfflineManifestReader`` and ``list_feature_files``
+    (``specforge.runtime.data_plane.offline_reader``; the latter gives the shard files for a
+    dataset, so the vocabulary map's dataset identity stats those),
+    ``count_effective_feature_tokens`` (``specforge.training.vocab_mapping``), the
+    ``LocalFeatureStore`` that ``specforge.launch`` creates and the ``FeatureDataLoader`` its
+    trainer and evaluation loaders are (:class:`FeatureDataLoader`, whose ``batches`` default
+    is ``batches`` here: C++ batches where provably SpecForge's). Idempotent (the first call's
+    ``batches`` stands)."""
     global _installed
     if _installed:
         return
+    if batches not in BATCHES:
+        raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
     import specforge.launch as sf_launch
+    import specforge.training.trainer as sf_trainer
     import specforge.training.vocab_mapping as sf_vocab
 
     native_reader = _sf_reader.OfflineManifestReader
@@ -350,6 +539,8 @@ def install() -> None:
                             max_len=self.max_len, target_repr=self.target_repr)
 
     def list_feature_files(path):
+        if common.is_url(path):
+            return [_url_identity_file(path)]
         if is_dataset(path):
             return [os.path.abspath(os.path.join(path, s["path"]))
                     for s in Dataset(path, verify=False).shards]
@@ -364,25 +555,69 @@ def install() -> None:
         def __init__(self, store_id=None, **kw):
             super().__init__(None, store_id=store_id, **kw)
 
+    class Loader(FeatureDataLoader):
+        def __init__(self, store, queue=None, **kw):
+            kw.setdefault("batches", batches)
+            super().__init__(store, queue, **kw)
+
     _sf_reader.OfflineManifestReader = OfflineManifestReader
     _sf_reader.list_feature_files = list_feature_files
     sf_vocab.count_effective_feature_tokens = count_tokens
     sf_launch.LocalFeatureStore = LocalFeatureStore
+    sf_launch.FeatureDataLoader = Loader
+    sf_trainer.FeatureDataLoader = Loader
     _installed = True
+
+
+def _url_identity_file(url: str) -> str:
+    """A local file standing for an ``s3://`` dataset in SpecForge's vocabulary-map identity
+    (which stats the feature files): named by the URL and the dataset's manifest, so a dataset
+    rewritten under the same URL is another identity."""
+    import hashlib
+    import tempfile
+
+    ds = Dataset(url, verify=False)
+    text = json.dumps({"url": url, "samples": len(ds),
+                       "shards": [(s["path"], s.get("size"), s.get("uid")) for s in ds.shards]},
+                      sort_keys=True, default=str)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    folder = os.path.join(tempfile.gettempdir(), "libshard-specforge")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{digest}.json")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    return path
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m libshard.specforge train --config CONFIG [...]``: SpecForge's own command line
     (``specforge.cli.main``, the same arguments) after :func:`install`. A launch that would start
-    worker processes itself runs them as ``python -m libshard.specforge`` too."""
-    install()
+    worker processes itself runs them as ``python -m libshard.specforge`` too.
+    ``--libshard-batches auto|cpp|trainer`` (taken out before SpecForge sees the arguments):
+    how :class:`FeatureDataLoader` batches (default auto: in C++ where provably SpecForge's)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    batches = "auto"
+    for i, arg in enumerate(argv):
+        if arg == "--libshard-batches" and i + 1 < len(argv):
+            batches = argv[i + 1]
+            del argv[i:i + 2]
+            break
+        if arg.startswith("--libshard-batches="):
+            batches = arg.split("=", 1)[1]
+            del argv[i]
+            break
+    install(batches)
     import specforge.cli as sf_cli
     import specforge.launch_plan as sf_plan
 
     native_plan = sf_plan.build_launch_plan
 
     def build_launch_plan(cfg, **kw):
-        kw.setdefault("worker_prefix", (sys.executable, "-m", "libshard.specforge"))
+        kw.setdefault("worker_prefix", (sys.executable, "-m", "libshard.specforge",
+                                        f"--libshard-batches={batches}"))
         return native_plan(cfg, **kw)
 
     sf_plan.build_launch_plan = build_launch_plan

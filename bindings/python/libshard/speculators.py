@@ -48,47 +48,71 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 import torch
 
 from . import _core
+from . import _trainer_common as common
 from ._dataset import Dataset
+from ._read_ahead import ReadAheadSampler
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: The name the backend is registered under (``--hidden-states-backend libshard``).
 BACKEND_NAME = "libshard"
 _HS_NAME = re.compile(r"(?:^|/)hs_(\d+)\.safetensors(?:\.gz)?$")
+_TRAINER = "speculators (hs-connectors' file/fp8 backends)"
+#: ``--libshard-batches`` / :func:`train_loader`'s ``batches``: "auto" (C++ batches where
+#: provably speculators', else its own collate, saying why once), "cpp" or "trainer".
+BATCHES = ("auto", "cpp", "trainer")
 
-__all__ = ["BACKEND_NAME", "LibshardBackend", "LibshardTransfer", "main"]
+__all__ = ["BACKEND_NAME", "BATCHES", "LibshardBackend", "LibshardTransfer", "PackedLoader",
+           "main", "read_ahead_loader", "train_loader"]
 
 
 class LibshardTransfer(HiddenStatesTransfer):
     """A ``HiddenStatesTransfer`` over a libshard dataset packed from ``hs_{i}.safetensors``.
 
     Args:
-      path: the dataset directory.
+      path: the dataset directory, or its ``s3://`` URL.
       dequantize_dtype: the dtype fp8 samples (those with ``hidden_states_scales``) are
         dequantized to, as ``FP8Transfer``; bf16 samples are served as stored.
       verify: check each sample's checksum when it is read.
+      cache, cache_size: for an ``s3://`` dataset, the node-local cache directory and its bound
+        (as :func:`libshard.open`).
+      read_ahead: the settings of the read-ahead :meth:`prefetch_rows` starts in each process
+        (``libshard.Dataset(read_ahead=...)``).
+
+    Opening checks the schema speculators needs (``hidden_states``, ``token_ids``, and
+    ``hidden_states_scales`` for fp8): KeyError naming the field, not at the first read.
     """
 
     def __init__(self, path: PathLike, dequantize_dtype: torch.dtype = torch.bfloat16,
-                 verify: bool = True) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+                 verify: bool = True, cache: Optional[PathLike] = None,
+                 cache_size: Union[int, str, None] = None,
+                 read_ahead: Optional[Dict[str, Any]] = None) -> None:
+        self.path = common.location(path)
         self.dequantize_dtype = dequantize_dtype
         self.verify = bool(verify)
+        self.cache, self.cache_size = cache, cache_size
+        self.read_ahead = read_ahead
         self._init_state()
+        self._open()  # the schema, at open; a spawned worker reopens on first use
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._ds: Optional[Dataset] = None
         self._rows: Optional[Dict[int, int]] = None
         # Online generation (samples vLLM writes while training) stays on the files vLLM writes.
+        # (For an s3:// dataset the generated files are local to whoever generates them.)
         self._files = FP8Transfer(Path(self.path), dequantize_dtype=self.dequantize_dtype)
 
     # Pickles as its options: each spawned worker opens the dataset on first use.
     def __getstate__(self) -> Dict[str, Any]:
         return {"path": self.path, "dequantize_dtype": self.dequantize_dtype,
-                "verify": self.verify}
+                "verify": self.verify, "cache": self.cache, "cache_size": self.cache_size,
+                "read_ahead": self.read_ahead}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
+        state.setdefault("cache", None)
+        state.setdefault("cache_size", None)
+        state.setdefault("read_ahead", None)
         self.__dict__.update(state)
         self._init_state()
 
@@ -98,7 +122,14 @@ class LibshardTransfer(HiddenStatesTransfer):
     def _open(self):
         with self._lock:
             if self._ds is None:
-                ds = Dataset(self.path, verify=self.verify, metadata=False)
+                ds = Dataset(self.path, verify=self.verify, metadata=False,
+                             read_ahead=self.read_ahead,
+                             **common.open_kwargs(self.cache, self.cache_size))
+                needed = ["hidden_states", "token_ids"]
+                if "hidden_states" in ds.schema and \
+                        ds.schema["hidden_states"].dtype == torch.float8_e4m3fn:
+                    needed.append(SCALES_KEY)
+                common.require_fields(ds, needed, _TRAINER, "its hidden-states samples")
                 rows: Dict[int, int] = {}
                 for index, source in enumerate(_core.dataset_sources(ds._core)):
                     m = _HS_NAME.search(source)
@@ -111,6 +142,15 @@ class LibshardTransfer(HiddenStatesTransfer):
                         "directory with `libshard pack DATA/hidden_states -o OUT`")
                 self._rows, self._ds = rows, ds
             return self._ds, self._rows
+
+    def prefetch_rows(self, file_idxs) -> None:
+        """Announces the rows (``hs_{i}`` indices) ``get_cached`` will be asked for, in order:
+        they are read ahead and served from memory already read
+        (:meth:`libshard.Dataset.prefetch`). Rows not in the dataset are left out."""
+        ds, rows = self._open()
+        indices = [rows[int(i)] for i in file_idxs if int(i) in rows]
+        if indices and hasattr(ds, "prefetch"):
+            ds.prefetch(indices)
 
     def sample_index(self, file_idx: int) -> Optional[int]:
         """The dataset sample packed from ``hs_{file_idx}.safetensors``, or None."""
@@ -149,6 +189,13 @@ class LibshardBackend(HiddenStatesBackend):
             parser, "--hidden-states-path", type=str, default=None,
             help=("The path where cached hidden states files are stored. (Default: "
                   "args.data_path / 'hidden_states')"))
+        _add_argument_if_absent(
+            parser, "--hidden-states-cache", type=str, default=None,
+            help=("libshard: the node-local cache directory of an s3:// hidden-states dataset "
+                  "(default $LIBSHARD_CACHE_DIR, else ~/.cache/libshard)"))
+        _add_argument_if_absent(
+            parser, "--hidden-states-cache-size", type=str, default=None,
+            help="libshard: the bound of that cache directory (e.g. 500GiB)")
 
     @staticmethod
     def add_launch_args(parser) -> None:
@@ -160,12 +207,245 @@ class LibshardBackend(HiddenStatesBackend):
         if not path:
             packed = Path(data_path) / "hidden_states.libshard"
             path = packed if packed.is_dir() else Path(data_path) / "hidden_states"
-        return LibshardTransfer(path)
+        return LibshardTransfer(path, cache=getattr(args, "hidden_states_cache", None),
+                                cache_size=getattr(args, "hidden_states_cache_size", None))
 
     @staticmethod
     def build_kv_transfer_config(args) -> Dict[str, Any]:
         # vLLM writes safetensors files (libshard pack them afterwards).
         return FileBackend.build_kv_transfer_config(args)
+
+
+# -- speculators' training DataLoader, with its batches built in C++ ---------------------------
+class PackedLoader:
+    """speculators' training ``DataLoader`` (its ``MultipackDistributedBatchSamplerV2`` and its
+    packing ``CollateFn`` with ``shift_batch``) whose batches are read ahead in the sampler's
+    order and built in C++ (``collate='speculators-eagle3'``): the same dict, key for key and
+    byte for byte: ``input_ids``, ``hidden_states``, ``verifier_last_hidden_states``,
+    ``loss_mask`` (from the Arrow rows, as speculators takes it), ``position_ids``,
+    ``document_ids``, ``error_records``. Build it with :func:`train_loader`, which checks that
+    the batches are provably speculators'. ``batch_sampler``, ``len()`` and ``set_epoch``
+    through the sampler behave as on speculators' DataLoader (its trainer's resume fast-skip
+    included).
+    """
+
+    def __init__(self, dataset: Any, batch_sampler: Any, collate_fn: Any, transfer: Any,
+                 rows: Any, memory_budget: Union[int, str] = "auto") -> None:
+        self.dataset = dataset
+        self.batch_sampler = batch_sampler
+        self.collate_fn = collate_fn
+        self._transfer = transfer
+        self._rows = rows  # _ArrowRows: the split's input_ids and loss_mask
+        self._memory_budget = memory_budget
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self):
+        start = self.dataset.start_file_idx
+        positions = [[int(p) for p in batch] for batch in self.batch_sampler]
+        order = [[self._transfer.sample_index(p + start) for p in batch] for batch in positions]
+        max_len = self.collate_fn.max_len
+        ds = self._transfer._open()[0]
+        with common.ordered_loader(ds, order, collate="speculators-eagle3", recipe_len=max_len,
+                                   memory_budget=self._memory_budget) as batches:
+            for batch_positions, got in zip(positions, batches):
+                got.pop("__index__", None)
+                yield {"input_ids": got["input_ids"], "hidden_states": got["hidden_states"],
+                       "verifier_last_hidden_states": got["verifier_last_hidden_states"],
+                       "loss_mask": self._rows.loss_mask(batch_positions, max_len),
+                       "position_ids": got["position_ids"],
+                       "document_ids": got["document_ids"], "error_records": 0}
+
+
+class _ArrowRows:
+    """The Arrow split's ``input_ids`` and ``loss_mask`` columns as flat arrays with offsets
+    (zero-copy where Arrow allows), for the token check and the loss mask of a packed batch."""
+
+    def __init__(self, dataset: Any) -> None:
+        import numpy as np
+
+        table = dataset.data.with_format("arrow")[:]
+        self._ids_offsets, self._ids = self._column(table, "input_ids")
+        self._mask_offsets, self._mask = self._column(table, "loss_mask")
+        # The dtype speculators' torch-formatted rows give the loss mask.
+        self.mask_dtype = dataset.data[0]["loss_mask"].dtype if len(dataset) else torch.int64
+        self._np = np
+
+    @staticmethod
+    def _column(table: Any, name: str):
+        col = table.column(name).combine_chunks()
+        return col.offsets.to_numpy(), col.values.to_numpy(zero_copy_only=False)
+
+    def __len__(self) -> int:
+        return len(self._ids_offsets) - 1
+
+    def input_ids(self, position: int):
+        return self._ids[self._ids_offsets[position]:self._ids_offsets[position + 1]]
+
+    def loss_mask(self, positions: List[int], max_len: int) -> torch.Tensor:
+        """CollateFn's loss_mask row: each sample's loss_mask[1:] packed and truncated as the
+        batch's other keys, zeros after."""
+        out = torch.zeros(max_len, dtype=self.mask_dtype)
+        offset = 0
+        for p in positions:
+            lo, hi = int(self._mask_offsets[p]), int(self._mask_offsets[p + 1])
+            n = min(max(hi - lo - 1, 0), max_len - offset)
+            if n > 0:
+                # A copy: Arrow's buffers are read-only.
+                out[offset:offset + n] = torch.from_numpy(
+                    self._np.array(self._mask[lo + 1:lo + 1 + n])).to(self.mask_dtype)
+            offset += n
+            if offset == max_len:
+                break
+        return out.unsqueeze(0)
+
+
+def _cpp_plan(dataset: Any, collate_fn: Any):
+    """(transfer, rows, "") when batches of ``dataset`` with ``collate_fn`` are provably what
+    collate='speculators-eagle3' builds plus the Arrow loss mask; else (None, None, why)."""
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train.data import ArrowDataset, CollateFn
+
+    transfer = getattr(dataset, "transfer", None)
+    if type(dataset) is not ArrowDataset or not isinstance(transfer, LibshardTransfer):
+        return None, None, "the dataset is not an ArrowDataset over the libshard backend"
+    if type(collate_fn) is not CollateFn or collate_fn.preprocess is not shift_batch:
+        return None, None, "the collate is not speculators' CollateFn with shift_batch"
+    if collate_fn.dtype != torch.bfloat16 or transfer.dequantize_dtype != torch.bfloat16:
+        return None, None, "the hidden states are not bfloat16 (--hidden-states-dtype)"
+    ds, rows_of = transfer._open()
+    start = dataset.start_file_idx
+    missing = [p for p in range(len(dataset)) if rows_of.get(p + start) is None]
+    if missing:
+        return None, None, (f"{len(missing)} rows of the split (e.g. hs_{missing[0] + start}) "
+                            "are not in the dataset, so speculators' --on-missing decides")
+    try:
+        common.check_recipe(ds, collate="speculators-eagle3", recipe_len=collate_fn.max_len)
+    except ValueError as e:
+        return None, None, str(e)
+    rows = _ArrowRows(dataset)
+    why = _token_check(ds, rows, [rows_of[p + start] for p in range(len(dataset))])
+    if why:
+        return None, None, why
+    return transfer, rows, ""
+
+
+def _token_check(ds: Dataset, rows: "_ArrowRows", samples: List[int]) -> str:
+    """speculators serves a row only when the stored token_ids equal its Arrow input_ids (else
+    the row is unavailable): checked for every row once, reading token_ids only."""
+    import numpy as np
+
+    from ._loader import Loader
+
+    position = {sample: p for p, sample in enumerate(samples)}
+    loader = Loader(ds, batch_size=256, shuffle=False, fields=["token_ids"], metadata=False,
+                    return_index=True, pin_memory=False, memory_budget="256MiB")
+    try:
+        for batch in loader:
+            for sample in batch:
+                p = position.get(int(sample["__index__"]))
+                if p is None:
+                    continue
+                if not np.array_equal(sample["token_ids"].numpy(), rows.input_ids(p)):
+                    return (f"the token_ids of {ds.source(int(sample['__index__']))} differ from "
+                            f"the Arrow row's input_ids (speculators skips such rows)")
+    finally:
+        loader.close()
+    return ""
+
+
+def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
+                 batches: str = "auto", memory_budget: Union[int, str] = "auto",
+                 fallback: Any = None) -> Any:
+    """A :class:`PackedLoader` over speculators' ``dataset``, ``batch_sampler`` and
+    ``collate_fn`` when its batches are provably speculators' (an ``ArrowDataset`` over
+    :class:`LibshardTransfer` with every row of the split in the dataset and its token_ids equal
+    to the Arrow input_ids; ``CollateFn`` with ``shift_batch``; bfloat16), else ``fallback()``
+    (speculators' own DataLoader), saying why once (``batches="auto"``), or ValueError
+    (``batches="cpp"``)."""
+    if batches not in BATCHES:
+        raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
+    why = "batches='trainer'"
+    if batches != "trainer":
+        if not common.ordered_loader_available():
+            transfer, why = None, ("this libshard cannot stream in a given order yet "
+                                   "(libshard.Loader(batch_sampler=...))")
+        else:
+            transfer, rows, why = _cpp_plan(dataset, collate_fn)
+        if transfer is not None:
+            return PackedLoader(dataset, batch_sampler, collate_fn, transfer, rows,
+                                memory_budget=memory_budget)
+    if batches == "cpp":
+        raise ValueError(f"libshard.speculators.train_loader(batches='cpp'): {why}")
+    if batches == "auto":
+        common.note_once("speculators:" + why, (
+            f"libshard.speculators: speculators' own DataLoader and collate build the batches "
+            f"({why}); batches built in C++ need --hidden-states-backend libshard with every "
+            "row packed and bfloat16 hidden states"))
+    return fallback() if fallback is not None else None
+
+
+def _announce_rows(dataset: Any, positions: List[int]) -> None:
+    """libshard.ReadAheadSampler's announcement in a DataLoader worker: the ArrowDataset
+    positions it will be asked for, as rows of its libshard transfer."""
+    transfer = getattr(dataset, "transfer", None)
+    if isinstance(transfer, LibshardTransfer):
+        start = dataset.start_file_idx
+        transfer.prefetch_rows([int(p) + start for p in positions])
+
+
+class _ReadAheadBatches(ReadAheadSampler):
+    """libshard.ReadAheadSampler over speculators' multipack batch sampler, whose fast-skip of a
+    resumed epoch (the sampler's batch cache) reaches the wrapped sampler."""
+
+    @property
+    def _cached_generated_batches(self):
+        return self.sampler._cached_generated_batches
+
+    @_cached_generated_batches.setter
+    def _cached_generated_batches(self, value):
+        self.sampler._cached_generated_batches = value
+
+    def _generate_batches(self, epoch):
+        return self.sampler._generate_batches(epoch)
+
+
+def read_ahead_loader(loader: Any) -> Any:
+    """speculators' DataLoader (as its ``_setup_dataloader`` builds it) with each batch the
+    multipack sampler draws announced ahead to the worker that will fetch it, so the libshard
+    backend's ``get_cached`` is served from memory already read (``libshard.ReadAheadSampler``);
+    the same batches. The loader as given when its dataset is not over the libshard backend."""
+    if not isinstance(getattr(loader.dataset, "transfer", None), LibshardTransfer):
+        return loader
+    batches = _ReadAheadBatches(loader.batch_sampler, loader.dataset, num_workers=loader.num_workers,
+                      announce=_announce_rows)
+    workers = loader.num_workers > 0
+    return torch.utils.data.DataLoader(
+        loader.dataset, batch_sampler=batches, num_workers=loader.num_workers,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        pin_memory=loader.pin_memory, collate_fn=loader.collate_fn,
+        persistent_workers=loader.persistent_workers,
+        multiprocessing_context=loader.multiprocessing_context if workers else None,
+        worker_init_fn=loader.worker_init_fn)
+
+
+def _install_loader(batches: str) -> None:
+    """speculators' training entry builds its loaders with ``_setup_dataloader``: build its
+    DataLoader as it does, then take the C++ batches where :func:`train_loader` proves them."""
+    import speculators.train.dataloader as sp_loader
+
+    native = sp_loader._setup_dataloader
+    if getattr(native, "_libshard", False):
+        return
+
+    def setup(dataset, *args, **kwargs):
+        loader = native(dataset, *args, **kwargs)
+        return train_loader(dataset, loader.batch_sampler, loader.collate_fn, batches=batches,
+                            fallback=lambda: read_ahead_loader(loader))
+
+    setup._libshard = True  # type: ignore[attr-defined]
+    sp_loader._setup_dataloader = setup
 
 
 # Registered by the importable module only: run as `python -m libshard.speculators`, this file is
@@ -176,14 +456,32 @@ if __name__ != "__main__" and BACKEND_NAME not in HiddenStatesBackend.registry:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m libshard.speculators train ARGS...``: speculators' training command line
-    (``python -m speculators.train ARGS...``) with the ``libshard`` backend registered."""
+    (``python -m speculators.train ARGS...``) with the ``libshard`` backend registered, and its
+    loaders' batches built in C++ where provably speculators' (:func:`train_loader`;
+    ``--libshard-batches auto|cpp|trainer``, taken out before speculators sees the arguments)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    batches = "auto"
+    for i, arg in enumerate(argv):
+        if arg == "--libshard-batches" and i + 1 < len(argv):
+            batches = argv[i + 1]
+            del argv[i:i + 2]
+            break
+        if arg.startswith("--libshard-batches="):
+            batches = arg.split("=", 1)[1]
+            del argv[i]
+            break
     if not argv or argv[0] != "train":
         print("usage: python -m libshard.speculators train ARGS...  (speculators' training "
               "arguments; --hidden-states-backend libshard)", file=sys.stderr)
         return 2
     from speculators.train.cli import main as train_main
     from speculators.train.config import TrainConfig
+
+    if batches not in BATCHES:
+        print(f"--libshard-batches {batches!r}: give one of {', '.join(BATCHES)}",
+              file=sys.stderr)
+        return 2
+    _install_loader(batches)
 
     train_main(TrainConfig.resolve(argv[1:]))
     return 0

@@ -76,9 +76,22 @@ enum class Collate : uint32_t {
   kNone = 0,  // Batch::samples, one zero-copy Sample each
   kPad = 1,   // every field padded at the end of its sequence dimension to the batch's longest
   kPack = 2,  // every field concatenated along its sequence dimension, with cu_seqlens
+  // Batch recipes: a trainer's own batch, built in C++ bit for bit as the trainer's Python
+  // collate builds it from the same samples in the same order (the trainer's keys, dtypes,
+  // shapes and bytes; docs/guide/trainers.md). Each needs recipe_len, the trainer's length
+  // setting, and the fields its trainer stores; the rules are in loader/recipes/.
+  kSpecForgeEagle3 = 3,    // SpecForge 0.2 offline EAGLE-3 (normalize + DataCollatorWithPadding);
+                           // recipe_len = max_len
+  kModelOptEagle = 4,      // ModelOpt 0.47 offline EAGLE (OfflineSupervisedDataset +
+                           // EagleOfflineDataCollator); recipe_len = train_len; the stored
+                           // loss_mask is used when it is read (answer_only_loss), else ones
+  kSpeculatorsEagle3 = 5,  // speculators 0.9 EAGLE-3 (shift_batch + packing CollateFn, the loss
+                           // mask left to the caller); recipe_len = total_seq_len
 };
+inline constexpr Collate kLastCollate = Collate::kSpeculatorsEagle3;
 
-// Names: "sum" | "padded" | "auto"; "none" | "pad" | "pack". Anything else is InvalidArgument.
+// Names: "sum" | "padded" | "auto"; "none" | "pad" | "pack" | "specforge-eagle3" |
+// "modelopt-eagle" | "speculators-eagle3". Anything else is InvalidArgument.
 Result<TokenBudget> ParseTokenBudget(std::string_view name);
 Result<Collate> ParseCollate(std::string_view name);
 Result<OversizedSample> ParseOversizedSample(std::string_view name);  // "batch" | "error"
@@ -237,6 +250,9 @@ struct LoaderOptions {
   // dtype cannot hold, or a name that is not a field, is InvalidArgument at Create.
   double padding_value = 0;
   std::vector<std::pair<std::string, double>> padding_values;  // kPad: per field, overrides
+  // Batch recipes (Collate::kSpecForgeEagle3 ...): the trainer's length setting the recipe
+  // truncates, pads or packs to (> 0; 0, the default, with a recipe is InvalidArgument).
+  uint64_t recipe_len = 0;
   // The caller pads the batches itself (collate kNone with a padding collate of its own, such
   // as Python's pad_collate): the "auto" settings (token_budget, bucket_window) resolve as with
   // kPad. Changes nothing else.
@@ -373,6 +389,8 @@ Result<LoaderOptions> ResolveLoaderOptions(const LoaderOptions& options);
 //          sequence dimension are stacked along a new dim 0.
 //   kPack: a field with sequence dimension d is concatenated along d ([1, sum L, H], [sum L]);
 //          others are stacked along a new dim 0. cu_seqlens is filled.
+//   a recipe: the trainer's batch, one tensor per key in the trainer's order ("/" joins the
+//          keys of a nested dict); lengths as the recipe documents; cu_seqlens empty.
 // lengths come from the schema's length field when it is read, else from the first field read
 // that has a sequence dimension, else are 1. Every field's tensor starts 64-byte aligned. Samples
 // that differ in a dimension other than the sequence one cannot be batched: Next() returns

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "codec/float8.h"
+#include "loader/recipes/batch_recipe.h"
 
 namespace libshard {
 namespace {
@@ -202,6 +203,21 @@ Result<Collator> Collator::Make(const Schema& schema, Collate mode, double paddi
   return c;
 }
 
+Result<Collator> Collator::Make(const Schema& schema, const LoaderOptions& options,
+                                std::string dataset_path) {
+  const BatchRecipeEntry* entry = FindBatchRecipe(options.collate);
+  if (entry == nullptr)
+    return Make(schema, options.collate, options.padding_value, options.padding_values,
+                std::move(dataset_path));
+  Collator c;
+  c.mode_ = options.collate;
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<const BatchRecipe> recipe,
+                            entry->make(schema, options, dataset_path));
+  c.recipe_ = std::move(recipe);
+  c.dataset_path_ = std::move(dataset_path);
+  return c;
+}
+
 const Collator::FieldRule* Collator::Rule(std::string_view name) const {
   for (const FieldRule& r : rules_)
     if (r.name == name) return &r;
@@ -219,6 +235,7 @@ Status Collator::Mismatch(const CollatedField& field, std::span<const Sample> sa
 }
 
 Result<CollateLayout> Collator::Plan(std::span<const Sample> samples) const {
+  if (recipe_ != nullptr) return recipe_->Plan(samples);
   if (samples.empty()) return Status::InvalidArgument("cannot collate an empty batch");
   const uint64_t batch = samples.size();
   const size_t nfields = samples[0].tensors().size();
@@ -369,7 +386,14 @@ CollatedBatch Collator::Fill(const CollateLayout& layout, std::span<const Sample
   const uint64_t batch = samples.size();
   CollatedBatch out;
   out.tensors.reserve(layout.fields.size());
-  for (size_t f = 0; f < layout.fields.size(); ++f) {
+  if (recipe_ != nullptr) {
+    recipe_->Fill(layout, samples, region);
+    for (const CollatedField& field : layout.fields)
+      out.tensors.push_back(
+          TensorView{field.name, field.dtype, field.shape, region + field.offset, field.nbytes});
+  }
+  // Pad and pack.
+  for (size_t f = 0; recipe_ == nullptr && f < layout.fields.size(); ++f) {
     const CollatedField& field = layout.fields[f];
     std::byte* dst = region + field.offset;
     const size_t esize = DTypeSize(field.dtype);

@@ -12,7 +12,9 @@
 //                         place, fills pad positions (memset for a value of 0, a typed fill
 //                         otherwise) and returns the CollatedBatch over the region.
 // The layout rules are those of the Python pad_collate / pack_collate with the schema's
-// sequence dimensions (Field::seq_dim), documented on CollatedBatch.
+// sequence dimensions (Field::seq_dim), documented on CollatedBatch. A batch recipe (a trainer's
+// own batch format, loader/recipes/batch_recipe.h) plans and fills its own layout; the Collator
+// delegates to it.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +31,8 @@
 #include "libshard/status.h"
 
 namespace libshard {
+
+class BatchRecipe;
 
 // Where one field of the batch lies in the region.
 struct CollatedField {
@@ -59,6 +63,12 @@ class Collator {
                                const std::vector<std::pair<std::string, double>>& padding_values,
                                std::string dataset_path);
 
+  // The collator of LoaderOptions::collate: pad or pack (Make above, with the options' padding
+  // values), or the batch recipe it names, made for `schema` (InvalidArgument naming what the
+  // recipe misses).
+  static Result<Collator> Make(const Schema& schema, const LoaderOptions& options,
+                               std::string dataset_path);
+
   Collate mode() const { return mode_; }
 
   // The layout of `samples` (at least one, each with the same fields in the same order).
@@ -84,6 +94,7 @@ class Collator {
                   size_t other, const std::string& what) const;
 
   Collate mode_ = Collate::kNone;
+  std::shared_ptr<const BatchRecipe> recipe_;  // a recipe's Collate value, else null
   std::vector<FieldRule> rules_;  // schema order
   std::string length_field_;      // "" when the schema has none
   std::string dataset_path_;

@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "libshard/loader.h"
+#include "loader/recipes/batch_recipe.h"
 
 namespace libshard {
 namespace {
@@ -52,7 +53,12 @@ Result<Collate> ParseCollate(std::string_view name) {
   if (name == "none") return Collate::kNone;
   if (name == "pad") return Collate::kPad;
   if (name == "pack") return Collate::kPack;
-  return NotOneOf(name, "none, pad, pack");
+  std::string names = "none, pad, pack";
+  for (const BatchRecipeEntry* e : BatchRecipes()) {
+    if (name == e->name) return e->id;
+    names += ", " + std::string(e->name);
+  }
+  return Status::InvalidArgument("'" + std::string(name) + "' is not one of " + names);
 }
 
 Result<OversizedSample> ParseOversizedSample(std::string_view name) {

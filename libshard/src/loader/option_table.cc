@@ -206,8 +206,15 @@ std::vector<Spec> MakeSpecs() {
   }
   // Collation.
   t.push_back(Choice<O>(kWhat, "collate", "collate", Member<&O::collate>, ParseCollate, "None",
-                        {"none", "pad", "pack"}, std::optional<Collate>(Collate::kNone),
-                        "batches assembled in C++: padded or packed; None: lists of samples"));
+                        {"none", "pad", "pack", "specforge-eagle3", "modelopt-eagle",
+                         "speculators-eagle3"},
+                        std::optional<Collate>(Collate::kNone),
+                        "batches assembled in C++: padded or packed, or a trainer's own batch "
+                        "(a recipe); None: lists of samples"));
+  t.push_back(Count<O>(kWhat, "recipe_len", "recipe_len", Member<&O::recipe_len>, "None", 1,
+                       UINT64_MAX, "unset",
+                       "a recipe's length: SpecForge max_len, ModelOpt train_len, speculators "
+                       "total_seq_len"));
   t.push_back(Number<O>(kWhat, "padding_value", "padding_value", Member<&O::padding_value>, "0",
                         false, "collate='pad': the value of padded positions"));
   t.push_back(Custom("padding_values", "padding_values", OptionType::kNumberMap,
@@ -335,7 +342,16 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   if (o.token_budget > TokenBudget::kPadded)
     return Bad("token_budget", "is not one of auto, sum, padded");
   if (o.oversized > OversizedSample::kError) return Bad("oversized", "is not one of batch, error");
-  if (o.collate > Collate::kPack) return Bad("collate", "is not one of none, pad, pack");
+  if (o.collate > kLastCollate)
+    return Bad("collate", "is not one of none, pad, pack or a batch recipe");
+  const bool recipe = o.collate > Collate::kPack;
+  if (recipe && o.recipe_len == 0)
+    return Bad("recipe_len",
+               "is unset: a batch recipe needs the trainer's length setting (SpecForge max_len, "
+               "ModelOpt train_len, speculators total_seq_len)");
+  if (!recipe && o.recipe_len != 0)
+    return Bad("recipe_len", "applies to a batch recipe only (collate='specforge-eagle3', "
+                             "'modelopt-eagle' or 'speculators-eagle3')");
   if (o.bucket_window != kAutoBucketWindow && o.bucket_window > 0 && o.max_tokens == 0 &&
       o.batch_size <= 1)
     return Bad("bucket_window",
@@ -344,7 +360,9 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
                    "batch_size > 1 as well, or bucket_window 0");
   if ((o.padding_value != 0 || !o.padding_values.empty()) && o.collate != Collate::kPad)
     return Bad("padding_value", "/ padding_values apply to collate='pad' only (collate='" +
-                                    std::string(o.collate == Collate::kPack ? "pack" : "none") +
+                                    std::string(o.collate == Collate::kNone   ? "none"
+                                                : o.collate == Collate::kPack ? "pack"
+                                                                              : "a recipe") +
                                     "')");
   if (std::isnan(o.padding_value)) return Bad("padding_value", "is NaN; give a number");
   for (const auto& [name, value] : o.padding_values)

@@ -106,8 +106,7 @@ Status StreamingLoader::Init() {
   if (options_.collate != Collate::kNone) {
     LIBSHARD_ASSIGN_OR_RETURN(
         Collator collator,
-        Collator::Make(schema, options_.collate, options_.padding_value, options_.padding_values,
-                       dataset_->path()));
+        Collator::Make(schema, options_, dataset_->path()));
     // 1/4 of the budget, or up to 1/2 when that is what two of the largest batches need (a
     // `for batch in loader` loop holds the previous batch while the next is assembled).
     const uint64_t largest = std::min(LargestBatchEstimate(field_indices), uint64_t{1} << 60);

@@ -1,0 +1,147 @@
+"""What the trainer integrations (libshard.specforge, .modelopt, .speculators) share: where a
+dataset is (a local directory or an ``s3://`` URL), the schema their trainer needs, the one line
+that says why a run uses the trainer's own collate, and the nesting of recipe batch keys.
+
+No trainer is imported here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Dict, Iterable, Optional, Set, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+logger = logging.getLogger("libshard")
+
+#: URL schemes libshard opens itself (object storage); anything else is a local path.
+_URL_SCHEMES = ("s3://",)
+
+
+def is_url(path: PathLike) -> bool:
+    """Whether ``path`` names a dataset in object storage (``s3://BUCKET/PREFIX``)."""
+    return isinstance(path, str) and path.startswith(_URL_SCHEMES)
+
+
+def location(path: PathLike) -> str:
+    """The dataset's location as the integrations key it: an ``s3://`` URL as given, a local
+    path made absolute (``os.path.abspath`` would turn a URL into ``CWD/s3:/bucket/...``)."""
+    p = os.fspath(path)
+    return p if is_url(p) else os.path.abspath(p)
+
+
+def require_fields(dataset: Any, needed: Iterable[str], trainer: str, what: str) -> None:
+    """KeyError naming the fields ``trainer`` needs that ``dataset`` (a libshard.Dataset) lacks,
+    and what the dataset has, at open: not a bare KeyError at the first read."""
+    schema = dataset.schema
+    missing = [name for name in needed if name not in schema]
+    if missing:
+        raise KeyError(f"{dataset.path}: the dataset has no field{'s' if len(missing) > 1 else ''} "
+                       f"{missing} (it has {schema.names}); {trainer} needs {list(needed)} "
+                       f"for {what}: pack the files {trainer} writes")
+
+
+_noted: Set[str] = set()
+_noted_lock = threading.Lock()
+
+
+def note_once(key: str, message: str) -> None:
+    """Logs ``message`` (a warning on the ``libshard`` logger) once per process per ``key``."""
+    with _noted_lock:
+        if key in _noted:
+            return
+        _noted.add(key)
+    logger.warning("%s", message)
+
+
+def nest(flat: Dict[str, Any]) -> Dict[str, Any]:
+    """A recipe batch's keys as the trainer's dict: ``"a/b"`` becomes ``out["a"]["b"]``."""
+    out: Dict[str, Any] = {}
+    for key, value in flat.items():
+        if "/" in key:
+            outer, inner = key.split("/", 1)
+            out.setdefault(outer, {})[inner] = value
+        else:
+            out[key] = value
+    return out
+
+
+def open_kwargs(cache: Optional[PathLike], cache_size: Union[int, str, None]) -> Dict[str, Any]:
+    """libshard.Dataset's object-storage keywords, as the integrations pass them on."""
+    return {"cache": cache, "cache_size": cache_size}
+
+
+# -- Batch recipes in a trainer's order ---------------------------------------------------------
+def ordered_loader_available() -> bool:
+    """Whether this libshard's Loader streams in an order given as batches of indices
+    (``libshard.Loader(batch_sampler=...)``)."""
+    import inspect
+
+    from ._loader import Loader
+
+    return "batch_sampler" in inspect.signature(Loader.__init__).parameters
+
+
+def check_recipe(dataset: Any, *, collate: str, recipe_len: int,
+                 fields: Optional[Iterable[str]] = None) -> None:
+    """InvalidArgumentError (the library's words: the field, the trainer) when ``dataset`` does
+    not fit the batch recipe ``collate``; the library decides (loader/recipes/)."""
+    from ._loader import Loader
+
+    probe = Loader(dataset, collate=collate, recipe_len=recipe_len, batch_size=1, shuffle=False,
+                   fields=None if fields is None else list(fields), memory_budget="1MiB",
+                   pin_memory=False, rank=0, world_size=1)
+    probe.close()
+
+
+#: The smallest arena the drop-ins give their loader ("auto"), as libshard.Loader's default.
+MIN_AUTO_BUDGET = 2 << 30
+
+
+def auto_memory_budget(dataset: Any, batches: Any, collate: str, recipe_len: int) -> int:
+    """memory_budget="auto" of the drop-ins: the Loader's default 2 GiB, or 8 times the largest
+    batch of this order when that is more, so that its batch memory (a quarter of the budget)
+    holds two batches (the one the trainer holds and the next) however the trainer's sampler
+    groups the samples. Bytes per position: the dataset's raw bytes over its positions."""
+    import numpy as np
+
+    lengths = np.asarray(dataset.lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    per_position = dataset.total_raw_bytes / max(total, 1)
+    largest = 0
+    for batch in batches:
+        if collate == "speculators-eagle3":
+            positions = recipe_len
+        elif collate == "modelopt-eagle":
+            positions = len(batch) * recipe_len
+        else:
+            longest = int(lengths[list(batch)].max()) if len(batch) else 0
+            positions = len(batch) * min(longest, recipe_len)
+        largest = max(largest, positions)
+    return max(MIN_AUTO_BUDGET, int(8 * largest * per_position * 1.1))
+
+
+class ordered_loader:  # noqa: N801 - a context manager used like a function
+    """``with ordered_loader(dataset, batches, collate=..., recipe_len=...) as it:`` iterates the
+    recipe's batches (dicts with ``"__index__"``), batch k holding the samples ``batches[k]``,
+    read ahead in that order; the loader closes on exit."""
+
+    def __init__(self, dataset: Any, batches: Any, *, collate: str, recipe_len: int,
+                 fields: Optional[Iterable[str]] = None, memory_budget: Union[int, str] = "auto",
+                 metadata: bool = False) -> None:
+        from ._loader import Loader
+
+        if memory_budget == "auto":
+            memory_budget = auto_memory_budget(dataset, batches, collate, recipe_len)
+        self._loader = Loader(dataset, batch_sampler=batches, collate=collate,
+                              recipe_len=recipe_len, return_index=True, metadata=metadata,
+                              fields=None if fields is None else list(fields),
+                              memory_budget=memory_budget, rank=0, world_size=1)
+
+    def __enter__(self) -> Any:
+        return iter(self._loader)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._loader.close()
