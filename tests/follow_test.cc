@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -19,6 +20,7 @@
 #include "format/journal.h"
 #include "format_test_helpers.h"
 #include "libshard/loader.h"
+#include "libshard/parallel_writer.h"
 #include "libshard/writer.h"
 #include "loader/follow_loader.h"
 #include "testutil/loader_hooks.h"
@@ -220,6 +222,58 @@ TEST(DatasetFollowerTest, AJournalReplacedOrRewrittenEndsTheStream) {
   testing::ExpectError(g->Poll(), StatusCode::kCorruption, {"replaced by another file"});
 }
 
+TEST(CommitIntervalTest, CheckpointIfDueJournalsASampleThatWaitedTheInterval) {
+  testing::TempDir dir;
+  WriterOptions o = InProgressOptions();
+  o.commit_interval_seconds = 0.05;
+  auto w = Writer::Create((dir / "ds").string(), EagleSchema(), o);
+  ASSERT_TRUE(w.ok());
+  auto due = (*w)->CheckpointIfDue();
+  ASSERT_TRUE(due.ok());
+  EXPECT_TRUE(std::isinf(*due)) << "nothing waits";
+  ASSERT_TRUE((*w)->Append(StandardSample(0).input).ok());
+  due = (*w)->CheckpointIfDue();
+  ASSERT_TRUE(due.ok());
+  EXPECT_GT(*due, 0);
+  EXPECT_LE(*due, 0.05);
+  auto f = Follow(dir / "ds");
+  EXPECT_EQ(f->progress().samples, 0u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  due = (*w)->CheckpointIfDue();
+  ASSERT_TRUE(due.ok());
+  EXPECT_TRUE(std::isinf(*due));
+  ASSERT_TRUE(f->Poll().ok());
+  EXPECT_EQ(f->progress().samples, 1u);
+  // Appends after the interval journal on their own.
+  ASSERT_TRUE((*w)->Append(StandardSample(1).input).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  ASSERT_TRUE((*w)->Append(StandardSample(2).input).ok());
+  ASSERT_TRUE(f->Poll().ok());
+  EXPECT_EQ(f->progress().samples, 3u);
+}
+
+TEST(CommitIntervalTest, AGeneratorThatPausesHasItsSamplesJournaledByTheCommitThread) {
+  testing::TempDir dir;
+  WriterOptions o = InProgressOptions();
+  o.commit_interval_seconds = 0.05;
+  auto w = Writer::Create((dir / "ds").string(), EagleSchema(), o);
+  ASSERT_TRUE(w.ok());
+  auto p = ParallelWriter::Start(std::move(w).value(), ParallelWriterOptions{});
+  ASSERT_TRUE(p.ok());
+  testing::OwnedSample s = StandardSample(0);
+  ASSERT_TRUE((*p)->Submit(s.input, 4096).ok());
+  // No Flush, no further Submit: the commit thread journals it once it waited the interval.
+  auto f = Follow(dir / "ds");
+  const auto start = std::chrono::steady_clock::now();
+  while (f->progress().samples == 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_TRUE(f->Poll().ok());
+  }
+  EXPECT_EQ(f->progress().samples, 1u);
+  ASSERT_TRUE((*p)->Finish().ok());
+}
+
 LoaderOptions FollowOptions() {
   LoaderOptions o;
   o.memory_budget = 4 << 20;
@@ -323,6 +377,25 @@ TEST(FollowLoaderTest, AStalledWriterGetsAWarningAndItsResumeContinuesTheStream)
     EXPECT_NE(lines[0].find(want), std::string::npos) << want << " in: " << lines[0];
   EXPECT_EQ((*loader)->state().position, 9u);
   EXPECT_EQ((*loader)->state().follow_window, 8u);
+}
+
+TEST(FollowLoaderTest, DamagedBytesOfAShardBeingWrittenAreNeverServed) {
+  testing::TempDir dir;
+  const fs::path ds = dir / "ds";
+  auto w = StartWrite(ds, 3);
+  testing::FlipByte(ds / "shard-00000.lss.tmp", 4096 + 10);  // inside sample 0
+  LoaderOptions o = FollowOptions();
+  o.shuffle = false;
+  auto loader = Loader::Follow(ds.string(), o);
+  ASSERT_TRUE(loader.ok());
+  auto next = (*loader)->Next();
+  ASSERT_FALSE(next.ok());
+  testing::ExpectError(next.status(), StatusCode::kCorruption,
+                       {"shard-00000.lss.tmp", "sample 0", "checksum mismatch"});
+  // The step counts as consumed (as for any loader): the next one is served.
+  auto after = (*loader)->Next();
+  ASSERT_TRUE(after.ok() && after->has_value()) << after.status().ToString();
+  EXPECT_EQ(Turn((*after)->samples[0]), 1);
 }
 
 TEST(FollowLoaderTest, ResumeInsideTheFollowEpochEqualsTheUninterruptedRun) {
