@@ -80,6 +80,7 @@ void RegisterTensorMemory(py::module_& m);
 void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
 void RegisterReadAhead(py::module_& m);  // read_ahead.cc: Dataset.prefetch's engine
+void RegisterFollow(py::module_& m);
 void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
 void RegisterWorld(py::module_& m);  // world.cc: resolve_world

@@ -16,6 +16,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterDataset(m);
   lp::RegisterLoader(m);
   lp::RegisterReadAhead(m);
+  lp::RegisterFollow(m);
   lp::RegisterPack(m);
   lp::RegisterWriter(m);
   lp::RegisterWorld(m);

@@ -131,7 +131,7 @@ class PyWriter {
     Status st;
     {
       py::gil_scoped_release release;
-      st = p.Flush();
+      st = p.Checkpoint();  // flushed, durable and journaled (followers see it)
     }
     ThrowIfError(st);
   }

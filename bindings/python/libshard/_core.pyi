@@ -93,8 +93,6 @@ class LoaderOptions(TypedDict, total=False):
     drop_last: bool
     # the shuffle's order version: 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
     order: int
-    # the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler) (default False)
-    caller_order: bool
     # a state() to continue from (overrides seed, epoch and order) (default None)
     resume: Optional[Dict[str, Any]]
     # read only these fields (None: every field) (default None)
@@ -111,10 +109,8 @@ class LoaderOptions(TypedDict, total=False):
     oversized: str
     # length-aware batching over windows of this many samples; auto: 4096 with padded batches, else off; None or 0: off (default 'auto'; 0..16777216, None: off, or 'auto')
     bucket_window: Union[int, str, None]
-    # batches assembled in C++: padded or packed, or a trainer's own batch (a recipe); None: lists of samples (default None; 'none' | 'pad' | 'pack' | 'specforge-eagle3' | 'modelopt-eagle' | 'speculators-eagle3')
+    # batches assembled in C++: padded or packed; None: lists of samples (default None; 'none' | 'pad' | 'pack')
     collate: Optional[str]
-    # a recipe's length: SpecForge max_len, ModelOpt train_len, speculators total_seq_len (default None; 1..18446744073709551615, None: unset)
-    recipe_len: Optional[int]
     # collate='pad': the value of padded positions (default 0)
     padding_value: float
     # collate='pad': per field padding values (default None)
@@ -145,6 +141,10 @@ class LoaderOptions(TypedDict, total=False):
     slow_wait_warning_seconds: float
     # periodic stats lines every this many seconds; 0 turns them off (default 0.0)
     stats_interval_seconds: float
+    # serve the dataset while its writer writes it (Loader(path, follow=True)) (default False)
+    follow: bool
+    # follow mode: arrivals shuffled within windows growing to this many (default 4096; 1..16777216)
+    shuffle_window: int
 class WriterOptions(TypedDict, total=False):
     """The keys `Writer` takes (name: type, default; bounds; doc)."""
     # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615)
@@ -157,6 +157,8 @@ class WriterOptions(TypedDict, total=False):
     queue_size: Union[int, str]
     # bytes between journal checkpoints (what a crash keeps) (default '1GiB'; 1..18446744073709551615; also spelled journal_every_bytes)
     journal_every: Union[int, str]
+    # seconds a written sample may wait before the journal makes it durable and visible to followers (Loader(follow=True)); 0: only every journal_every bytes (default 5.0; also spelled commit_interval_seconds)
+    commit_interval: float
     # fsync shards, journal, index and manifest (default True)
     fsync: bool
     # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes)
@@ -165,28 +167,6 @@ class WriterOptions(TypedDict, total=False):
     created_by: str
     # recorded in the manifest's provenance summary (default '')
     source_root: str
-class ReadAheadOptions(TypedDict, total=False):
-    """The keys `ReadAhead` takes (name: type, default; bounds; doc)."""
-    # bytes of the pinned arena; a few GiB is typical (default '512MiB'; 4096..17592186044416)
-    memory_budget: Union[int, str]
-    # reads in flight; 64 is a good default (default 64; 1..4096)
-    queue_depth: int
-    # large samples are read in pieces of this size, rounded up to 4096 (default '4MiB'; 0..1073741824)
-    read_size: Union[int, str]
-    # the I/O engine; env LIBSHARD_ENGINE overrides auto (default 'auto'; 'auto' | 'uring' | 'pread')
-    engine: str
-    # O_DIRECT or buffered reads; env LIBSHARD_IO_MODE overrides auto (default 'auto'; 'auto' | 'direct' | 'buffered')
-    io_mode: str
-    # pin the arena for fast GPU copies, 64 MiB at a time as it is first used: True or 'auto' where a CUDA driver is installed, 'on', False or 'off' (default False; 'auto' | 'on' | 'off')
-    pin_memory: Union[bool, str]
-    # checksum and decoding threads; 0 chooses from the dataset and the cores (default 0; 0..256)
-    worker_threads: int
-    # None or True: check every byte served (a fields/max_len read field by field); False: check nothing (default None)
-    verify: Optional[bool]
-    # check every byte served against its sample or field checksum (default True)
-    verify_checksums: bool
-    # a log line when the consumer waits this long; 0 turns it off (default 10.0)
-    slow_wait_warning_seconds: float
 class PackOptions(TypedDict, total=False):
     """The keys `Pack` takes (name: type, default; bounds; doc)."""
     # the source directory, walked recursively (default None; also spelled SRC)
@@ -241,11 +221,14 @@ class PackOptions(TypedDict, total=False):
 
 class Loader:
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None: ...
+    @staticmethod
+    def follow(path: str, options: LoaderOptions, verify_checksums: bool = False,
+               cache_dir: str = "", cache_size: int = 0) -> "Loader": ...
     def next(self) -> Union[List[RawSample], RawCollated, None]: ...
     def set_epoch(self, epoch: int) -> None: ...
-    def set_epoch_steps(self, epoch: int, samples: np.ndarray, bounds: np.ndarray) -> None: ...
     def state(self) -> Dict[str, Any]: ...
     def batches_per_epoch(self) -> int: ...
+    def batches_per_epoch_known(self) -> bool: ...
     def stats(self) -> Dict[str, Any]: ...
     def stop(self) -> None: ...
     def close(self) -> None: ...
@@ -254,17 +237,14 @@ class Loader:
     @property
     def closed(self) -> bool: ...
 
-# bindings/src/read_ahead.cc (libshard.Dataset.prefetch)
-class ReadAhead:
-    def __init__(self, dataset: Dataset, options: ReadAheadOptions) -> None: ...
-    def announce(self, indices: np.ndarray) -> None: ...
-    def get(self, index: int) -> RawSample: ...
-    def stats(self) -> Dict[str, Any]: ...
-    def close(self) -> None: ...
-    @property
-    def forked(self) -> bool: ...
+# bindings/src/follow.cc (libshard._follow)
+class Follower:
+    def __init__(self, path: str, verify_checksums: bool = True, cache_dir: str = "",
+                 cache_size: int = 0) -> None: ...
+    def poll(self) -> None: ...
+    def progress(self) -> Dict[str, Any]: ...
+    def snapshot(self) -> Dataset: ...
 
-def read_ahead_option_table() -> List[Dict[str, Any]]: ...
 def loader_option_table() -> List[Dict[str, Any]]: ...
 def resolve_loader_options(options: LoaderOptions) -> Dict[str, Any]: ...
 def resolve_world(rank: Optional[int] = None, world_size: Optional[int] = None,

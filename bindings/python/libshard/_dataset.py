@@ -350,9 +350,20 @@ def upgrade(path: PathLike) -> bool:
 
 def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa: A001
          cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None,
-         read_ahead: Optional[Mapping[str, Any]] = None) -> Dataset:
+         read_ahead: Optional[Mapping[str, Any]] = None, follow: bool = False) -> Dataset:
     """Opens the packed dataset in directory ``path`` or at an ``s3://`` URL (through the
     node-local ``cache``); see :class:`Dataset` (``read_ahead``: the settings of
-    :meth:`Dataset.prefetch`)."""
+    :meth:`Dataset.prefetch`). With ``follow=True``, a dataset that is still being written (or
+    not started yet), which grows as its writer commits samples: see
+    :class:`libshard.FollowedDataset`."""
+    if follow:
+        if read_ahead is not None:
+            raise InvalidArgumentError(
+                f"libshard.open({os.fspath(path)!r}, follow=True): read_ahead does not apply to "
+                "a dataset being written; read it with libshard.Loader(path, follow=True), or "
+                "open it with read_ahead once it is complete")
+        from ._follow import FollowedDataset
+        return FollowedDataset(path, verify=verify, metadata=metadata, cache=cache,
+                               cache_size=cache_size)
     return Dataset(path, verify=verify, metadata=metadata, cache=cache, cache_size=cache_size,
                    read_ahead=read_ahead)

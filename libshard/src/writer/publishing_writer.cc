@@ -29,6 +29,8 @@ class PublishingWriter final : public Writer {
     target_->Release();
     return summary;
   }
+  Status Checkpoint() override { return inner_->Checkpoint(); }
+  Result<double> CheckpointIfDue() override { return inner_->CheckpointIfDue(); }
   const Schema& schema() const override { return inner_->schema(); }
   uint64_t samples_written() const override { return inner_->samples_written(); }
   const std::vector<SourceFileInfo>& existing_sources() const override {
