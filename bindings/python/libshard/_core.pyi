@@ -147,6 +147,8 @@ class WriterOptions(TypedDict, total=False):
     shard_size: Union[int, str]
     # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled compression)
     compress: Optional[str]
+    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'none' | 'float8_e4m3fn')
+    store_dtype: Optional[str]
     # encoding threads (layout, compression, checksums) (default None; 1..256, None: one per CPU, at most 4)
     threads: Optional[int]
     # bytes of samples written but not yet on disk before write waits (default '1GiB'; 1..18446744073709551615; also spelled queue_bytes)
