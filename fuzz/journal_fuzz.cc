@@ -1,5 +1,7 @@
 // libFuzzer target for the writer's journal (FORMAT.md §6): ParseJournal and the invariants a
-// resuming writer relies on (a valid prefix inside the input, samples shaped by the schema).
+// resuming writer relies on (a valid prefix inside the input, samples shaped by the schema), and
+// a follower's reading of it (§6.1): the entry-by-entry parse agrees with ParseJournal, and
+// CheckJournalSample accepts only samples whose layout holds.
 //
 // Input: one flag byte, then the journal. Flag bit 0 clear: every complete entry's xxh3 is
 // recomputed so mutations reach the payload checks behind it; set: parsed as it is.
@@ -10,6 +12,7 @@
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/journal.h"
+#include "format/payload.h"
 
 namespace {
 
@@ -46,6 +49,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         s.tensor_sizes.size() != j->schema.fields.size() ||
         // Version 2 (field codecs): one stored size per field, none for version 1.
         s.field_stored_sizes.size() != (j->codecs.empty() ? 0 : j->schema.fields.size()))
+      __builtin_trap();
+  }
+  // The follower's path: entry by entry, as a journal being written is read (follow/).
+  format::JournalHeader header;
+  auto used = format::ParseJournalHeaderEntry(bytes, "fuzz.lsj", &header);
+  if (!used.ok() || *used == 0) __builtin_trap();  // ParseJournal found it
+  uint64_t pos = *used;
+  std::vector<format::IndexSample> samples;
+  while (pos < bytes.size()) {
+    const uint64_t n = format::ParseJournalSamplesEntry(std::span(bytes).subspan(pos), header,
+                                                        samples.size(), &samples);
+    if (n == 0) break;
+    pos += n;
+  }
+  if (pos != j->valid_size || samples.size() != j->samples.size()) __builtin_trap();
+  for (const format::IndexSample& s : samples) {
+    if (!format::CheckJournalSample(header, s).ok()) continue;
+    format::PayloadLayout layout;
+    if (!format::ComputeLayout(header.schema, s.dims, &layout).ok() ||
+        layout.raw_size != s.record.raw_size || s.record.offset % 4096 != 0)
       __builtin_trap();
   }
   return 0;

@@ -80,10 +80,10 @@ sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
 }
 step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # The threaded parts: the loader (and its diagnostics), its engines, the arena, the prefaulter,
-# concurrent Dataset reads.
-step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter' \
+# concurrent Dataset reads, follow mode (a follower and its loaders beside a writing thread).
+step "TSan loader suites" sanitizer_suite thread build-tsan 'Loader|Arena|Engine|File|Concurrency|Prefaulter|Follow' \
   loader_test loader_diagnostics_test io_engine_test io_file_test arena_test dataset_test \
-  dataset_v2_test prefaulter_test
+  dataset_v2_test prefaulter_test follow_test follow_order_test
 
 # Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
 # ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).

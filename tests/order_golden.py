@@ -60,3 +60,25 @@ for name, (n, seed, epoch), positions in [
         ("GOLDEN_V2_2P64M1_1_0", ((1 << 64) - 1, 1, 0), [0, 1, (1 << 64) - 2])]:
     at = shuffle_v2(n, seed, epoch)
     print(name, ", ".join(str(at(i)) for i in positions))
+
+# Follow order (docs/ORDER.md §5.1): windows of capacity min(M, 2^w) over the arrival order,
+# each shuffled by ShuffleV2 keyed by Mix(epoch ^ Mix(w + "follow!!")).
+def follow_s(n, seed, epoch, window):
+    out = []
+    b, w = 0, 0
+    while b < n:
+        c = min(window, 1 << w) if w < 63 else window
+        m = min(c, n - b)
+        if m > 1:
+            at = shuffle_v2(m, seed, mix(epoch ^ mix((w + 0x666F6C6C6F772121) & M)))
+            out += [b + at(j) for j in range(m)]
+        else:
+            out += [b + j for j in range(m)]
+        b += c
+        w += 1
+    return out
+print()
+for name, args in [("GOLDEN_FOLLOW_20_0_0_4", (20, 0, 0, 4)),
+                   ("GOLDEN_FOLLOW_20_42_1_8", (20, 42, 1, 8)),
+                   ("GOLDEN_FOLLOW_13_7_3_5", (13, 7, 3, 5))]:
+    print(name, ", ".join(map(str, follow_s(*args))))

@@ -79,6 +79,7 @@ void RegisterErrors(py::module_& m);
 void RegisterTensorMemory(py::module_& m);
 void RegisterDataset(py::module_& m);
 void RegisterLoader(py::module_& m);
+void RegisterFollow(py::module_& m);
 void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
 void RegisterWorld(py::module_& m);  // world.cc: resolve_world

@@ -39,6 +39,9 @@ LoaderState StateFromPython(const py::handle& obj) {
       state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
     }
   }
+  // Follow mode (docs/ORDER.md §5): a state of the follow epoch; absent: an ordinary epoch.
+  if (d.contains("follow_window") && !d["follow_window"].is_none())
+    state.follow_window = kOptions.Unsigned("resume.follow_window", d["follow_window"]);
   // A state saved before length-aware batching has no "bucketing" (or None): window 0.
   if (d.contains("bucketing") && !d["bucketing"].is_none()) {
     if (!py::isinstance<py::dict>(d["bucketing"]))
@@ -64,6 +67,7 @@ py::dict StateToPython(const LoaderState& state) {
   out["epoch"] = state.epoch;
   out["position"] = state.position;
   out["order"] = state.order;
+  out["follow_window"] = state.follow_window;
   py::list skipped;
   for (uint64_t s : state.skipped) skipped.append(s);
   out["skipped"] = std::move(skipped);
@@ -150,6 +154,15 @@ class PyLoader {
     }();
     loader_ = std::shared_ptr<Loader>(ValueOrThrow(std::move(created)));
   }
+  // Follow mode (Loader::Follow): the dataset at `path` while it is being written.
+  PyLoader(const std::string& path, const py::dict& options, const DatasetOptions& dataset) {
+    LoaderOptions o = OptionsFromPython(options);
+    Result<std::unique_ptr<Loader>> created = [&] {
+      py::gil_scoped_release release;
+      return Loader::Follow(path, o, dataset);
+    }();
+    loader_ = std::shared_ptr<Loader>(ValueOrThrow(std::move(created)));
+  }
   PyLoader(const PyLoader&) = delete;
   PyLoader& operator=(const PyLoader&) = delete;
   ~PyLoader() {
@@ -207,6 +220,7 @@ class PyLoader {
   }
 
   uint64_t BatchesPerEpoch() { return Get()->batches_per_epoch(); }
+  bool BatchesPerEpochKnown() { return Get()->batches_per_epoch_known(); }
   py::dict Stats() { return StatsToPython(Get()->stats()); }
 
   void Stop() {
@@ -279,6 +293,21 @@ void RegisterLoader(py::module_& m) {
            "The next batch as a list of samples (see Dataset.read), or with a collate the "
            "collated batch (fields, indices, metadata, lengths, cu_seqlens, max_seqlen), or None "
            "at the end of the epoch. Blocks with the GIL released.")
+      .def_static(
+          "follow",
+          [](const std::string& path, const py::dict& options, bool verify_checksums,
+             const std::string& cache_dir, uint64_t cache_size) {
+            DatasetOptions dataset;
+            dataset.caller = Caller::kPython;
+            dataset.verify_checksums = verify_checksums;
+            dataset.cache_dir = cache_dir;
+            dataset.cache_size = cache_size;
+            return std::make_unique<PyLoader>(path, options, dataset);
+          },
+          py::arg("path"), py::arg("options"), py::arg("verify_checksums") = false,
+          py::arg("cache_dir") = "", py::arg("cache_size") = 0,
+          "Follow mode: a Loader of the dataset at `path` while it is being written.")
+      .def("batches_per_epoch_known", &PyLoader::BatchesPerEpochKnown)
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("state", &PyLoader::State)
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)

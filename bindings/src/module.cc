@@ -15,6 +15,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterTensorMemory(m);
   lp::RegisterDataset(m);
   lp::RegisterLoader(m);
+  lp::RegisterFollow(m);
   lp::RegisterPack(m);
   lp::RegisterWriter(m);
   lp::RegisterWorld(m);

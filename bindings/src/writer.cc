@@ -151,7 +151,7 @@ class PyWriter {
     Status st;
     {
       py::gil_scoped_release release;
-      st = p.Flush();
+      st = p.Checkpoint();  // flushed, durable and journaled (followers see it)
     }
     ThrowIfError(st);
   }

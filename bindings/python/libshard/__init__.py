@@ -45,6 +45,7 @@ del _torch
 
 from ._collate import pack_collate, pad_collate
 from ._dataset import Dataset, Field, Schema, open, upgrade
+from ._follow import FollowedDataset
 from ._loader import Loader
 from ._pack import pack
 from ._tensors import INDEX_KEY
@@ -73,6 +74,7 @@ __all__ = [
     "Dataset",
     "Error",
     "Field",
+    "FollowedDataset",
     "INDEX_KEY",
     "InternalError",
     "InvalidArgumentError",

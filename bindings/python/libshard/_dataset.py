@@ -264,7 +264,14 @@ def upgrade(path: PathLike) -> bool:
 
 
 def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa: A001
-         cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None) -> Dataset:
+         cache: Optional[PathLike] = None, cache_size: Union[int, str, None] = None,
+         follow: bool = False) -> Dataset:
     """Opens the packed dataset in directory ``path`` or at an ``s3://`` URL (through the
-    node-local ``cache``); see :class:`Dataset`."""
+    node-local ``cache``); see :class:`Dataset`. With ``follow=True``, a dataset that is still
+    being written (or not started yet), which grows as its writer commits samples: see
+    :class:`libshard.FollowedDataset`."""
+    if follow:
+        from ._follow import FollowedDataset
+        return FollowedDataset(path, verify=verify, metadata=metadata, cache=cache,
+                               cache_size=cache_size)
     return Dataset(path, verify=verify, metadata=metadata, cache=cache, cache_size=cache_size)

@@ -125,6 +125,17 @@ class Loader:
         A batch that lost every sample (with single samples: each skip) is replaced by a repeat
         of the previous batch's first sample (``stats()["samples_repeated"]``), so every rank
         keeps its step count and DDP ranks stay in step.
+      follow: train while the dataset is being written (by a ``libshard.Writer``, ``libshard
+        pack`` or the ranks of a multi-rank write; ``data`` is then its directory, which need
+        not exist yet): the first epoch serves samples as the writer commits them (every
+        ``commit_interval`` seconds of the Writer), each exactly once across ranks, shuffled
+        within windows of arrivals growing to ``shuffle_window`` (docs/ORDER.md §5), resumable
+        from ``state_dict()``; it ends when the writer closes the dataset, and later epochs
+        shuffle the whole dataset. While nothing new arrives, iteration waits, with a warning
+        every ``slow_wait_warning_seconds`` (doubling) saying what it waits for. ``len()`` is a
+        ``TypeError`` until the dataset is complete. Needs single samples or ``batch_size``
+        (not ``max_tokens``); ``bucket_window`` applies from the second epoch.
+      shuffle_window: follow mode: arrivals shuffled together, at most (default 4096).
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
         stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
@@ -175,10 +186,26 @@ class Loader:
                  slow_wait_warning_seconds: float = 10.0,
                  stats_interval_seconds: float = 0.0,
                  expect: Optional[Dict[str, Union[str, int]]] = None,
+                 follow: bool = False,
+                 shuffle_window: int = 4096,
                  # -- s3:// datasets (docs/guide/object-storage.md); kept apart for the option table
                  cache: Optional[PathLike] = None,
                  cache_size: Union[int, str, None] = None) -> None:
-        if isinstance(data, Dataset):
+        self._follow = bool(follow)
+        self._cache, self._cache_size = cache, cache_size
+        if self._follow:
+            # The dataset is read by the core's follower; this one gives the schema to Python
+            # collates and `loader.dataset`, as the write goes on.
+            from ._follow import FollowedDataset
+            if isinstance(data, Dataset):
+                data = data.path
+            if not isinstance(data, (str, os.PathLike)):
+                raise InvalidArgumentError(f"Loader(follow=True) needs the dataset's directory, "
+                                           f"got {type(data).__name__}")
+            self._path = os.fspath(data)
+            self._dataset = FollowedDataset(self._path, verify=False, cache=cache,
+                                            cache_size=cache_size)
+        elif isinstance(data, Dataset):
             self._dataset = data
         elif isinstance(data, (str, os.PathLike)):
             self._dataset = Dataset(data, verify=False, cache=cache, cache_size=cache_size)
@@ -211,6 +238,9 @@ class Loader:
             "slow_wait_warning_seconds": slow_wait_warning_seconds,
             "stats_interval_seconds": stats_interval_seconds,
         }
+        if self._follow:
+            self._options["follow"] = True
+            self._options["shuffle_window"] = shuffle_window
         if collate is pad_collate:
             # Python pads these batches: the "auto" budget and bucket window follow collate="pad".
             self._options["consumer_pads"] = True
@@ -227,7 +257,13 @@ class Loader:
     AUTO_BUCKET_WINDOW = 4096
 
     def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
-        core = _core.Loader(self._dataset._core, options)
+        if self._follow:
+            from ._units import parse_bytes
+            core = _core.Loader.follow(
+                self._path, options, False, "" if self._cache is None else os.fspath(self._cache),
+                0 if self._cache_size is None else parse_bytes(self._cache_size, "cache_size"))
+        else:
+            core = _core.Loader(self._dataset._core, options)
         core.set_metadata(self._metadata)
         return core
 
@@ -235,13 +271,13 @@ class Loader:
                       ) -> Callable[[List[Dict[str, Any]]], Any]:
         """A Python collate: the library's pad/pack functions get the schema's sequence
         dimensions; any other callable is used as given."""
-        schema = self._dataset.schema
+        dataset = self._dataset  # followed: its schema exists once the first sample does
         if collate is pad_collate:
-            return lambda s: pad_collate(s, seq_dims=schema.seq_dims,
-                                         length_field=schema.length_field)
+            return lambda s: pad_collate(s, seq_dims=dataset.schema.seq_dims,
+                                         length_field=dataset.schema.length_field)
         if collate is pack_collate:
-            return lambda s: pack_collate(s, seq_dims=schema.seq_dims,
-                                          length_field=schema.length_field)
+            return lambda s: pack_collate(s, seq_dims=dataset.schema.seq_dims,
+                                          length_field=dataset.schema.length_field)
         return collate
 
     @staticmethod
@@ -310,8 +346,15 @@ class Loader:
         return int(self.state_dict()["epoch"])
 
     def __len__(self) -> int:
-        """Steps (samples or batches) this rank gets per epoch."""
-        return int(self._require_core().batches_per_epoch())
+        """Steps (samples or batches) this rank gets per epoch. Follow mode: a ``TypeError``
+        while the dataset is being written (the first epoch's length is not known yet)."""
+        core = self._require_core()
+        if not core.batches_per_epoch_known():
+            raise TypeError(
+                f"len() of Loader({self._dataset.path!r}, follow=True) is not known while the "
+                f"dataset is being written ({core.batches_per_epoch()} steps known so far); it "
+                "is known once the writer closes the dataset")
+        return int(core.batches_per_epoch())
 
     def __iter__(self) -> Iterator[Any]:
         core = self._require_core()
@@ -433,12 +476,16 @@ class Loader:
         state = self._require_core().state()
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": [], "order": state["order"], "bucketing": None}
+                     "skipped": [], "order": state["order"], "bucketing": None,
+                     "follow_window": 0}
         bucketing = state.get("bucketing")
-        return {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
-                "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
-                "order": int(state["order"]),
-                "bucketing": dict(bucketing) if bucketing is not None else None}
+        out = {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
+               "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
+               "order": int(state["order"]),
+               "bucketing": dict(bucketing) if bucketing is not None else None}
+        if int(state.get("follow_window", 0)) > 0:
+            out["follow_window"] = int(state["follow_window"])  # inside the follow epoch
+        return out
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
@@ -457,7 +504,8 @@ class Loader:
                              "position": state["position"],
                              "skipped": list(state.get("skipped", [])),
                              "order": state.get("order", 1),
-                             "bucketing": state.get("bucketing")}
+                             "bucketing": state.get("bucketing"),
+                             "follow_window": state.get("follow_window", 0)}
         new_core = self._new_core(options)
         self.close()
         self._core = new_core
@@ -493,6 +541,11 @@ class Loader:
             pass
 
     def __repr__(self) -> str:
+        if self._core is None:
+            steps = "closed"
+        elif not self._core.batches_per_epoch_known():
+            steps = "unknown (following a write)"
+        else:
+            steps = str(len(self))
         return (f"libshard.Loader({self._dataset.path!r}, rank={self._rank}, "
-                f"world_size={self._world_size}, steps_per_epoch="
-                f"{len(self) if self._core is not None else 'closed'})")
+                f"world_size={self._world_size}, steps_per_epoch={steps})")

@@ -177,6 +177,10 @@ class Writer:
         not yet on disk before ``write`` waits (at least one sample is always admitted).
       journal_every: durability interval: after a crash, a reopened Writer keeps every sample up
         to the last journal checkpoint (this many bytes apart, and at every shard roll).
+      commit_interval: seconds a written sample may wait before the journal makes it durable
+        and visible to followers (``Loader(path, follow=True)`` trains on the dataset while it is
+        written, docs/guide/loading.md); also when ``write`` is not called again. 0: only every
+        ``journal_every`` bytes and at shard rolls.
       fsync: fsync shards, journal, index and manifest.
       attrs: what produced the data, recorded in the manifest (``{key: str|int}``, e.g.
         ``target_model``, ``hidden_state_layer_ids`` as a str, ``hidden_size``, ``tokenizer``):
@@ -200,7 +204,8 @@ class Writer:
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  attrs: Optional[Mapping[str, Union[str, int]]] = None,
                  threads: Optional[int] = None, queue_size: Union[int, str] = "1GiB",
-                 journal_every: Union[int, str] = "1GiB", fsync: bool = True) -> None:
+                 journal_every: Union[int, str] = "1GiB", commit_interval: float = 5.0,
+                 fsync: bool = True) -> None:
         self._core: Optional[Any] = None
         self._held: Dict[int, List[torch.Tensor]] = {}
         self._pending: Deque[_Pending] = collections.deque()
@@ -232,6 +237,7 @@ class Writer:
             "threads": threads,
             "queue_size": queue_size,
             "journal_every": journal_every,
+            "commit_interval": commit_interval,
             "created_by": f"libshard.Writer {_core.__version__}",
         }
         if attrs:
@@ -434,8 +440,9 @@ class Writer:
                 self._held.pop(seq, None)
 
     def flush(self) -> None:
-        """Waits until every sample written so far is in the shards (not yet committed: a crash
-        keeps what the last journal checkpoint covers); raises a pending error."""
+        """Waits until every sample written so far is in the shards and journaled (durable: a
+        crash keeps it, and followers of the write see it; the dataset is committed by
+        ``close``); raises a pending error."""
         self._drain(wait=True, all_=True)
         if self._core is not None:
             self._core.flush()

@@ -111,6 +111,11 @@ struct LoaderState {
     bool operator==(const Bucketing&) const = default;
   };
   Bucketing bucketing;
+  // Follow mode (LoaderOptions::follow; docs/ORDER.md §5): the shuffle window of the follow
+  // epoch, the first epoch of a dataset being written, which this state is inside; 0: an
+  // ordinary epoch. A resume with it continues the follow epoch (at any world size), whether or
+  // not the dataset is complete by then.
+  uint64_t follow_window = 0;
   bool operator==(const LoaderState&) const = default;
 };
 
@@ -129,6 +134,8 @@ inline constexpr uint64_t kMaxLoaderBucketWindow = uint64_t{1} << 24;  // bucket
 // work; 0 (off) otherwise. Resolved once, by ResolveLoaderOptions.
 inline constexpr uint64_t kAutoBucketWindow = UINT64_MAX;
 inline constexpr uint64_t kAutoBucketWindowSize = 4096;
+// LoaderOptions::shuffle_window: 1..2^24 samples; 4096 by default.
+inline constexpr uint64_t kMaxLoaderShuffleWindow = uint64_t{1} << 24;
 
 struct LoaderOptions {
   // Order.
@@ -213,6 +220,18 @@ struct LoaderOptions {
   // once nothing was released for max(1, 2 x this) seconds.
   double slow_wait_warning_seconds = 10.0;
   double stats_interval_seconds = 0;   // >0 (or env LIBSHARD_STATS=seconds): periodic stats lines
+
+  // Follow mode (Loader::Follow; docs/guide/loading.md "Following a dataset being written"):
+  // the first epoch serves a dataset's samples while its writer still writes it, as they are
+  // committed (FORMAT.md §6.1), each exactly once across ranks, in the follow order of
+  // docs/ORDER.md §5; it ends when the writer closes the dataset. Later epochs are ordinary
+  // epochs of the complete dataset. While nothing new arrives, Next() waits, with a log line
+  // every slow_wait_warning_seconds (doubling) naming the dataset and what it waits for. Needs
+  // single samples or batch_size (not max_tokens); bucket_window applies from the next epoch.
+  bool follow = false;
+  // Follow mode: arrivals are shuffled within windows that grow 1, 2, 4, ... samples up to this
+  // many (ORDER.md §5.1): larger mixes more, smaller serves sooner. Ignored without shuffle.
+  uint64_t shuffle_window = 4096;
 };
 
 struct InflightRead {
@@ -343,6 +362,13 @@ class Loader {
  public:
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<const Dataset> dataset,
                                                 const LoaderOptions& options = {});
+  // Follow mode (LoaderOptions::follow, which this sets): a loader of the dataset at `path`
+  // while it is being written, or before its writer starts (docs/FORMAT.md §6.1); also of a
+  // complete one, whose first epoch is then the follow order all the same (every rank agrees
+  // whenever it started). `dataset_options` apply to what it reads.
+  static Result<std::unique_ptr<Loader>> Follow(const std::string& path,
+                                                const LoaderOptions& options = {},
+                                                const DatasetOptions& dataset_options = {});
   virtual ~Loader() = default;  // stops and waits for reads in flight
 
   // Blocks until the next batch of this rank is ready; nullopt at the end of the epoch (call
@@ -354,8 +380,10 @@ class Loader {
   virtual Status SetEpoch(uint64_t epoch) = 0;
   // The state after the last batch returned by Next(): resume from it to continue.
   virtual LoaderState state() const = 0;
-  // Batches this rank gets per epoch.
+  // Batches this rank gets per epoch (follow mode, while the dataset is being written: the
+  // batches known so far; batches_per_epoch_known() is then false).
   virtual uint64_t batches_per_epoch() const = 0;
+  virtual bool batches_per_epoch_known() const { return true; }
   virtual LoaderStats stats() const = 0;
   // Cancels reads in flight and makes Next() return Aborted; returns promptly. Idempotent.
   virtual void Stop() = 0;

@@ -97,6 +97,10 @@ class ParallelWriter {
   std::vector<uint64_t> TakeReleased();
   // Waits until every submitted job is committed or left out; the first error otherwise.
   [[nodiscard]] Status Flush();
+  // Flush, then Writer::Checkpoint: every sample submitted so far is durable and journaled, so a
+  // crash keeps it and followers of the write (FORMAT.md §6.1) see it. (The commit thread also
+  // checkpoints on its own once a sample has waited the Writer's commit_interval_seconds.)
+  [[nodiscard]] Status Checkpoint();
   // Flush, stop the threads, then Writer::Finish (the commit, writer.h).
   Result<WriteSummary> Finish();
   // Stops without committing: jobs not yet run are dropped. Joins every thread, so no job runs

@@ -66,6 +66,9 @@ struct CompressionSpec {
 };
 Result<CompressionSpec> ParseCompression(std::string_view text);
 
+// WriterOptions::commit_interval_seconds by default (the Writer option table's "commit_interval").
+inline constexpr double kDefaultCommitIntervalSeconds = 5.0;
+
 struct WriterOptions {
   uint64_t shard_size = uint64_t{4} << 30;  // roll to a new shard past this; a sample never splits
   Compression compression = Compression::kNone;
@@ -78,6 +81,12 @@ struct WriterOptions {
   // (InvalidArgument otherwise) and may add keys.
   Attributes attributes;
   uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
+  // Checkpoint the journal once an appended sample has waited this long (seconds; 0: only by
+  // journal_every_bytes and at shard rolls): what bounds the time until followers of the write
+  // (FORMAT.md §6.1: Loader follow mode, DatasetFollower) see a sample, and what a crash keeps.
+  // Checked by AppendEncoded and by CheckpointIfDue (which a caller whose appends may pause,
+  // like ParallelWriter's commit thread, calls meanwhile).
+  double commit_interval_seconds = kDefaultCommitIntervalSeconds;
   // The dataset's lock (dataset_lock.h), for a caller that must hold `dir` across more than the
   // Writer's lifetime (`libshard pack` inspects OUT before it knows the schema). When null, the
   // Writer takes the lock itself. Either way the Writer holds it until Finish() returns or the
@@ -161,6 +170,14 @@ class Writer {
   virtual Status Append(const SampleInput& sample) = 0;
   // Writes index then manifest, fsyncs, renames shards into place, removes the journal.
   virtual Result<WriteSummary> Finish() = 0;
+  // Makes every sample appended so far durable and journals it (FORMAT.md §6): a crash keeps it
+  // and followers of the write see it (§6.1). AppendEncoded does this on its own (see
+  // journal_every_bytes, commit_interval_seconds). A no-op when nothing waits, and in append mode
+  // (no journal: appended samples become visible at Finish). Not thread-safe (as AppendEncoded).
+  virtual Status Checkpoint() = 0;
+  // Checkpoint() when an appended sample has waited commit_interval_seconds; returns the seconds
+  // until one will be due (infinity when no sample waits or the interval is 0). Not thread-safe.
+  virtual Result<double> CheckpointIfDue() = 0;
 
   virtual const Schema& schema() const = 0;
   virtual uint64_t samples_written() const = 0;

@@ -25,6 +25,14 @@ class DatasetImpl final : public Dataset {
  public:
   static Result<std::shared_ptr<Dataset>> Open(const std::string& dir,
                                                const DatasetOptions& options);
+  // A dataset whose index is not a file of `dir`: the samples a follower of a write in progress
+  // has read (FORMAT.md §6.1, follow/). `shards` and `files` (one open file each) and every
+  // sample of `index` were checked by the caller; `index_name` names the index in messages.
+  static std::shared_ptr<Dataset> FromIndex(std::string dir, std::string index_name,
+                                            std::unique_ptr<IndexReader> index,
+                                            std::vector<ShardInfo> shards,
+                                            std::vector<io::File> files,
+                                            const DatasetOptions& options);
 
   const std::string& path() const override { return dir_; }
   uint64_t size() const override { return index_->sample_count(); }

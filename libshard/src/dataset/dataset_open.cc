@@ -211,6 +211,32 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   return std::shared_ptr<Dataset>(std::move(ds));
 }
 
+std::shared_ptr<Dataset> DatasetImpl::FromIndex(std::string dir, std::string index_name,
+                                                std::unique_ptr<IndexReader> index,
+                                                std::vector<ShardInfo> shards,
+                                                std::vector<io::File> files,
+                                                const DatasetOptions& options) {
+  auto ds = std::make_shared<DatasetImpl>();
+  ds->dir_ = std::move(dir);
+  ds->options_ = options;
+  ds->index_path_ = std::move(index_name);
+  ds->index_ = std::move(index);
+  for (const format::FieldCodec& c : ds->index_->codecs()) {
+    if (c.codec == 0) continue;
+    for (const format::FieldCodec& d : ds->index_->codecs())
+      ds->codecs_.push_back(static_cast<uint8_t>(d.codec));
+    break;
+  }
+  for (size_t f = 0, j = 0; f < ds->index_->schema().fields.size(); ++f) {
+    ds->field_dim_start_.push_back(j);
+    j += ds->index_->schema().fields[f].rank;
+  }
+  for (const ShardInfo& s : shards) ds->stored_bytes_ += s.size;
+  ds->shards_ = std::move(shards);
+  ds->shard_files_ = std::move(files);
+  return ds;
+}
+
 }  // namespace internal
 
 using internal::DatasetImpl;

@@ -28,6 +28,36 @@ std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
                                  std::span<const uint8_t> codecs = {},
                                  bool field_checksums = false);
 
+// The header entry's contents (§6).
+struct JournalHeader {
+  Schema schema;
+  std::vector<uint8_t> codecs;  // empty for a version 1 journal (every field raw)
+  bool field_checksums = false;  // header flags bit 0: the samples carry field checksums
+  bool operator==(const JournalHeader&) const = default;
+};
+
+// The entry framing (§6): u32 magic, u32 kind, u64 payload_size, payload, u64 xxh3.
+inline constexpr uint64_t kJournalEntryOverhead = 24;
+
+// Incremental reading, for a journal read while it is written (§6.1) and by ParseJournal. Each
+// reads the one entry at the start of `bytes` and returns the bytes it spans, or 0 when that
+// entry is not there (incomplete, wrong magic or kind, checksum mismatch, or a payload that does
+// not parse: a torn or corrupt tail, to be read again later or ignored). A header of a version
+// or with flags this reader does not know is Unsupported.
+Result<uint64_t> ParseJournalHeaderEntry(std::span<const std::byte> bytes, const std::string& file,
+                                         JournalHeader* out);
+// A samples entry (kind 2) whose `first` must be `next`; appends its samples to `out` (nothing
+// when it returns 0). The samples are as written, not checked: CheckJournalSample checks one.
+uint64_t ParseJournalSamplesEntry(std::span<const std::byte> bytes, const JournalHeader& header,
+                                  uint64_t next, std::vector<IndexSample>* out);
+
+// Checks one journaled sample as a record of an index is checked (§3.3, §3.8.7, §5): offset
+// aligned and past the shard header, known flags, dims giving the canonical layout (tensor
+// offsets and sizes, raw_size, length), the stored layout of the header's codecs, the limits,
+// metadata and source path. Corruption saying what is wrong (the caller names the file and the
+// sample).
+[[nodiscard]] Status CheckJournalSample(const JournalHeader& header, const IndexSample& sample);
+
 struct JournalContents {
   Schema schema;
   std::vector<uint8_t> codecs;  // empty for a version 1 journal (every field raw)

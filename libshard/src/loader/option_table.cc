@@ -225,6 +225,12 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(Number<O>(kWhat, "stats_interval_seconds", "stats_interval_seconds",
                         Member<&O::stats_interval_seconds>, "0.0", true,
                         "periodic stats lines every this many seconds; 0 turns them off"));
+  // Follow mode (docs/ORDER.md §5).
+  t.push_back(Bool<O>(kWhat, "follow", "follow", Member<&O::follow>, "False",
+                      "serve the dataset while its writer writes it (Loader(path, follow=True))"));
+  t.push_back(Count<O>(kWhat, "shuffle_window", "shuffle_window", Member<&O::shuffle_window>,
+                       "4096", 1, kMaxLoaderShuffleWindow, "",
+                       "follow mode: arrivals shuffled within windows growing to this many"));
   return t;
 }
 
@@ -259,6 +265,19 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   // Counts and byte sizes against the table's bounds (threads are started one per worker: an
   // unbounded count would exhaust the process's threads seconds later instead of failing now).
   LIBSHARD_RETURN_IF_ERROR(LoaderOptionTable().CheckBounds(o));
+  if (o.follow && o.max_tokens > 0)
+    return Bad("max_tokens", "does not apply to follow mode, whose first epoch is cut into "
+                             "batch_size batches as samples arrive (docs/ORDER.md §5.2); use "
+                             "batch_size, or max_tokens without follow once the dataset is "
+                             "complete");
+  if (o.resume && o.resume->follow_window > kMaxLoaderShuffleWindow)
+    return Bad("resume.follow_window", "is " + std::to_string(o.resume->follow_window) +
+                                           ", above " + std::to_string(kMaxLoaderShuffleWindow) +
+                                           "; pass the state a Loader saved");
+  if (o.resume && o.resume->follow_window > 0 && !o.follow)
+    return Bad("resume", "is a state of the follow epoch of a dataset being written "
+                         "(follow_window " + std::to_string(o.resume->follow_window) +
+                         "): resume it with follow=True (Loader::Follow)");
   if (o.resume && (o.resume->order < 1 || o.resume->order > 2))
     return Bad("resume.order", "is " + std::to_string(o.resume->order) +
                                    ", not 1 or 2: the state was saved by a newer libshard; "

@@ -15,12 +15,32 @@ Result<std::unique_ptr<Loader>> StreamingLoader::Make(std::shared_ptr<const Data
                                                       const LoaderOptions& options,
                                                       DiagnosticsHooks hooks) {
   if (dataset == nullptr) return Status::InvalidArgument("Loader::Create: dataset is null");
+  if (options.follow)
+    return Status::InvalidArgument("Loader options: follow=True follows a dataset directory "
+                                   "being written: create it with Loader::Follow(path) (Python: "
+                                   "libshard.Loader(path, follow=True)), not from a Dataset");
   // Checked before any thread or memory; every "auto" decided here, once (options() shows it).
   LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions resolved, ResolveLoaderOptions(options));
   std::unique_ptr<StreamingLoader> loader(
       new StreamingLoader(std::move(dataset), resolved, std::move(hooks)));
   LIBSHARD_RETURN_IF_ERROR(loader->Init());
   return std::unique_ptr<Loader>(std::move(loader));
+}
+
+Result<std::unique_ptr<StreamingLoader>> StreamingLoader::MakeWithSteps(
+    std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+    std::shared_ptr<const StepSequence> steps, LoaderState state, DiagnosticsHooks hooks) {
+  if (dataset == nullptr || steps == nullptr)
+    return Status::InvalidArgument("StreamingLoader::MakeWithSteps: dataset or steps is null");
+  LoaderOptions given = options;
+  given.resume.reset();
+  LIBSHARD_ASSIGN_OR_RETURN(const LoaderOptions resolved, ResolveLoaderOptions(given));
+  std::unique_ptr<StreamingLoader> loader(
+      new StreamingLoader(std::move(dataset), resolved, std::move(hooks)));
+  loader->given_steps_ = std::move(steps);
+  loader->given_state_ = std::move(state);
+  LIBSHARD_RETURN_IF_ERROR(loader->Init());
+  return loader;
 }
 
 namespace {
@@ -121,6 +141,16 @@ Status StreamingLoader::Init() {
   arena_->SetReleaseCallback([scheduler = scheduler_.get()] { scheduler->Wake(); });
   diagnostics_.SetSnapshot([this] { return stats(); });
 
+  if (given_steps_ != nullptr) {
+    consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
+                                                &diagnostics_, *given_state_);
+    {
+      std::lock_guard<std::mutex> lock(queue_.mu);
+      queue_.Reset(given_steps_);
+    }
+    scheduler_->Start();
+    return Status::OK();
+  }
   const PlanOptions plan_options = PlanOptionsFor(options_);
   LIBSHARD_RETURN_IF_ERROR(CheckResumeBucketing(plan_options));
   LoaderState state;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,12 @@ class StreamingLoader final : public Loader {
   static Result<std::unique_ptr<Loader>> Make(std::shared_ptr<const Dataset> dataset,
                                               const LoaderOptions& options,
                                               DiagnosticsHooks hooks = {});
+  // A loader whose first epoch is `steps`, an order made elsewhere (follow mode: one snapshot's
+  // steps of the follow epoch, loader/follow_loader.h), from where `state` stands, instead of
+  // the plan of `options` (whose resume is ignored). SetEpoch afterwards plans as usual.
+  static Result<std::unique_ptr<StreamingLoader>> MakeWithSteps(
+      std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
+      std::shared_ptr<const StepSequence> steps, LoaderState state, DiagnosticsHooks hooks = {});
   ~StreamingLoader() override;
 
   Result<std::optional<Batch>> Next() override;
@@ -60,6 +67,9 @@ class StreamingLoader final : public Loader {
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
+  // MakeWithSteps: the first epoch's steps and where the stream stands (else null / unset).
+  std::shared_ptr<const StepSequence> given_steps_;
+  std::optional<LoaderState> given_state_;
   // Every sample's length clipped to max_len, for token batching and bucketing (else null).
   std::shared_ptr<const std::vector<uint64_t>> lengths_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <limits>
 
 #include "format/journal.h"
 #include "format/manifest.h"
@@ -90,6 +91,12 @@ class S3Writer final : public Writer {
     inner_.reset();
     RemoveStaging(staging_);
     return summary;
+  }
+  // After Finish nothing waits (inner_ is gone).
+  Status Checkpoint() override { return inner_ ? inner_->Checkpoint() : Status::OK(); }
+  Result<double> CheckpointIfDue() override {
+    if (!inner_) return std::numeric_limits<double>::infinity();
+    return inner_->CheckpointIfDue();
   }
   const Schema& schema() const override { return inner_->schema(); }
   uint64_t samples_written() const override { return inner_->samples_written(); }

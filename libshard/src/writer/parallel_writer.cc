@@ -64,6 +64,9 @@ struct ParallelWriter::State {
   bool stopped = false;
   std::vector<std::thread> encoders;
   std::thread committer;
+  // Serialises the Writer's appends and checkpoints (the Writer is not thread-safe): the
+  // committing thread's, and Checkpoint()'s from the producer. Taken without `mu` held.
+  std::mutex writer_mu;
 };
 
 Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Writer> writer,
@@ -165,7 +168,30 @@ void ParallelWriter::CommitLoop() {
   State& s = *state_;
   std::unique_lock lock(s.mu);
   for (;;) {
-    s.ready.wait(lock, [&] { return s.stopping || s.done.count(s.committed) != 0; });
+    // While no job is ready, the samples appended so far still get journaled once they have
+    // waited the Writer's commit interval (WriterOptions::commit_interval_seconds), so that
+    // followers see them and a crash keeps them even when the producer pauses.
+    auto pred = [&] { return s.stopping || s.done.count(s.committed) != 0; };
+    if (!pred()) {
+      lock.unlock();
+      Result<double> due = [&] {
+        std::lock_guard writer_lock(s.writer_mu);
+        return writer_->CheckpointIfDue();
+      }();
+      lock.lock();
+      if (!due.ok()) {
+        if (s.error.ok()) s.error = due.status();
+        s.job_failed = true;
+        s.work.notify_all();
+        s.space.notify_all();
+        return;
+      }
+      if (*due > 3600) {
+        s.ready.wait(lock, pred);
+      } else if (!s.ready.wait_for(lock, std::chrono::duration<double>(*due), pred)) {
+        continue;  // a checkpoint is due: CheckpointIfDue makes it
+      }
+    }
     if (s.stopping) return;
     // The Writer refuses more after a failed append; nothing after an error is committed.
     if (!CommitNext(lock).ok()) return;
@@ -182,6 +208,7 @@ Status ParallelWriter::CommitNext(std::unique_lock<std::mutex>& lock) {
   JobOutcome out;
   out.seq = seq;
   if (d.encoded.ok()) {
+    std::lock_guard writer_lock(s.writer_mu);
     out.index = writer_->samples_written();
     out.raw_size = d.encoded->raw_size;
     out.stored_size = Aligned(d.encoded->stored_size);
@@ -236,6 +263,21 @@ Status ParallelWriter::Flush() {
     }
     (options_.commit_thread ? s.space : s.ready).wait(lock);
   }
+}
+
+Status ParallelWriter::Checkpoint() {
+  LIBSHARD_RETURN_IF_ERROR(Flush());
+  Status st = [&] {
+    std::lock_guard writer_lock(state_->writer_mu);
+    return writer_->Checkpoint();
+  }();
+  if (!st.ok()) {
+    std::lock_guard lock(state_->mu);
+    if (state_->error.ok()) state_->error = st;
+    state_->job_failed = true;
+    state_->work.notify_all();
+  }
+  return st;
 }
 
 Result<WriteSummary> ParallelWriter::Finish() {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ class WriterImpl final : public Writer {
     return AppendEncoded(std::move(e));
   }
   Result<WriteSummary> Finish() override;
+  Status Checkpoint() override;
+  Result<double> CheckpointIfDue() override;
 
   const Schema& schema() const override { return schema_; }
   uint64_t samples_written() const override { return samples_.size(); }
@@ -78,8 +81,6 @@ class WriterImpl final : public Writer {
   // the file system refuses O_DIRECT writes).
   Status WriteShard(const std::byte* data, uint64_t n, uint64_t offset);
   Status CloseShard();
-  // Makes every appended sample durable and journals it (FORMAT.md §6).
-  Status Checkpoint();
   // Removes shard files numbered >= `first` (leftovers of an interrupted run).
   Status RemoveShardsFrom(uint64_t first);
   Status Fail(Status st) {
@@ -110,6 +111,8 @@ class WriterImpl final : public Writer {
   uint64_t journal_size_ = 0;
   uint64_t journaled_ = 0;        // samples described by the journal
   uint64_t unjournaled_bytes_ = 0;
+  // When the oldest sample not yet journaled was appended (commit_interval_seconds).
+  std::chrono::steady_clock::time_point unjournaled_since_;
   std::string old_index_file_;
   std::string source_root_;
   Status failed_;                 // sticky: after a failed write the writer refuses more

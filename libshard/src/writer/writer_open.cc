@@ -48,6 +48,9 @@ bool ParseShardName(std::string_view name, uint64_t* number, bool* tmp) {
 
 Status ValidateOptions(const WriterOptions& o) {
   if (o.shard_size == 0) return Status::InvalidArgument("WriterOptions.shard_size must be > 0");
+  if (!(o.commit_interval_seconds >= 0) || o.commit_interval_seconds > 1e9)
+    return Status::InvalidArgument("WriterOptions.commit_interval_seconds must be a number of "
+                                   "seconds >= 0 (0: journal only every journal_every_bytes)");
   if (o.compression != Compression::kNone && o.compression != Compression::kZstd)
     return Status::InvalidArgument("WriterOptions.compression is not a known value");
   LIBSHARD_RETURN_IF_ERROR(ValidateAttributes(o.attributes).WithContext("WriterOptions.attributes"));

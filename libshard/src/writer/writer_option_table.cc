@@ -16,6 +16,7 @@ uint64_t& QueueSize(WriterConfig& c) { return c.parallel.max_inflight_bytes; }
 uint64_t& JournalEvery(WriterConfig& c) { return c.writer.journal_every_bytes; }
 unsigned& Threads(WriterConfig& c) { return c.parallel.threads; }
 bool& Fsync(WriterConfig& c) { return c.writer.fsync; }
+double& CommitInterval(WriterConfig& c) { return c.writer.commit_interval_seconds; }
 std::string& CreatedBy(WriterConfig& c) { return c.writer.created_by; }
 std::string& SourceRoot(WriterConfig& c) { return c.writer.source_root; }
 
@@ -100,6 +101,14 @@ std::vector<Spec> MakeSpecs() {
                                  JournalEvery, "'1GiB'", 1, UINT64_MAX,
                                  "bytes between journal checkpoints (what a crash keeps)");
     s.aliases = {"journal_every_bytes"};
+    t.push_back(std::move(s));
+  }
+  {
+    Spec s = option_rows::Number<WriterConfig>(
+        kWhat, "commit_interval", "writer.commit_interval_seconds", CommitInterval, "5.0", true,
+        "seconds a written sample may wait before the journal makes it durable and visible to "
+        "followers (Loader(follow=True)); 0: only every journal_every bytes");
+    s.aliases = {"commit_interval_seconds"};
     t.push_back(std::move(s));
   }
   t.push_back(Bool<WriterConfig>(kWhat, "fsync", "writer.fsync", Fsync, "True",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
 #include "codec/field_codec.h"
@@ -73,6 +74,8 @@ Status WriterImpl::CloseShard() {
 }
 
 Status WriterImpl::Checkpoint() {
+  if (!failed_.ok()) return failed_;
+  if (finished_) return Status::OK();
   unjournaled_bytes_ = 0;
   if (mode_ != Mode::kCreate || journaled_ == samples_.size()) return Status::OK();
   if (options_.fsync && shard_.file.valid()) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
@@ -86,6 +89,20 @@ Status WriterImpl::Checkpoint() {
   return Status::OK();
 }
 
+Result<double> WriterImpl::CheckpointIfDue() {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  const double interval = options_.commit_interval_seconds;
+  if (!failed_.ok()) return failed_;
+  if (mode_ != Mode::kCreate || finished_ || journaled_ == samples_.size() || !(interval > 0))
+    return kNever;
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                      unjournaled_since_).count();
+  if (waited < interval) return interval - waited;
+  Status st = Checkpoint();
+  if (!st.ok()) return Fail(st);
+  return kNever;
+}
+
 Status WriterImpl::AppendEncoded(EncodedSample sample) {
   if (finished_) return Status::InvalidArgument(dir_ + ": Writer::AppendEncoded after Finish");
   if (!failed_.ok()) return failed_;
@@ -97,6 +114,8 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
                                    "with Writer::Encode)");
   const uint64_t padded = format::AlignUp(sample.stored_size, kSampleAlignment);
   const uint64_t index = samples_.size();
+  const auto now = std::chrono::steady_clock::now();
+  if (journaled_ == index) unjournaled_since_ = now;  // the oldest sample the journal lacks
   if (index >= kMaxSamples)
     return Status::ResourceExhausted(dir_ + ": more than " + std::to_string(kMaxSamples) +
                                      " samples");
@@ -139,7 +158,9 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
   ++shard.sample_count;
   ++shard_samples_;
   unjournaled_bytes_ += padded;
-  if (unjournaled_bytes_ >= options_.journal_every_bytes) {
+  const double interval = options_.commit_interval_seconds;
+  if (unjournaled_bytes_ >= options_.journal_every_bytes ||
+      (interval > 0 && std::chrono::duration<double>(now - unjournaled_since_).count() >= interval)) {
     Status st = Checkpoint();
     if (!st.ok()) return Fail(st);
   }
