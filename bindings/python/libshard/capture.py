@@ -17,7 +17,9 @@ back, and ``libshard pack`` of a real dump stores the same keys and bytes. What 
 checks before writing (``os.path.exists``, ``Path.exists``, ``os.listdir``, ``glob``,
 ``os.scandir``, ``os.stat``) sees the captured samples, so its own skip-if-done logic resumes a
 killed run: rerun the same command and the Writer continues from its journal (a kill -9 loses no
-journaled sample; the generator redoes the rest). Every other file (logs, configs, checkpoints,
+journaled sample; the generator redoes the rest). A trainer may read the dataset while it is
+written: ``libshard.Loader(DATASET, follow=True)`` serves each sample once it is journaled (within
+``--commit-interval`` seconds). Every other file (logs, configs, checkpoints,
 files outside ``OUTPUT_DIR``, files that are not samples) goes to disk as usual.
 
 Under torchrun (or a Slurm job array, ``RANK``/``WORLD_SIZE``) each rank writes its own part,
@@ -83,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="bytes of samples not yet on disk before a save waits")
     p.add_argument("--journal-every", default="1GiB",
                    help="bytes between journal checkpoints: what a kill -9 keeps")
+    p.add_argument("--commit-interval", type=float, default=None, metavar="SECONDS",
+                   help="a captured sample is journaled (kept by a kill -9, and served to "
+                        "Loader(DATASET, follow=True)) within this many seconds (default: the "
+                        "Writer's, 5)")
     p.add_argument("--no-fsync", action="store_true", help="skip fsync (not crash-safe)")
     p.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
                    help="an attribute recorded in the manifest (repeatable), as pack --attr")
@@ -102,7 +108,7 @@ def _split(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
         return argv[:i], argv[i + 1:]
     takes_value = {"--out", "--under", "--include", "--exclude", "--compress", "--store-dtype",
                    "--shard-size", "--threads", "--queue-size", "--journal-every", "--attr",
-                   "--readback-cache"}
+                   "--readback-cache", "--commit-interval"}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -183,6 +189,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               shard_size=ns.shard_size, threads=ns.threads,
                               queue_size=ns.queue_size, journal_every=ns.journal_every,
                               fsync=not ns.no_fsync, attrs=_attrs(ns.attr) or None)
+        if ns.commit_interval is not None:
+            writer_options["commit_interval"] = ns.commit_interval
         readback = parse_bytes(ns.readback_cache, "--readback-cache")
         _core.walk_selects("x.pt", ns.include, ns.exclude)  # a build without pack says so here
         store = CaptureStore(ns.out, under, include=ns.include, exclude=ns.exclude,
