@@ -17,7 +17,7 @@ states (bench/make_codec_corpus.py) laid out as DeepSpec's target cache, then
      (process and workers).
 
     python3 bench/make_codec_corpus.py /var/tmp/corpus --models smollm2 --gb 0.3
-    /work/tools/quiet python3 bench/cache_bench.py /var/tmp/corpus/smollm2 --work /var/tmp/cache_bench
+    python3 bench/cache_bench.py /var/tmp/corpus/smollm2 --work /var/tmp/cache_bench
 
 Run as root (it drops the page cache). Needs the libshard command (LIBSHARD_CLI or build*/) and
 the Python package (PYTHONPATH=build/python).

@@ -12,7 +12,7 @@ table gives each row's median. Reports GB/s (sample bytes / wall time), CPU-s/GB
 process and its DataLoader workers) and the ratio to the in-memory ceiling; for the readahead
 row, what the workers' read-aheads report (hits, waits, misses).
 
-    /work/tools/quiet python3 bench/read_ahead_bench.py --dir /var/tmp/ra_bench --gb 2
+    python3 bench/read_ahead_bench.py --dir /var/tmp/ra_bench --gb 2
 
 Target (issue 32): readahead >= 0.95x memory.
 """

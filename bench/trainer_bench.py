@@ -5,7 +5,7 @@ libshard.Loader alone on the same bytes. Cold cache; GB/s, CPU-s/GB and data-wai
 step time and with one.
 
 Run with the trainers' environment (scripts/trainers_env.sh) and a libshard build on PYTHONPATH,
-as root (the page cache is dropped before each pass), under /work/tools/quiet on shared machines:
+as root (the page cache is dropped before each pass) (on a quiet machine: nothing else running):
 
     PYTHONPATH=build/python .venv-trainers/bin/python bench/trainer_bench.py \\
         --dir /var/tmp/trainer_bench --gb 1 --step-ms 20 --workers 2 --batch-size 4
@@ -483,8 +483,8 @@ def main() -> None:
     p.add_argument("--first-step-hidden", type=int, default=16)
     p.add_argument("--keep", action="store_true", help="keep the generated data")
     p.add_argument("--prepare-only", action="store_true",
-                   help="write and pack the data, measure nothing (run it under "
-                        "/work/tools/heavy, then the measuring runs with --keep under quiet)")
+                   help="write and pack the data, measure nothing (then the measuring runs "
+                        "with --keep, on a quiet machine)")
     args = p.parse_args()
     root = Path(args.dir)
     root.mkdir(parents=True, exist_ok=True)

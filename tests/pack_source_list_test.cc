@@ -247,6 +247,19 @@ TEST_F(SourceListTest, IncludeExclude) {
   EXPECT_EQ(Rels(*r), (std::vector<std::string>{"a/data_1.pt", "b/data_3.pt", "b/meta.json"}));
 }
 
+TEST_F(SourceListTest, WalkSelectsIsTheWalksRule) {
+  // Every path the walk above lists or leaves out, asked one by one (libshard.capture's rule).
+  for (const char* rel : {"rows_2000-4000/data_2000.ckpt", "rows_0-2000/data_10.ckpt.gz",
+                          "hs_1.safetensors"})
+    EXPECT_TRUE(WalkSelects(rel, {}, {})) << rel;
+  for (const char* rel : {"rows_0-2000/notes.txt", "rows_0-2000/.hidden.pt", ".cache/x.pt", "",
+                          "a//b.pt"})
+    EXPECT_FALSE(WalkSelects(rel, {}, {})) << rel;
+  EXPECT_TRUE(WalkSelects("b/meta.json", {"*.pt", "*.json"}, {"a/data_2.pt"}));
+  EXPECT_FALSE(WalkSelects("a/data_2.pt", {"*.pt", "*.json"}, {"a/data_2.pt"}));
+  EXPECT_FALSE(WalkSelects("a/.x.json", {"*.json"}, {}));
+}
+
 TEST_F(SourceListTest, FilesFromResolvesAgainstRootAndSorts) {
   Touch("d/data_10.pt");
   Touch("d/data_9.pt");

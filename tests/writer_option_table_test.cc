@@ -49,6 +49,12 @@ TEST(WriterOptionTableTest, ValuesAreCheckedAndSet) {
   EXPECT_EQ(c.writer.zstd_level, 5);
   ASSERT_TRUE(t.Set(c, "compress", OptionValue::None()).ok());
   EXPECT_EQ(c.writer.compression, Compression::kNone);
+  ASSERT_TRUE(t.Set(c, "store_dtype", OptionValue::Text(" Float8_E4M3FN")).ok());
+  EXPECT_TRUE(c.writer.store_fp8);
+  ASSERT_TRUE(t.Set(c, "store_dtype", OptionValue::None()).ok());
+  EXPECT_FALSE(c.writer.store_fp8);
+  ExpectError(t.Set(c, "store_dtype", OptionValue::Text("int4")), StatusCode::kInvalidArgument,
+              {"Writer option 'store_dtype'", "'int4'", "float8_e4m3fn"});
   ASSERT_TRUE(t.Set(c, "threads", OptionValue::None()).ok());
   EXPECT_EQ(c.parallel.threads, 0u);  // one per CPU, at most 4: resolved by ParallelWriter
   ExpectError(t.Set(c, "threads", OptionValue::Integer(300)), StatusCode::kInvalidArgument,

@@ -15,6 +15,7 @@
 #if defined(LIBSHARD_PY_HAVE_PACK)
 #include "pack/option_parsing.h"
 #include "pack/pack.h"
+#include "pack/source_list.h"
 #endif
 
 namespace libshard::python {
@@ -104,6 +105,10 @@ void RegisterPack(py::module_& m) {
         return SummaryToPython(ValueOrThrow(std::move(summary)));
       },
       py::arg("options"), "Runs a pack job (see libshard.pack); returns the summary dict.");
+  m.def("walk_selects", &convert::WalkSelects, py::arg("rel_path"), py::arg("include"),
+        py::arg("exclude"),
+        "WalkSelects (converters/pack/source_list.h): whether pack's walk of a directory takes "
+        "the file at REL_PATH as a source (python -m libshard.capture's rule).");
 }
 
 #else  // !LIBSHARD_PY_HAVE_PACK
@@ -113,6 +118,11 @@ void RegisterPack(py::module_& m) {
   m.def("pack", [](const py::dict&) {
     ThrowStatus(Status::Unsupported(
         "this build of libshard has no pack pipeline (LIBSHARD_BUILD_TOOLS=OFF)"));
+  });
+  m.def("walk_selects", [](const std::string&, const std::vector<std::string>&,
+                           const std::vector<std::string>&) -> bool {
+    ThrowStatus(Status::Unsupported("this build of libshard has no pack pipeline "
+                                    "(LIBSHARD_BUILD_TOOLS=OFF), whose rules capture applies"));
   });
 }
 

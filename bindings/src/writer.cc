@@ -80,6 +80,26 @@ MetaValue MetaFromPython(const std::string& key, const py::handle& v) {
   ThrowStatus(Status::InvalidArgument("metadata '" + key + "' must be a bool, int, float or str"));
 }
 
+// [(name, dtype_name, shape)] as InferSchema / InferLength see them; `what` names the sample in
+// the error for a dtype libshard does not store.
+std::vector<TensorDescription> DescribeTensors(const py::list& tensors, const std::string& what) {
+  std::vector<TensorDescription> described;
+  for (const py::handle& t : tensors) {
+    const py::tuple tt = t.cast<py::tuple>();
+    TensorDescription d;
+    d.name = tt[0].cast<std::string>();
+    const std::string dtype = tt[1].cast<std::string>();
+    const std::optional<DType> parsed = DTypeFromName(dtype);
+    if (!parsed)
+      ThrowStatus(Status::InvalidArgument(what + ": field '" + d.name + "' has dtype " + dtype +
+                                          ", which libshard does not store"));
+    d.dtype = *parsed;
+    d.shape = tt[2].cast<std::vector<uint64_t>>();
+    described.push_back(std::move(d));
+  }
+  return described;
+}
+
 // What libshard.Writer holds: the pipeline, created on open or (schema from the first sample)
 // on the first submit.
 class PyWriter {
@@ -163,6 +183,13 @@ class PyWriter {
     }
   }
 
+  // [(key, raw bytes)] of the samples already in the output, in order.
+  py::list ExistingSources() {
+    py::list out;
+    for (const SourceFileInfo& p : Get().writer().existing_sources())
+      out.append(py::make_tuple(DecodeDatasetString(p.path), p.size));
+    return out;
+  }
   py::list ExistingKeys() {
     py::list out;
     for (const SourceFileInfo& p : Get().writer().existing_sources())
@@ -252,6 +279,7 @@ void RegisterWriter(py::module_& m) {
       .def("finish", &PyWriter::Finish)
       .def("abort", &PyWriter::Abort)
       .def("existing_keys", &PyWriter::ExistingKeys)
+      .def("existing_sources", &PyWriter::ExistingSources)
       .def_property_readonly("schema", &PyWriter::Schema)
       .def_property_readonly("blocked_seconds", &PyWriter::BlockedSeconds)
       .def_property_readonly("appended", &PyWriter::Appended);
@@ -283,25 +311,20 @@ void RegisterWriter(py::module_& m) {
   m.def(
       "infer_schema",
       [](const py::list& tensors, const std::string& what) {
-        std::vector<TensorDescription> described;
-        for (const py::handle& t : tensors) {
-          const py::tuple tt = t.cast<py::tuple>();
-          TensorDescription d;
-          d.name = tt[0].cast<std::string>();
-          const std::string dtype = tt[1].cast<std::string>();
-          const std::optional<DType> parsed = DTypeFromName(dtype);
-          if (!parsed)
-            ThrowStatus(Status::InvalidArgument(what + ": field '" + d.name + "' has dtype " +
-                                                dtype + ", which libshard does not store"));
-          d.dtype = *parsed;
-          d.shape = tt[2].cast<std::vector<uint64_t>>();
-          described.push_back(std::move(d));
-        }
+        const std::vector<TensorDescription> described = DescribeTensors(tensors, what);
         return SchemaToPython(ValueOrThrow(InferSchema(described, {}, what)));
       },
       py::arg("tensors"), py::arg("what"),
       "InferSchema (libshard/schema_inference.h) of [(name, dtype_name, shape)]: the schema "
       "`libshard pack` infers from a file holding these tensors.");
+  m.def(
+      "infer_length",
+      [](const py::list& tensors, const std::string& what) {
+        return InferLength(DescribeTensors(tensors, what));
+      },
+      py::arg("tensors"), py::arg("what"),
+      "InferLength (libshard/schema_inference.h) of [(name, dtype_name, shape)]: the token "
+      "length of a hidden-state sample (rank-1 input_ids, else token_ids), or None.");
   m.def("part_directory", &PartDirectory, py::arg("out"), py::arg("rank"), py::arg("world_size"),
         "PartDirectory (libshard/merge.h): where rank RANK of WORLD_SIZE writes its part.");
   m.def(

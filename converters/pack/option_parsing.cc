@@ -64,14 +64,6 @@ std::string FormatDuration(double seconds) {
   return buf;
 }
 
-Result<bool> ParseStoreDType(std::string_view text) {
-  const std::string t = AsciiLower(TrimBlanks(text));
-  if (t.empty() || t == "none") return false;
-  if (t == "float8_e4m3fn" || t == "fp8") return true;
-  return Status::InvalidArgument("invalid store dtype '" + std::string(text) +
-                                 "': use float8_e4m3fn (lossy fp8 hidden states) or none");
-}
-
 Status ParseAttribute(std::string_view text, Attributes* attributes) {
   const size_t eq = text.find('=');
   if (eq == std::string_view::npos || eq == 0)

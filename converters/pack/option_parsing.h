@@ -25,11 +25,11 @@ std::string FormatBytes(uint64_t bytes);
 // "1h02m03s", "4m05s", "12.3s".
 std::string FormatDuration(double seconds);
 
-// --compress: the library's parser (libshard/writer.h), shared with the Python Writer.
+// --compress and --store-dtype: the library's parsers (libshard/writer.h), shared with the
+// Python Writer.
 using ::libshard::CompressionSpec;
 using ::libshard::ParseCompression;
-// "" or "float8_e4m3fn" (--store-dtype): whether hidden states are stored as fp8 (lossy).
-Result<bool> ParseStoreDType(std::string_view text);
+using ::libshard::ParseStoreDType;
 
 struct PartSpec {
   uint32_t index = 0;  // 0-based

@@ -134,6 +134,23 @@ Status ReadList(const SourceListOptions& o, std::vector<SourceEntry>& out) {
 
 }  // namespace
 
+bool WalkSelects(const std::string& rel_path, const std::vector<std::string>& include,
+                 const std::vector<std::string>& exclude) {
+  if (rel_path.empty()) return false;
+  size_t start = 0;
+  while (start <= rel_path.size()) {
+    const size_t slash = rel_path.find('/', start);
+    const size_t end = slash == std::string::npos ? rel_path.size() : slash;
+    if (end == start || rel_path[start] == '.') return false;  // empty or hidden component
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  SourceListOptions o;
+  o.include = include;
+  o.exclude = exclude;
+  return Selected(rel_path, o);
+}
+
 bool HasSampleExtension(const std::string& rel_path) {
   std::string s = rel_path;
   for (char& c : s) c = static_cast<char>((c >= 'A' && c <= 'Z') ? c - 'A' + 'a' : c);

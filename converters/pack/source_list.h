@@ -40,6 +40,14 @@ struct SourceListOptions {
 // followed by .gz. The default include filter when the user gives none.
 bool HasSampleExtension(const std::string& rel_path);
 
+// Whether a walk of the source directory (ListSources without files_from) takes the file at
+// `rel_path` (a '/'-separated path relative to the root) as a source: no component is hidden
+// (starts with '.'), and it passes `include` (empty: HasSampleExtension) and `exclude`. The rule
+// `python -m libshard.capture` applies to the files a generator writes, so that capture and a
+// pack of the same files select the same samples.
+bool WalkSelects(const std::string& rel_path, const std::vector<std::string>& include,
+                 const std::vector<std::string>& exclude);
+
 // Lists the sources in natural-sorted relative-path order (NaturalLess), filtered. Hidden entries
 // (names starting with '.') are skipped while walking; symlinked files are followed, symlinked
 // directories are not (no cycles). A selected name that is a FIFO, socket or device is listed

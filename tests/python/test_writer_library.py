@@ -102,6 +102,27 @@ def test_writer_options_are_checked_by_the_table_at_construction(tmp_path):
     assert not os.path.exists(tmp_path / "a")  # refused before anything was made
 
 
+def test_writer_store_dtype_is_pack_store_dtype(tmp_path):
+    """Writer(store_dtype=) stores what pack --store-dtype stores (the library's one parser)."""
+    gen = torch.Generator().manual_seed(3)
+    samples = [{"input_ids": torch.arange(n), "hidden_state": torch.randn(1, n, 8, generator=gen)
+                .bfloat16()} for n in (5, 9)]
+    src = tmp_path / "src"
+    src.mkdir()
+    for i, s in enumerate(samples):
+        torch.save(s, src / f"s{i}.pt")
+    with libshard.Writer(tmp_path / "w", store_dtype="float8_e4m3fn", compress="auto") as w:
+        for i, s in enumerate(samples):
+            w.write(s, key=f"s{i}.pt")
+    libshard.pack(src, tmp_path / "p", store_dtype="float8_e4m3fn", compress="auto")
+    a, b = libshard.open(tmp_path / "w"), libshard.open(tmp_path / "p")
+    for i in range(2):
+        assert torch.equal(a[i]["hidden_state"], b[i]["hidden_state"])
+        assert not torch.equal(a[i]["hidden_state"], samples[i]["hidden_state"])  # lossy
+    with pytest.raises(ValueError, match="Writer option 'store_dtype'.*'int4'"):
+        libshard.Writer(tmp_path / "x", store_dtype="int4")
+
+
 def test_pack_errors_speak_python_not_the_cli(tmp_path):
     src = tmp_path / "src"
     src.mkdir()

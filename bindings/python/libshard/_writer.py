@@ -163,6 +163,10 @@ class Writer:
         first, FORMAT.md §4.2), or ``"auto"`` / ``"planes2"`` / ``"planes"`` (field codecs chosen
         per field, lossless, FORMAT.md §4.3: bf16/fp16 as planes2, codec 5, or with ``"planes"``
         as codec 2; other dtypes zstd per field with ``"auto"``, raw otherwise).
+      store_dtype: ``"float8_e4m3fn"`` stores bf16/fp16 hidden states (rank >= 2, with a sequence
+        dim) as fp8 with a float32 scale per token (lossy, FORMAT.md §4.3.5; read back as their
+        own dtype), as ``libshard pack --store-dtype`` does; with a field-codec ``compress``, as
+        fp8-planes. None keeps every dtype.
       shard_size: roll to a new shard file past this many bytes (int or ``"4GiB"``).
       schema: a :class:`libshard.Schema`; default: inferred from the first sample as
         ``libshard pack`` does (field order = the dict's order, ``seq_dim`` from ``input_ids``).
@@ -195,6 +199,7 @@ class Writer:
     """
 
     def __init__(self, out: PathLike, *, compress: Optional[str] = None,
+                 store_dtype: Optional[str] = None,
                  shard_size: Union[int, str] = "4GiB", schema: Any = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  attrs: Optional[Mapping[str, Union[str, int]]] = None,
@@ -229,6 +234,7 @@ class Writer:
         self._options: Dict[str, Any] = {
             "shard_size": shard_size,
             "compress": compress,
+            "store_dtype": store_dtype,
             "fsync": fsync,
             "threads": threads,
             "queue_size": queue_size,

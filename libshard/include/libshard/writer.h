@@ -44,6 +44,12 @@ enum class FieldCodecPolicy : uint32_t {
 std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
                                        bool store_fp8);
 
+// A store dtype as users write it (Python Writer(store_dtype=...), `libshard pack --store-dtype`,
+// `python -m libshard.capture --store-dtype`): "float8_e4m3fn" (or "fp8") stores bfloat16/float16
+// hidden states as fp8 with a scale per token (WriterOptions::store_fp8, lossy); "" or "none"
+// keeps their dtype. Case and surrounding blanks are ignored; anything else is InvalidArgument.
+Result<bool> ParseStoreDType(std::string_view text);
+
 // zstd levels the writer accepts (WriterOptions::zstd_level, "zstd:LEVEL").
 inline constexpr int kMinZstdLevel = -7;
 inline constexpr int kMaxZstdLevel = 22;

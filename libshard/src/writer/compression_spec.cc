@@ -1,5 +1,6 @@
-// ParseCompression (libshard/writer.h): the one parser of compression specs, for the CLI's
-// --compress and the Python Writer's compress=.
+// ParseCompression and ParseStoreDType (libshard/writer.h): the one parser of compression specs
+// and store dtypes, for the CLI's --compress / --store-dtype and the Python Writer's compress= /
+// store_dtype=.
 #include <charconv>
 #include <string>
 #include <string_view>
@@ -38,6 +39,14 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
                                  "': use none, auto, planes, planes2, zstd or zstd:LEVEL with LEVEL in " +
                                  std::to_string(kMinZstdLevel) + ".." +
                                  std::to_string(kMaxZstdLevel));
+}
+
+Result<bool> ParseStoreDType(std::string_view text) {
+  const std::string t = AsciiLower(TrimBlanks(text));
+  if (t.empty() || t == "none") return false;
+  if (t == "float8_e4m3fn" || t == "fp8") return true;
+  return Status::InvalidArgument("invalid store dtype '" + std::string(text) +
+                                 "': use float8_e4m3fn (lossy fp8 hidden states) or none");
 }
 
 }  // namespace libshard

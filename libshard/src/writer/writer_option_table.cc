@@ -38,6 +38,21 @@ Status SetCompress(WriterConfig& c, const OptionValue& v, std::string_view spell
   return Status::OK();
 }
 
+Status SetStoreDType(WriterConfig& c, const OptionValue& v, std::string_view spelled) {
+  bool fp8 = false;  // None: the tensors' own dtypes
+  if (v.kind == OptionValue::Kind::kText) {
+    Result<bool> parsed = ParseStoreDType(v.text);
+    if (!parsed.ok())
+      return Status::InvalidArgument(std::string(kWhat) + " '" + std::string(spelled) +
+                                     "': " + parsed.status().message());
+    fp8 = *parsed;
+  } else if (v.kind != OptionValue::Kind::kNone) {
+    return option_table::Bad(kWhat, spelled, "must be a string or None, got " + v.Describe());
+  }
+  c.writer.store_fp8 = fp8;
+  return Status::OK();
+}
+
 std::vector<Spec> MakeSpecs() {
   using option_rows::Bool;
   using option_rows::Bytes;
@@ -57,6 +72,18 @@ std::vector<Spec> MakeSpecs() {
     s.aliases = {"compression"};
     s.doc = "zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2)";
     s.set = SetCompress;
+    t.push_back(std::move(s));
+  }
+  {
+    Spec s;
+    s.name = "store_dtype";
+    s.member = "writer.store_fp8";
+    s.type = OptionType::kChoice;
+    s.py_type = "Optional[str]";
+    s.default_value = "None";
+    s.choices = {"none", "float8_e4m3fn"};
+    s.doc = "float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy)";
+    s.set = SetStoreDType;
     t.push_back(std::move(s));
   }
   t.push_back(Count<WriterConfig, unsigned>(kWhat, "threads", "parallel.threads", Threads, "None",
