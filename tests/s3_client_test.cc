@@ -134,30 +134,32 @@ TEST_F(S3ClientTest, BodyLargerThanAskedIsRefused) {
 }
 
 TEST_F(S3ClientTest, Uploads) {
-  Result<std::string> etag = client_->Put({"bkt", "p/small"}, "hello", "XUFAKrxLKna5cZ2REBfFkg==");
+  Result<ObjectInfo> etag = client_->Put({"bkt", "p/small"}, "hello", "XUFAKrxLKna5cZ2REBfFkg==");
   ASSERT_TRUE(etag.ok()) << etag.status().ToString();
+  EXPECT_EQ(etag->etag, "\"5d41402abc4b2a76b9719d911017c592\"");  // the MD5 of "hello"
   EXPECT_EQ(server_->Get("bkt", "p/small"), "hello");
   // A Content-MD5 that does not match the body: refused by the server (400 BadDigest).
-  Result<std::string> bad = client_->Put({"bkt", "p/small2"}, "hellp", "XUFAKrxLKna5cZ2REBfFkg==");
+  Result<ObjectInfo> bad = client_->Put({"bkt", "p/small2"}, "hellp", "XUFAKrxLKna5cZ2REBfFkg==");
   EXPECT_FALSE(bad.ok());
   EXPECT_FALSE(server_->Has("bkt", "p/small2"));
 
   const S3Url big{"bkt", "p/big"};
   Result<std::string> id = client_->CreateMultipartUpload(big);
   ASSERT_TRUE(id.ok()) << id.status().ToString();
-  Result<std::string> p1 = client_->UploadPart(big, *id, 1, data_.substr(0, 60000));
-  Result<std::string> p2 = client_->UploadPart(big, *id, 2, data_.substr(60000));
+  Result<ObjectInfo> p1 = client_->UploadPart(big, *id, 1, data_.substr(0, 60000));
+  Result<ObjectInfo> p2 = client_->UploadPart(big, *id, 2, data_.substr(60000));
   ASSERT_TRUE(p1.ok() && p2.ok());
   Result<std::vector<S3Client::Part>> listed = client_->ListParts(big, *id);
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   ASSERT_EQ(listed->size(), 2u);
-  EXPECT_EQ((*listed)[0].etag, *p1);
+  EXPECT_EQ((*listed)[0].etag, p1->etag);
+  EXPECT_EQ(p1->size, 60000u);
   EXPECT_EQ((*listed)[1].size, data_.size() - 60000);
   Result<std::vector<S3Client::Upload>> open = client_->ListMultipartUploads("bkt", "p/");
   ASSERT_TRUE(open.ok());
   ASSERT_EQ(open->size(), 1u);
   EXPECT_EQ((*open)[0].upload_id, *id);
-  Result<std::string> done = client_->CompleteMultipartUpload(big, *id, *listed);
+  Result<ObjectInfo> done = client_->CompleteMultipartUpload(big, *id, *listed);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   EXPECT_EQ(server_->Get("bkt", "p/big"), data_);
   EXPECT_EQ(client_->ListParts(big, *id).status().code(), StatusCode::kNotFound);

@@ -44,7 +44,8 @@ class S3UploaderTest : public ::testing::Test {
   }
   std::unique_ptr<Uploader> Open(bool fresh) {
     Result<std::unique_ptr<Uploader>> up =
-        Uploader::Open("s3://bkt/out", (dir_ / "stage").string(), fresh, options_);
+        Uploader::Open(io::S3Url{"bkt", "out"}, "s3://bkt/out", (dir_ / "stage").string(),
+                       fresh, options_);
     EXPECT_TRUE(up.ok()) << up.status().ToString();
     return up.ok() ? std::move(up).value() : nullptr;
   }

@@ -18,8 +18,8 @@
 #include "follow/remote_follower.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
-#include "io/s3_client.h"
 #include "libshard/merge.h"
+#include "storage/storage_driver.h"
 
 namespace libshard {
 namespace follow {
@@ -213,7 +213,11 @@ Result<std::shared_ptr<Dataset>> LocalFollower::Snapshot() {
 
 Result<std::unique_ptr<DatasetFollower>> DatasetFollower::Open(const std::string& path,
                                                                const DatasetOptions& options) {
-  if (io::IsS3Url(path)) return follow::OpenRemoteFollower(path, options);
+  // The location's storage driver decides (storage/storage_driver.h): a dataset without local
+  // files (an object store's) is followed through its manifest.
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(path));
+  if (!driver->info().local_files) return follow::OpenRemoteFollower(driver->location(), options);
   std::error_code ec;
   std::string dir = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec || dir.empty()) dir = path;
