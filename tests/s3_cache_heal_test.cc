@@ -15,8 +15,10 @@
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
 #include "libshard/loader.h"
+#include "loader/streaming_loader.h"
 #include "remote/cache_log.h"
 #include "testutil/fake_s3.h"
+#include "testutil/loader_hooks.h"
 #include "testutil/testutil.h"
 
 namespace libshard {
@@ -344,6 +346,42 @@ TEST_F(S3CacheHealTest, ShardHeaderDamagedInTransfer) {
   auto again = Open();
   ExpectAll(*again);
   EXPECT_TRUE(Warnings().empty());
+}
+
+// Issue 35: a node-local loader whose cache_size is below what its node's share fills in cache
+// blocks says so at creation, naming the node, the sizes and what to do; one whose share fits,
+// and a global loader, say nothing of it.
+TEST_F(S3CacheHealTest, NodeLocalLoaderWarnsWhenItsShareExceedsCacheSize) {
+  const auto make = [&](uint64_t cache_size, Locality locality) {
+    options_.cache_size = cache_size;
+    std::shared_ptr<Dataset> ds = Open();
+    LoaderOptions o;
+    o.locality = locality;
+    o.nodes = 2;
+    o.world_size = 2;
+    o.rank = 1;
+    o.memory_budget = 1 << 20;
+    testing::RecordingSink sink;
+    auto loader = StreamingLoader::Make(ds, o, {nullptr, sink.AsSink()});
+    EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+    return sink.Matching("locality='node'");
+  };
+  // A quarter of the dataset: room for what Open caches (one block of each shard, the index),
+  // not for a node's half.
+  uint64_t total = 0;
+  {
+    auto local = Dataset::Open((dir_ / "ds").string());
+    ASSERT_TRUE(local.ok());
+    for (const ShardInfo& sh : (*local)->shards()) total += sh.size;
+  }
+  const uint64_t quarter = total / 4 / kBlock * kBlock;
+  const std::vector<std::string> small = make(quarter, Locality::kNode);
+  ASSERT_EQ(small.size(), 1u);
+  for (const char* part : {"node 1 of 2", kUrl, "more than cache_size", "fetches up to",
+                           "raise cache_size to at least", "--nodes 2"})
+    EXPECT_NE(small[0].find(part), std::string::npos) << part << " not in: " << small[0];
+  EXPECT_TRUE(make(uint64_t{1} << 30, Locality::kNode).empty());
+  EXPECT_TRUE(make(quarter, Locality::kGlobal).empty());
 }
 
 }  // namespace

@@ -28,6 +28,8 @@ Result<std::unique_ptr<NodeLocality>> NodeLocality::MakeFromSpans(
     LIBSHARD_ASSIGN_OR_RETURN(n->nodes_,
                               ResolveNodes(options.rank, options.world_size, request, environment));
     const uint64_t seed = options.resume ? options.resume->seed : options.seed;
+    n->seed_ = seed;
+    n->shuffle_ = options.shuffle;
     LIBSHARD_ASSIGN_OR_RETURN(n->current_, n->AssignmentFor(n->nodes_.nodes, seed,
                                                             options.shuffle));
   }
@@ -40,6 +42,13 @@ Result<std::shared_ptr<const NodeAssignment>> NodeLocality::AssignmentFor(uint32
   if (current_ != nullptr && current_->nodes == nodes) return current_;
   LIBSHARD_ASSIGN_OR_RETURN(NodeAssignment a, AssignToNodes(spans_, seed, nodes, shuffle));
   return std::make_shared<const NodeAssignment>(std::move(a));
+}
+
+Result<uint64_t> NodeLocality::NodeCachedBytes(uint64_t block) const {
+  if (!node_local_ || current_ == nullptr) return uint64_t{0};
+  LIBSHARD_ASSIGN_OR_RETURN(NodeAssignment a,
+                            AssignToNodes(spans_, seed_, nodes_.nodes, shuffle_, block));
+  return nodes_.node_rank < a.cached_bytes.size() ? a.cached_bytes[nodes_.node_rank] : 0;
 }
 
 bool NodeLocality::ContinuesOnSameNodes(const LoaderState& state) const {

@@ -47,6 +47,9 @@ class NodeLocality {
   const Nodes& nodes() const { return nodes_; }
   // The samples each node reads with this loader's node count (kNode only).
   const NodeAssignment* assignment() const { return current_.get(); }
+  // The bytes this rank's node caches with blocks of `block` bytes: the whole blocks its share
+  // touches (kNode only; 0 otherwise).
+  Result<uint64_t> NodeCachedBytes(uint64_t block) const;
 
  private:
   NodeLocality() = default;
@@ -54,6 +57,8 @@ class NodeLocality {
                                                               bool shuffle);
 
   bool node_local_ = false;  // options.locality == kNode
+  uint64_t seed_ = 0;        // of the assignment (the state's when resumed)
+  bool shuffle_ = true;
   Nodes nodes_;
   std::vector<SampleSpan> spans_;
   std::shared_ptr<const NodeAssignment> current_;  // for nodes_.nodes and the loader's seed

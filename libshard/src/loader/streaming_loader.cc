@@ -1,10 +1,13 @@
 #include "loader/streaming_loader.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "dataset/dataset_access.h"
 #include "loader/caller_steps.h"
+#include "remote/shard_filler.h"
 #include "util/env_knobs.h"
 
 namespace libshard {
@@ -103,6 +106,7 @@ Status StreamingLoader::Init() {
   if (NodeLocality::Needed(options_)) {
     LIBSHARD_ASSIGN_OR_RETURN(node_locality_,
                               NodeLocality::Make(*dataset_, options_, ProcessEnvironment()));
+    LIBSHARD_RETURN_IF_ERROR(WarnIfShareExceedsCache());
   }
 
   memory::ArenaOptions arena_options;
@@ -176,6 +180,28 @@ Status StreamingLoader::Init() {
   consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
                                               &diagnostics_, std::move(state));
   return StartEpoch(plan_options, options_.resume ? &*options_.resume : nullptr);
+}
+
+Status StreamingLoader::WarnIfShareExceedsCache() const {
+  const ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_);
+  if (filler == nullptr || filler->cache_bound() == 0 || node_locality_ == nullptr) return Status::OK();
+  const uint64_t bound = filler->cache_bound();
+  const uint64_t block = filler->cache_block_size();
+  LIBSHARD_ASSIGN_OR_RETURN(const uint64_t share, node_locality_->NodeCachedBytes(block));
+  if (share <= bound) return Status::OK();
+  const Nodes& n = node_locality_->nodes();
+  const double again = static_cast<double>(share - bound) / static_cast<double>(share);
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%.0f%%", 100.0 * again);
+  log_("libshard: node " + std::to_string(n.node_rank) + " of " + std::to_string(n.nodes) +
+       " reads a share of " + dataset_->path() + " that fills " + Mib(share) + " of cache blocks (" +
+       Mib(block) + " each) under locality='node', more than cache_size " + Mib(bound) +
+       " (which bounds the whole cache directory): every epoch after the first fetches up to " +
+       Mib(share - bound) + " of it again (" + frac + " of the share, once per epoch) instead "
+       "of reading it all from the cache; raise cache_size to at least " + Mib(share) +
+       " plus the read-ahead, or run on more nodes (libshard info " + dataset_->path() +
+       " --nodes " + std::to_string(n.nodes) + " prints each node's share)");
+  return Status::OK();
 }
 
 Status StreamingLoader::InitCallerOrder() {

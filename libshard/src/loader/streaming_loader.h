@@ -57,6 +57,9 @@ class StreamingLoader final : public Loader {
   Status Init();
   // LoaderOptions::caller_order: the consumer, and no epoch until SetEpochSteps.
   Status InitCallerOrder();
+  // Locality kNode over an s3:// dataset whose cache_size is smaller than what this node's
+  // share fills in cache blocks: a warning saying how much each epoch fetches again.
+  Status WarnIfShareExceedsCache() const;
   // Replaces the epoch's steps with those of `plan_options` (the loader's own order, or the
   // node-local order) and starts the scheduler on them; the pipeline must be stopped. `resume`:
   // the state the epoch resumes from (Init), null for an epoch from its start (SetEpoch).

@@ -225,6 +225,10 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
     return f->queue.size() < f->max_queue;
   }
   void ForgetReadAhead() override;
+  uint64_t cache_bound() const override { return options_.cache_size; }
+  uint64_t cache_block_size() const override {
+    return shards_.empty() ? kDefaultBlock : shards_[0]->block_size;
+  }
   Status Heal(uint32_t shard, uint64_t offset, uint64_t length, const Status& failure,
               std::byte* dst, const std::function<Status()>& recheck) override;
 

@@ -56,6 +56,11 @@ class ShardFiller {
   [[nodiscard]] virtual Status Heal(uint32_t shard, uint64_t offset, uint64_t length,
                                     const Status& failure, std::byte* dst,
                                     const std::function<Status()>& recheck) = 0;
+  // The bound on the whole cache directory (DatasetOptions::cache_size; 0: none but the free
+  // space) and the cache's block size: what a reader compares with what it will hold (the
+  // node-local order's warning at Loader::Create).
+  virtual uint64_t cache_bound() const { return 0; }
+  virtual uint64_t cache_block_size() const { return 0; }
 };
 
 }  // namespace libshard
