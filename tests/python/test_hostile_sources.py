@@ -38,29 +38,52 @@ def cli() -> str:
     return path
 
 
+# Forks and execs the command from a small interpreter and prints the child's wait4 peak RSS to
+# the pipe it is given. Not from this process: a child forked from it starts with its pages resident, and the
+# kernel keeps that high-water mark across exec, so ru_maxrss would be at least this test
+# process's peak (which grows with the suites run before).
+_MEASURE = textwrap.dedent("""
+    import os, resource, sys
+    limit, fd = int(sys.argv[1]), int(sys.argv[2])
+    pid = os.fork()
+    if pid == 0:
+        os.close(fd)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        os.execvp(sys.argv[3], sys.argv[3:])
+    _, status, usage = os.wait4(pid, 0)
+    os.write(fd, str(usage.ru_maxrss * 1024).encode())
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:  # killed by a signal: so is this process, so the caller sees the signal
+        import signal
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+""")
+
+
 def run_measured(args, timeout=TIMEOUT):
     """Runs `args`; returns (returncode, stdout, stderr, peak RSS in bytes of that child)."""
-    def limit():
-        resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
-
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([str(a) for a in args], stdout=out, stderr=err, preexec_fn=limit,
-                                env=os.environ.copy())
-        deadline = time.monotonic() + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid != 0:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                pytest.fail(f"{args[:2]} did not finish within {timeout} s (a hang?)")
-            time.sleep(0.02)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        r, w = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-S", "-c", _MEASURE, str(AS_LIMIT), str(w)] +
+                                [str(a) for a in args], stdout=out, stderr=err, pass_fds=(w,),
+                                env=os.environ.copy(), start_new_session=True)
+        os.close(w)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            os.close(r)
+            pytest.fail(f"{args[:2]} did not finish within {timeout} s (a hang?)")
+        rss = os.read(r, 64)
+        os.close(r)
         out.seek(0)
         err.seek(0)
         return (proc.returncode, out.read().decode(errors="replace"),
-                err.read().decode(errors="replace"), usage.ru_maxrss * 1024)
+                err.read().decode(errors="replace"), int(rss or b"0"))
 
 
 def pack_cli(src: Path, out: Path, *extra):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Dict, Optional, Union
 
@@ -38,7 +39,20 @@ class FollowedDataset(Dataset):
         self._schema = None
         self._lengths = None
         self._key_index = None
+        # No read-ahead over a dataset that grows (prefetch refuses); Dataset's reads look here.
+        self._read_ahead_options: Dict[str, Any] = {}
+        self._ra = None
+        self._ra_pid = os.getpid()
+        self._ra_lock = threading.Lock()
         self.refresh()
+
+    def prefetch(self, indices: Any) -> None:
+        """Not for a dataset being written: read it with ``libshard.Loader(path, follow=True)``,
+        which reads ahead as samples arrive, or open it with ``read_ahead`` once complete."""
+        raise _core.InvalidArgumentError(
+            f"{self._path}: prefetch does not apply to a dataset being written "
+            "(libshard.open(..., follow=True)); read it with libshard.Loader(path, follow=True), "
+            "or open it with libshard.open(path, read_ahead=...) once it is complete")
 
     def __getstate__(self) -> Dict[str, Any]:
         state = super().__getstate__()
