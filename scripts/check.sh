@@ -37,8 +37,9 @@ PART=${3:-all}
 JOBS=${JOBS:-$(nproc)}
 cd "$ROOT"
 [ -d "$BUILD" ] || { echo "check: no build tree $BUILD (make build first)" >&2; exit 2; }
-export LIBSHARD_CLI="$ROOT/$BUILD/converters/libshard"
-export PYTHONPATH="$ROOT/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+case $BUILD in /*) BUILD_DIR=$BUILD ;; *) BUILD_DIR=$ROOT/$BUILD ;; esac  # relative or absolute
+export LIBSHARD_CLI="$BUILD_DIR/converters/libshard"
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 
 rc=0
 if [ "$PART" = all ] || [ "$PART" = cpp ]; then

@@ -5,8 +5,9 @@ set -euo pipefail
 BUILD=${1:-build}
 PY=${2:-python3}
 DIR=${3:-demo_data}
-CLI="$PWD/$BUILD/converters/libshard"
-export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+case $BUILD in /*) BUILD_DIR=$BUILD ;; *) BUILD_DIR=$PWD/$BUILD ;; esac  # relative or absolute
+CLI="$BUILD_DIR/converters/libshard"
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # The dump's size (make demo's defaults; CI runs a small one).
 SAMPLES=${DEMO_SAMPLES:-64}

@@ -50,8 +50,9 @@ step() {  # step NAME COMMAND...
   fi
 }
 
-export LIBSHARD_CLI="$PWD/$BUILD/converters/libshard"
-export PYTHONPATH="$PWD/$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
+case $BUILD in /*) BUILD_DIR=$BUILD ;; *) BUILD_DIR=$PWD/$BUILD ;; esac  # relative or absolute
+export LIBSHARD_CLI="$BUILD_DIR/converters/libshard"
+export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 
 # `make check` first (its two halves, so each step's count is ctest's or pytest's), then the rest:
 # together every C++ and Python suite, each once.
