@@ -90,8 +90,19 @@ def check_recipe(dataset: Any, *, collate: str, recipe_len: int,
     not fit the batch recipe ``collate``; the library decides (loader/recipes/)."""
     from ._loader import Loader
 
+    # A budget that holds two of its one-sample batches, so that the probe says nothing of its
+    # own arena (a 1 MiB one printed a memory_budget warning meant for real loaders).
+    import numpy as np
+
+    budget = 256 << 20  # a dataset given by path: what its loader would take by default, less
+    if hasattr(dataset, "lengths") and hasattr(dataset, "total_raw_bytes"):
+        lengths = np.asarray(dataset.lengths, dtype=np.int64)
+        per_position = dataset.total_raw_bytes / max(int(lengths.sum()), 1)
+        longest = int(lengths.max()) if len(lengths) else 0
+        positions = recipe_len if collate == "speculators-eagle3" else max(longest, recipe_len)
+        budget = max(1 << 20, int(8 * positions * per_position * 1.1))
     probe = Loader(dataset, collate=collate, recipe_len=recipe_len, batch_size=1, shuffle=False,
-                   fields=None if fields is None else list(fields), memory_budget="1MiB",
+                   fields=None if fields is None else list(fields), memory_budget=budget,
                    pin_memory=False, rank=0, world_size=1)
     probe.close()
 
