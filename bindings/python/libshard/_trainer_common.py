@@ -16,13 +16,15 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 logger = logging.getLogger("libshard")
 
-#: URL schemes libshard opens itself (object storage); anything else is a local path.
-_URL_SCHEMES = ("s3://",)
-
 
 def is_url(path: PathLike) -> bool:
-    """Whether ``path`` names a dataset in object storage (``s3://BUCKET/PREFIX``)."""
-    return isinstance(path, str) and path.startswith(_URL_SCHEMES)
+    """Whether ``path`` names a dataset in object storage (``s3://BUCKET/PREFIX``), as the
+    library's storage driver for it says (a malformed URL is its error, naming the URL)."""
+    if not isinstance(path, str):
+        return False
+    from . import _core
+
+    return not _core.storage_info(path)["local_files"]
 
 
 def location(path: PathLike) -> str:
