@@ -27,6 +27,20 @@ def is_url(path: PathLike) -> bool:
     return not _core.storage_info(path)["local_files"]
 
 
+def take_batches_option(argv: list) -> str:
+    """The value of ``--libshard-batches X`` / ``--libshard-batches=X`` in ``argv`` (a trainer's
+    command line), removed from it before the trainer parses it; "auto" when absent."""
+    for i, arg in enumerate(argv):
+        if arg == "--libshard-batches" and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i:i + 2]
+            return value
+        if arg.startswith("--libshard-batches="):
+            del argv[i]
+            return arg.split("=", 1)[1]
+    return "auto"
+
+
 def location(path: PathLike) -> str:
     """The dataset's location as the integrations key it: an ``s3://`` URL as given, a local
     path made absolute (``os.path.abspath`` would turn a URL into ``CWD/s3:/bucket/...``)."""

@@ -599,16 +599,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ``--libshard-batches auto|cpp|trainer`` (taken out before SpecForge sees the arguments):
     how :class:`FeatureDataLoader` batches (default auto: in C++ where provably SpecForge's)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    batches = "auto"
-    for i, arg in enumerate(argv):
-        if arg == "--libshard-batches" and i + 1 < len(argv):
-            batches = argv[i + 1]
-            del argv[i:i + 2]
-            break
-        if arg.startswith("--libshard-batches="):
-            batches = arg.split("=", 1)[1]
-            del argv[i]
-            break
+    batches = common.take_batches_option(argv)
     install(batches)
     import specforge.cli as sf_cli
     import specforge.launch_plan as sf_plan

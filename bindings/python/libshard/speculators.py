@@ -460,16 +460,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     loaders' batches built in C++ where provably speculators' (:func:`train_loader`;
     ``--libshard-batches auto|cpp|trainer``, taken out before speculators sees the arguments)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    batches = "auto"
-    for i, arg in enumerate(argv):
-        if arg == "--libshard-batches" and i + 1 < len(argv):
-            batches = argv[i + 1]
-            del argv[i:i + 2]
-            break
-        if arg.startswith("--libshard-batches="):
-            batches = arg.split("=", 1)[1]
-            del argv[i]
-            break
+    batches = common.take_batches_option(argv)
     if not argv or argv[0] != "train":
         print("usage: python -m libshard.speculators train ARGS...  (speculators' training "
               "arguments; --hidden-states-backend libshard)", file=sys.stderr)
