@@ -119,8 +119,17 @@ class CpuClock:
         return self._self() - self._self0 + kids
 
 
-def measure(make: Callable[[], Any], step_s: float, epoch_bytes: int) -> Dict[str, float]:
-    """One cold pass over `make()`'s batches; steady-state figures from the first batch on."""
+def measure(make: Callable[[], Any], step_s: float, epoch_bytes: int,
+            warmup_epochs: int = 1) -> Dict[str, float]:
+    """One cold pass over `make()`'s batches; steady-state figures from the first batch on.
+
+    `warmup_epochs` unmeasured passes come first (no step time): a process's first touch of
+    memory it never used costs several times more on a VM than later touches (docs/performance.md,
+    "The first warm epoch after a cold one"), so without them each row's figure would depend on
+    how much memory the rows before it had already touched."""
+    for _ in range(warmup_epochs):
+        for batch in make():
+            del batch
     gc.collect()
     cold = benchlib.drop_caches()
     t_start = time.perf_counter()
@@ -162,7 +171,7 @@ def run_rows(name: str, rows: Dict[str, Callable[[], Any]], epoch_bytes: int, ar
         out[label] = {}
         for row, make in rows.items():
             try:
-                r = measure(make, step_ms / 1000, epoch_bytes)
+                r = measure(make, step_ms / 1000, epoch_bytes, args.warmup_epochs)
             except ValueError as e:  # e.g. batches="cpp" where this build cannot
                 r = {"error": str(e)}
             out[label][row] = r
@@ -478,6 +487,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--trainers", default="specforge,modelopt,speculators")
+    p.add_argument("--warmup-epochs", type=int, default=1,
+                   help="unmeasured passes before each measured one (the first touch of fresh "
+                        "memory, not the data path, would otherwise weigh on the first rows)")
     p.add_argument("--first-step-samples", type=int, default=0,
                    help="SpecForge's startup to the first batch on this many small samples")
     p.add_argument("--first-step-hidden", type=int, default=16)
@@ -494,7 +506,7 @@ def main() -> None:
     report: Dict[str, Any] = {"samples": len(lengths), "GB": epoch_bytes / 1e9,
                               "hidden": args.hidden, "step_ms": args.step_ms,
                               "workers": args.workers, "batch_size": args.batch_size,
-                              "cores": os.cpu_count()}
+                              "cores": os.cpu_count(), "warmup_epochs": args.warmup_epochs}
     makers = {"specforge": (specforge_data, specforge_rows),
               "modelopt": (modelopt_data, modelopt_rows),
               "speculators": (speculators_data, speculators_rows)}
