@@ -19,8 +19,11 @@ every sample once (one epoch, seed 0, one rank) through:
                   DataLoader of --workers processes with EagleOfflineDataCollator over
                   OfflineSupervisedDataset; speculators: its _setup_dataloader, --workers spawned
                   processes, multipack sampler, CollateFn, over the file backend);
-  trainer_collate the same loader and collate over libshard (libshard.specforge.FeatureStore,
-                  libshard.modelopt.OfflineDataset, the libshard backend);
+  trainer_collate the same loader and collate over libshard, as the integration serves it: each
+                  batch the sampler draws announced ahead, items served from memory already
+                  read (libshard.specforge.FeatureDataLoader(batches="trainer"),
+                  libshard.modelopt.DataLoader(batches="trainer") over OfflineDataset,
+                  libshard.speculators.read_ahead_loader over the libshard backend);
   cpp_batches     libshard's drop-in with the batches built in C++ (batches="cpp");
   in_memory       the same loader and collate over the samples already in memory (the ceiling
                   of the trainer's own collate);
@@ -373,7 +376,9 @@ def modelopt_rows(src: Path, packed: Path, args) -> Dict[str, Callable[[], Any]]
 
     return {
         "native": lambda: loader(native),
-        "trainer_collate": lambda: loader(mine),
+        # The integration's DataLoader with ModelOpt's collator: the sampler's batches announced to
+        # each worker ahead (libshard.ReadAheadSampler), items served from memory already read.
+        "trainer_collate": lambda: loader(mine, cls=lm.DataLoader, batches="trainer"),
         "cpp_batches": lambda: loader(mine, cls=lm.DataLoader, batches="cpp"),
         "in_memory": lambda: loader(in_memory),
         "loader_alone": lambda: libshard.Loader(packed, batch_size=args.batch_size,
@@ -466,7 +471,10 @@ def speculators_rows(data: Path, packed: Path, args) -> Dict[str, Callable[[], A
 
     return {
         "native": lambda: loader(dataset(files)),
-        "trainer_collate": lambda: loader(dataset(lsp.LibshardTransfer(packed))),
+        # speculators' DataLoader and collate, its multipack batches announced to each worker
+        # ahead (what `python -m libshard.speculators train` falls back to).
+        "trainer_collate": lambda: lsp.read_ahead_loader(
+            loader(dataset(lsp.LibshardTransfer(packed)))),
         "cpp_batches": cpp,
         "in_memory": lambda: loader(dataset(MemoryTransfer(memory))),
         "loader_alone": lambda: libshard.Loader(packed, max_tokens=total, collate="pack",

@@ -15,7 +15,6 @@ standard library's docstrings).
 from __future__ import annotations
 
 import glob
-import importlib
 import importlib.util
 import math
 import os
@@ -132,14 +131,15 @@ class SmolLM2(torch.nn.Module):
         return self.norm(x)
 
 
-def load() -> Tuple[SmolLM2, "object"]:
-    """(model, tokenizer); raises RuntimeError naming the pip command when not installed."""
-    path = gguf_path()
-    if path is None or not available():
-        raise RuntimeError(f"SmolLM2's weights are not installed: {PIP_HINT}")
+#: A directory where load() keeps the dequantized model between processes (the test suites set it
+#: to a temporary directory of their session: each generator they run then skips the GGUF parse).
+CACHE_ENV = "SMOLLM2_CACHE_DIR"
+
+
+def _read_gguf(path: str) -> Dict:
+    """The model's configuration, float32 weights and tokenizer tables from the GGUF file."""
     import gguf
     import numpy as np
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     r = gguf.GGUFReader(path)
     cfg = {
@@ -154,30 +154,69 @@ def load() -> Tuple[SmolLM2, "object"]:
     for t in r.tensors:
         a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
         weights[t.name] = torch.from_numpy(np.ascontiguousarray(a))
-    tokens = _field_str(r, "tokenizer.ggml.tokens")
-    merges = _field_str(r, "tokenizer.ggml.merges")
-    bpe = models.BPE(vocab={t: i for i, t in enumerate(tokens)},
-                     merges=[tuple(m.split(" ", 1)) for m in merges])
+    return {"cfg": cfg, "weights": weights, "tokens": _field_str(r, "tokenizer.ggml.tokens"),
+            "merges": _field_str(r, "tokenizer.ggml.merges")}
+
+
+def _read_cached(path: str) -> Dict:
+    """_read_gguf(path), through $SMOLLM2_CACHE_DIR when it is set: a file named by the GGUF
+    file's size and modification time, written whole (a temporary, then a rename)."""
+    cache = os.environ.get(CACHE_ENV)
+    if not cache:
+        return _read_gguf(path)
+    st = os.stat(path)
+    cached = os.path.join(cache, f"smollm2-{st.st_size}-{st.st_mtime_ns}.pt")
+    if os.path.isfile(cached):
+        return torch.load(cached, weights_only=True)
+    model = _read_gguf(path)
+    os.makedirs(cache, exist_ok=True)
+    tmp = f"{cached}.{os.getpid()}.tmp"
+    torch.save(model, tmp)
+    os.replace(tmp, cached)
+    return model
+
+
+def load() -> Tuple[SmolLM2, "object"]:
+    """(model, tokenizer); raises RuntimeError naming the pip command when not installed."""
+    path = gguf_path()
+    if path is None or not available():
+        raise RuntimeError(f"SmolLM2's weights are not installed: {PIP_HINT}")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    m = _read_cached(path)
+    bpe = models.BPE(vocab={t: i for i, t in enumerate(m["tokens"])},
+                     merges=[tuple(x.split(" ", 1)) for x in m["merges"]])
     tok = Tokenizer(bpe)
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    return SmolLM2(cfg, weights).eval(), tok
+    return SmolLM2(m["cfg"], m["weights"]).eval(), tok
 
 
 def english_text() -> str:
-    """License texts and standard-library docstrings: real English present on this machine."""
+    """License texts and the standard library's module docstrings: real English present on any
+    Debian machine with Python. The docstrings are read from the sources (``ast``), not by
+    importing every installed module, so the text is the same whatever else is installed (and
+    takes a fraction of a second, not ten)."""
+    import ast
+    import sysconfig
+
     parts = []
     for path in sorted(glob.glob("/usr/share/common-licenses/*")):
         if os.path.isfile(path):
             with open(path, encoding="utf-8", errors="replace") as f:
                 parts.append(f.read())
-    for mod in sorted(m.name for m in pkgutil.iter_modules() if not m.name.startswith("_")):
-        if mod in ("this", "antigravity", "idlelib", "tkinter", "turtle", "turtledemo"):
+    stdlib = sysconfig.get_paths()["stdlib"]
+    for m in sorted(pkgutil.iter_modules([stdlib]), key=lambda m: m.name):
+        if m.name.startswith("_") or m.name in ("this", "antigravity", "idlelib", "tkinter",
+                                                "turtle", "turtledemo"):
             continue
+        source = os.path.join(stdlib, m.name, "__init__.py") if m.ispkg else \
+            os.path.join(stdlib, m.name + ".py")
         try:
-            m = importlib.import_module(mod)
-        except Exception:  # noqa: BLE001 - any module that does not import is skipped
-            continue
-        if m.__doc__ and len(m.__doc__) > 400 and "site-packages" not in (getattr(m, "__file__", "") or ""):
-            parts.append(m.__doc__)
+            with open(source, encoding="utf-8") as f:
+                doc = ast.get_docstring(ast.parse(f.read()))
+        except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+            continue  # a module without readable source is skipped
+        if doc and len(doc) > 400:
+            parts.append(doc)
     return "\n\n".join(parts)

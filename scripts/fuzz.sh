@@ -6,7 +6,8 @@
 #       (fuzz/regressions/<target>/) once, then fuzzes each target for FUZZ_BRIEF_SECONDS (10).
 #   scripts/fuzz.sh run [BUILD_DIR]      `make fuzz`: fuzzes each target for FUZZ_SECONDS (600).
 #
-# FUZZ_TARGETS (default: all) limits the targets, e.g. FUZZ_TARGETS="pickle_fuzz zip_fuzz".
+# FUZZ_TARGETS (default: all) limits the targets, e.g. FUZZ_TARGETS="pickle_fuzz zip_fuzz"; FUZZ_JOBS
+# (default: the number of cores) how many run at once.
 # New inputs go to BUILD_DIR/fuzz-scratch/<target>/ (never to the committed corpus); crashes to
 # fuzz/crashes/<target>/ (git-ignored): minimise one with `<binary> -minimize_crash=1 <file>` and
 # commit it to fuzz/regressions/<target>/. Fails on any crash, leak, timeout or out-of-memory, and
@@ -58,9 +59,11 @@ cmake --build "$BUILD" -j"$(nproc)" "${build_targets[@]}" || exit 1
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 LIMITS=(-rss_limit_mb=2048 -malloc_limit_mb=2048 -timeout=10)
-failed=0
-rows=()
-for t in $TARGETS; do
+# One target: replays, then fuzzes; prints its progress and writes its table row to
+# $ROWS/<target>.row. The targets run FUZZ_JOBS at a time (default: one per core; each libFuzzer
+# process uses one), each one's output printed whole, in the targets' order, once all are done.
+fuzz_one() {  # fuzz_one TARGET
+  local t=$1 bin crashes scratch status inputs existing f before execs log rc after
   bin=$BUILD/fuzz/$t
   crashes=fuzz/crashes/$t
   scratch=$BUILD/fuzz-scratch/$t
@@ -91,8 +94,24 @@ for t in $TARGETS; do
     fi
   fi
   after=$(find "$crashes" -type f | wc -l)
-  [ "$status" = ok ] || failed=$((failed + 1))
-  rows+=("$(printf '%-18s %12s %8s  %s' "$t" "${execs:-?}" "$((after - before))" "$status")")
+  printf '%-18s %12s %8s  %s\n' "$t" "${execs:-?}" "$((after - before))" "$status" >"$ROWS/$t.row"
+}
+
+ROWS=$BUILD/fuzz-rows
+rm -rf "$ROWS"; mkdir -p "$ROWS"
+JOBS=${FUZZ_JOBS:-$(nproc)}
+for t in $TARGETS; do
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  fuzz_one "$t" >"$ROWS/$t.out" 2>&1 &
+done
+wait
+failed=0
+rows=()
+for t in $TARGETS; do
+  cat "$ROWS/$t.out"
+  row=$(cat "$ROWS/$t.row" 2>/dev/null) || row=$(printf '%-18s %12s %8s  %s' "$t" "?" "?" "FAILED")
+  rows+=("$row")
+  [[ $row == *" ok" ]] || failed=$((failed + 1))
 done
 
 echo

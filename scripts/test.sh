@@ -60,28 +60,51 @@ step "make check: C++ suites (ctest -L check)" bash scripts/check.sh "$BUILD" "$
 step "C++ suites, the rest (ctest -LE check)" ctest --test-dir "$BUILD" --output-on-failure \
   -j"$JOBS" --timeout 600 -LE check
 
+# The longer pytest steps run their files on several workers (pytest-xdist, `make deps` installs
+# it; each file on one worker, so its module fixtures are made once): many of their tests wait on
+# child processes, servers or the disk, and one worker leaves a core idle. At most 4 workers.
+pytest_workers() {  # pytest_workers PYTHON: the options, when that python has pytest-xdist
+  if "$1" -c 'import xdist' 2>/dev/null; then echo "-n $((JOBS < 4 ? JOBS : 4)) --dist loadfile"; fi
+}
+
+# The trainer integrations' suites run in their own step, with the trainers' environment, when it
+# is there (below); the plain step then leaves them out instead of running what it can of them.
+TRAINERS_PY=${LIBSHARD_TRAINERS_VENV:-$PWD/.venv-trainers}/bin/python
+
 if [ -d tests/python ]; then
   step "make check: Python suites" bash scripts/check.sh "$BUILD" "$PY" python
   quick=()
   while read -r f; do quick+=(--ignore "tests/python/$f"); done < <(bash scripts/check.sh --list-python)
-  step "Python suites, the rest (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider "${quick[@]}"
+  [ -x "$TRAINERS_PY" ] && quick+=(--ignore-glob "tests/python/test_trainer_*.py")
+  step "Python suites, the rest (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider \
+    --durations=10 $(pytest_workers "$PY") "${quick[@]}"
 fi
 
 # The trainer integrations (libshard.specforge / .speculators / .modelopt) against the trainers'
 # own code, with the python of their environment (scripts/trainers_env.sh; `make deps` builds it).
-# The plain pytest step above skips those files, saying so.
-TRAINERS_PY=${LIBSHARD_TRAINERS_VENV:-$PWD/.venv-trainers}/bin/python
+# The plain pytest step above leaves those files out.
 if [ -x "$TRAINERS_PY" ]; then
   step "trainer integrations (pytest, trainers' venv)" env TORCHDYNAMO_DISABLE=1 \
-    "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py -p no:cacheprovider
+    "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py -p no:cacheprovider --durations=10 \
+    $(pytest_workers "$TRAINERS_PY")
 else
   echo "=== trainer integrations: skipped (no $TRAINERS_PY; bash scripts/trainers_env.sh builds it)"
 fi
 
+# The sanitizer builds use clang when it is there (`make deps` installs it for the fuzzers): at -O0
+# under ASan it compiles the suites in half GCC's time (the release build and `make check` stay
+# GCC's), with line tables only, which is what the sanitizers' reports print.
+sanitizer_compiler=()
+if command -v clang++ >/dev/null && command -v clang >/dev/null; then
+  sanitizer_compiler=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+                      "-DCMAKE_C_FLAGS_DEBUG=-O0 -gline-tables-only"
+                      "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -gline-tables-only")
+fi
 sanitizer_suite() {  # sanitizer_suite KIND DIR TEST_REGEX [TARGET...]
   local kind=$1 dir=$2 regex=$3; shift 3
   local targets=(); for t in "$@"; do targets+=(--target "$t"); done
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DLIBSHARD_SANITIZE="$kind" \
+    "${sanitizer_compiler[@]}" \
     -DLIBSHARD_BUILD_BENCH=OFF -DLIBSHARD_BUILD_TORCH=OFF -DLIBSHARD_BUILD_PYTHON=OFF >/dev/null &&
   cmake --build "$dir" -j"$JOBS" "${targets[@]}" &&
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -212,3 +212,20 @@ def copy_dataset(tmp_path):
         shutil.copytree(src, dst)
         return dst
     return copy
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smollm2_cache(tmp_path_factory):
+    """examples/smollm2.py keeps the dequantized SmolLM2 in one directory of this session, so the
+    generators the suites run (each a process of its own) parse its GGUF file once, not each
+    time (SMOLLM2_CACHE_DIR; a directory the caller set is kept)."""
+    if os.environ.get("SMOLLM2_CACHE_DIR"):
+        yield
+        return
+    path = tmp_path_factory.mktemp("smollm2_cache")
+    os.environ["SMOLLM2_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        os.environ.pop("SMOLLM2_CACHE_DIR", None)
+        shutil.rmtree(path, ignore_errors=True)
