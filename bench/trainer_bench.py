@@ -173,6 +173,8 @@ def run_rows(name: str, rows: Dict[str, Callable[[], Any]], epoch_bytes: int, ar
         label = f"step_{step_ms:g}ms"
         out[label] = {}
         for row, make in rows.items():
+            if args.rows and row not in args.rows.split(","):
+                continue
             try:
                 r = measure(make, step_ms / 1000, epoch_bytes, args.warmup_epochs)
             except ValueError as e:  # e.g. batches="cpp" where this build cannot
@@ -182,12 +184,12 @@ def run_rows(name: str, rows: Dict[str, Callable[[], Any]], epoch_bytes: int, ar
                               **{k: round(v, 4) if isinstance(v, float) else v
                                  for k, v in r.items()}}), flush=True)
         rs = out[label]
-        gbps = {k: v.get("GB_per_s", float("nan")) for k, v in rs.items()}
+        gbps = {k: rs.get(k, {}).get("GB_per_s", float("nan")) for k in ROWS}
         out[label]["ratios"] = {
             "trainer_collate_vs_in_memory": gbps["trainer_collate"] / gbps["in_memory"],
             "cpp_vs_native": gbps["cpp_batches"] / gbps["native"],
             "cpp_vs_loader_alone": gbps["cpp_batches"] / gbps["loader_alone"],
-            "cpp_CPU_s_per_GB": rs["cpp_batches"].get("CPU_s_per_GB", float("nan")),
+            "cpp_CPU_s_per_GB": rs.get("cpp_batches", {}).get("CPU_s_per_GB", float("nan")),
         }
         print(json.dumps({"trainer": name, "pass": label, "ratios": out[label]["ratios"]}),
               flush=True)
@@ -269,12 +271,24 @@ def specforge_rows(src: Path, packed: Path, args) -> Dict[str, Callable[[], Any]
         local.release(handle)
     mem_store = MemoryStore(memory)
 
+    # One store per row for the whole run, as SpecForge's launch makes one for a training run and
+    # re-iterates its loader every epoch (a store's read-ahead memory then serves every epoch).
+    stores: Dict[str, Any] = {}
+
+    def store(row: str, make: Callable[[], Any]) -> Any:
+        if row not in stores:
+            stores[row] = make()
+        return stores[row]
+
     return {
-        "native": lambda: FeatureDataLoader(LocalFeatureStore("b"), refs=native_refs, **common),
-        "trainer_collate": lambda: ls.FeatureDataLoader(ls.FeatureStore(packed), refs=lib_refs,
-                                                        batches="trainer", **common),
-        "cpp_batches": lambda: ls.FeatureDataLoader(ls.FeatureStore(packed), refs=lib_refs,
-                                                    batches="cpp", **common),
+        "native": lambda: FeatureDataLoader(store("native", lambda: LocalFeatureStore("b")),
+                                            refs=native_refs, **common),
+        "trainer_collate": lambda: ls.FeatureDataLoader(
+            store("trainer_collate", lambda: ls.FeatureStore(packed)), refs=lib_refs,
+            batches="trainer", **common),
+        "cpp_batches": lambda: ls.FeatureDataLoader(
+            store("cpp_batches", lambda: ls.FeatureStore(packed)), refs=lib_refs, batches="cpp",
+            **common),
         "in_memory": lambda: FeatureDataLoader(mem_store, refs=native_refs, **common),
         "loader_alone": lambda: libshard.Loader(packed, batch_size=args.batch_size,
                                                 collate="pad", seed=0, drop_last=True),
@@ -495,6 +509,8 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--step-ms", type=float, default=20.0)
     p.add_argument("--trainers", default="specforge,modelopt,speculators")
+    p.add_argument("--rows", default="", help="measure only these rows (comma-separated; "
+                                               "default all: " + ",".join(ROWS) + ")")
     p.add_argument("--warmup-epochs", type=int, default=1,
                    help="unmeasured passes before each measured one (the first touch of fresh "
                         "memory, not the data path, would otherwise weigh on the first rows)")
