@@ -124,19 +124,23 @@ class CpuClock:
 
 def measure(make: Callable[[], Any], step_s: float, epoch_bytes: int,
             warmup_epochs: int = 1) -> Dict[str, float]:
-    """One cold pass over `make()`'s batches; steady-state figures from the first batch on.
+    """One cold pass over the batches of `make()`'s loader; steady-state figures from the first
+    batch on.
 
-    `warmup_epochs` unmeasured passes come first (no step time): a process's first touch of
-    memory it never used costs several times more on a VM than later touches (docs/performance.md,
-    "The first warm epoch after a cold one"), so without them each row's figure would depend on
-    how much memory the rows before it had already touched."""
+    `warmup_epochs` unmeasured passes over the same loader come first (no step time), as a
+    trainer makes its loader once and iterates it every epoch (SpecForge's launch, the Hugging
+    Face Trainer, speculators' Trainer): what a loader keeps across epochs (an arena, a
+    read-ahead) is then measured as in training. They also keep the rows apart: a process's first
+    touch of memory it never used costs several times more on a VM than later touches
+    (docs/performance.md, "The first warm epoch after a cold one"), so without them each row's
+    figure would depend on how much memory the rows before it had already touched."""
+    loader = make()
     for _ in range(warmup_epochs):
-        for batch in make():
+        for batch in loader:
             del batch
     gc.collect()
     cold = benchlib.drop_caches()
     t_start = time.perf_counter()
-    loader = make()
     it = iter(loader)
     first = next(it)
     steps = 1

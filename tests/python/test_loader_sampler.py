@@ -199,3 +199,82 @@ def test_repeats_and_sequential(eagle_dataset):
     seq = libshard.Loader(eagle_dataset, sampler=SequentialSampler(range(N_EAGLE)),
                           batch_size=6, collate="pack", return_index=True, **SMALL)
     assert steps_of(seq) == [list(range(k, k + 6)) for k in range(0, N_EAGLE, 6)]
+
+
+def _recipe_batches(ds, order, max_len):
+    """What collate='specforge-eagle3' builds for those batches, from a fresh loader each."""
+    want = []
+    with libshard.Loader(ds, batch_sampler=order, collate="specforge-eagle3", recipe_len=max_len,
+                         return_index=True, memory_budget="64MiB") as loader:
+        for batch in loader:
+            want.append({k: v.clone() for k, v in batch.items()})
+    return want
+
+
+def _assert_batches(got, want, where):
+    assert len(got) == len(want), where
+    for b, (g, w) in enumerate(zip(got, want)):
+        assert g.keys() == w.keys(), f"{where} batch {b}"
+        for k in w:
+            assert g[k].dtype == w[k].dtype and torch.equal(g[k], w[k]), f"{where} batch {b} {k}"
+
+
+def test_ordered_loaders_keep_one_loader_across_iterations(eagle_dataset):
+    """The drop-ins' OrderedLoaders: each open streams its order as the next epoch of the same
+    C++ loader (one arena for every epoch): the batches are those of a fresh loader for that
+    order, after a complete epoch, an epoch broken off, and with two iterations open at once
+    (the second gets its own loader); a larger "auto" need makes a new one; close frees it."""
+    from libshard._trainer_common import OrderedLoaders
+
+    ds = libshard.Dataset(eagle_dataset)
+    orders = [[[int(i) for i in torch.randperm(N_EAGLE, generator=torch.Generator()
+                                               .manual_seed(seed))[k:k + 3]]
+               for k in range(0, N_EAGLE - 2, 3)] for seed in range(4)]
+    loaders = OrderedLoaders(ds, collate="specforge-eagle3", recipe_len=32,
+                             memory_budget="64MiB")
+
+    def run(order, stop=None):
+        got = []
+        with loaders.open(order) as it:
+            for batch in it:
+                got.append({k: v.clone() for k, v in batch.items()})
+                if stop is not None and len(got) == stop:
+                    break
+        return got
+
+    _assert_batches(run(orders[0]), _recipe_batches(ds, orders[0], 32), "epoch 0")
+    first = loaders._idle[0]
+    assert len(run(orders[1], stop=2)) == 2  # broken off: the next open starts afresh
+    _assert_batches(run(orders[2]), _recipe_batches(ds, orders[2], 32), "after a break")
+    assert loaders._idle[0] is first and loaders._idle[3] == 2
+
+    # Two iterations open at once: the later one has a loader of its own; both are exact.
+    a = loaders.open(orders[3])
+    b = loaders.open(orders[0])
+    with a as it_a, b as it_b:
+        got_a = [{k: v.clone() for k, v in x.items()} for x in it_a]
+        got_b = [{k: v.clone() for k, v in x.items()} for x in it_b]
+    _assert_batches(got_a, _recipe_batches(ds, orders[3], 32), "first of two open")
+    _assert_batches(got_b, _recipe_batches(ds, orders[0], 32), "second of two open")
+    # b's iteration ended first (a with statement exits in reverse): its loader is kept, a's
+    # (the first loader) closed, as one idle loader is kept at most.
+    second = loaders._idle[0]
+    assert second is not first and first._core is None and second._core is not None
+    loaders.close()
+    assert loaders._idle is None and second._core is None
+    _assert_batches(run(orders[1]), _recipe_batches(ds, orders[1], 32), "after close")
+
+    # "auto": the budget an order needs; a loader that holds it is kept, a larger need replaces it.
+    auto = OrderedLoaders(ds, collate="specforge-eagle3", recipe_len=32)
+    with auto.open(orders[0]) as it:
+        list(it)
+    kept = auto._idle[0]
+    with auto.open(orders[1][:2]) as it:
+        list(it)
+    assert auto._idle[0] is kept
+    auto._idle = (kept, auto._idle[1], 1, auto._idle[3])  # as if it had been made smaller
+    with auto.open(orders[1]) as it:
+        _assert_batches([{k: v.clone() for k, v in x.items()} for x in it],
+                        _recipe_batches(ds, orders[1], 32), "a new loader")
+    assert auto._idle[0] is not kept and kept._core is None
+    auto.close()

@@ -188,9 +188,16 @@ def test_feature_dataloader_drop_in_equals_specforge(data, batches):
             assert len(got) == len(want) == 13 // 3
             assert_same(got, want, f"rank {rank} epoch {epoch}")
             batches_seen += len(got)
+            kept = got_loader.__dict__.get("_libshard_loaders")
+            kept = kept._idle[0] if kept is not None else None
+            assert (kept is not None) == (batches == "cpp")
             want_loader.seek(2)
             got_loader.seek(2)
             assert_same(_train_batches(got_loader), _train_batches(want_loader), "after seek")
+            if kept is not None:  # the next iteration streamed through the same C++ loader
+                assert got_loader._libshard_loaders._idle[0] is kept
+                got_loader.close()
+                assert kept._core is None
     assert batches_seen == 16
     if batches == "trainer":
         stats = store.dataset(packed).read_ahead_stats()

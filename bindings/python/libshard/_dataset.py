@@ -187,6 +187,14 @@ class Dataset(torch.utils.data.Dataset):
             values = np.fromiter((operator.index(i) for i in indices), dtype=np.int64)
         self._engine().announce(np.ascontiguousarray(values, dtype=np.int64).reshape(-1))
 
+    def _default_read_ahead_budget(self, nbytes: int) -> None:
+        """Sets the read-ahead's ``memory_budget`` to ``nbytes`` where its settings give none
+        and it has not started in this process: an integration that knows the batches its
+        trainer holds at once sizes it (the 512 MiB default holds one large batch ahead)."""
+        with self._ra_lock:
+            if "memory_budget" not in self._read_ahead_options and self._ra is None:
+                self._read_ahead_options["memory_budget"] = int(nbytes)
+
     def read_ahead_stats(self) -> Optional[Dict[str, Any]]:
         """The read-ahead's counters in this process, or None before :meth:`prefetch`:
         ``announced``, ``hits`` (served from memory already read), ``waits`` (served once its

@@ -150,25 +150,119 @@ def auto_memory_budget(dataset: Any, batches: Any, collate: str, recipe_len: int
     return max(MIN_AUTO_BUDGET, int(8 * largest * per_position * 1.1))
 
 
-class ordered_loader:  # noqa: N801 - a context manager used like a function
-    """``with ordered_loader(dataset, batches, collate=..., recipe_len=...) as it:`` iterates the
-    recipe's batches (dicts with ``"__index__"``), batch k holding the samples ``batches[k]``,
-    read ahead in that order; the loader closes on exit."""
+class _GivenOrder:
+    """The batch sampler of a reused loader: each epoch, the order its owner was given last."""
 
-    def __init__(self, dataset: Any, batches: Any, *, collate: str, recipe_len: int,
+    def __init__(self, batches: Any) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Any:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+class OrderedLoaders:
+    """The C++ loaders of one drop-in (a trainer's data loader): ``with loaders.open(batches)
+    as it:`` iterates the recipe's batches (dicts with ``"__index__"``), batch k holding the
+    samples ``batches[k]``, read ahead in that order.
+
+    Each ``open`` streams its order as the next epoch of the loader the last iteration used
+    (``Loader(batch_sampler=...)``, ``set_epoch``), so its pinned arena, faulted in and
+    registered once, serves every epoch: a new loader per epoch first-touched its whole arena
+    again each epoch (0.2-1.4 CPU-s per GiB on a VM, docs/performance.md). A new loader only
+    where the order needs a larger arena ("auto" budget), or where an earlier iteration is
+    still open (each open iteration has its own). ``close()`` frees the idle one; a loader of
+    an iteration still open closes when that iteration ends."""
+
+    def __init__(self, dataset: Any, *, collate: str, recipe_len: int,
                  fields: Optional[Iterable[str]] = None, memory_budget: Union[int, str] = "auto",
                  metadata: bool = False) -> None:
+        self._dataset = dataset
+        self._collate, self._recipe_len = collate, recipe_len
+        self._fields = None if fields is None else list(fields)
+        self._memory_budget, self._metadata = memory_budget, metadata
+        self._lock = threading.Lock()
+        self._idle: Optional[Any] = None  # (Loader, _GivenOrder, budget, epoch) of no iteration
+        self._closed = False
+
+    def matches(self, dataset: Any, collate: str, recipe_len: int,
+                fields: Optional[Iterable[str]]) -> bool:
+        """Whether these loaders serve that dataset and recipe (a drop-in whose dataset or
+        recipe changed between iterations makes new ones)."""
+        return (dataset is self._dataset and collate == self._collate
+                and recipe_len == self._recipe_len
+                and (None if fields is None else list(fields)) == self._fields)
+
+    def open(self, batches: Any) -> "_OrderedIteration":
         from ._loader import Loader
 
-        if memory_budget == "auto":
-            memory_budget = auto_memory_budget(dataset, batches, collate, recipe_len)
-        self._loader = Loader(dataset, batch_sampler=batches, collate=collate,
-                              recipe_len=recipe_len, return_index=True, metadata=metadata,
-                              fields=None if fields is None else list(fields),
-                              memory_budget=memory_budget, rank=0, world_size=1)
+        budget = self._memory_budget
+        if budget == "auto":
+            budget = auto_memory_budget(self._dataset, batches, self._collate, self._recipe_len)
+        with self._lock:
+            idle, self._idle = self._idle, None
+        if idle is not None and _holds(idle[2], budget):
+            loader, order, had, epoch = idle
+            order.batches = batches
+            loader.set_epoch(epoch + 1)
+            return _OrderedIteration(self, (loader, order, had, epoch + 1))
+        if idle is not None:
+            idle[0].close()
+        order = _GivenOrder(batches)
+        loader = Loader(self._dataset, batch_sampler=order, collate=self._collate,
+                        recipe_len=self._recipe_len, return_index=True, metadata=self._metadata,
+                        fields=self._fields, memory_budget=budget, rank=0, world_size=1)
+        return _OrderedIteration(self, (loader, order, budget, 0))
+
+    def _give_back(self, held: Any) -> None:
+        with self._lock:
+            if not self._closed and self._idle is None:
+                self._idle = held
+                return
+        held[0].close()
+
+    def close(self) -> None:
+        """Closes the idle loader (its arena is freed); later opens make a new one."""
+        with self._lock:
+            idle, self._idle = self._idle, None
+        if idle is not None:
+            idle[0].close()
+
+
+def _holds(had: Union[int, str], need: Union[int, str]) -> bool:
+    """Whether a loader made with memory_budget ``had`` serves one asked ``need``."""
+    if isinstance(had, int) and isinstance(need, int):
+        return had >= need
+    return had == need
+
+
+class _OrderedIteration:
+    """One iteration of :class:`OrderedLoaders`: its loader goes back to them on exit."""
+
+    def __init__(self, owner: OrderedLoaders, held: Any) -> None:
+        self._owner, self._held = owner, held
 
     def __enter__(self) -> Any:
-        return iter(self._loader)
+        return iter(self._held[0])
 
     def __exit__(self, *exc: Any) -> None:
-        self._loader.close()
+        held, self._held = self._held, None
+        if held is not None:
+            self._owner._give_back(held)
+
+
+def ordered_loaders(current: Optional[OrderedLoaders], dataset: Any, *, collate: str,
+                    recipe_len: int, fields: Optional[Iterable[str]] = None,
+                    memory_budget: Union[int, str] = "auto",
+                    metadata: bool = False) -> OrderedLoaders:
+    """``current`` when it serves that dataset and recipe, else new :class:`OrderedLoaders`
+    (``current`` closed)."""
+    if current is not None and current.matches(dataset, collate, recipe_len, fields) \
+            and current._memory_budget == memory_budget and current._metadata == metadata:
+        return current
+    if current is not None:
+        current.close()
+    return OrderedLoaders(dataset, collate=collate, recipe_len=recipe_len, fields=fields,
+                          memory_budget=memory_budget, metadata=metadata)

@@ -307,9 +307,11 @@ class DataLoader:
             return
         ds = self._torch.dataset
         order = [[int(i) for i in batch] for batch in self._torch.batch_sampler]
-        with common.ordered_loader(ds.dataset, order, memory_budget=self.memory_budget,
-                                   metadata=True, **self._recipe(ds, self._torch.collate_fn)) \
-                as steps:
+        # One C++ loader kept across iterations (its arena serves every epoch).
+        self._loaders = common.ordered_loaders(
+            self.__dict__.get("_loaders"), ds.dataset, memory_budget=self.memory_budget,
+            metadata=True, **self._recipe(ds, self._torch.collate_fn))
+        with self._loaders.open(order) as steps:
             for step in steps:
                 yield _modelopt_batch(step)
 

@@ -175,6 +175,8 @@ class FeatureStore(_sf_store.FeatureStore):
       read_ahead: the settings of the read-ahead (``libshard.Dataset(read_ahead=...)``) that
         :class:`FeatureDataLoader` starts when SpecForge's own collate runs: it tells the
         dataset the refs' order, and ``get`` is then served from memory already read.
+        Without a ``memory_budget`` there, the loader sizes it to the batches its fetch
+        threads hold and two more (512 MiB to 8 GiB).
     """
 
     def __init__(self, path: Optional[PathLike] = None, *, store_id: Optional[str] = None,
@@ -412,6 +414,33 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
                                      f"{raw!r}, not to the field {k!r}")
         return self.store.dataset(path), int(t.keywords["max_len"]), ""
 
+    def _recipe_loader_or_why(self, dataset: Dataset, max_len: int):
+        """(this loader's C++ loaders for the recipe, "") or (None, why) when this build cannot
+        stream in a given order or the dataset does not fit the recipe (the library's
+        message). The loaders are kept across iterations (one arena for every epoch)."""
+        from ._core import InvalidArgumentError
+
+        if not common.ordered_loader_available():
+            return None, ("this libshard cannot stream in a given order yet "
+                          "(libshard.Loader(batch_sampler=...))")
+        options = {"collate": "specforge-eagle3", "recipe_len": max_len}
+        current = getattr(self, "_libshard_loaders", None)
+        if current is None or not current.matches(dataset, fields=None, **options):
+            try:
+                common.check_recipe(dataset, **options)
+            except InvalidArgumentError as e:
+                return None, str(e)
+        self._libshard_loaders = common.ordered_loaders(
+            current, dataset, memory_budget=self.memory_budget, **options)
+        return self._libshard_loaders, ""
+
+    def close(self) -> None:
+        """SpecForge's ``close``, and the C++ loader's arena freed."""
+        loaders = getattr(self, "_libshard_loaders", None)
+        if loaders is not None:
+            loaders.close()
+        super().close()
+
     def _chunks(self, skip: int) -> List[List[SampleRef]]:
         """The batches of refs an iteration fetches (SpecForge's _iter_refs rule)."""
         refs = self._refs
@@ -438,7 +467,26 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
         for path, indices in by_path.items():
             ds = self.store.dataset(path)
             if hasattr(ds, "prefetch"):
+                ds._default_read_ahead_budget(self._read_ahead_budget(ds, indices))
                 ds.prefetch(indices)
+
+    def _read_ahead_budget(self, ds: Dataset, indices: List[int]) -> int:
+        """The store's read-ahead budget where its settings give none: the batches SpecForge's
+        fetch threads hold at once and two more ahead, at least the Dataset's 512 MiB and at
+        most 8 GiB. SpecForge's eagle3 batches are 100-300 MB: the default held one ahead."""
+        import numpy as np
+
+        lengths = np.asarray(ds.lengths, dtype=np.int64)
+        per_position = ds.total_raw_bytes / max(int(lengths.sum()), 1)
+        got = lengths[np.asarray(indices, dtype=np.int64)] if indices else lengths[:0]
+        b = max(int(self.batch_size), 1)
+        usable = len(got) // b * b
+        largest = int(got[:usable].reshape(-1, b).sum(axis=1).max()) if usable else \
+            int(got.sum())
+        if usable < len(got):
+            largest = max(largest, int(got[usable:].sum()))
+        need = int((max(self.num_workers, 1) + 2) * largest * per_position * 1.1)
+        return min(max(need, 512 << 20), 8 << 30)
 
     def _iter_refs(self) -> Iterator[TrainBatch]:
         refs = self._refs
@@ -446,8 +494,7 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
             else self._recipe_plan(refs)
         loader = None
         if dataset is not None:
-            loader, why = _recipe_loader_or_why(dataset, self.memory_budget,
-                                                collate="specforge-eagle3", recipe_len=max_len)
+            loader, why = self._recipe_loader_or_why(dataset, max_len)
         if loader is None:
             if self.batches == "cpp":
                 raise ValueError(f"libshard.specforge.FeatureDataLoader(batches='cpp'): {why}")
@@ -465,7 +512,7 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
         for chunk in chunks:
             self._validate_refs(chunk)
         order = [[_parse_uri(r.feature_store_uri)[1] for r in chunk] for chunk in chunks]
-        with loader(order) as batches:
+        with loader.open(order) as batches:
             for chunk, batch in zip(chunks, batches):
                 batch.pop("__index__", None)
                 if str(self.device) != "cpu":
@@ -475,26 +522,6 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
                     tensors=batch,
                     metadata={"target_repr": chunk[0].metadata.get("target_repr"),
                               "ttt_length": chunk[0].metadata.get("ttt_length")})
-
-
-def _recipe_loader_or_why(dataset: Dataset, memory_budget: Union[int, str], **options: Any):
-    """(open(batches) -> a context manager iterating the recipe's batches in that order, "") or
-    (None, why) when this build cannot stream in a given order or the dataset does not fit the
-    recipe (the library's message)."""
-    from ._core import InvalidArgumentError
-
-    if not common.ordered_loader_available():
-        return None, ("this libshard cannot stream in a given order yet "
-                      "(libshard.Loader(batch_sampler=...))")
-    try:
-        common.check_recipe(dataset, **options)
-    except InvalidArgumentError as e:
-        return None, str(e)
-
-    def open_batches(order):
-        return common.ordered_loader(dataset, order, memory_budget=memory_budget, **options)
-
-    return open_batches, ""
 
 
 # -- SpecForge's own `specforge train`, reading libshard datasets -------------------------------

@@ -237,6 +237,7 @@ class PackedLoader:
         self._transfer = transfer
         self._rows = rows  # _ArrowRows: the split's input_ids and loss_mask
         self._memory_budget = memory_budget
+        self._loaders: Any = None  # common.OrderedLoaders, made at the first iteration
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -247,8 +248,11 @@ class PackedLoader:
         order = [[self._transfer.sample_index(p + start) for p in batch] for batch in positions]
         max_len = self.collate_fn.max_len
         ds = self._transfer._open()[0]
-        with common.ordered_loader(ds, order, collate="speculators-eagle3", recipe_len=max_len,
-                                   memory_budget=self._memory_budget) as batches:
+        # One C++ loader kept across epochs (its arena serves every epoch).
+        self._loaders = common.ordered_loaders(
+            self._loaders, ds, collate="speculators-eagle3", recipe_len=max_len,
+            memory_budget=self._memory_budget)
+        with self._loaders.open(order) as batches:
             for batch_positions, got in zip(positions, batches):
                 got.pop("__index__", None)
                 yield {"input_ids": got["input_ids"], "hidden_states": got["hidden_states"],
