@@ -244,9 +244,16 @@ def test_ordered_loaders_keep_one_loader_across_iterations(eagle_dataset):
 
     _assert_batches(run(orders[0]), _recipe_batches(ds, orders[0], 32), "epoch 0")
     first = loaders._idle[0]
+    # A batch the trainer still holds when the next epoch starts keeps its bytes.
+    with loaders.open(orders[3]) as it:
+        held = [batch for batch in it]
+    copies = [{k: v.clone() for k, v in b.items()} for b in held]
+    run(orders[0])
+    _assert_batches(held, copies, "held across the next epoch")
+    del held, copies
     assert len(run(orders[1], stop=2)) == 2  # broken off: the next open starts afresh
     _assert_batches(run(orders[2]), _recipe_batches(ds, orders[2], 32), "after a break")
-    assert loaders._idle[0] is first and loaders._idle[3] == 2
+    assert loaders._idle[0] is first and loaders._idle[3] == 4
 
     # Two iterations open at once: the later one has a loader of its own; both are exact.
     a = loaders.open(orders[3])
