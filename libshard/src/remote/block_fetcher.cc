@@ -138,13 +138,7 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
   LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer, len, start));
   if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
   pending.Landed();
-  // The loader reads the cache with O_DIRECT, so the page-cache copy the pwrite left is never
-  // read: on a node caching terabytes it would only crowd out memory the trainers use, and each
-  // first O_DIRECT read of a range that still has cached pages makes the kernel invalidate them
-  // on the reading thread. Drop them here, off the read path, now that they are clean. Advice
-  // only: a kernel that ignores it costs the old behaviour, not an error.
-  (void)posix_fadvise(s.data.fd(), static_cast<off_t>(start), static_cast<off_t>(len),
-                      POSIX_FADV_DONTNEED);
+  s.DropCachedCopy(id.block);  // now that it is clean, off the read path
   const uint64_t sum = format::Xxh3(buffer, len);
   LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&sum, 8, entry + 8));
   const uint64_t word = kPresent;

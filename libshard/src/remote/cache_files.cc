@@ -2,6 +2,8 @@
 #include "remote/cache_files.h"
 
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -228,6 +230,23 @@ Status CachedShard::Init(uint64_t wanted_block) {
   ino = st.st_ino;
   present = std::make_unique<std::atomic<uint8_t>[]>(blocks);
   return Status::OK();
+}
+
+void CachedShard::DropCachedCopy(uint64_t b) const {
+  // The kernel drops only the folios wholly inside the advised range, and never a partial last
+  // page. A file's page cache holds folios of up to a PMD (2 MiB with 4 KiB pages): a pwrite or
+  // the readahead of the header read at open may leave one that spans blocks. So the advice
+  // covers the block widened to that size, and runs to the end of the file for the last block.
+  // Clean pages of neighbouring blocks go with it: no reader uses them either. A neighbour
+  // being written is dirty, which the kernel never drops; its own advice follows its fdatasync.
+  const long page_size = sysconf(_SC_PAGESIZE);
+  const uint64_t page = page_size > 0 ? static_cast<uint64_t>(page_size) : 4096;
+  const uint64_t folio_max = page * (page / 8);  // a PMD: a page of 8-byte page-table entries
+  const uint64_t start = b * block_size;
+  const uint64_t lo = start / folio_max * folio_max;
+  const uint64_t hi = (start + BlockLength(b) + folio_max - 1) / folio_max * folio_max;
+  const off_t len = hi >= size ? 0 : static_cast<off_t>(hi - lo);  // 0: to the end of the file
+  (void)posix_fadvise(data.fd(), static_cast<off_t>(lo), len, POSIX_FADV_DONTNEED);
 }
 
 Result<RangeLock> PinEntry(int pin_fd, const io::File& state, uint64_t b) {

@@ -165,6 +165,13 @@ struct CachedShard {
 
   // Creates or checks both files under the header lock.
   Status Init(uint64_t wanted_block);
+
+  // Drops the page-cache copy a download of block b left, once the block is durable
+  // (docs/CACHE.md §3). The loader reads the cache with O_DIRECT, so the copy is never read:
+  // on a node caching terabytes it would crowd out the trainers' memory, and the first
+  // O_DIRECT read of a range with cached pages invalidates them on the reading thread.
+  // Advice only: a kernel that ignores it costs memory, never an error.
+  void DropCachedCopy(uint64_t b) const;
 };
 
 // docs/CACHE.md §3, "Read": a shared lock on block b's entry through `pin_fd` (this process's

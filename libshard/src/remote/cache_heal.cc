@@ -148,8 +148,7 @@ Status RemoteDataset::RefetchBlock(io::S3Client* client, BlockId id, uint64_t of
   LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer.get(), len, start));
   if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
   pending.Landed();
-  (void)posix_fadvise(s.data.fd(), static_cast<off_t>(start), static_cast<off_t>(len),
-                      POSIX_FADV_DONTNEED);
+  s.DropCachedCopy(id.block);
   LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&sum, 8, entry + 8));
   const uint64_t word = kPresent;
   LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&word, 8, entry));
