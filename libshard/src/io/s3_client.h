@@ -95,12 +95,23 @@ class S3Client {
   };
   Result<Body> GetObject(const S3Url& object, uint64_t max_bytes, const std::string& if_match = {});
   // PUT of a whole object (single request; UNSIGNED-PAYLOAD). With `content_md5` (the base64
-  // MD5 of `data`) a server that checks it refuses a body damaged on the way. Returns the reply's
-  // ETag and encryption, with `size` the bytes sent.
+  // MD5 of `data`) a server that checks it refuses a body damaged on the way. With `if_absent`
+  // (If-None-Match: *) a server that supports it refuses to replace an object: AlreadyExists.
+  // Returns the reply's ETag and encryption, with `size` the bytes sent.
   Result<ObjectInfo> Put(const S3Url& object, std::string_view data,
-                         const std::string& content_md5 = {});
+                         const std::string& content_md5 = {}, bool if_absent = false);
   // DELETE of an object (S3 answers 204 also for a missing one).
   [[nodiscard]] Status Delete(const S3Url& object);
+
+  // ListObjectsV2 of the keys starting with `key_prefix` in `bucket` (key, size, ETag), at most
+  // `max_entries` (more: ResourceExhausted).
+  struct Listed {
+    std::string key;
+    uint64_t size = 0;
+    std::string etag;
+  };
+  Result<std::vector<Listed>> ListObjects(const std::string& bucket, const std::string& key_prefix,
+                                          size_t max_entries);
 
   // Multipart upload (the S3 API's CreateMultipartUpload / UploadPart / ListParts /
   // CompleteMultipartUpload / AbortMultipartUpload). Parts are numbered 1..10000; every part but
