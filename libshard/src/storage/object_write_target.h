@@ -1,5 +1,5 @@
-// A write to s3://BUCKET/PREFIX (docs/guide/object-storage.md, "Writing"): the S3 driver's
-// WriteTarget. The Writer (or a merge) writes the staging directory as it would any directory,
+// A write to an object store's SCHEME://BUCKET/PREFIX (docs/guide/object-storage.md, "Writing"):
+// the object driver's WriteTarget. The Writer (or a merge) writes the staging directory as it would any directory,
 // with its journal (FORMAT.md §6); each shard it seals is uploaded at once (remote/uploader.h),
 // while the next is written. Publish, after the local commit, waits for every shard, puts the
 // index, checks every object's size and ETag against what was uploaded, then puts manifest.json
@@ -15,12 +15,17 @@
 
 #include "libshard/caller.h"
 #include "libshard/storage.h"
-#include "storage/object_url.h"
+#include "objstore/object_store.h"
+#include "remote/uploader.h"
 #include "storage/storage_driver.h"
 
 namespace libshard::storage {
 
-Result<std::unique_ptr<WriteTarget>> BeginS3Write(const ObjectUrl& url, const StorageInfo& info,
-                                                  WriteKind kind, Caller caller);
+// A write of kind `kind` to `store` through the staging directory info.work_dir, its uploads
+// made with `options` (free_uploaded set here by the kind).
+Result<std::unique_ptr<WriteTarget>> BeginObjectWrite(std::shared_ptr<objstore::ObjectStore> store,
+                                                      const StorageInfo& info, WriteKind kind,
+                                                      Caller caller,
+                                                      remote::UploadOptions options);
 
 }  // namespace libshard::storage
