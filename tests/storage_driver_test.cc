@@ -17,7 +17,7 @@
 #include "libshard/storage.h"
 #include "libshard/upgrade.h"
 #include "libshard/writer.h"
-#include "storage/object_url.h"
+#include "objstore/object_url.h"
 #include "storage/storage_driver.h"
 #include "testutil/testutil.h"
 
@@ -25,6 +25,9 @@ namespace libshard::storage {
 namespace {
 
 namespace fs = std::filesystem;
+using objstore::kMaxKeyPrefix;
+using objstore::ObjectUrl;
+using objstore::ParseObjectUrl;
 
 // LIBSHARD_S3_STAGING pointed at a fresh directory for the test's lifetime.
 class StagingEnv {
