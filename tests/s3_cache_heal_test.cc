@@ -254,6 +254,34 @@ TEST_F(S3CacheHealTest, ReplacedObjectBehindAServerThatIgnoresIfMatch) {
       << fresh.status().ToString();
 }
 
+// Issue 45, through the S3 client: a server that ignores If-Match and sends no ETag (on GET and
+// HEAD alike) after the object was replaced; once the right object is back, the read heals.
+TEST_F(S3CacheHealTest, ServerWithoutEtagsHealsOnceTheRightObjectIsBack) {
+  auto ds = Open();
+  ASSERT_NE(ds, nullptr);
+  const SampleLocation loc = Where(3);
+  const std::string key = "ds/" + ShardName(loc.shard);
+  const std::string original = server_->Get("bkt", key);
+  std::string changed = original;
+  changed[loc.offset + 20] = static_cast<char>(changed[loc.offset + 20] ^ 1);
+  server_->Put("bkt", key, changed);
+  FaultRule r;
+  r.faults = {Fault::kIgnoreCondition, Fault::kNoGeneration};
+  r.times = -1;
+  server_->AddFault(r);
+  Result<Sample> s = ds->Read(3);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().sys_errno(), ESTALE) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("does not hold the bytes the index records"),
+            std::string::npos)
+      << s.status().ToString();
+  server_->Put("bkt", key, original);  // back; the server still ignores If-Match, sends no ETag
+  Result<Sample> healed = ds->Read(3);
+  ASSERT_TRUE(healed.ok()) << healed.status().ToString();
+  testing::ExpectSampleEq(*healed, testing::StandardSample(3));
+  ExpectAll(*ds);
+}
+
 TEST_F(S3CacheHealTest, ManifestCutShortIsNeverCached) {
   FaultRule r;
   r.faults = {Fault::kCutUnmarked};
