@@ -631,7 +631,7 @@ def upload_journal_corpus():
 
 
 def object_url_corpus():
-    """URLs for object_url_fuzz: valid ones, and each refusal of storage/object_url.h."""
+    """URLs for object_url_fuzz: valid ones, and each refusal of objstore/object_url.h."""
     c = Corpus("object_url_fuzz")
     for name, url in [("plain", "s3://my-bucket/hidden-states/run1"), ("root", "s3://bucket"),
                       ("root_slash", "s3://bucket/"), ("trailing", "s3://bucket/a/b/"),

@@ -22,7 +22,7 @@
 namespace libshard::io {
 
 // An object's address: its bucket and key (no leading '/'). The s3:// URLs users write are
-// parsed and checked by the storage driver (storage/s3_driver.cc); the key is percent-encoded
+// parsed and checked by the s3:// store (objstore/s3_store.cc); the key is percent-encoded
 // per segment when a request is built (UrlOf).
 struct S3Url {
   std::string bucket;
@@ -61,7 +61,7 @@ struct ObjectInfo {
   std::string etag;  // as the server sent it, quotes included
   // The server-side encryption the reply names: x-amz-server-side-encryption ("AES256",
   // "aws:kms", "aws:kms:dsse"), or "SSE-C" for a customer key; "" when none is named. Under
-  // aws:kms and SSE-C S3's ETag is not the MD5 of the bytes (remote/upload_check.h).
+  // aws:kms and SSE-C S3's ETag is not the MD5 of the bytes (objstore/etag_check.h).
   std::string encryption;
 };
 
