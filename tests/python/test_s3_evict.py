@@ -352,13 +352,17 @@ def test_a_full_cache_file_system_evicts_or_reads_through(server, proxy, env, lo
     url = upload(server, local_ds, "fullfs")
     local = libshard.open(local_ds)
     assert dataset_bytes(local_ds) > 2 * (1 << 20)
-    with _Tmpfs(tmp_path / "cache", 1 << 20) as fs:
+    with _Tmpfs(tmp_path / "small", 1 << 20) as fs:
         if not fs.mounted:
             pytest.skip("cannot mount a tmpfs here (needs root)")
-        root = fs.path
-        ds = libshard.open(url, cache=root)
+        # Twice the file system's size: blocks are evicted to make room.
+        ds = libshard.open(url, cache=fs.path)
         for i in range(len(local)):
             assert_sample_equal(ds[i], local[i], f"sample {i}")
+    assert "has no room" not in capfd.readouterr().err
+    with _Tmpfs(tmp_path / "full", 1 << 20) as fs:
+        root = fs.path
+        ds = libshard.open(url, cache=root)
         with open(root / "other-file", "wb") as f:  # the disk full of someone else's bytes
             chunk = b"o" * 4096
             try:
@@ -367,9 +371,9 @@ def test_a_full_cache_file_system_evicts_or_reads_through(server, proxy, env, lo
                     f.flush()
             except OSError:
                 pass
-        fresh = libshard.open(url, cache=root)
+        # Nothing of the cache's to evict: read through, uncached.
         for i in range(len(local)):
-            assert_sample_equal(fresh[i], local[i], f"sample {i} (full disk)")
+            assert_sample_equal(ds[i], local[i], f"sample {i} (full disk)")
         got = [s for s in libshard.Loader(url, cache=root, shuffle=False, pin_memory=False,
                                           return_index=True)]
         assert len(got) == len(local)
