@@ -104,7 +104,9 @@ class S3Client {
   [[nodiscard]] Status Delete(const S3Url& object);
 
   // ListObjectsV2 of the keys starting with `key_prefix` in `bucket` (key, size, ETag), at most
-  // `max_entries` (more: ResourceExhausted).
+  // `max_entries` (more: ResourceExhausted). The request's prefix stops before the first '/' of
+  // `key_prefix` (some servers refuse a '/' in a signed query value); the keys listed are
+  // matched against the whole of it here.
   struct Listed {
     std::string key;
     uint64_t size = 0;

@@ -128,11 +128,12 @@ Result<std::vector<S3Client::Listed>> S3Client::ListObjects(const std::string& b
     // Canonical order: continuation-token, list-type, prefix.
     std::string query;
     if (!token.empty()) query += "continuation-token=" + EncodeQueryValue(token) + "&";
-    query += "list-type=2&prefix=" + EncodeQueryValue(key_prefix);
+    query += "list-type=2&prefix=" + EncodeQueryValue(key_prefix.substr(0, key_prefix.find('/')));
     LIBSHARD_RETURN_IF_ERROR(Perform("GET", where, 0, 0, {}, {}, &r, query));
     LIBSHARD_ASSIGN_OR_RETURN(ObjectsPage got,
                               ParseListObjects(r.text, "GET " + UrlOf(where) + "?" + query));
     for (ObjectsPage::Object& o : got.objects) {
+      if (o.key.rfind(key_prefix, 0) != 0) continue;
       if (out.size() >= max_entries)
         return Status::ResourceExhausted("GET " + UrlOf(where) + "?" + query + ": more than " +
                                          std::to_string(max_entries) + " objects listed");
