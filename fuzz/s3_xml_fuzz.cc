@@ -1,6 +1,6 @@
 // libFuzzer target for the S3 API's XML replies (io/s3_xml.h): ListObjectsV2, ListParts,
-// ListMultipartUploads and CompleteMultipartUpload bodies and error codes, as a server (or whatever answers in its
-// place) may send them. Checks the bounds the parsers promise.
+// ListMultipartUploads and CompleteMultipartUpload bodies and error codes, as a server (or whatever
+// answers in its place) may send them. Checks the bounds the parsers promise.
 //
 // Input: one byte choosing the parser, then the body.
 #include <cstddef>

@@ -217,7 +217,8 @@ TEST_F(S3CacheHealTest, DamagedInTheBucketIsTheBucketsError) {
   const std::string m = s.status().message();
   EXPECT_NE(m.find("the object in the bucket is damaged"), std::string::npos) << m;
   EXPECT_NE(m.find("bucket bkt, key ds/" + ShardName(loc.shard)), std::string::npos) << m;
-  EXPECT_NE(m.find("ETag " + server_->Generation("bkt", "ds/" + ShardName(loc.shard))), std::string::npos)
+  EXPECT_NE(m.find("ETag " + server_->Generation("bkt", "ds/" + ShardName(loc.shard))),
+            std::string::npos)
       << m;
   EXPECT_NE(m.find("bytes " + std::to_string(loc.offset)), std::string::npos) << m;
   EXPECT_EQ(m.find("re-run libshard pack"), std::string::npos) << m;

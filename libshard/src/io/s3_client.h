@@ -3,11 +3,11 @@
 // S3Transport (s3_transport.h: libcurl's, or a test's in-memory server).
 //
 // One client owns one transport (one connection, kept alive between requests) and is used by one
-// thread at a time; the remote cache (remote/) creates one per fetcher thread, in that thread, so a client
-// never crosses a fork. Every request is bounded: `max_attempts` tries with exponential backoff
-// on 5xx / 429 / SlowDown, reset connections, short bodies and stalls (no byte for
-// `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error names the URL,
-// the byte range and the HTTP status (or the transport error).
+// thread at a time; the s3:// store (objstore/s3_store.cc) keeps a pool of them, one per call in
+// flight, and never hands a child of fork its parent's. Every request is bounded: `max_attempts`
+// tries with exponential backoff on 5xx / 429 / SlowDown, reset connections, short bodies and
+// stalls (no byte for `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error
+// names the URL, the byte range and the HTTP status (or the transport error).
 #pragma once
 
 #include <cstdint>

@@ -308,7 +308,8 @@ class MemoryStore final : public ObjectStore {
     Damage(call, &range);
     if (call.Has(Fault::kCut) || call.Has(Fault::kCutUnmarked) || range.size() != length)
       return Status::IoError(where + ": delivered " +
-                                 std::to_string(call.Has(Fault::kCut) || call.Has(Fault::kCutUnmarked)
+                                 std::to_string(call.Has(Fault::kCut) ||
+                                                        call.Has(Fault::kCutUnmarked)
                                                     ? range.size() / 2
                                                     : range.size()) +
                                  " of " + std::to_string(length) + " bytes",
@@ -411,7 +412,8 @@ class MemoryStore final : public ObjectStore {
                                             const std::string& upload_id) override {
     MemoryServer::Call call;
     LIBSHARD_RETURN_IF_ERROR(Enter("GET", name, 0, false, 0, &call));
-    Result<std::vector<UploadPart>> parts = server_->Parts(upload_id, url().bucket, url().KeyOf(name));
+    Result<std::vector<UploadPart>> parts =
+        server_->Parts(upload_id, url().bucket, url().KeyOf(name));
     server_->Delivered(call);
     return parts;
   }

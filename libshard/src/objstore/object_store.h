@@ -91,7 +91,9 @@ class ObjectStore {
   // The location: scheme, bucket and key prefix.
   const ObjectUrl& url() const { return url_; }
   // "scheme://bucket/prefix/NAME", for messages.
-  std::string UrlOf(std::string_view name) const { return url_.ToString() + "/" + std::string(name); }
+  std::string UrlOf(std::string_view name) const {
+    return url_.ToString() + "/" + std::string(name);
+  }
   // "bucket B, key PREFIX/NAME", for messages that name the object exactly.
   std::string KeyWhere(std::string_view name) const {
     return "bucket " + url_.bucket + ", key " + url_.KeyOf(name);

@@ -60,7 +60,8 @@ Fetcher* RemoteDataset::GetFetcher() const {
 void RemoteDataset::FetcherLoop(Fetcher* f) {
   uint64_t max_block = 0;
   for (const auto& s : shards_) max_block = std::max(max_block, s->block_size);
-  std::shared_ptr<std::byte[]> buffer = internal::AllocateAligned(std::max<uint64_t>(max_block, 4096));
+  std::shared_ptr<std::byte[]> buffer =
+      internal::AllocateAligned(std::max<uint64_t>(max_block, 4096));
   while (true) {
     BlockId id;
     {

@@ -36,10 +36,10 @@ Result<CheckedSend> SendChecked(
     const std::function<Result<objstore::ObjectInfo>(const std::string& content_md5)>& send,
     const std::string& attempts_setting = "the store's bound on attempts");
 
-// Heads every (NAME, size) given in the uploader's store, on up to `threads` threads, and compares each object's size with `size` and its ETag with the one `up` recorded
-// when it was finished (Uploader::Finished): Corruption naming the first object that differs
-// (replaced, truncated or damaged in the bucket since), NotFound for one that is gone, Internal
-// for a name never finished.
+// Heads every (NAME, size) given in the uploader's store, on up to `threads` threads, and compares
+// each object's size with `size` and its ETag with the one `up` recorded when it was finished
+// (Uploader::Finished): Corruption naming the first object that differs (replaced, truncated or
+// damaged in the bucket since), NotFound for one that is gone, Internal for a name never finished.
 [[nodiscard]] Status CheckUploaded(const Uploader& up,
                                    const std::vector<std::pair<std::string, uint64_t>>& objects,
                                    uint32_t threads);

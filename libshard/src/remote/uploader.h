@@ -6,12 +6,12 @@
 // and completed once all are up. A multipart object is invisible until completed, so a reader
 // never sees half of one.
 //
-// Checked (objstore/etag_check.h): each reply's ETag is compared with the MD5 of the bytes sent; a part
-// or PUT whose ETag is the MD5 of other bytes (damaged on the way, stored by a server that does
-// not check Content-MD5) is sent again, up to the client's max_attempts; a completed object's
+// Checked (objstore/etag_check.h): each reply's ETag is compared with the MD5 of the bytes sent; a
+// part or PUT whose ETag is the MD5 of other bytes (damaged on the way, stored by a server that
+// does not check Content-MD5) is sent again, up to the store's max_attempts; a completed object's
 // ETag is compared with the one its parts' MD5s make. Only then is the object journaled as done
-// (and its local bytes freed, with `free_uploaded`). CheckUploaded HEADs the objects afterwards
-// and compares their sizes and ETags with what was recorded.
+// (and its local bytes freed, with `free_uploaded`). CheckUploaded HEADs the objects afterwards and
+// compares their sizes and ETags with what was recorded.
 //
 // Resume: the upload journal (`upload.journal` in the staging directory, one text line per event,
 // appended and fsynced) records each multipart upload id when it starts ("upload NAME SIZE ID")
