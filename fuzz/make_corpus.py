@@ -550,7 +550,7 @@ def cache_corpus():
 
 def s3_xml_corpus():
     """S3 replies (issue 33): one flag byte (0 ListParts, 1 ListMultipartUploads,
-    2 CompleteMultipartUpload, 3 error code and unescaping), then the body."""
+    2 CompleteMultipartUpload, 3 error code and unescaping, 4 ListObjectsV2), then the body."""
     c = Corpus("s3_xml_fuzz")
     parts = "".join(f"<Part><PartNumber>{n}</PartNumber><ETag>&quot;{n:032x}&quot;</ETag>"
                     f"<Size>{5 << 20}</Size></Part>" for n in range(1, 4))
@@ -568,6 +568,16 @@ def s3_xml_corpus():
     c.add("complete_ok", b"\x02<CompleteMultipartUploadResult><ETag>&quot;d41d8cd98f00b204e9800998ecf8427e-3"
           b"&quot;</ETag></CompleteMultipartUploadResult>")
     c.add("complete_error", b"\x02<Error><Code>InternalError</Code><Message>try again</Message></Error>")
+    objects = "".join(f"<Contents><Key>p/shard-{n:05d}.lss</Key><Size>{n << 20}</Size>"
+                      f"<ETag>&quot;{n:032x}&quot;</ETag></Contents>" for n in range(3))
+    c.add("list_objects", b"\x04" + (f"<ListBucketResult><IsTruncated>true</IsTruncated>"
+                                      f"<NextContinuationToken>t&amp;2</NextContinuationToken>"
+                                      f"{objects}</ListBucketResult>").encode())
+    c.add("list_objects_no_key", b"\x04<ListBucketResult><Contents><Size>1</Size></Contents>"
+          b"<Contents><Key></Key><Size>2</Size></Contents></ListBucketResult>")
+    c.add("list_objects_bad_size", b"\x04<ListBucketResult><Contents><Key>k</Key>"
+          b"<Size>-1</Size></Contents></ListBucketResult>")
+    c.add("list_objects_flood", b"\x04" + b"<Contents><Key>k</Key><Size>1</Size></Contents>" * 300)
     c.add("error_entities", b"\x03<Error><Code>SlowDown</Code><Message>" + b"&amp;&lt;&#34;" * 300
           + b"</Message></Error>")
     return c
@@ -621,7 +631,7 @@ def upload_journal_corpus():
 
 
 def object_url_corpus():
-    """URLs for object_url_fuzz: valid ones, and each refusal of storage/object_url.h."""
+    """URLs for object_url_fuzz: valid ones, and each refusal of objstore/object_url.h."""
     c = Corpus("object_url_fuzz")
     for name, url in [("plain", "s3://my-bucket/hidden-states/run1"), ("root", "s3://bucket"),
                       ("root_slash", "s3://bucket/"), ("trailing", "s3://bucket/a/b/"),

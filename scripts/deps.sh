@@ -7,7 +7,7 @@ APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libg
           libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libdeflate-dev fio zstd
           clang libclang-rt-14-dev  # clang + libFuzzer runtime: fuzz/ targets
           libcurl4-openssl-dev     # libcurl: s3:// datasets (io/s3_client.cc)
-          libssl-dev               # libcrypto: MD5 of s3:// uploads (remote/md5.cc)
+          libssl-dev               # libcrypto: MD5 of s3:// uploads (objstore/md5.cc)
           strace)  # the trainer integration tests count the files a startup opens
 PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "pytest-xdist" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 # LIBSHARD_DEPS=core (`make demo`, `make check`): what the build and the quick suites need; not

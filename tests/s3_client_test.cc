@@ -1,5 +1,6 @@
-// S3Client (io/s3_client.h) in-process against FakeS3 (testutil/fake_s3.h): what it retries, what
-// it refuses, and what no client can see (the cache's checks catch those: s3_cache_heal_test.cc).
+// S3Client (io/s3_client.h) in-process against the S3 front (testutil/fake_s3.h) over a memory
+// store's server (objstore/memory_store.h): what it retries, what it refuses, and what no client
+// can see (the cache's checks catch those: s3_cache_heal_test.cc).
 #include "io/s3_client.h"
 
 #include <gtest/gtest.h>
@@ -12,20 +13,20 @@
 namespace libshard::io {
 namespace {
 
-using testing::FakeS3;
-using testing::S3Fault;
-using testing::S3FaultRule;
+using objstore::MemoryServer;
+using objstore::Fault;
+using objstore::FaultRule;
 
 class S3ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_ = FakeS3::Make();
-    installed_ = server_->Install();
+    server_ = MemoryServer::Make();
+    installed_ = testing::ServeS3(server_);
     data_.resize(100000);
     for (size_t i = 0; i < data_.size(); ++i) data_[i] = static_cast<char>(i * 7 + i / 251);
     server_->Put("bkt", "p/obj", data_);
     S3Config c;
-    c.endpoint = FakeS3::kEndpoint;
+    c.endpoint = testing::kS3Endpoint;
     c.max_attempts = 3;
     c.backoff_ms = 1;
     c.source = "test";
@@ -40,17 +41,17 @@ class S3ClientTest : public ::testing::Test {
     *st = client_->GetRange(obj_, offset, length, if_match.empty() ? Etag() : if_match, out.data());
     return out;
   }
-  std::string Etag() const { return server_->Etag("bkt", "p/obj"); }
-  void Fault(std::vector<S3Fault> faults, int times = 1, std::string method = "GET") {
-    S3FaultRule r;
+  std::string Etag() const { return server_->Generation("bkt", "p/obj"); }
+  void Inject(std::vector<objstore::Fault> faults, int times = 1, std::string method = "GET") {
+    FaultRule r;
     r.faults = std::move(faults);
     r.method = std::move(method);
     r.times = times;
     server_->AddFault(r);
   }
 
-  std::shared_ptr<FakeS3> server_;
-  std::unique_ptr<FakeS3::Installed> installed_;
+  std::shared_ptr<MemoryServer> server_;
+  std::unique_ptr<testing::S3Front> installed_;
   std::unique_ptr<S3Client> client_;
   std::string data_;
   const S3Url obj_{"bkt", "p/obj"};
@@ -73,9 +74,9 @@ TEST_F(S3ClientTest, HeadAndRanges) {
 }
 
 TEST_F(S3ClientTest, TransientFaultsAreRetried) {
-  for (S3Fault f : {S3Fault::kStatus503, S3Fault::kReset, S3Fault::kShortBody, S3Fault::kStall,
-                    S3Fault::kNoContentRange, S3Fault::kIgnoreRange}) {
-    Fault({f});
+  for (Fault f : {Fault::kError, Fault::kDrop, Fault::kCut, Fault::kStall,
+                    Fault::kNoContentRange, Fault::kIgnoreRange}) {
+    Inject({f});
     const uint64_t retries = client_->stats().retries;
     Status st;
     EXPECT_EQ(Range(8192, 4096, &st), data_.substr(8192, 4096)) << static_cast<int>(f);
@@ -86,7 +87,7 @@ TEST_F(S3ClientTest, TransientFaultsAreRetried) {
 }
 
 TEST_F(S3ClientTest, PersistentFaultsFailNamingTheRange) {
-  Fault({S3Fault::kStatus503}, -1);
+  Inject({Fault::kError}, -1);
   Status st;
   Range(0, 4096, &st);
   EXPECT_EQ(st.code(), StatusCode::kIoError);
@@ -94,7 +95,7 @@ TEST_F(S3ClientTest, PersistentFaultsFailNamingTheRange) {
   EXPECT_NE(st.message().find("failed after 3 attempts"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("503 SlowDown"), std::string::npos) << st.ToString();
   server_->ClearFaults();
-  Fault({S3Fault::kShortBody}, -1);
+  Inject({Fault::kCut}, -1);
   Range(0, 4096, &st);
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_NE(st.message().find("bytes remaining"), std::string::npos) << st.ToString();
@@ -108,7 +109,7 @@ TEST_F(S3ClientTest, ReplacedObjectIsRefused) {
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_EQ(st.sys_errno(), ESTALE) << st.ToString();
   // A server that ignores If-Match but says which version it served: refused too.
-  Fault({S3Fault::kIgnoreIfMatch});
+  Inject({Fault::kIgnoreCondition});
   Range(0, 4096, &st, old);
   EXPECT_EQ(st.sys_errno(), ESTALE) << st.ToString();
   EXPECT_NE(st.message().find("replaced"), std::string::npos) << st.ToString();
@@ -118,11 +119,11 @@ TEST_F(S3ClientTest, WhatNoClientCanSee) {
   // A body damaged on the way, a server that ignores If-Match and hides the version, a body cut
   // short without a Content-Length: each looks like a good reply. The cache checks these
   // against the dataset's own checksums and sizes (docs/CACHE.md §7).
-  Fault({S3Fault::kFlipByte});
+  Inject({Fault::kCorrupt});
   Status st;
   EXPECT_NE(Range(0, 4096, &st), data_.substr(0, 4096));
   EXPECT_TRUE(st.ok());
-  Fault({S3Fault::kShortNoLength});
+  Inject({Fault::kCutUnmarked});
   Result<S3Client::Body> cut = client_->GetObject(obj_, 1 << 20);
   ASSERT_TRUE(cut.ok());
   EXPECT_EQ(cut->data.size(), data_.size() / 2);

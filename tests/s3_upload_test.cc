@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include "libshard/storage.h"
-#include "remote/md5.h"
-#include "remote/upload_check.h"
+#include "objstore/md5.h"
+#include "objstore/etag_check.h"
 #include "remote/upload_verify.h"
 
 namespace libshard::remote {
 namespace {
+
+using namespace libshard::objstore;  // NOLINT: the MD5 and ETag checks under test
 
 TEST(S3UploadMd5, KnownDigests) {
   EXPECT_EQ(Md5Etag(""), "\"d41d8cd98f00b204e9800998ecf8427e\"");
@@ -90,11 +92,11 @@ struct DamagingServer {
   int damaged = 0;
   int received = 0;
   std::string stored;
-  Result<io::ObjectInfo> Put(std::string_view data, const std::string& content_md5) {
+  Result<objstore::ObjectInfo> Put(std::string_view data, const std::string& content_md5) {
     ++received;
     stored = std::string(data);
     if (received <= damaged) stored[stored.size() / 2] ^= 0x20;
-    return io::ObjectInfo{stored.size(), Md5Etag(stored), ""};
+    return objstore::ObjectInfo{stored.size(), Md5Etag(stored), ""};
   }
 };
 
@@ -153,7 +155,7 @@ TEST(S3UploadCheck, ErrorsOfTheSendAreReturned) {
   int calls = 0;
   Result<CheckedSend> r = SendChecked("abc", true, 8, "PUT x", [&](const std::string&) {
     ++calls;
-    return Result<io::ObjectInfo>(Status::IoError("HTTP 503 SlowDown", 5));
+    return Result<objstore::ObjectInfo>(Status::IoError("HTTP 503 SlowDown", 5));
   });
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(calls, 1);  // the client retried already

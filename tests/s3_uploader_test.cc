@@ -1,4 +1,5 @@
-// The Uploader (remote/uploader.h) in-process against FakeS3 (testutil/fake_s3.h): single PUTs
+// The Uploader (remote/uploader.h) in-process against the S3 front (testutil/fake_s3.h) over a
+// memory store's server (objstore/memory_store.h), and against the memory store itself: single PUTs
 // and multipart uploads through transient faults, and a resume that sends no part twice.
 // tests/python/test_s3_write.py runs the uploads against a real S3 server.
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "objstore/object_store.h"
 #include "remote/uploader.h"
 #include "testutil/fake_s3.h"
 #include "testutil/testutil.h"
@@ -14,21 +16,21 @@
 namespace libshard::remote {
 namespace {
 
-using testing::FakeS3;
-using testing::S3Fault;
-using testing::S3FaultRule;
+using objstore::MemoryServer;
+using objstore::Fault;
+using objstore::FaultRule;
 
 class S3UploaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ::setenv("AWS_ENDPOINT_URL_S3", FakeS3::kEndpoint, 1);
+    ::setenv("AWS_ENDPOINT_URL_S3", testing::kS3Endpoint, 1);
     ::setenv("AWS_ACCESS_KEY_ID", "test", 1);
     ::setenv("AWS_SECRET_ACCESS_KEY", "test", 1);
     ::setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent", 1);
     ::setenv("AWS_CONFIG_FILE", "/nonexistent", 1);
     ::setenv("LIBSHARD_S3_BACKOFF_MS", "1", 1);
-    server_ = FakeS3::Make();
-    installed_ = server_->Install();
+    server_ = MemoryServer::Make();
+    installed_ = testing::ServeS3(server_);
     big_.resize(50000);
     for (size_t i = 0; i < big_.size(); ++i) big_[i] = static_cast<char>(i * 31 + i / 97);
     testing::WriteStringToFile(dir_ / "big.bin", big_);
@@ -43,25 +45,27 @@ class S3UploaderTest : public ::testing::Test {
       ::unsetenv(k);
   }
   std::unique_ptr<Uploader> Open(bool fresh) {
+    Result<std::shared_ptr<objstore::ObjectStore>> store = objstore::OpenStore("s3://bkt/out");
+    EXPECT_TRUE(store.ok()) << store.status().ToString();
+    if (!store.ok()) return nullptr;
     Result<std::unique_ptr<Uploader>> up =
-        Uploader::Open(io::S3Url{"bkt", "out"}, "s3://bkt/out", (dir_ / "stage").string(),
-                       fresh, options_);
+        Uploader::Open(*store, (dir_ / "stage").string(), fresh, options_);
     EXPECT_TRUE(up.ok()) << up.status().ToString();
     return up.ok() ? std::move(up).value() : nullptr;
   }
 
   testing::TempDir dir_;
-  std::shared_ptr<FakeS3> server_;
-  std::unique_ptr<FakeS3::Installed> installed_;
+  std::shared_ptr<MemoryServer> server_;
+  std::unique_ptr<testing::S3Front> installed_;
   std::string big_;
   UploadOptions options_;
 };
 
 TEST_F(S3UploaderTest, UploadsThroughTransientFaults) {
   std::filesystem::create_directories(dir_ / "stage");
-  S3FaultRule r;
+  FaultRule r;
   r.method = "PUT";
-  for (S3Fault f : {S3Fault::kStatus503, S3Fault::kReset, S3Fault::kStall, S3Fault::kStatus503}) {
+  for (Fault f : {Fault::kError, Fault::kDrop, Fault::kStall, Fault::kError}) {
     r.faults = {f};
     server_->AddFault(r);
   }
@@ -83,10 +87,10 @@ TEST_F(S3UploaderTest, ResumeSendsNoPartTwice) {
   {
     // Every part but the last goes up; the last fails for good: the upload stays open.
     ::setenv("LIBSHARD_S3_MAX_ATTEMPTS", "2", 1);
-    S3FaultRule r;
-    r.faults = {S3Fault::kStatus503};
+    FaultRule r;
+    r.faults = {Fault::kError};
     r.method = "PUT";
-    r.query_contains = "partNumber=7&";
+    r.part = 7;
     r.times = -1;
     server_->AddFault(r);
     options_.threads = 1;  // parts in order: 1 to 6 are up when 7 fails

@@ -13,11 +13,14 @@
 #include "io/s3_internal.h"
 #include "libshard/dataset.h"
 #include "libshard/dataset_lock.h"
+#include "libshard/follow.h"
 #include "libshard/merge.h"
 #include "libshard/storage.h"
 #include "libshard/upgrade.h"
 #include "libshard/writer.h"
-#include "storage/object_url.h"
+#include "objstore/memory_store.h"
+#include "objstore/object_url.h"
+#include "format_test_helpers.h"
 #include "storage/storage_driver.h"
 #include "testutil/testutil.h"
 
@@ -25,6 +28,9 @@ namespace libshard::storage {
 namespace {
 
 namespace fs = std::filesystem;
+using objstore::kMaxKeyPrefix;
+using objstore::ObjectUrl;
+using objstore::ParseObjectUrl;
 
 // LIBSHARD_S3_STAGING pointed at a fresh directory for the test's lifetime.
 class StagingEnv {
@@ -177,6 +183,54 @@ TEST(StorageDriverTest, TheLockOfAUrlIsItsStagingDirectorysLock) {
   EXPECT_EQ(DatasetLock::Acquire("s3://my-bucket/ds").status().code(),
             StatusCode::kAlreadyExists);
   EXPECT_EQ(DatasetLock::Acquire(staging.string()).status().code(), StatusCode::kAlreadyExists);
+}
+
+// The second store, end to end through the same driver: memory:// is written (staged, uploaded,
+// published with the manifest last), followed (whole once its manifest is there) and read
+// through the node-local cache exactly as s3:// is.
+TEST(StorageDriverTest, TheMemoryStoreIsWrittenFollowedAndReadLikeAnyStore) {
+  StagingEnv env;
+  testing::TempDir tmp;
+  const std::string url = "memory://driver-test/run1";
+  DatasetOptions o;
+  o.cache_dir = (tmp / "cache").string();
+  Result<std::unique_ptr<StorageDriver>> d = OpenStorage(url, o);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ((*d)->info().driver, "memory");
+  EXPECT_EQ((*d)->info().work_dir, (env.path() / "_memory/driver-test/run1").string());
+  EXPECT_FALSE((*d)->info().local_files);
+  Result<std::unique_ptr<DatasetFollower>> follower = DatasetFollower::Open(url, o);
+  ASSERT_TRUE(follower.ok()) << follower.status().ToString();
+  EXPECT_FALSE((*follower)->progress().complete);
+  EXPECT_NE((*follower)->progress().waiting_for.find("manifest.json"), std::string::npos);
+  {
+    WriterOptions w = testing::FastOptions();
+    w.shard_size = 16 << 10;
+    auto writer = Writer::Create(url, testing::EagleSchema(), w);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    for (uint64_t i = 0; i < 12; ++i)
+      ASSERT_TRUE((*writer)->Append(testing::StandardSample(i).input).ok());
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  EXPECT_TRUE(objstore::MemoryServer::Global()->Has("driver-test", "run1/manifest.json"));
+  EXPECT_FALSE(fs::exists(env.path() / "_memory/driver-test/run1"));  // released once checked
+  ASSERT_TRUE((*follower)->Poll().ok());
+  EXPECT_TRUE((*follower)->progress().complete);
+  Result<std::shared_ptr<Dataset>> followed = (*follower)->Snapshot();
+  ASSERT_TRUE(followed.ok()) << followed.status().ToString();
+  Result<std::shared_ptr<Dataset>> ds = Dataset::Open(url, o);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  for (const std::shared_ptr<Dataset>& each : {*ds, *followed}) {
+    ASSERT_EQ(each->size(), 12u);
+    for (uint64_t i = 0; i < 12; ++i) {
+      Result<Sample> s = each->Read(i);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      testing::ExpectSampleEq(*s, testing::StandardSample(i));
+    }
+  }
+  // A second write to the same URL is refused: the dataset there is never replaced.
+  EXPECT_EQ(Writer::Create(url, testing::EagleSchema()).status().code(),
+            StatusCode::kAlreadyExists);
 }
 
 }  // namespace

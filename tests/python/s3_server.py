@@ -130,6 +130,9 @@ class FaultProxy:
         # "cut-nolength" (half the body, no Content-Length, then the connection closed),
         # "ignore-if-match" (a 412 answered with the object's current bytes and no ETag), "pass".
         self.get_faults: Dict[str, List[str]] = {}
+        # Paths with one of these: served as by a server that keeps no versions: If-Match is
+        # dropped before the request is forwarded, and no ETag comes back (GET and HEAD).
+        self.unversioned: List[str] = []
         self.responses: List[Tuple[str, str, int]] = []  # (method, path, status) from the server
         self.injected: Counter = Counter()
         self.statuses: Counter = Counter()  # HTTP status -> responses from the server
@@ -177,6 +180,7 @@ class FaultProxy:
                             fault = None
                         else:
                             proxy.injected["put-" + fault.split(":")[0]] += 1
+                    unversioned = any(k in self.path for k in proxy.unversioned)
                 if fault == "damage" and body:
                     damaged = bytearray(body)
                     damaged[len(damaged) // 2] ^= 0xFF
@@ -204,7 +208,8 @@ class FaultProxy:
                     return
                 conn = http.client.HTTPConnection(LOOPBACK, proxy.upstream_port, timeout=60)
                 try:
-                    headers = {k: v for k, v in self.headers.items()}
+                    headers = {k: v for k, v in self.headers.items()
+                               if not (unversioned and k.lower() == "if-match")}
                     conn.request(self.command, self.path, body=body, headers=headers)
                     resp = conn.getresponse()
                     data = resp.read()
@@ -214,6 +219,8 @@ class FaultProxy:
                     proxy.statuses[resp.status] += 1
                     proxy.responses.append((self.command, self.path, resp.status))
                 status, resp_headers = resp.status, resp.getheaders()
+                if unversioned:
+                    resp_headers = [(k, v) for k, v in resp_headers if k.lower() != "etag"]
                 if fault == "ignore-if-match" and status == 412 and proxy.other_version:
                     data = proxy.other_version(self.path, rng)
                     status, resp_headers = (206 if rng else 200), []
@@ -285,6 +292,12 @@ class FaultProxy:
         with self.lock:
             self.get_faults.setdefault(key, []).extend(faults)
 
+    def unversion(self, key: str) -> None:
+        """From now on, paths containing `key` are served without versions: If-Match ignored,
+        no ETag sent (a server that ignores conditional requests)."""
+        with self.lock:
+            self.unversioned.append(key)
+
     def inject_upload(self, *faults: str) -> None:
         with self.lock:
             self.upload_faults.extend(faults)
@@ -345,4 +358,73 @@ def s3_env(endpoint: str, access_key: str, secret_key: str, **extra: str) -> Dic
                LIBSHARD_S3_STALL_SECONDS="2", LIBSHARD_S3_TIMEOUT_SECONDS="30",
                LIBSHARD_CACHE_MIN_FREE="0")
     env.update(extra)
+    return env
+
+
+# ---- The fixtures every s3:// test module uses (one copy: a module names its own settings) ----
+
+def apply_env(monkeypatch, env: Dict[str, str]) -> None:
+    """Makes `env` (s3_env's) this process's: every AWS_ variable replaced, LIBSHARD_ ones set."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        if k.startswith(("AWS_", "LIBSHARD_")):
+            monkeypatch.setenv(k, v)
+
+
+def server_fixture(bucket: Optional[str] = None, skip_without_moto: bool = False):
+    """A module-scoped `server` fixture: moto on loopback, with `bucket` made when given."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def server():
+        try:
+            s = MotoServer()
+        except RuntimeError as e:
+            if skip_without_moto:
+                pytest.skip(str(e))
+            raise
+        try:
+            if bucket is not None:
+                s.s3().create_bucket(Bucket=bucket)
+            yield s
+        finally:
+            s.stop()
+    return server
+
+
+def proxy_fixture(other_version: bool = False):
+    """A `proxy` fixture: a FaultProxy in front of `server`; with `other_version`, the
+    "ignore-if-match" fault serves what the object holds now (read by a signed client)."""
+    import pytest
+
+    @pytest.fixture
+    def proxy(server):
+        serve = None
+        if other_version:
+            s3 = server.s3()
+
+            def serve(path, rng):
+                bucket, key = path.split("?")[0].lstrip("/").split("/", 1)
+                kw = {"Range": rng} if rng else {}
+                return s3.get_object(Bucket=bucket, Key=key, **kw)["Body"].read()
+        p = FaultProxy(server.port, other_version=serve)
+        try:
+            yield p
+        finally:
+            p.stop()
+    return proxy
+
+
+def env_fixture(**extra):
+    """An `env` fixture: s3_env through `proxy` with `extra` (a value may be a function of the
+    test's tmp_path), made this process's environment."""
+    import pytest
+
+    @pytest.fixture
+    def env(server, proxy, monkeypatch, tmp_path):
+        e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
+                   **{k: str(v(tmp_path)) if callable(v) else str(v) for k, v in extra.items()})
+        apply_env(monkeypatch, e)
+        return e
     return env

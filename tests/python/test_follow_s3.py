@@ -5,7 +5,6 @@ manifest, then serves the complete dataset as its follow epoch. Against a real S
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -15,7 +14,7 @@ from typing import List
 import pytest
 
 import libshard
-from s3_server import FaultProxy, MotoServer, s3_env
+from s3_server import env_fixture, proxy_fixture, server_fixture
 
 pytest.importorskip("boto3")
 
@@ -23,31 +22,10 @@ BUCKET = "libshard-follow"
 CHILD = Path(__file__).resolve().parent / "follow_writer_child.py"
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = MotoServer()
-    try:
-        s.s3().create_bucket(Bucket=BUCKET)
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def env(server, monkeypatch, tmp_path):
-    proxy = FaultProxy(server.port)
-    try:
-        e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-                   LIBSHARD_S3_STAGING=str(tmp_path / "staging"),
-                   LIBSHARD_CACHE_DIR=str(tmp_path / "cache"))
-        for k in [k for k in os.environ if k.startswith("AWS_")]:
-            monkeypatch.delenv(k)
-        for k, v in e.items():
-            if k.startswith(("AWS_", "LIBSHARD_")):
-                monkeypatch.setenv(k, v)
-        yield e
-    finally:
-        proxy.stop()
+server = server_fixture(bucket=BUCKET)
+proxy = proxy_fixture()
+env = env_fixture(LIBSHARD_S3_STAGING=lambda tmp: tmp / "staging",
+                  LIBSHARD_CACHE_DIR=lambda tmp: tmp / "cache")
 
 
 def test_a_follower_of_an_s3_write_serves_it_once_its_manifest_is_up(env):

@@ -16,7 +16,7 @@ import pytest
 
 import libshard
 from conftest import assert_sample_equal, pack_dir, write_eagle_dir
-from s3_server import FaultProxy, MotoServer, s3_env
+from s3_server import env_fixture, proxy_fixture, server_fixture
 
 pytest.importorskip("boto3")
 
@@ -31,34 +31,9 @@ def local_ds(tmp_path_factory) -> Path:
     return pack_dir(src, tmp_path_factory.mktemp("s3_packed") / "ds", shard_size="96KiB")
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = MotoServer()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def proxy(server):
-    p = FaultProxy(server.port)
-    try:
-        yield p
-    finally:
-        p.stop()
-
-
-@pytest.fixture
-def env(server, proxy, monkeypatch):
-    e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-               LIBSHARD_CACHE_BLOCK_SIZE=str(BLOCK), LIBSHARD_S3_CONNECTIONS="4")
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in e.items():
-        if k.startswith(("AWS_", "LIBSHARD_")):
-            monkeypatch.setenv(k, v)
-    return e
+server = server_fixture()
+proxy = proxy_fixture()
+env = env_fixture(LIBSHARD_CACHE_BLOCK_SIZE=BLOCK, LIBSHARD_S3_CONNECTIONS=4)
 
 
 _uploaded = set()

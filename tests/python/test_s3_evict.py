@@ -22,7 +22,7 @@ import pytest
 
 import libshard
 from conftest import assert_sample_equal, pack_dir, write_eagle_dir
-from s3_server import FaultProxy, MotoServer, s3_env
+from s3_server import env_fixture, proxy_fixture, server_fixture
 
 pytest.importorskip("boto3")
 
@@ -41,35 +41,10 @@ def local_ds(tmp_path_factory) -> Path:
     return pack_dir(src, tmp_path_factory.mktemp("evict_packed") / "ds", shard_size="256KiB")
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = MotoServer()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def proxy(server):
-    p = FaultProxy(server.port)
-    try:
-        yield p
-    finally:
-        p.stop()
-
-
-@pytest.fixture
-def env(server, proxy, monkeypatch):
-    e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-               LIBSHARD_CACHE_BLOCK_SIZE=str(BLOCK), LIBSHARD_S3_CONNECTIONS=str(CONNECTIONS),
-               LIBSHARD_CACHE_MIN_FREE="0")
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in e.items():
-        if k.startswith(("AWS_", "LIBSHARD_")):
-            monkeypatch.setenv(k, v)
-    return e
+server = server_fixture()
+proxy = proxy_fixture()
+env = env_fixture(LIBSHARD_CACHE_BLOCK_SIZE=BLOCK, LIBSHARD_S3_CONNECTIONS=CONNECTIONS,
+                  LIBSHARD_CACHE_MIN_FREE=0)
 
 
 _uploaded = set()
@@ -348,3 +323,64 @@ def test_two_datasets_under_one_root_share_one_bound(server, proxy, env, local_d
         assert_sample_equal(ra[i], local[i], f"first again: sample {i}")
         assert_sample_equal(rb[i], local[i], f"second again: sample {i}")
     assert cache_bytes(root) <= bound + CONNECTIONS * BLOCK
+
+
+class _Tmpfs:
+    """A tmpfs of `size` bytes mounted on `path` (root only; `mounted` says whether it is)."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        import ctypes
+        path.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.mounted = self.libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", 0,
+                                       f"size={size}".encode()) == 0
+
+    def __enter__(self) -> "_Tmpfs":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.mounted:
+            self.libc.umount2(str(self.path).encode(), 2)  # MNT_DETACH
+
+
+def test_a_full_cache_file_system_evicts_or_reads_through(server, proxy, env, local_ds, tmp_path,
+                                                          monkeypatch, capfd):
+    """Issue 45: the cache's file system runs out of space (no floor kept). Blocks are evicted to
+    make room; with the disk full of other files, reads go through uncached with one warning.
+    Never an ENOSPC, never wrong data."""
+    url = upload(server, local_ds, "fullfs")
+    local = libshard.open(local_ds)
+    assert dataset_bytes(local_ds) > 2 * (1 << 20)
+    with _Tmpfs(tmp_path / "small", 1 << 20) as fs:
+        if not fs.mounted:
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        # Twice the file system's size: blocks are evicted to make room.
+        ds = libshard.open(url, cache=fs.path)
+        for i in range(len(local)):
+            assert_sample_equal(ds[i], local[i], f"sample {i}")
+    assert "has no room" not in capfd.readouterr().err
+    with _Tmpfs(tmp_path / "full", 1 << 20) as fs:
+        root = fs.path
+        ds = libshard.open(url, cache=root)
+        with open(root / "other-file", "wb") as f:  # the disk full of someone else's bytes
+            chunk = b"o" * 4096
+            try:
+                while os.statvfs(root).f_bavail * os.statvfs(root).f_frsize >= 4096:
+                    f.write(chunk)
+                    f.flush()
+            except OSError:
+                pass
+        # Nothing of the cache's to evict: read through, uncached.
+        for i in range(len(local)):
+            assert_sample_equal(ds[i], local[i], f"sample {i} (full disk)")
+        got = [s for s in libshard.Loader(url, cache=root, shuffle=False, pin_memory=False,
+                                          return_index=True)]
+        assert len(got) == len(local)
+        for s in got:
+            i = int(s["__index__"])
+            assert_sample_equal({k: v for k, v in s.items() if k != "__index__"}, local[i],
+                                f"loader sample {i}")
+        assert (root / "other-file").exists()
+    err = capfd.readouterr().err
+    assert "has no room for more blocks" in err, err[-2000:]

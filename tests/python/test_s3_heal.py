@@ -5,14 +5,13 @@ cases in-process."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 import libshard
 from conftest import assert_sample_equal, pack_dir, write_eagle_dir
-from s3_server import FaultProxy, MotoServer, s3_env
+from s3_server import env_fixture, proxy_fixture, server_fixture
 
 pytest.importorskip("boto3")
 
@@ -27,41 +26,9 @@ def local_ds(tmp_path_factory) -> Path:
     return pack_dir(src, tmp_path_factory.mktemp("heal_packed") / "ds", shard_size="96KiB")
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = MotoServer()
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def proxy(server):
-    s3 = server.s3()
-
-    def other_version(path, rng):
-        bucket, key = path.split("?")[0].lstrip("/").split("/", 1)
-        kw = {"Range": rng} if rng else {}
-        return s3.get_object(Bucket=bucket, Key=key, **kw)["Body"].read()
-
-    p = FaultProxy(server.port, other_version=other_version)
-    try:
-        yield p
-    finally:
-        p.stop()
-
-
-@pytest.fixture
-def env(server, proxy, monkeypatch):
-    e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-               LIBSHARD_CACHE_BLOCK_SIZE=str(BLOCK), LIBSHARD_S3_CONNECTIONS="2")
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in e.items():
-        if k.startswith(("AWS_", "LIBSHARD_")):
-            monkeypatch.setenv(k, v)
-    return e
+server = server_fixture()
+proxy = proxy_fixture(other_version=True)
+env = env_fixture(LIBSHARD_CACHE_BLOCK_SIZE=BLOCK, LIBSHARD_S3_CONNECTIONS=2)
 
 
 def upload(server, local_ds, prefix: str) -> str:
@@ -205,6 +172,30 @@ def test_server_that_ignores_if_match(server, proxy, env, local_ds, tmp_path):
     proxy.inject_get_path(name, *["ignore-if-match"] * 4)
     with pytest.raises(OSError, match="replaced since the dataset was opened"):
         ds[0]
+
+
+def test_server_without_etags_heals_once_the_right_object_is_back(server, proxy, env, local_ds,
+                                                                   tmp_path):
+    """Issue 45: a server that ignores conditional requests and sends no ETag serves a replaced
+    shard under the old name. The read that gets those bytes is a clear error (never the bytes);
+    once the right object is back, the next read heals."""
+    url = upload(server, local_ds, "noetag")
+    proxy.unversion("/noetag/")
+    local = libshard.open(local_ds)
+    ds = libshard.open(url, cache=tmp_path / "cache")
+    name = "shard-00000.lss"
+    original = (local_ds / name).read_bytes()
+    changed = bytearray(original)
+    changed[4096 + 8] ^= 1  # sample 0
+    s3 = server.s3()
+    s3.put_object(Bucket=BUCKET, Key=f"noetag/{name}", Body=bytes(changed))
+    for _ in range(2):
+        with pytest.raises(OSError, match="does not hold the bytes the index records") as e:
+            ds[0]
+        assert "names no version" in str(e.value) and "reopen the dataset" in str(e.value)
+    s3.put_object(Bucket=BUCKET, Key=f"noetag/{name}", Body=original)
+    read_all(ds, local)
+    read_all(libshard.open(url, cache=tmp_path / "cache"), local)
 
 
 def test_cache_directory_symlinks_are_not_followed(server, proxy, env, local_ds, tmp_path):

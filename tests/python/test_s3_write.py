@@ -5,7 +5,6 @@ server on 127.0.0.1 (moto, signature checking on) behind the fault proxy of s3_s
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import pytest
 
 import libshard
 from conftest import assert_sample_equal, pack_dir, write_eagle_dir
-from s3_server import FaultProxy, MotoServer, s3_env
+from s3_server import env_fixture, proxy_fixture, server_fixture
 
 pytest.importorskip("boto3")
 
@@ -42,37 +41,11 @@ WRITER = textwrap.dedent(f"""
 """)
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = MotoServer()
-    try:
-        s.s3().create_bucket(Bucket=BUCKET)
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.fixture
-def proxy(server):
-    p = FaultProxy(server.port)
-    try:
-        yield p
-    finally:
-        p.stop()
-
-
-@pytest.fixture
-def env(server, proxy, monkeypatch, tmp_path):
-    e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-               LIBSHARD_S3_PART_SIZE=str(PART), LIBSHARD_S3_UPLOAD_THREADS="4",
-               LIBSHARD_S3_STAGING=str(tmp_path / "staging"),
-               LIBSHARD_CACHE_DIR=str(tmp_path / "cache"))
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
-        monkeypatch.delenv(k)
-    for k, v in e.items():
-        if k.startswith(("AWS_", "LIBSHARD_")):
-            monkeypatch.setenv(k, v)
-    return e
+server = server_fixture(bucket=BUCKET)
+proxy = proxy_fixture()
+env = env_fixture(LIBSHARD_S3_PART_SIZE=PART, LIBSHARD_S3_UPLOAD_THREADS=4,
+                  LIBSHARD_S3_STAGING=lambda tmp: tmp / "staging",
+                  LIBSHARD_CACHE_DIR=lambda tmp: tmp / "cache")
 
 
 @pytest.fixture(scope="module")

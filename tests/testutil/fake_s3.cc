@@ -1,29 +1,21 @@
-// FakeS3 (fake_s3.h).
+// The S3 protocol front over a MemoryServer (fake_s3.h).
 #include "testutil/fake_s3.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "remote/md5.h"
+#include "objstore/md5.h"
 
 namespace libshard::testing {
 namespace {
 
-std::string Hex(const std::array<uint8_t, 16>& d) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : d) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
+using objstore::Fault;
+using objstore::MemoryServer;
 
 std::string Decode(std::string_view s) {
   std::string out;
@@ -94,138 +86,27 @@ struct Reply {
 
 }  // namespace
 
-std::shared_ptr<FakeS3> FakeS3::Make() { return std::shared_ptr<FakeS3>(new FakeS3()); }
-
-FakeS3::Installed::~Installed() { io::SetS3TransportFactory(std::move(previous_)); }
-
-std::unique_ptr<FakeS3::Installed> FakeS3::Install() {
+S3Front::S3Front(std::shared_ptr<MemoryServer> server) {
   struct Transport final : io::S3Transport {
-    std::shared_ptr<FakeS3> server;
+    std::shared_ptr<MemoryServer> server;
     Status Exchange(const io::S3Request& q, io::S3Response* r) override {
-      return server->Exchange(q, r);
+      return S3Front::Exchange(*server, q, r);
     }
   };
-  std::weak_ptr<FakeS3> weak = weak_from_this();
-  io::S3TransportFactory previous =
-      io::SetS3TransportFactory([weak]() -> Result<std::unique_ptr<io::S3Transport>> {
-        auto t = std::make_unique<Transport>();
-        t->server = weak.lock();
-        if (t->server == nullptr) return Status::Internal("the FakeS3 server is gone");
-        return std::unique_ptr<io::S3Transport>(std::move(t));
-      });
-  return std::make_unique<Installed>(std::move(previous));
-}
-
-void FakeS3::Put(const std::string& bucket, const std::string& key, std::string data) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Object& o = objects_[bucket + "/" + key];
-  o.etag = "\"" + Hex(remote::Md5(data)) + "\"";
-  o.data = std::move(data);
-}
-
-bool FakeS3::Has(const std::string& bucket, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return objects_.count(bucket + "/" + key) > 0;
-}
-
-std::string FakeS3::Get(const std::string& bucket, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(bucket + "/" + key);
-  return it == objects_.end() ? std::string() : it->second.data;
-}
-
-std::string FakeS3::Etag(const std::string& bucket, const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = objects_.find(bucket + "/" + key);
-  return it == objects_.end() ? std::string() : it->second.etag;
-}
-
-void FakeS3::Remove(const std::string& bucket, const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
-  objects_.erase(bucket + "/" + key);
-}
-
-void FakeS3::Damage(const std::string& bucket, const std::string& key, uint64_t offset) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Object& o = objects_.at(bucket + "/" + key);
-  o.data.at(offset) = static_cast<char>(o.data.at(offset) ^ 0x5a);
-}
-
-void FakeS3::PutDirectory(const std::string& bucket, const std::string& prefix,
-                          const std::string& dir) {
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    std::ifstream in(e.path(), std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    Put(bucket, prefix + "/" + e.path().filename().string(), ss.str());
-  }
-}
-
-std::vector<std::string> FakeS3::Keys(const std::string& bucket) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> out;
-  for (const auto& [k, o] : objects_)
-    if (k.rfind(bucket + "/", 0) == 0) out.push_back(k.substr(bucket.size() + 1));
-  return out;
-}
-
-void FakeS3::AddFault(S3FaultRule rule) {
-  std::lock_guard<std::mutex> lock(mu_);
-  faults_.push_back(std::move(rule));
-}
-
-void FakeS3::ClearFaults() {
-  std::lock_guard<std::mutex> lock(mu_);
-  faults_.clear();
-}
-
-uint64_t FakeS3::Requests(const std::string& method, const std::string& key_contains) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::count_if(log_.begin(), log_.end(), [&](const Logged& l) {
-    return (method.empty() || l.method == method) && l.key.find(key_contains) != std::string::npos;
+  std::weak_ptr<MemoryServer> weak = server;
+  previous_ = io::SetS3TransportFactory([weak]() -> Result<std::unique_ptr<io::S3Transport>> {
+    auto t = std::make_unique<Transport>();
+    t->server = weak.lock();
+    if (t->server == nullptr) return Status::Internal("the in-memory S3 server is gone");
+    return std::unique_ptr<io::S3Transport>(std::move(t));
   });
 }
 
-uint64_t FakeS3::RangedGets(const std::string& key_contains, uint64_t offset) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::count_if(log_.begin(), log_.end(), [&](const Logged& l) {
-    return l.method == "GET" && l.ranged && l.delivered &&
-           l.key.find(key_contains) != std::string::npos &&
-           (offset == UINT64_MAX || l.offset == offset);
-  });
-}
+S3Front::~S3Front() { io::SetS3TransportFactory(std::move(previous_)); }
 
-uint64_t FakeS3::FaultsApplied() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return faults_applied_;
-}
-
-void FakeS3::ResetCounts() {
-  std::lock_guard<std::mutex> lock(mu_);
-  log_.clear();
-  faults_applied_ = 0;
-}
-
-bool FakeS3::TakeFault(const std::string& method, const std::string& key, const std::string& query,
-                       bool ranged, uint64_t offset, S3FaultRule* out) {
-  for (auto it = faults_.begin(); it != faults_.end(); ++it) {
-    if (!it->method.empty() && it->method != method) continue;
-    if (key.find(it->key_contains) == std::string::npos) continue;
-    if (query.find(it->query_contains) == std::string::npos) continue;
-    if (it->ranged_only && !ranged) continue;
-    if (it->range_offset != UINT64_MAX && (!ranged || it->range_offset != offset)) continue;
-    *out = *it;
-    if (it->times > 0 && --it->times == 0) faults_.erase(it);
-    ++faults_applied_;
-    return true;
-  }
-  return false;
-}
-
-Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
+Status S3Front::Exchange(MemoryServer& server, const io::S3Request& q, io::S3Response* r) {
   // http://fake-s3/BUCKET/KEY?QUERY
-  const std::string prefix = std::string(kEndpoint) + "/";
+  const std::string prefix = std::string(kS3Endpoint) + "/";
   if (q.url.rfind(prefix, 0) != 0) return Status::IoError("Could not resolve host: " + q.url, EIO);
   std::string path = q.url.substr(prefix.size()), query;
   if (const size_t qm = path.find('?'); qm != std::string::npos) {
@@ -245,166 +126,168 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
   const std::string bucket = path.substr(0, slash);
   const std::string key = slash == std::string::npos ? "" : Decode(path.substr(slash + 1));
   const bool ranged = q.range_length > 0;
+  const uint32_t part =
+      args.count("partNumber") ? static_cast<uint32_t>(std::stoul(args["partNumber"])) : 0;
+
+  const MemoryServer::Call call =
+      server.Begin(q.method, bucket, args.count("prefix") ? args["prefix"] : key, part, ranged,
+                   q.range_offset);
+  const auto is = [&](Fault f) { return call.Has(f); };
+  if (is(Fault::kSlow))
+    std::this_thread::sleep_for(std::chrono::milliseconds(
+        call.fault->arg == UINT64_MAX ? 5 : std::min<uint64_t>(call.fault->arg, 60000)));
+  if (is(Fault::kDrop)) return Status::IoError("Connection reset by peer (injected)", EIO);
+  if (is(Fault::kStall)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return Status::IoError(
+        "Timeout was reached (no progress for " + std::to_string(q.stall_seconds) + " s)", EIO);
+  }
+  const std::string content_md5 = Header(q, "content-md5");
+  const auto bad_digest = [&](const std::string& data) {
+    return !content_md5.empty() && content_md5 != objstore::Md5Base64(data) &&
+           !is(Fault::kIgnoreCondition);
+  };
+  // A body damaged on the way (before the server sees it).
+  std::string sent(q.body);
+  if (is(Fault::kCorrupt) && (q.method == "PUT") && !sent.empty())
+    sent[sent.size() / 2] = static_cast<char>(sent[sent.size() / 2] ^ 0x5a);
 
   Reply reply;
-  S3FaultRule fault;
-  bool faulty = false;
-  size_t logged = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    log_.push_back({q.method, key, ranged, q.range_offset, false});
-    logged = log_.size() - 1;
-    faulty = TakeFault(q.method, key, query, ranged, q.range_offset, &fault);
-    const auto is = [&](S3Fault f) {
-      return faulty && std::find(fault.faults.begin(), fault.faults.end(), f) != fault.faults.end();
-    };
-    if (is(S3Fault::kReset)) return Status::IoError("Connection reset by peer (injected)", EIO);
-    if (is(S3Fault::kStall)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return Status::IoError(
-          "Timeout was reached (no progress for " + std::to_string(q.stall_seconds) + " s)", EIO);
-    }
-    if (is(S3Fault::kStatus503)) {
-      reply.Error(503, "SlowDown");
-    } else if (q.method == "POST" && args.count("uploads")) {
-      const std::string id = "upload-" + std::to_string(next_upload_++);
-      uploads_[id] = Upload{bucket, key, {}};
-      reply.body = "<InitiateMultipartUploadResult><Bucket>" + bucket + "</Bucket><Key>" +
-                   XmlEscape(key) + "</Key><UploadId>" + id +
-                   "</UploadId></InitiateMultipartUploadResult>";
-    } else if (q.method == "GET" && args.count("uploads")) {
-      reply.body = "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>";
-      for (const auto& [id, u] : uploads_)
-        if (u.bucket == bucket && u.key.rfind(args["prefix"], 0) == 0)
-          reply.body +=
-              "<Upload><Key>" + XmlEscape(u.key) + "</Key><UploadId>" + id + "</UploadId></Upload>";
-      reply.body += "</ListMultipartUploadsResult>";
-    } else if (args.count("uploadId")) {
-      auto up = uploads_.find(args["uploadId"]);
-      if (up == uploads_.end() || up->second.bucket != bucket || up->second.key != key) {
-        reply.Error(404, "NoSuchUpload");
-      } else if (q.method == "PUT") {
-        const std::string data(q.body);
-        const std::string md5 = Header(q, "content-md5");
-        if (!md5.empty() && md5 != remote::Md5Base64(data)) {
-          reply.Error(400, "BadDigest");
-        } else {
-          const uint32_t n = static_cast<uint32_t>(std::stoul(args["partNumber"]));
-          Object& part = up->second.parts[n];
-          part.data = data;
-          part.etag = "\"" + Hex(remote::Md5(data)) + "\"";
-          reply.headers.push_back({"ETag", part.etag});
-        }
-      } else if (q.method == "GET") {
-        reply.body = "<ListPartsResult><IsTruncated>false</IsTruncated>";
-        for (const auto& [n, p] : up->second.parts)
-          reply.body += "<Part><PartNumber>" + std::to_string(n) + "</PartNumber><ETag>" +
-                        XmlEscape(p.etag) + "</ETag><Size>" + std::to_string(p.data.size()) +
-                        "</Size></Part>";
-        reply.body += "</ListPartsResult>";
-      } else if (q.method == "POST") {
-        // <Part><PartNumber>N</PartNumber><ETag>E</ETag></Part>...
-        std::string body(q.body), data, digests;
-        size_t pos = 0, count = 0;
-        bool bad = false;
-        while ((pos = body.find("<PartNumber>", pos)) != std::string::npos) {
-          const size_t e = body.find("</PartNumber>", pos);
-          const uint32_t n = static_cast<uint32_t>(std::stoul(body.substr(pos + 12, e - pos - 12)));
-          const size_t t0 = body.find("<ETag>", e), t1 = body.find("</ETag>", t0);
-          const std::string etag = Unquote(body.substr(t0 + 6, t1 - t0 - 6));
-          auto part = up->second.parts.find(n);
-          if (part == up->second.parts.end() || part->second.etag != etag) bad = true;
-          if (!bad) {
-            data += part->second.data;
-            const auto d = remote::Md5(part->second.data);
-            digests.append(reinterpret_cast<const char*>(d.data()), d.size());
-          }
-          ++count;
-          pos = t1;
-        }
-        if (bad || count == 0) {
-          reply.Error(400, "InvalidPart");
-        } else {
-          Object& o = objects_[bucket + "/" + key];
-          o.data = std::move(data);
-          o.etag = "\"" + Hex(remote::Md5(digests)) + "-" + std::to_string(count) + "\"";
-          reply.body = "<CompleteMultipartUploadResult><ETag>" + XmlEscape(o.etag) +
-                       "</ETag></CompleteMultipartUploadResult>";
-          uploads_.erase(up);
-        }
-      } else if (q.method == "DELETE") {
-        uploads_.erase(up);
-        reply.code = 204;
-      }
-    } else if (q.method == "PUT") {
-      const std::string data(q.body);
-      const std::string md5 = Header(q, "content-md5");
-      if (!md5.empty() && md5 != remote::Md5Base64(data)) {
+  if (is(Fault::kError)) {
+    const uint64_t code = call.fault->arg == UINT64_MAX ? 503 : call.fault->arg;
+    reply.Error(static_cast<long>(code), code == 503 ? "SlowDown"
+                                         : code == 404 ? "NoSuchKey"
+                                         : code == 403 ? "AccessDenied"
+                                                       : "InternalError");
+  } else if (q.method == "POST" && args.count("uploads")) {
+    const std::string id = server.BeginUpload(bucket, key);
+    reply.body = "<InitiateMultipartUploadResult><Bucket>" + bucket + "</Bucket><Key>" +
+                 XmlEscape(key) + "</Key><UploadId>" + id +
+                 "</UploadId></InitiateMultipartUploadResult>";
+  } else if (q.method == "GET" && args.count("uploads")) {
+    reply.body = "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>";
+    for (const objstore::PendingUpload& u : server.Uploads(bucket, args["prefix"]))
+      reply.body += "<Upload><Key>" + XmlEscape(u.name) + "</Key><UploadId>" + u.upload_id +
+                    "</UploadId></Upload>";
+    reply.body += "</ListMultipartUploadsResult>";
+  } else if (q.method == "GET" && args.count("list-type")) {
+    reply.body = "<ListBucketResult><IsTruncated>false</IsTruncated>";
+    for (const objstore::ListEntry& e : server.ListKeys(bucket, args["prefix"]))
+      reply.body += "<Contents><Key>" + XmlEscape(e.name) + "</Key><Size>" +
+                    std::to_string(e.size) + "</Size><ETag>" + XmlEscape(e.generation) +
+                    "</ETag></Contents>";
+    reply.body += "</ListBucketResult>";
+  } else if (args.count("uploadId")) {
+    const std::string& id = args["uploadId"];
+    if (q.method == "PUT") {
+      if (bad_digest(sent)) {
         reply.Error(400, "BadDigest");
       } else {
-        Object& o = objects_[bucket + "/" + key];
-        o.etag = "\"" + Hex(remote::Md5(data)) + "\"";
-        o.data = data;
-        reply.headers.push_back({"ETag", o.etag});
+        Result<std::string> etag = server.StorePart(id, bucket, key, part, sent);
+        if (etag.ok())
+          reply.headers.push_back({"ETag", *etag});
+        else
+          reply.Error(404, "NoSuchUpload");
+      }
+    } else if (q.method == "GET") {
+      Result<std::vector<objstore::UploadPart>> parts = server.Parts(id, bucket, key);
+      if (!parts.ok()) {
+        reply.Error(404, "NoSuchUpload");
+      } else {
+        reply.body = "<ListPartsResult><IsTruncated>false</IsTruncated>";
+        for (const objstore::UploadPart& p : *parts)
+          reply.body += "<Part><PartNumber>" + std::to_string(p.number) + "</PartNumber><ETag>" +
+                        XmlEscape(p.generation) + "</ETag><Size>" + std::to_string(p.size) +
+                        "</Size></Part>";
+        reply.body += "</ListPartsResult>";
+      }
+    } else if (q.method == "POST") {
+      // <Part><PartNumber>N</PartNumber><ETag>E</ETag></Part>...
+      std::string body(q.body);
+      std::vector<objstore::UploadPart> parts;
+      for (size_t pos = 0; (pos = body.find("<PartNumber>", pos)) != std::string::npos;) {
+        const size_t e = body.find("</PartNumber>", pos);
+        const uint32_t n = static_cast<uint32_t>(std::stoul(body.substr(pos + 12, e - pos - 12)));
+        const size_t t0 = body.find("<ETag>", e), t1 = body.find("</ETag>", t0);
+        parts.push_back({n, 0, Unquote(body.substr(t0 + 6, t1 - t0 - 6))});
+        pos = t1;
+      }
+      Result<std::string> etag = server.Complete(id, bucket, key, parts);
+      if (etag.ok()) {
+        reply.body = "<CompleteMultipartUploadResult><ETag>" + XmlEscape(*etag) +
+                     "</ETag></CompleteMultipartUploadResult>";
+      } else if (etag.status().code() == StatusCode::kNotFound) {
+        reply.Error(404, "NoSuchUpload");
+      } else {
+        reply.Error(400, "InvalidPart");
       }
     } else if (q.method == "DELETE") {
-      objects_.erase(bucket + "/" + key);
+      server.Abort(id);
       reply.code = 204;
-    } else if (q.method == "GET" || q.method == "HEAD") {
-      auto it = objects_.find(bucket + "/" + key);
-      const std::string if_match = Header(q, "if-match");
-      if (it == objects_.end()) {
-        reply.Error(404, "NoSuchKey");
-      } else if (!if_match.empty() && if_match != it->second.etag && !is(S3Fault::kIgnoreIfMatch)) {
-        reply.Error(412, "PreconditionFailed");
-      } else {
-        const Object& o = it->second;
-        reply.headers.push_back({"ETag", o.etag});
-        const uint64_t size = o.data.size();
-        if (ranged && !is(S3Fault::kIgnoreRange)) {
-          if (q.range_offset >= size) {
-            reply.Error(416, "InvalidRange");
-          } else {
-            const uint64_t end = std::min(size, q.range_offset + q.range_length);
-            reply.code = 206;
-            reply.headers.push_back({"Content-Range", "bytes " + std::to_string(q.range_offset) +
-                                                          "-" + std::to_string(end - 1) + "/" +
-                                                          std::to_string(size)});
-            reply.body = o.data.substr(q.range_offset, end - q.range_offset);
-          }
-        } else {
-          reply.body = o.data;
-        }
-        if (q.method == "HEAD") {
-          reply.headers.push_back({"Content-Length", std::to_string(size)});
-          reply.body.clear();
-        }
-      }
-    } else {
-      reply.Error(405, "MethodNotAllowed");
     }
+  } else if (q.method == "PUT") {
+    if (bad_digest(sent)) {
+      reply.Error(400, "BadDigest");
+    } else if (Header(q, "if-none-match") == "*" && !is(Fault::kIgnoreCondition) &&
+               server.Has(bucket, key)) {
+      reply.Error(412, "PreconditionFailed");
+    } else {
+      reply.headers.push_back({"ETag", server.Store(bucket, key, sent)});
+    }
+  } else if (q.method == "DELETE") {
+    server.Remove(bucket, key);
+    reply.code = 204;
+  } else if (q.method == "GET" || q.method == "HEAD") {
+    std::optional<MemoryServer::Object> o = server.Find(bucket, key);
+    const std::string if_match = Header(q, "if-match");
+    if (!o) {
+      reply.Error(404, "NoSuchKey");
+    } else if (!if_match.empty() && if_match != o->generation && !is(Fault::kIgnoreCondition)) {
+      reply.Error(412, "PreconditionFailed");
+    } else {
+      const std::string& data = is(Fault::kStale) && !o->previous.empty() ? o->previous : o->data;
+      reply.headers.push_back({"ETag", o->generation});
+      const uint64_t size = data.size();
+      if (ranged && !is(Fault::kIgnoreRange)) {
+        if (q.range_offset >= size) {
+          reply.Error(416, "InvalidRange");
+        } else {
+          const uint64_t end = std::min(size, q.range_offset + q.range_length);
+          reply.code = 206;
+          reply.headers.push_back({"Content-Range", "bytes " + std::to_string(q.range_offset) +
+                                                        "-" + std::to_string(end - 1) + "/" +
+                                                        std::to_string(size)});
+          reply.body = data.substr(q.range_offset, end - q.range_offset);
+        }
+      } else {
+        reply.body = data;
+      }
+      if (q.method == "HEAD") {
+        reply.headers.push_back({"Content-Length", std::to_string(size)});
+        reply.body.clear();
+      }
+    }
+  } else {
+    reply.Error(405, "MethodNotAllowed");
   }
   if (q.method != "HEAD" && (reply.code < 200 || reply.code >= 300 || !reply.body.empty()))
     reply.headers.push_back({"Content-Length", std::to_string(reply.body.size())});
-  const auto is = [&](S3Fault f) {
-    return faulty && std::find(fault.faults.begin(), fault.faults.end(), f) != fault.faults.end();
-  };
   bool cut = false;
   if (reply.code >= 200 && reply.code < 300) {
-    if (is(S3Fault::kNoEtag)) reply.Drop("ETag");
-    if (is(S3Fault::kNoContentLength)) reply.Drop("Content-Length");
-    if (is(S3Fault::kNoContentRange)) reply.Drop("Content-Range");
-    if (is(S3Fault::kFlipByte) && !reply.body.empty()) {
-      const uint64_t at = fault.arg == UINT64_MAX
+    if (is(Fault::kNoGeneration)) reply.Drop("ETag");
+    if (is(Fault::kNoContentLength)) reply.Drop("Content-Length");
+    if (is(Fault::kNoContentRange)) reply.Drop("Content-Range");
+    if (is(Fault::kCorrupt) && q.method != "PUT" && !reply.body.empty()) {
+      const uint64_t at = call.fault->arg == UINT64_MAX
                               ? reply.body.size() / 2
-                              : std::min<uint64_t>(fault.arg, reply.body.size() - 1);
+                              : std::min<uint64_t>(call.fault->arg, reply.body.size() - 1);
       reply.body[at] = static_cast<char>(reply.body[at] ^ 0x5a);
     }
-    if (is(S3Fault::kShortNoLength)) {
+    if (is(Fault::kCutUnmarked)) {
       reply.Drop("Content-Length");
       reply.body.resize(reply.body.size() / 2);
     }
-    if (is(S3Fault::kShortBody)) cut = true;
+    if (is(Fault::kCut)) cut = true;
   }
   r->OnStatus(reply.code);
   for (const auto& [n, v] : reply.headers) r->OnHeader(n + ": " + v + "\r\n");
@@ -416,10 +299,7 @@ Status FakeS3::Exchange(const io::S3Request& q, io::S3Response* r) {
     return Status::IoError("transfer closed with " + std::to_string(reply.body.size() - deliver) +
                                " bytes remaining to read (injected)",
                            EIO);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    log_[logged].delivered = true;
-  }
+  server.Delivered(call);
   return Status::OK();
 }
 

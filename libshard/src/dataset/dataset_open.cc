@@ -268,8 +268,8 @@ Result<std::vector<uint64_t>> Dataset::field_stored_sizes(uint64_t i) const {
 Result<std::shared_ptr<Dataset>> Dataset::Open(const std::string& dir,
                                                const DatasetOptions& options) {
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
-                            storage::OpenStorage(dir));
-  return driver->Open(options, &DatasetImpl::Open);
+                            storage::OpenStorage(dir, options));
+  return driver->Open(&DatasetImpl::Open);
 }
 
 }  // namespace libshard

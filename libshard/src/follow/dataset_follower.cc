@@ -1,5 +1,6 @@
-// DatasetFollower::Open (libshard/follow.h) and the follower of a local write (FORMAT.md §6.1):
-// one writer's directory or the W parts of a multi-rank write, merged into the arrival order.
+// DatasetFollower::Open (libshard/follow.h: the location's storage driver follows it) and the
+// follower of a local write (local_follower.h, FORMAT.md §6.1): one writer's directory or the W
+// parts of a multi-rank write, merged into the arrival order.
 #include "libshard/follow.h"
 
 #include <sys/stat.h>
@@ -15,7 +16,7 @@
 #include "dataset/dataset_impl.h"
 #include "follow/arrival_index.h"
 #include "follow/part_follower.h"
-#include "follow/remote_follower.h"
+#include "follow/local_follower.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
 #include "libshard/merge.h"
@@ -209,22 +210,26 @@ Result<std::shared_ptr<Dataset>> LocalFollower::Snapshot() {
 }
 
 }  // namespace
-}  // namespace follow
 
-Result<std::unique_ptr<DatasetFollower>> DatasetFollower::Open(const std::string& path,
-                                                               const DatasetOptions& options) {
-  // The location's storage driver decides (storage/storage_driver.h): a dataset without local
-  // files (an object store's) is followed through its manifest.
-  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
-                            storage::OpenStorage(path));
-  if (!driver->info().local_files) return follow::OpenRemoteFollower(driver->location(), options);
+Result<std::unique_ptr<DatasetFollower>> OpenLocalFollower(const std::string& path,
+                                                           const DatasetOptions& options) {
   std::error_code ec;
   std::string dir = std::filesystem::absolute(path, ec).lexically_normal().string();
   if (ec || dir.empty()) dir = path;
   if (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  auto f = std::make_unique<follow::LocalFollower>(std::move(dir), options);
+  auto f = std::make_unique<LocalFollower>(std::move(dir), options);
   LIBSHARD_RETURN_IF_ERROR(f->Poll());
   return std::unique_ptr<DatasetFollower>(std::move(f));
+}
+
+}  // namespace follow
+
+Result<std::unique_ptr<DatasetFollower>> DatasetFollower::Open(const std::string& path,
+                                                               const DatasetOptions& options) {
+  // The location's storage driver follows it (storage/storage_driver.h).
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<storage::StorageDriver> driver,
+                            storage::OpenStorage(path, options));
+  return driver->Follow(&internal::DatasetImpl::Open);
 }
 
 }  // namespace libshard

@@ -1,19 +1,21 @@
-// Following an s3:// dataset being written (FORMAT.md §6.1): the s3 writer keeps its journal in
-// its local staging directory and puts manifest.json last, so a follower of the URL sees the
-// dataset whole once its manifest is there. One function, kept apart so that the storage layer
-// (io/s3_client.h, remote/) can take it over.
+// Following a dataset being written to an object store (FORMAT.md §6.1): such a write keeps its
+// journal in its local staging directory and puts manifest.json last, so a follower of the URL
+// sees the dataset whole once its manifest is there. The object driver's Follow
+// (storage/object_driver.cc) makes one.
 #pragma once
 
+#include <functional>
 #include <memory>
-#include <string>
 
 #include "libshard/follow.h"
+#include "objstore/object_store.h"
 
 namespace libshard::follow {
 
-// A follower of `url` whose Poll looks for its manifest (one GET per Poll until it is there,
-// through Dataset::Open and the node-local cache), then serves the complete dataset.
-Result<std::unique_ptr<DatasetFollower>> OpenRemoteFollower(const std::string& url,
-                                                            const DatasetOptions& options);
+// A follower whose Poll asks `store` for manifest.json (one Head per Poll until it is there),
+// then opens the dataset with `open` (through the node-local cache) and serves it whole.
+Result<std::unique_ptr<DatasetFollower>> OpenRemoteFollower(
+    std::shared_ptr<objstore::ObjectStore> store,
+    std::function<Result<std::shared_ptr<Dataset>>()> open);
 
 }  // namespace libshard::follow

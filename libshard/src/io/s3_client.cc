@@ -144,6 +144,10 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
                                                                                   : "") +
                                              ")"),
                               ENOENT);
+    const bool if_absent = std::find(extra_headers.begin(), extra_headers.end(),
+                                     "If-None-Match: *") != extra_headers.end();
+    if (code == 412 && if_absent)
+      return Status::AlreadyExists(where + ": " + status_text + ": the object exists");
     if (code == 412 || code == 416)
       return Status::IoError(where + ": " + status_text + ": the object was replaced since the "
                                  "dataset was opened (its ETag " + if_match +
@@ -215,11 +219,12 @@ Result<S3Client::Body> S3Client::GetObject(const S3Url& object, uint64_t max_byt
 }
 
 Result<ObjectInfo> S3Client::Put(const S3Url& object, std::string_view data,
-                                  const std::string& content_md5) {
+                                  const std::string& content_md5, bool if_absent) {
   S3Response r;
   r.cap = 1 << 20;
   std::vector<std::string> headers;
   if (!content_md5.empty()) headers.push_back("Content-MD5: " + content_md5);
+  if (if_absent) headers.push_back("If-None-Match: *");
   LIBSHARD_RETURN_IF_ERROR(Perform("PUT", object, 0, 0, {}, data, &r, {}, headers));
   return ObjectInfo{data.size(), r.etag, r.encryption};
 }

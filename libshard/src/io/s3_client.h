@@ -3,11 +3,11 @@
 // S3Transport (s3_transport.h: libcurl's, or a test's in-memory server).
 //
 // One client owns one transport (one connection, kept alive between requests) and is used by one
-// thread at a time; the remote cache (remote/) creates one per fetcher thread, in that thread, so a client
-// never crosses a fork. Every request is bounded: `max_attempts` tries with exponential backoff
-// on 5xx / 429 / SlowDown, reset connections, short bodies and stalls (no byte for
-// `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error names the URL,
-// the byte range and the HTTP status (or the transport error).
+// thread at a time; the s3:// store (objstore/s3_store.cc) keeps a pool of them, one per call in
+// flight, and never hands a child of fork its parent's. Every request is bounded: `max_attempts`
+// tries with exponential backoff on 5xx / 429 / SlowDown, reset connections, short bodies and
+// stalls (no byte for `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error
+// names the URL, the byte range and the HTTP status (or the transport error).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 namespace libshard::io {
 
 // An object's address: its bucket and key (no leading '/'). The s3:// URLs users write are
-// parsed and checked by the storage driver (storage/s3_driver.cc); the key is percent-encoded
+// parsed and checked by the s3:// store (objstore/s3_store.cc); the key is percent-encoded
 // per segment when a request is built (UrlOf).
 struct S3Url {
   std::string bucket;
@@ -61,7 +61,7 @@ struct ObjectInfo {
   std::string etag;  // as the server sent it, quotes included
   // The server-side encryption the reply names: x-amz-server-side-encryption ("AES256",
   // "aws:kms", "aws:kms:dsse"), or "SSE-C" for a customer key; "" when none is named. Under
-  // aws:kms and SSE-C S3's ETag is not the MD5 of the bytes (remote/upload_check.h).
+  // aws:kms and SSE-C S3's ETag is not the MD5 of the bytes (objstore/etag_check.h).
   std::string encryption;
 };
 
@@ -95,12 +95,25 @@ class S3Client {
   };
   Result<Body> GetObject(const S3Url& object, uint64_t max_bytes, const std::string& if_match = {});
   // PUT of a whole object (single request; UNSIGNED-PAYLOAD). With `content_md5` (the base64
-  // MD5 of `data`) a server that checks it refuses a body damaged on the way. Returns the reply's
-  // ETag and encryption, with `size` the bytes sent.
+  // MD5 of `data`) a server that checks it refuses a body damaged on the way. With `if_absent`
+  // (If-None-Match: *) a server that supports it refuses to replace an object: AlreadyExists.
+  // Returns the reply's ETag and encryption, with `size` the bytes sent.
   Result<ObjectInfo> Put(const S3Url& object, std::string_view data,
-                         const std::string& content_md5 = {});
+                         const std::string& content_md5 = {}, bool if_absent = false);
   // DELETE of an object (S3 answers 204 also for a missing one).
   [[nodiscard]] Status Delete(const S3Url& object);
+
+  // ListObjectsV2 of the keys starting with `key_prefix` in `bucket` (key, size, ETag), at most
+  // `max_entries` (more: ResourceExhausted). The request's prefix stops before the first '/' of
+  // `key_prefix` (some servers refuse a '/' in a signed query value); the keys listed are
+  // matched against the whole of it here.
+  struct Listed {
+    std::string key;
+    uint64_t size = 0;
+    std::string etag;
+  };
+  Result<std::vector<Listed>> ListObjects(const std::string& bucket, const std::string& key_prefix,
+                                          size_t max_entries);
 
   // Multipart upload (the S3 API's CreateMultipartUpload / UploadPart / ListParts /
   // CompleteMultipartUpload / AbortMultipartUpload). Parts are numbered 1..10000; every part but

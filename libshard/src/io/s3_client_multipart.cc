@@ -116,6 +116,35 @@ Result<std::vector<S3Client::Upload>> S3Client::ListMultipartUploads(
   return out;
 }
 
+Result<std::vector<S3Client::Listed>> S3Client::ListObjects(const std::string& bucket,
+                                                            const std::string& key_prefix,
+                                                            size_t max_entries) {
+  std::vector<Listed> out;
+  std::string token;
+  const S3Url where{bucket, ""};
+  for (;;) {
+    S3Response r;
+    r.cap = 16 << 20;
+    // Canonical order: continuation-token, list-type, prefix.
+    std::string query;
+    if (!token.empty()) query += "continuation-token=" + EncodeQueryValue(token) + "&";
+    query += "list-type=2&prefix=" + EncodeQueryValue(key_prefix.substr(0, key_prefix.find('/')));
+    LIBSHARD_RETURN_IF_ERROR(Perform("GET", where, 0, 0, {}, {}, &r, query));
+    LIBSHARD_ASSIGN_OR_RETURN(ObjectsPage got,
+                              ParseListObjects(r.text, "GET " + UrlOf(where) + "?" + query));
+    for (ObjectsPage::Object& o : got.objects) {
+      if (o.key.rfind(key_prefix, 0) != 0) continue;
+      if (out.size() >= max_entries)
+        return Status::ResourceExhausted("GET " + UrlOf(where) + "?" + query + ": more than " +
+                                         std::to_string(max_entries) + " objects listed");
+      out.push_back({std::move(o.key), o.size, std::move(o.etag)});
+    }
+    if (!got.truncated || got.next_token.empty() || got.next_token == token) break;
+    token = std::move(got.next_token);
+  }
+  return out;
+}
+
 Status S3Client::AbortMultipartUpload(const S3Url& object, const std::string& upload_id) {
   S3Response r;
   r.cap = 1 << 20;

@@ -1,9 +1,9 @@
 // S3Transport: the HTTP exchange under S3Client (s3_client.h). One request out, one response in:
 // no retries, no S3 knowledge, no checks of what the server sent (S3Client does those). The
-// libcurl transport (s3_curl_transport.cc) talks to servers; tests install an in-memory S3
-// server with injected faults (tests/testutil/fake_s3.h) through SetS3TransportFactory, so the
-// client's retries and checks, the cache, the block fetcher and the uploader run in-process,
-// under the sanitizers, without a server.
+// libcurl transport (s3_curl_transport.cc) talks to servers; tests install the S3 front over a
+// memory store's server and its fault rules (tests/testutil/fake_s3.h) through
+// SetS3TransportFactory, so the client's retries and checks, the cache, the block fetcher and the
+// uploader run in-process, under the sanitizers, without a server.
 #pragma once
 
 #include <cstdint>

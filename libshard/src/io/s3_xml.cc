@@ -68,6 +68,21 @@ Result<UploadsPage> ParseListUploads(const std::string& xml, const std::string& 
   return page;
 }
 
+Result<ObjectsPage> ParseListObjects(const std::string& xml, const std::string& where) {
+  ObjectsPage page;
+  LIBSHARD_RETURN_IF_ERROR(EachElement(xml, "Contents", where, [&](const std::string& e) -> Status {
+    const std::optional<std::string> key = XmlTag(e, "Key");
+    const std::optional<uint64_t> size = Number(XmlTag(e, "Size").value_or(""));
+    if (!key || key->empty() || !size)
+      return Status::InvalidArgument(where + ": a listed object without a key and a size");
+    page.objects.push_back({*key, *size, XmlTag(e, "ETag").value_or("")});
+    return Status::OK();
+  }));
+  page.truncated = XmlTag(xml, "IsTruncated").value_or("false") == "true";
+  page.next_token = XmlTag(xml, "NextContinuationToken").value_or("");
+  return page;
+}
+
 Result<std::optional<std::string>> ParseCompleteResult(const std::string& xml,
                                                        const std::string& where) {
   if (xml.find("<Error>") != std::string::npos)

@@ -1,4 +1,4 @@
-// The S3 API's XML replies as data (the bodies of ListParts, ListMultipartUploads,
+// The S3 API's XML replies as data (the bodies of ListObjectsV2, ListParts, ListMultipartUploads,
 // CreateMultipartUpload and CompleteMultipartUpload, and error bodies). Untrusted input: every
 // count bounded by what S3 itself allows. Bytes only, no system calls (fuzz/s3_xml_fuzz.cc).
 #pragma once
@@ -40,6 +40,21 @@ struct UploadsPage {
   std::string next_upload_id_marker;
 };
 Result<UploadsPage> ParseListUploads(const std::string& xml, const std::string& where);
+
+// One page of ListObjectsV2: the objects (at most 10000 a page; S3 lists 1000) and the token of
+// the next page. A listed object without a key or with a size that is not a number is refused
+// (InvalidArgument naming `where`).
+struct ObjectsPage {
+  struct Object {
+    std::string key;
+    uint64_t size = 0;
+    std::string etag;
+  };
+  std::vector<Object> objects;
+  bool truncated = false;
+  std::string next_token;
+};
+Result<ObjectsPage> ParseListObjects(const std::string& xml, const std::string& where);
 
 // CompleteMultipartUpload's body: the new object's ETag, or the error S3 may report with a 200
 // ("<Error><Code>..." : IoError naming `where`, code and message).

@@ -289,6 +289,19 @@ Status ReadScheduler::SchedulerStep() {
       }
       if (ready.ok() && !*ready) break;  // reap meanwhile
       awaiting_ = nullptr;
+      if (!ready.ok() && ShardFiller::NoRoom(ready.status())) {
+        // No room in the cache, nothing evictable: the bytes read through, uncached, and
+        // checked as any read is (docs/CACHE.md §4).
+        Status through = filler->ReadThrough(item->location.shard, item->layout.file_offset,
+                                             item->layout.read_length, item->read_slot.get());
+        if (through.ok()) {
+          item->next_sub = item->layout.read_length;
+          item->bytes_read = item->layout.read_length;
+          FinishRead(item);
+          continue;
+        }
+        ready = through;
+      }
       if (!ready.ok()) {
         DoneReading(item);
         Complete(item, ready.status().WithContext("sample " + std::to_string(item->sample)));

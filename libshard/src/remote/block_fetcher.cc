@@ -58,11 +58,10 @@ Fetcher* RemoteDataset::GetFetcher() const {
 }
 
 void RemoteDataset::FetcherLoop(Fetcher* f) {
-  // This thread's own client: made here, after any fork, used by this thread only.
-  Result<std::unique_ptr<io::S3Client>> client = io::S3Client::Create(config_);
   uint64_t max_block = 0;
   for (const auto& s : shards_) max_block = std::max(max_block, s->block_size);
-  std::shared_ptr<std::byte[]> buffer = internal::AllocateAligned(std::max<uint64_t>(max_block, 4096));
+  std::shared_ptr<std::byte[]> buffer =
+      internal::AllocateAligned(std::max<uint64_t>(max_block, 4096));
   while (true) {
     BlockId id;
     {
@@ -73,10 +72,9 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
       f->queue.pop_front();
       f->blocks[id].first = Fetcher::State::kFetching;
     }
-    Status st = !client.ok() ? client.status()
-                : buffer == nullptr
+    Status st = buffer == nullptr
                     ? Status::ResourceExhausted("cannot allocate a block buffer")
-                    : FetchBlock(client->get(), id, buffer.get(),
+                    : FetchBlock(id, buffer.get(),
                                  f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd()
                                                                  : shards_[id.shard]->state.fd());
     if (st.ok()) {
@@ -98,8 +96,7 @@ void RemoteDataset::FetcherLoop(Fetcher* f) {
   }
 }
 
-Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer,
-                                 int lock_fd) {
+Status RemoteDataset::FetchBlock(BlockId id, std::byte* buffer, int lock_fd) {
   CachedShard& s = *shards_[id.shard];
   // The state word itself, not the hint: another process may have evicted the block.
   LIBSHARD_ASSIGN_OR_RETURN(bool here, s.IsPresentOnDisk(id.block));
@@ -118,13 +115,16 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
   if (root == nullptr)
     return Status::IoError(root_ + ": cannot open the cache's usage file " + kUsageName +
                            " (set cache= / LIBSHARD_CACHE_DIR to a writable node-local disk)");
-  LIBSHARD_RETURN_IF_ERROR(root->Reserve(len, options_.cache_size, min_free_, s.state.fd()));
+  Status room = root->Reserve(len, options_.dataset.cache_size, min_free_, s.state.fd());
+  if (room.code() == StatusCode::kResourceExhausted)  // nothing evictable: read it through
+    return Status(StatusCode::kResourceExhausted, room.message(), ENOSPC);
+  LIBSHARD_RETURN_IF_ERROR(room);
   PendingDownload pending(root, len);
   // Block 0 carries the shard header, which the local reader checks at every open: checked as
   // it lands (4 KiB), fetched once more when it fails, never cached damaged (docs/CACHE.md §7).
   Status header;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    LIBSHARD_RETURN_IF_ERROR(client->GetRange(s.object, start, len, s.etag, buffer));
+    LIBSHARD_RETURN_IF_ERROR(store_->Read(s.name, start, len, s.etag, buffer));
     if (id.block != 0 || len < format::kShardHeaderSize) break;
     header = format::CheckShardHeader({buffer, format::kShardHeaderSize}, s.url);
     if (header.ok()) break;
@@ -135,8 +135,7 @@ Status RemoteDataset::FetchBlock(io::S3Client* client, BlockId id, std::byte* bu
                               WithoutLocalAdvice(header.message()) +
                               " on two downloads; upload the dataset again from its source");
   // Present only once the bytes are written in full and durable: data, fdatasync, then entry.
-  LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer, len, start));
-  if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
+  LIBSHARD_RETURN_IF_ERROR(WriteBlock(s, id, buffer, len));
   pending.Landed();
   s.DropCachedCopy(id.block);  // now that it is clean, off the read path
   const uint64_t sum = format::Xxh3(buffer, len);
@@ -203,9 +202,34 @@ Result<bool> RemoteDataset::Wait(uint32_t shard, uint64_t offset, uint64_t lengt
     }
     s.present[absent].store(0, std::memory_order_release);  // evicted meanwhile, or in flux
   }
-  return Status::ResourceExhausted(
-      BlockWhere({shard, b0}) + ": evicted again each time it was fetched; the cache (" + root_ +
-      ") is too small for the reads of this node's processes: raise cache_size");
+  // No room that lasts: read through (ShardFiller::NoRoom).
+  return Status(StatusCode::kResourceExhausted,
+                BlockWhere({shard, b0}) + ": evicted again each time it was fetched; the cache (" +
+                    root_ + ") is too small for the reads of this node's processes: raise "
+                    "cache_size",
+                ENOSPC);
+}
+
+Status RemoteDataset::WriteBlock(CachedShard& s, BlockId id, const std::byte* bytes,
+                                 uint64_t len) {
+  const uint64_t start = id.block * s.block_size;
+  for (int round = 0;; ++round) {
+    Status st = s.data.PWriteAll(bytes, len, start);
+    if (st.ok() && fdatasync(s.data.fd()) != 0) st = Errno(s.data_path + ": fdatasync");
+    if (st.ok()) return st;
+    const int e = st.sys_errno();
+    if (e != ENOSPC && e != EDQUOT) return st;
+    // The file system is out of space (other files took it, or the floor is off): evict by the
+    // schedule and try again; nothing to evict: no room (read through, docs/CACHE.md §4).
+    RootCache* root = GetFetcher()->root.get();
+    Result<uint64_t> freed = root != nullptr && round < 8 ? root->MakeRoom(Allocated(len) * 2)
+                                                          : Result<uint64_t>(uint64_t{0});
+    if (!freed.ok() || *freed == 0)
+      return Status(StatusCode::kResourceExhausted,
+                    BlockWhere(id) + ": no room in the cache directory " + root_ + " (" +
+                        st.message() + ") and nothing left to evict",
+                    ENOSPC);
+  }
 }
 
 Result<bool> RemoteDataset::Fetch(const std::vector<BlockId>& missing, bool wait) {

@@ -77,10 +77,10 @@ Status MakeDirs(const std::string& dir) {
   return Status::OK();
 }
 
-Result<std::string> FetchChecked(io::S3Client* client, const io::S3Url& object,
-                                 const io::ObjectInfo& info,
+Result<std::string> FetchChecked(objstore::ObjectStore& store, const std::string& name,
+                                 const objstore::ObjectInfo& info,
                                  const std::function<Status(const std::string&)>& check) {
-  const std::string where = "s3://" + object.bucket + "/" + object.key;
+  const std::string where = store.UrlOf(name);
   if (info.size > kMaxIndexObject)
     return Status::Corruption(where + ": " + std::to_string(info.size) +
                               " bytes, more than the " + std::to_string(kMaxIndexObject) +
@@ -94,12 +94,12 @@ Result<std::string> FetchChecked(io::S3Client* client, const io::S3Url& object,
       return Status::ResourceExhausted(where + ": cannot allocate " + std::to_string(info.size) +
                                        " bytes");
     }
-    LIBSHARD_RETURN_IF_ERROR(client->GetRange(object, 0, info.size, info.etag, data.data()));
+    LIBSHARD_RETURN_IF_ERROR(store.Read(name, 0, info.size, info.generation, data.data()));
     failed = check(data);
     if (failed.ok()) return data;
   }
-  return Status::Corruption(where + " (bucket " + object.bucket + ", key " + object.key +
-                            ", ETag " + info.etag + "): the object in the bucket is damaged: " +
+  return Status::Corruption(where + " (" + store.KeyWhere(name) + ", ETag " + info.generation +
+                            "): the object in the bucket is damaged: " +
                             WithoutLocalAdvice(failed.message()) +
                             " on two downloads; upload the dataset again from its source");
 }

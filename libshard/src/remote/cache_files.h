@@ -18,7 +18,7 @@
 #include <utility>
 
 #include "io/file.h"
-#include "io/s3_client.h"
+#include "objstore/object_store.h"
 #include "remote/cache_records.h"
 #include "libshard/status.h"
 
@@ -44,11 +44,12 @@ Status MakeDirs(const std::string& dir);
 // directory under it without following a symlink (one in its place is removed and the directory
 // made).
 Status MakeCacheDirs(const std::string& root, const std::string& relative);
-// `object` (of `info`'s size and ETag) whole, passed by `check` (the dataset's own references:
-// cache_verify.h) before anything is cached. A download that fails the check is made once more;
-// a second failure is the bucket's: a Corruption saying the object in the bucket is damaged.
-Result<std::string> FetchChecked(io::S3Client* client, const io::S3Url& object,
-                                 const io::ObjectInfo& info,
+// Object `name` of `store` (of `info`'s size and generation) whole, passed by `check` (the
+// dataset's own references: cache_verify.h) before anything is cached. A download that fails the
+// check is made once more; a second failure is the bucket's: a Corruption saying the object in
+// the bucket is damaged.
+Result<std::string> FetchChecked(objstore::ObjectStore& store, const std::string& name,
+                                 const objstore::ObjectInfo& info,
                                  const std::function<Status(const std::string&)>& check);
 // Opens a file of the cache with `flags` (O_NOFOLLOW and O_CLOEXEC added). A symlink or other
 // non-regular file in its place is removed (the link, not its target) and, with O_CREAT, the
@@ -133,9 +134,9 @@ class RangeLock {
 
 // One shard's cache: the sparse data file and its state file (docs/CACHE.md §2).
 struct CachedShard {
-  io::S3Url object;
-  std::string url;  // s3://bucket/key, for messages
-  std::string etag;
+  std::string name;  // the object's name in the store (the shard's file name)
+  std::string url;   // scheme://bucket/key, for messages
+  std::string etag;  // the generation recorded at open ("" when the store sends none)
   uint64_t size = 0;
   uint64_t block_size = kDefaultBlock;
   uint64_t blocks = 0;

@@ -1,8 +1,14 @@
 // Healing a damaged cached copy (docs/CACHE.md §7): a shard range whose bytes fail their sample
 // or field checksum is fetched again once, under each block's fetch lock, and checked again; the
 // block checksums recorded at download tell damage on this node's disk from a damaged download,
-// and a second failure is the bucket's. A cached index that fails its checks is fetched again,
-// checked and rewritten in place.
+// and a second failure is the bucket's. The checksums decide, not the store's generations: a
+// store that sends none (or ignores the condition of a read) may have left another version's
+// bytes in the cache, which the next read heals once the store serves the right ones again. A
+// cached index that fails its checks is fetched again, checked and rewritten in place.
+//
+// Reading through (docs/CACHE.md §4): a range the cache has no room for, with nothing left to
+// evict, is read from the store into the reader's memory, checked as cached bytes are, and never
+// cached; a warning says so once per dataset.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -20,7 +26,7 @@ namespace libshard::remote {
 
 std::string RemoteDataset::RangeWhere(uint32_t shard, uint64_t offset, uint64_t length) const {
   const CachedShard& s = *shards_[shard];
-  return s.url + " (bucket " + s.object.bucket + ", key " + s.object.key + ", bytes " +
+  return s.url + " (" + store_->KeyWhere(s.name) + ", bytes " +
          std::to_string(offset) + "-" + std::to_string(offset + length - 1) + ", ETag " + s.etag +
          ")";
 }
@@ -51,19 +57,22 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length, con
   const uint64_t b0 = offset / s.block_size, b1 = (end - 1) / s.block_size;
   const std::string where = RangeWhere(shard, offset, end - offset);
   const std::string what = WithoutLocalAdvice(failure.message());
-  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client, io::S3Client::Create(config_));
-  // Replaced since the open? A server that ignores If-Match (and sends no ETag) serves the new
-  // version's bytes under the old name.
-  Result<io::ObjectInfo> info = client->Head(s.object);
+  // Replaced since the open? A store that ignores the condition of a read (and names no
+  // generation in its reply) serves the new version's bytes under the old name. Only a
+  // generation named now and at the open, and differing, or another size, proves it; a store
+  // that names none proves nothing, and the bytes fetched again decide.
+  Result<objstore::ObjectInfo> info = store_->Head(s.name);
   if (!info.ok()) return info.status().WithContext(where + ": " + what + "; checking the object");
-  if (info->etag != s.etag || info->size != s.size)
+  const bool unversioned = info->generation.empty() || s.etag.empty();
+  if (info->size != s.size || (!unversioned && info->generation != s.etag)) {
+    DropBlocks(shard, b0, b1);  // they may hold the other version's bytes: never served again
     return Status::IoError(where + ": " + what +
                                "; the object was replaced since the dataset was opened (its ETag "
                                "is now " +
-                               info->etag +
-                               "); reopen the dataset to read the new "
-                               "version",
+                               info->generation + ", " + std::to_string(info->size) +
+                               " bytes); reopen the dataset to read the new version",
                            ESTALE);
+  }
   Fetcher* f = GetFetcher();
   PinTable& pins = *f->pins;
   {
@@ -73,11 +82,14 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length, con
   BlockVerdict verdict;
   Status fetched;
   for (uint64_t b = b0; b <= b1; ++b) {
-    if (fetched.ok())
-      fetched = RefetchBlock(client.get(), {shard, b}, offset, end - offset, dst, &verdict);
+    if (fetched.ok()) fetched = RefetchBlock({shard, b}, offset, end - offset, dst, &verdict);
     std::lock_guard<std::mutex> lock(pins.mu);
     pins.healing.erase({shard, b});
     pins.healed_cv.notify_all();
+  }
+  if (NoRoom(fetched) && dst != nullptr) {
+    // No room to cache the fresh bytes: they go to the reader only.
+    fetched = ReadThrough(shard, offset, length, dst);
   }
   if (!fetched.ok()) return fetched.WithContext(where + ": " + what + "; fetching it again");
   Status again = recheck();
@@ -92,21 +104,16 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length, con
     return Status::OK();
   }
   if (again.code() != StatusCode::kCorruption) return again;
-  // The bucket's bytes: none of them stays in the cache as present (best effort: a block pinned
-  // by a reader elsewhere stays until evicted).
-  if (RootCache* root = f->root.get();
-      root != nullptr && shard < pins.evict_files.size() && pins.evict_files[shard].valid()) {
-    uint64_t freed = 0;
-    for (uint64_t b = b0; b <= b1; ++b) {
-      Result<uint64_t> got =
-          EvictEntry(pins.evict_files[shard].fd(), s.state, s.data, b, s.block_size, s.size);
-      if (got.ok() && *got > 0) {
-        freed += *got;
-        s.present[b].store(0, std::memory_order_release);
-      }
-    }
-    root->Unreserve(freed);
-  }
+  // The bucket's bytes: none of them stays in the cache as present.
+  DropBlocks(shard, b0, b1);
+  if (unversioned)
+    return Status::IoError(
+        where + ": the object does not hold the bytes the index records: " +
+            WithoutLocalAdvice(again.message()) + " after a fresh download; the store names no "
+            "version (ETag) of it, so whether it was replaced since the dataset was opened or is "
+            "damaged cannot be told: reopen the dataset, and if that fails the same way, upload "
+            "the dataset again from its source",
+        ESTALE);
   return Status::Corruption(
       where + ": the object in the bucket is damaged: " + WithoutLocalAdvice(again.message()) +
       " after a fresh download (" +
@@ -116,8 +123,28 @@ Status RemoteDataset::Heal(uint32_t shard, uint64_t offset, uint64_t length, con
       "); this node's cache is not at fault: upload the dataset again from its source");
 }
 
-Status RemoteDataset::RefetchBlock(io::S3Client* client, BlockId id, uint64_t offset,
-                                   uint64_t length, std::byte* dst, BlockVerdict* verdict) {
+void RemoteDataset::DropBlocks(uint32_t shard, uint64_t b0, uint64_t b1) {
+  // Best effort: a block pinned by a reader elsewhere stays until evicted.
+  Fetcher* f = GetFetcher();
+  PinTable& pins = *f->pins;
+  CachedShard& s = *shards_[shard];
+  RootCache* root = f->root.get();
+  if (root == nullptr || shard >= pins.evict_files.size() || !pins.evict_files[shard].valid())
+    return;
+  uint64_t freed = 0;
+  for (uint64_t b = b0; b <= b1 && b < s.blocks; ++b) {
+    Result<uint64_t> got =
+        EvictEntry(pins.evict_files[shard].fd(), s.state, s.data, b, s.block_size, s.size);
+    if (got.ok() && *got > 0) {
+      freed += *got;
+      s.present[b].store(0, std::memory_order_release);
+    }
+  }
+  root->Unreserve(freed);
+}
+
+Status RemoteDataset::RefetchBlock(BlockId id, uint64_t offset, uint64_t length, std::byte* dst,
+                                   BlockVerdict* verdict) {
   CachedShard& s = *shards_[id.shard];
   Fetcher* f = GetFetcher();
   const int lock_fd = f->lock_files[id.shard].valid() ? f->lock_files[id.shard].fd() : s.state.fd();
@@ -138,15 +165,23 @@ Status RemoteDataset::RefetchBlock(io::S3Client* client, BlockId id, uint64_t of
     if (format::Xxh3(buffer.get(), len) != recorded) verdict->local_damage = true;
   } else {
     if (root == nullptr) return Status::IoError(root_ + ": the cache's usage file is not open");
-    LIBSHARD_RETURN_IF_ERROR(root->Reserve(len, options_.cache_size, min_free_, s.state.fd()));
+    Status room = root->Reserve(len, options_.dataset.cache_size, min_free_, s.state.fd());
+    if (room.code() == StatusCode::kResourceExhausted)
+      return Status(StatusCode::kResourceExhausted, room.message(), ENOSPC);  // NoRoom
+    LIBSHARD_RETURN_IF_ERROR(room);
   }
   PendingDownload pending(present ? nullptr : root, len);
-  LIBSHARD_RETURN_IF_ERROR(client->GetRange(s.object, start, len, s.etag, buffer.get()));
+  LIBSHARD_RETURN_IF_ERROR(store_->Read(s.name, start, len, s.etag, buffer.get()));
   const uint64_t sum = format::Xxh3(buffer.get(), len);
   if (!present || sum != recorded) verdict->same_bytes = false;
   // As a fetch writes a block (docs/CACHE.md §3): bytes, fdatasync, checksum, then the word.
-  LIBSHARD_RETURN_IF_ERROR(s.data.PWriteAll(buffer.get(), len, start));
-  if (fdatasync(s.data.fd()) != 0) return Errno(s.data_path + ": fdatasync");
+  if (present) {
+    // Absent first: the bytes written next are not the ones recorded until the word says so.
+    const uint64_t zero = 0;
+    LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&zero, 8, entry));
+    s.present[id.block].store(0, std::memory_order_release);
+  }
+  LIBSHARD_RETURN_IF_ERROR(WriteBlock(s, id, buffer.get(), len));
   pending.Landed();
   s.DropCachedCopy(id.block);
   LIBSHARD_RETURN_IF_ERROR(s.state.PWriteAll(&sum, 8, entry + 8));
@@ -163,19 +198,17 @@ Status RemoteDataset::RefetchBlock(io::S3Client* client, BlockId id, uint64_t of
 Status RemoteDataset::HealIndex(const Status& failure) const {
   std::lock_guard<std::mutex> lock(inners_mu_);  // one repair at a time
   const std::string what = WithoutLocalAdvice(failure.message());
-  const std::string url = url_ + "/" + index_obj_.key.substr(index_obj_.key.rfind('/') + 1);
-  const std::string where = url + " (bucket " + index_obj_.bucket + ", key " + index_obj_.key +
-                            ", ETag " + index_info_.etag + ")";
+  const std::string where = url_ + "/" + index_name_ + " (" + store_->KeyWhere(index_name_) +
+                            ", ETag " + index_info_.generation + ")";
   Result<std::string> cached = ReadCachedFile(index_path_, index_info_.size);
   Status local = cached.ok()
                      ? CheckIndexBytes(AsBytes(*cached), index_info_.size, index_xxh3_, index_path_)
                      : cached.status();
   bool repaired = false;
   if (!local.ok()) {
-    LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<io::S3Client> client, io::S3Client::Create(config_));
     LIBSHARD_ASSIGN_OR_RETURN(
         std::string fresh,
-        FetchChecked(client.get(), index_obj_, index_info_, [&](const std::string& b) {
+        FetchChecked(*store_, index_name_, index_info_, [&](const std::string& b) {
           return CheckIndexBytes(AsBytes(b), index_info_.size, index_xxh3_, where);
         }));
     LIBSHARD_RETURN_IF_ERROR(RewriteCachedFile(index_path_, fresh));
@@ -183,7 +216,7 @@ Status RemoteDataset::HealIndex(const Status& failure) const {
   }
   // A fresh reader: the current one keeps a block that failed to load as failed, and another
   // process may have repaired the file since.
-  Result<std::shared_ptr<Dataset>> inner = open_local_(view_, options_);
+  Result<std::shared_ptr<Dataset>> inner = open_local_(view_, options_.dataset);
   if (!inner.ok()) return Status(failure.code(), what, failure.sys_errno());
   inners_.push_back(std::move(inner).value());
   inner_.store(inners_.back().get(), std::memory_order_release);
@@ -192,6 +225,61 @@ Status RemoteDataset::HealIndex(const Status& failure) const {
                  " was damaged (it failed its own checksums): fetched again, checked and "
                  "repaired");
   return Status::OK();
+}
+
+bool RemoteDataset::IsNoRoom(const Status& st) { return NoRoom(st); }
+
+Status RemoteDataset::ReadThrough(uint32_t shard, uint64_t offset, uint64_t length,
+                                  std::byte* dst) {
+  if (shard >= shards_.size())
+    return Status::InvalidArgument(url_ + ": shard " + std::to_string(shard) + " out of range");
+  const CachedShard& s = *shards_[shard];
+  const uint64_t end = std::min(s.size, offset + length);
+  const uint64_t n = offset < end ? end - offset : 0;
+  if (!warned_no_room_.exchange(true))
+    CacheWarning(url_ + ": the cache directory " + root_ + " has no room for more blocks and "
+                 "nothing can be evicted (each is being read, or the disk is full of other "
+                 "files); reads go to the object store uncached, slower, until there is room: "
+                 "free space, raise cache_size, or point cache= at a larger disk "
+                 "(docs/CACHE.md §4)");
+  if (n > 0)
+    LIBSHARD_RETURN_IF_ERROR(store_->Read(s.name, offset, n, s.etag, dst)
+                                 .WithContext("reading " + s.url + " through, uncached"));
+  std::memset(dst + n, 0, length - n);
+  return Status::OK();
+}
+
+Result<Sample> RemoteDataset::ReadSampleThrough(uint64_t i) const {
+  LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
+  std::shared_ptr<std::byte[]> stored =
+      internal::AllocateAligned(std::max<uint64_t>(loc.stored_size, 1), 4096);
+  if (stored == nullptr)
+    return Status::ResourceExhausted(url_ + ": sample " + std::to_string(i) +
+                                     ": cannot allocate " + std::to_string(loc.stored_size) +
+                                     " bytes");
+  LIBSHARD_RETURN_IF_ERROR(const_cast<RemoteDataset*>(this)->ReadThrough(
+      loc.shard, loc.offset, loc.stored_size, stored.get()));
+  // Checked as the local reader checks cached bytes: these never pass through the cache.
+  const uint64_t sum = format::Xxh3(stored.get(), loc.stored_size);
+  if (sum != loc.checksum)
+    return Status::Corruption(RangeWhere(loc.shard, loc.offset, loc.stored_size) + ": sample " +
+                              std::to_string(i) + ", read through uncached: checksum mismatch: "
+                              "xxh3 " + format::Hex16(sum) + " != " + format::Hex16(loc.checksum) +
+                              " recorded in the index; the object in the bucket is damaged or "
+                              "was replaced: reopen the dataset, or upload it again");
+  std::shared_ptr<std::byte[]> raw = stored;
+  if (loc.flags & (kSampleFlagZstd | kSampleFlagFieldCodecs)) {
+    raw = internal::AllocateAligned(std::max<uint64_t>(loc.raw_size, 1), 64);
+    if (raw == nullptr)
+      return Status::ResourceExhausted(url_ + ": sample " + std::to_string(i) +
+                                       ": cannot allocate " + std::to_string(loc.raw_size) +
+                                       " bytes");
+    LIBSHARD_RETURN_IF_ERROR(
+        inner().Decode(i, {stored.get(), loc.stored_size}, {raw.get(), loc.raw_size}));
+  }
+  const uint64_t size = raw == stored ? loc.stored_size : loc.raw_size;
+  return inner().MakeSample(i, raw.get(), 0, size, std::shared_ptr<const void>(raw, raw.get()),
+                            {});
 }
 
 }  // namespace libshard::remote

@@ -110,7 +110,7 @@ Result<uint64_t> RootCache::Walk(std::vector<std::string>* state_files) const {
     if (ec) break;  // a directory removed while walking: the next measure counts again
     const fs::directory_entry& e = *it;
     const std::string name = e.path().filename().string();
-    if (it.depth() == 0 && name == "staging") {  // s3:// writes (§6), not the cache
+    if (it.depth() == 0 && name == "staging") {  // object-store writes (§6), not the cache
       it.disable_recursion_pending();
       continue;
     }

@@ -48,6 +48,10 @@ class RootCache {
   // to the running count. Error: ResourceExhausted "the cache is full", naming the root, the
   // bound and why nothing could be evicted.
   [[nodiscard]] Status Reserve(uint64_t len, uint64_t cache_size, uint64_t min_free, int fs_fd);
+  // Evicts by the victim order until `need` bytes are freed, when the file system ran out of
+  // space under the floor's watch (ENOSPC: other files took it): the bytes freed (0: nothing
+  // could go).
+  Result<uint64_t> MakeRoom(uint64_t need) { return Evict(need); }
   // Takes `bytes` off the running count (bytes evicted, a reservation of an open not made).
   void Unreserve(uint64_t bytes);
   // A download reserved by Reserve(len, ..., fs_fd >= 0) is written: no longer pending.

@@ -1,7 +1,8 @@
-// RemoteDataset (remote_dataset.h): a Dataset over the cached copy of an s3:// dataset that is
-// also the loader's ShardFiller. Private to remote/: remote_dataset.cc opens it (the cache
-// directory, manifest, index, shard probes and the version's view); block_fetcher.cc fetches
-// shard blocks into the cache on the process's fetcher threads.
+// RemoteDataset (remote_dataset.h): a Dataset over the cached copy of an object store's dataset
+// that is also the loader's ShardFiller. Private to remote/: remote_dataset.cc opens it (the cache
+// directory, free space, manifest, index, shard probes and the version's view, one step each);
+// block_fetcher.cc fetches shard blocks into the cache on the process's fetcher threads;
+// cache_heal.cc heals a damaged cached copy and reads through what the cache has no room for.
 #pragma once
 
 #include <sys/types.h>
@@ -22,8 +23,9 @@
 #include <utility>
 #include <vector>
 
-#include "io/s3_client.h"
+#include "format/manifest.h"
 #include "libshard/dataset.h"
+#include "objstore/object_store.h"
 #include "remote/cache_files.h"
 #include "remote/cache_root.h"
 #include "remote/remote_dataset.h"
@@ -102,7 +104,8 @@ struct Fetcher {
 
 class RemoteDataset final : public Dataset, public ShardFiller, public EvictSource {
  public:
-  RemoteDataset() = default;
+  RemoteDataset(std::shared_ptr<objstore::ObjectStore> store, CacheOptions options,
+                LocalOpen open_local);
   ~RemoteDataset() override {
     Fetcher* f = fetcher_.load();
     if (f == nullptr) return;
@@ -121,9 +124,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
     for (std::thread& t : f->threads) t.join();
   }
 
-  static Result<std::shared_ptr<Dataset>> Open(const io::S3Url& base,
-                                               const DatasetOptions& options,
-                                               LocalOpen open_local);
+  static Result<std::shared_ptr<Dataset>> Open(std::shared_ptr<objstore::ObjectStore> store,
+                                               CacheOptions options, LocalOpen open_local);
 
   // ---- Dataset: the cached copy, after Ensure for what is read ----
   const std::string& path() const override { return url_; }
@@ -159,14 +161,18 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   // bytes fail their checksum heals them (HealSample).
   Result<Sample> Read(uint64_t i) const override {
     Result<Sample> out = Status::Internal("unset");
-    LIBSHARD_RETURN_IF_ERROR(HealSample(i, [&] {
+    Status st = HealSample(i, [&] {
       out = inner().Read(i);
       return out.status();
-    }));
+    });
+    if (IsNoRoom(st)) return ReadSampleThrough(i);
+    LIBSHARD_RETURN_IF_ERROR(st);
     return out;
   }
   Status Verify(uint64_t i) const override {
-    return HealSample(i, [&] { return inner().Verify(i); });
+    Status st = HealSample(i, [&] { return inner().Verify(i); });
+    if (IsNoRoom(st)) return ReadSampleThrough(i).status();
+    return st;
   }
   // Field checksums (FORMAT.md §3.9): from the cached index; the bytes they cover are read
   // through the cache (EnsureSample) where this reads shards itself.
@@ -225,7 +231,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
     return f->queue.size() < f->max_queue;
   }
   void ForgetReadAhead() override;
-  uint64_t cache_bound() const override { return options_.cache_size; }
+  Status ReadThrough(uint32_t shard, uint64_t offset, uint64_t length, std::byte* dst) override;
+  uint64_t cache_bound() const override { return options_.dataset.cache_size; }
   uint64_t cache_block_size() const override {
     return shards_.empty() ? kDefaultBlock : shards_[0]->block_size;
   }
@@ -254,7 +261,36 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   Fetcher* GetFetcher() const;
   void FetcherLoop(Fetcher* f);
   // Downloads one block unless present (in this or another process); docs/CACHE.md §3.
-  Status FetchBlock(io::S3Client* client, BlockId id, std::byte* buffer, int lock_fd);
+  Status FetchBlock(BlockId id, std::byte* buffer, int lock_fd);
+  // Writes a downloaded block's bytes into its cache file (data, then fdatasync). A file system
+  // out of space (ENOSPC, EDQUOT) evicts by the schedule and tries again; with nothing left to
+  // evict, the error is NoRoom (docs/CACHE.md §4).
+  Status WriteBlock(CachedShard& s, BlockId id, const std::byte* bytes, uint64_t len);
+
+  // ---- Opening (remote_dataset.cc), one step each ----
+  // The dataset's directory in the cache: one per store identity and URL (docs/CACHE.md §1).
+  Status MakeCacheDirectory();
+  // The free-space floor: the option, else 5 % of the cache's file system (at most 10 GiB).
+  void ResolveFreeSpace();
+  // manifest.json: read, checked whole, cached (docs/CACHE.md §7).
+  Result<format::Manifest> FetchManifest();
+  // The index: its size checked against the manifest, fetched and checked whole when not cached.
+  Status FetchIndex(const format::Manifest& manifest);
+  // Every shard's size and generation, its cache files and the header the local reader checks.
+  Status ProbeShards(const format::Manifest& manifest);
+  Status ProbeShard(CachedShard* s);
+  // The version's view: a directory of hard links with the dataset's own file names.
+  Status MakeView(const format::Manifest& manifest);
+  // The local reader over the view.
+  Status OpenView();
+  // Counts a file the open creates in the root's running count before it is written.
+  Status Reserve(uint64_t bytes);
+
+  // ---- Reading through, uncached (cache_heal.cc) ----
+  // Whether `st` says the cache has no room for a read's blocks and nothing could be evicted.
+  static bool IsNoRoom(const Status& st);
+  // Sample i read from the store into memory and checked, the cache left alone (a warning once).
+  Result<Sample> ReadSampleThrough(uint64_t i) const;
 
   // ---- Healing a damaged cached copy (cache_heal.cc, docs/CACHE.md §7) ----
   // read() (a read of sample i's cached bytes) with the sample's blocks pinned; when it fails
@@ -280,12 +316,15 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   // Under block `id`'s fetch lock: its cached bytes checked against the recorded checksum, then
   // replaced by a fresh download (a reservation when it was absent); the bytes of
   // [offset, offset + length) that lie in it copied into dst (when not null).
-  Status RefetchBlock(io::S3Client* client, BlockId id, uint64_t offset, uint64_t length,
-                      std::byte* dst, BlockVerdict* verdict);
-  // "s3://b/p/shard-00000.lss (bucket b, key p/shard-00000.lss, bytes 0-8191, ETag "...")"
+  Status RefetchBlock(BlockId id, uint64_t offset, uint64_t length, std::byte* dst,
+                      BlockVerdict* verdict);
+  // Marks the blocks [b0, b1] of `shard` absent where no reader pins them (their bytes are
+  // known to be another version's, or damaged), and takes them off the running count.
+  void DropBlocks(uint32_t shard, uint64_t b0, uint64_t b1);
+  // "SCHEME://b/p/shard-00000.lss (bucket b, key p/shard-00000.lss, bytes 0-8191, ETag "...")"
   std::string RangeWhere(uint32_t shard, uint64_t offset, uint64_t length) const;
 
-  // "block 3 (bytes 12582912-16777215) of s3://b/p/shard-00000.lss"
+  // "block 3 (bytes 12582912-16777215) of SCHEME://b/p/shard-00000.lss"
   std::string BlockWhere(BlockId id) const {
     const CachedShard& s = *shards_[id.shard];
     const uint64_t start = id.block * s.block_size;
@@ -293,13 +332,17 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
            std::to_string(start + s.BlockLength(id.block) - 1) + ") of " + s.url;
   }
 
+  std::shared_ptr<objstore::ObjectStore> store_;
+  CacheOptions options_;
   std::string url_;
-  std::string root_;       // the cache root (CacheRoot): the bound covers all of it
-  std::string cache_dir_;  // this dataset's directory in the cache
-  io::S3Config config_;
-  DatasetOptions options_;
+  std::string root_;         // the cache root: the bound covers all of it
+  std::string cache_dir_;    // this dataset's directory in the cache
+  std::string objects_dir_;  // its objects/
   uint32_t connections_ = 8;
   uint64_t min_free_ = 0;
+  std::shared_ptr<RootCache> root_cache_;  // the open's (the fetcher keeps its own)
+  std::string manifest_path_, manifest_generation_;
+  mutable std::atomic<bool> warned_no_room_{false};
   mutable std::atomic<const Dataset*> inner_{nullptr};
   mutable std::mutex inners_mu_;
   mutable std::vector<std::shared_ptr<Dataset>> inners_;  // every inner_ so far, kept alive
@@ -312,8 +355,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   // Tier 3's cursor over this process's shards (guarded by the root's eviction lock).
   uint32_t evict_shard_ = 0;
   // What HealIndex needs: the index object, its cached file, the view and the local open.
-  io::S3Url index_obj_;
-  io::ObjectInfo index_info_;
+  std::string index_name_;
+  objstore::ObjectInfo index_info_;
   uint64_t index_xxh3_ = 0;  // manifest.json's index.xxh3
   std::string index_path_, view_;
   LocalOpen open_local_ = nullptr;

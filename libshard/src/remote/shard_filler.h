@@ -2,6 +2,7 @@
 // node-local cache (docs/CACHE.md). Implemented by remote/remote_dataset.cc.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -56,6 +57,19 @@ class ShardFiller {
   [[nodiscard]] virtual Status Heal(uint32_t shard, uint64_t offset, uint64_t length,
                                     const Status& failure, std::byte* dst,
                                     const std::function<Status()>& recheck) = 0;
+  // Whether Ensure's or Request's error `st` says that the cache has no room for the range
+  // (its file system is out of space, or its bound is reached, and nothing could be evicted):
+  // the reader then reads the range through with ReadThrough instead of failing
+  // (docs/CACHE.md §4).
+  static bool NoRoom(const Status& st) {
+    return st.code() == StatusCode::kResourceExhausted && st.sys_errno() == ENOSPC;
+  }
+  // Bytes [offset, offset + length) of shard `shard` read from the object store into `dst`
+  // (`length` bytes; those past the shard's end zeroed), without the cache: what a reader does
+  // when the cache has no room (NoRoom). The caller checks them as it checks cached bytes. A
+  // warning says so, once per dataset. Any thread.
+  [[nodiscard]] virtual Status ReadThrough(uint32_t shard, uint64_t offset, uint64_t length,
+                                           std::byte* dst) = 0;
   // The bound on the whole cache directory (DatasetOptions::cache_size; 0: none but the free
   // space) and the cache's block size: what a reader compares with what it will hold (the
   // node-local order's warning at Loader::Create).

@@ -1,7 +1,7 @@
-// The upload journal of an s3:// write (docs/CACHE.md §6): `upload.journal` in the staging
-// directory, one text line per event, "upload NAME SIZE UPLOAD_ID" and "done NAME SIZE ETAG",
-// appended and fsynced; a torn last line is ignored. Untrusted input (a file on disk): names are
-// plain file names, fields bounded. Bytes only, no system calls (fuzz/upload_journal_fuzz.cc).
+// The upload journal of a write to an object store (docs/CACHE.md §6): `upload.journal` in the
+// staging directory, one text line per event, "upload NAME SIZE UPLOAD_ID" and "done NAME SIZE
+// ETAG", appended and fsynced; a torn last line is ignored. Untrusted input (a file on disk): names
+// are plain file names, fields bounded. Bytes only, no system calls (fuzz/upload_journal_fuzz.cc).
 #pragma once
 
 #include <cstdint>

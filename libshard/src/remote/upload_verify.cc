@@ -7,24 +7,31 @@
 #include <optional>
 #include <thread>
 
-#include "io/s3_client.h"
-#include "remote/md5.h"
-#include "remote/upload_check.h"
+#include "objstore/etag_check.h"
+#include "objstore/md5.h"
 
 namespace libshard::remote {
 namespace {
 
-Status CheckOne(io::S3Client& client, const Uploader& up, const std::string& name,
-                uint64_t size) {
+using objstore::CheckEtag;
+using objstore::EtagCheck;
+using objstore::EtagOfMd5;
+using objstore::Md5;
+using objstore::Md5Base64;
+using objstore::SameEtag;
+
+Status CheckOne(const Uploader& up, const std::string& name, uint64_t size) {
   const std::string url = up.prefix() + "/" + name;
-  std::optional<io::ObjectInfo> recorded = up.Finished(name);
+  std::optional<objstore::ObjectInfo> recorded = up.Finished(name);
   if (!recorded) return Status::Internal(url + ": checked, but never uploaded");
-  Result<io::ObjectInfo> info = client.Head(up.ObjectOf(name));
+  Result<objstore::ObjectInfo> info = up.store().Head(name);
   if (!info.ok()) return info.status().WithContext("checking the uploaded " + url);
-  if (info->size != size || recorded->size != size || !SameEtag(info->etag, recorded->etag))
+  if (info->size != size || recorded->size != size ||
+      !SameEtag(info->generation, recorded->generation))
     return Status::Corruption(url + ": the bucket holds " + std::to_string(info->size) +
-                              " bytes with ETag " + info->etag + ", but " + std::to_string(size) +
-                              " bytes were uploaded, with ETag " + recorded->etag +
+                              " bytes with ETag " + info->generation + ", but " +
+                              std::to_string(size) + " bytes were uploaded, with ETag " +
+                              recorded->generation +
                               " (replaced, truncated or damaged in the bucket since)");
   return Status::OK();
 }
@@ -33,7 +40,8 @@ Status CheckOne(io::S3Client& client, const Uploader& up, const std::string& nam
 
 Result<CheckedSend> SendChecked(
     std::string_view data, bool check, uint32_t max_attempts, const std::string& where,
-    const std::function<Result<io::ObjectInfo>(const std::string& content_md5)>& send) {
+    const std::function<Result<objstore::ObjectInfo>(const std::string& content_md5)>& send,
+    const std::string& attempts_setting) {
   CheckedSend out;
   if (!check) {
     LIBSHARD_ASSIGN_OR_RETURN(out.reply, send(std::string()));
@@ -46,7 +54,7 @@ Result<CheckedSend> SendChecked(
   std::string seen;
   for (uint32_t attempt = 1;; ++attempt) {
     LIBSHARD_ASSIGN_OR_RETURN(out.reply, send(header));
-    switch (CheckEtag(out.reply.etag, expected, out.reply.encryption)) {
+    switch (CheckEtag(out.reply.generation, expected, out.reply.encryption)) {
       case EtagCheck::kMatch:
         out.verified = true;
         return out;
@@ -57,13 +65,13 @@ Result<CheckedSend> SendChecked(
         break;
     }
     ++out.mismatches;
-    seen += (seen.empty() ? "" : ", ") + out.reply.etag;
+    seen += (seen.empty() ? "" : ", ") + out.reply.generation;
     if (attempt >= attempts)
       return Status::IoError(where + ": the server stored other bytes than were sent, in all " +
                                  std::to_string(attempts) + " attempts (its ETags " + seen +
                                  " are not the MD5 " + expected + " of the bytes sent): the "
-                                 "network damages uploads; nothing was committed "
-                                 "(LIBSHARD_S3_MAX_ATTEMPTS bounds the tries)",
+                                 "network damages uploads; nothing was committed (" +
+                                 attempts_setting + " bounds the tries)",
                              EIO);
   }
 }
@@ -74,10 +82,8 @@ Status CheckUploaded(const Uploader& up,
   std::vector<Status> results(objects.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    Result<std::unique_ptr<io::S3Client>> client = io::S3Client::Create(up.config());
     for (size_t k = next++; k < objects.size(); k = next++)
-      results[k] = client.ok() ? CheckOne(**client, up, objects[k].first, objects[k].second)
-                               : client.status();
+      results[k] = CheckOne(up, objects[k].first, objects[k].second);
   };
   const size_t n = std::min<size_t>(objects.size(), std::max<uint32_t>(1, threads));
   std::vector<std::thread> pool;

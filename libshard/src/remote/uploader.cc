@@ -19,8 +19,8 @@
 
 #include "io/file.h"
 #include "io/filesystem.h"
-#include "remote/md5.h"
-#include "remote/upload_check.h"
+#include "objstore/etag_check.h"
+#include "objstore/md5.h"
 #include "remote/upload_journal.h"
 #include "remote/upload_verify.h"
 #include "util/env_knobs.h"
@@ -28,8 +28,15 @@
 namespace libshard::remote {
 namespace {
 
+using objstore::CheckEtag;
+using objstore::EtagCheck;
+using objstore::EtagOfMd5;
+using objstore::Md5;
+using objstore::Md5Digest;
+using objstore::MultipartEtag;
+using objstore::SameEtag;
+
 constexpr const char* kJournalName = "upload.journal";
-constexpr uint64_t kMaxParts = 10000;
 constexpr uint64_t kKeepHead = 4096;  // UploadOptions::free_uploaded keeps a shard's header
 
 using Recorded = UploadRecord;
@@ -38,22 +45,21 @@ using Recorded = UploadRecord;
 struct FileJob {
   std::string path;
   std::string name;
-  io::S3Url object;
   io::File file;
   uint64_t size = 0;
   uint64_t part_size = 0;
   uint32_t parts_total = 0;
   std::string upload_id;
-  std::map<uint32_t, io::S3Client::Part> listed;  // parts already up (resume)
+  std::map<uint32_t, objstore::UploadPart> listed;  // parts already up (resume)
   std::mutex mu;
-  std::vector<io::S3Client::Part> parts;
+  std::vector<objstore::UploadPart> parts;
   std::vector<Md5Digest> digests;  // each part's MD5, as sent (UploadOptions::content_md5)
   bool verifiable = true;          // every part's ETag was its MD5 (so the object's is checked)
   uint32_t remaining = 0;
   bool failed = false;
 };
 
-// "PUT s3://b/p/NAME part 3 (bytes 0-99 of PATH)" for messages.
+// "PUT scheme://b/p/NAME part 3 (bytes 0-99 of PATH)" for messages.
 std::string PartWhere(const std::string& url, uint32_t part, uint64_t offset, uint64_t length,
                       const std::string& path) {
   return "PUT " + url + (part > 0 ? " part " + std::to_string(part) : std::string()) +
@@ -63,28 +69,17 @@ std::string PartWhere(const std::string& url, uint32_t part, uint64_t offset, ui
 
 }  // namespace
 
-UploadOptions UploadOptions::FromEnvironment() {
-  // The table's bounds (util/env_knobs.h): below S3's 5 MiB only for servers that allow it
-  // (tests); 5 GiB is S3's part limit. A bad value fails Uploader::Open.
-  const EnvKnobs knobs = EnvKnobsOrDefaults();
-  UploadOptions o;
-  o.part_size = knobs.s3_part_size;
-  o.threads = static_cast<uint32_t>(knobs.s3_upload_threads);
-  o.content_md5 = knobs.s3_content_md5;
-  return o;
-}
-
 struct Uploader::State {
   std::string prefix;
-  io::S3Url base;
+  std::shared_ptr<objstore::ObjectStore> store;
+  objstore::StoreStats at_open;  // the store's counts when this Uploader began
   std::string staging;
   UploadOptions options;
-  io::S3Config config;
 
   mutable std::mutex mu;
   std::condition_variable work_cv;
   std::condition_variable done_cv;
-  std::deque<std::function<void(io::S3Client&)>> tasks;
+  std::deque<std::function<void()>> tasks;
   std::vector<std::thread> threads;
   bool stop = false;
   uint64_t pending_files = 0;
@@ -95,13 +90,6 @@ struct Uploader::State {
   io::File journal;
   uint64_t journal_size = 0;
   UploadStats stats;
-  std::unique_ptr<io::S3Client> caller_client;  // PutNow / HeadNow
-
-  io::S3Url ObjectOf(const std::string& name) const {
-    io::S3Url u = base;
-    u.key = base.key.empty() ? name : base.key + "/" + name;
-    return u;
-  }
 
   void Fail(const Status& st) {
     std::lock_guard<std::mutex> g(mu);
@@ -143,7 +131,7 @@ struct Uploader::State {
     done_cv.notify_all();
   }
 
-  void Push(std::function<void(io::S3Client&)> task, bool front) {
+  void Push(std::function<void()> task, bool front) {
     std::lock_guard<std::mutex> g(mu);
     if (front) {
       tasks.push_front(std::move(task));
@@ -156,12 +144,13 @@ struct Uploader::State {
   std::string UrlOf(const std::string& name) const { return prefix + "/" + name; }
 
   // SendChecked (upload_verify.h) with this Uploader's settings, counted in its stats.
-  Result<io::ObjectInfo> Send(io::S3Client& client, std::string_view data,
-                              const std::string& where,
-                              const std::function<Result<io::ObjectInfo>(const std::string&)>& send,
-                              Md5Digest* digest, bool* verified) {
+  Result<objstore::ObjectInfo> Send(
+      std::string_view data, const std::string& where,
+      const std::function<Result<objstore::ObjectInfo>(const std::string&)>& send,
+      Md5Digest* digest, bool* verified) {
     Result<CheckedSend> r =
-        SendChecked(data, options.content_md5, client.config().max_attempts, where, send);
+        SendChecked(data, options.content_md5, store->max_attempts(), where, send,
+                    store->max_attempts_setting());
     if (!r.ok()) return r.status();
     {
       std::lock_guard<std::mutex> g(mu);
@@ -174,10 +163,8 @@ struct Uploader::State {
   }
 
   void Worker() {
-    Result<std::unique_ptr<io::S3Client>> made = io::S3Client::Create(config);
-    io::S3ClientStats seen;
     for (;;) {
-      std::function<void(io::S3Client&)> task;
+      std::function<void()> task;
       {
         std::unique_lock<std::mutex> lk(mu);
         work_cv.wait(lk, [&] { return stop || !tasks.empty(); });
@@ -185,21 +172,11 @@ struct Uploader::State {
         task = std::move(tasks.front());
         tasks.pop_front();
       }
-      if (!made.ok()) {
-        Fail(made.status());
-        continue;  // the task is dropped; its file stays pending and Wait() reports the error
-      }
-      io::S3Client& client = **made;
-      task(client);
-      const io::S3ClientStats now = client.stats();
-      std::lock_guard<std::mutex> g(mu);
-      stats.requests += now.requests - seen.requests;
-      stats.retries += now.retries - seen.retries;
-      seen = now;
+      task();
     }
   }
 
-  void StartFile(io::S3Client& client, const std::shared_ptr<FileJob>& job) {
+  void StartFile(const std::shared_ptr<FileJob>& job) {
     {
       std::lock_guard<std::mutex> g(mu);
       if (!error.ok()) {
@@ -220,8 +197,8 @@ struct Uploader::State {
     if (was_done && was_done->size == job->size) {
       // Finished by an earlier run: kept when the server still has it with that size and the
       // ETag recorded when it was finished.
-      Result<io::ObjectInfo> info = client.Head(job->object);
-      if (info.ok() && info->size == job->size && SameEtag(info->etag, was_done->value)) {
+      Result<objstore::ObjectInfo> info = store->Head(job->name);
+      if (info.ok() && info->size == job->size && SameEtag(info->generation, was_done->value)) {
         std::lock_guard<std::mutex> g(mu);
         ++stats.objects;
         --pending_files;
@@ -236,7 +213,7 @@ struct Uploader::State {
             Status::Corruption(
                 UrlOf(job->name) + ": " +
                 (info.ok() ? "the bucket holds " + std::to_string(info->size) +
-                                 " bytes with ETag " + info->etag + ", but " +
+                                 " bytes with ETag " + info->generation + ", but " +
                                  std::to_string(job->size) + " bytes with ETag " +
                                  was_done->value + " were uploaded"
                            : std::string("uploaded before, but gone from the bucket")) +
@@ -245,48 +222,51 @@ struct Uploader::State {
                 "directory and write the dataset again"),
             {});
     }
-    job->part_size = std::max<uint64_t>(options.part_size, (job->size + kMaxParts - 1) / kMaxParts);
+    job->part_size = std::max<uint64_t>(options.part_size,
+                                       (job->size + objstore::kMaxParts - 1) / objstore::kMaxParts);
     if (job->size <= job->part_size) {
       std::string data(job->size, '\0');
       Status st = job->file.PReadExact(data.data(), data.size(), 0);
       if (!st.ok()) return FinishFile(*job, st, {});
       Md5Digest digest{};
       bool verified = false;
-      Result<io::ObjectInfo> reply = Send(
-          client, data, PartWhere(UrlOf(job->name), 0, 0, data.size(), job->path),
-          [&](const std::string& md5) { return client.Put(job->object, data, md5); }, &digest,
-          &verified);
+      Result<objstore::ObjectInfo> reply = Send(
+          data, PartWhere(UrlOf(job->name), 0, 0, data.size(), job->path),
+          [&](const std::string& md5) {
+            return store->Write(job->name, data, objstore::WriteOptions{md5, false});
+          },
+          &digest, &verified);
       if (reply.ok()) {
         std::lock_guard<std::mutex> g(mu);
         ++stats.parts_uploaded;
         stats.bytes_uploaded += data.size();
       }
-      return FinishFile(*job, reply.status(), reply.ok() ? reply->etag : std::string());
+      return FinishFile(*job, reply.status(), reply.ok() ? reply->generation : std::string());
     }
     job->parts_total = static_cast<uint32_t>((job->size + job->part_size - 1) / job->part_size);
     if (was_started && was_started->size == job->size) {
-      Result<std::vector<io::S3Client::Part>> listed = client.ListParts(job->object,
-                                                                         was_started->value);
+      Result<std::vector<objstore::UploadPart>> listed =
+          store->ListParts(job->name, was_started->value);
       if (listed.ok()) {
         job->upload_id = was_started->value;
-        for (io::S3Client::Part& p : *listed) job->listed.emplace(p.number, std::move(p));
+        for (objstore::UploadPart& p : *listed) job->listed.emplace(p.number, std::move(p));
       } else if (listed.status().code() == StatusCode::kNotFound) {
         // The upload is gone: completed (killed before "done" was journaled) or aborted. The
         // object is kept when its ETag is the one the local bytes' parts make.
-        Result<io::ObjectInfo> info = client.Head(job->object);
+        Result<objstore::ObjectInfo> info = store->Head(job->name);
         const std::string suffix = "-" + std::to_string(job->parts_total) + "\"";
-        if (info.ok() && info->size == job->size && info->etag.size() > suffix.size() &&
-            info->etag.ends_with(suffix)) {
-          Result<bool> same = SameAsLocal(*job, info->etag, info->encryption);
+        if (info.ok() && info->size == job->size && info->generation.size() > suffix.size() &&
+            info->generation.ends_with(suffix)) {
+          Result<bool> same = SameAsLocal(*job, info->generation, info->encryption);
           if (!same.ok()) return FinishFile(*job, same.status(), {});
-          if (*same) return FinishFile(*job, Status::OK(), info->etag);
+          if (*same) return FinishFile(*job, Status::OK(), info->generation);
         }
       } else {
         return FinishFile(*job, listed.status(), {});
       }
     }
     if (job->upload_id.empty()) {
-      Result<std::string> id = client.CreateMultipartUpload(job->object);
+      Result<std::string> id = store->BeginUpload(job->name);
       if (!id.ok()) return FinishFile(*job, id.status(), {});
       job->upload_id = *id;
       Status js;
@@ -304,12 +284,12 @@ struct Uploader::State {
     // before the next file starts, which bounds the memory in flight and the unfinished uploads.
     std::lock_guard<std::mutex> g(mu);
     for (uint32_t n = job->parts_total; n >= 1; --n) {
-      tasks.push_front([this, job, n](io::S3Client& c) { UploadPart(c, job, n); });
+      tasks.push_front([this, job, n] { UploadPart(job, n); });
       work_cv.notify_one();
     }
   }
 
-  void UploadPart(io::S3Client& client, const std::shared_ptr<FileJob>& job, uint32_t n) {
+  void UploadPart(const std::shared_ptr<FileJob>& job, uint32_t n) {
     const uint64_t offset = uint64_t{n - 1} * job->part_size;
     const uint64_t length = std::min(job->part_size, job->size - offset);
     Status st;
@@ -332,8 +312,8 @@ struct Uploader::State {
         Md5Digest digest{};
         if (it != job->listed.end() && it->second.size == length) digest = Md5(data);
         if (it != job->listed.end() && it->second.size == length &&
-            SameEtag(it->second.etag, EtagOfMd5(digest))) {
-          etag = it->second.etag;  // up already, with these bytes
+            SameEtag(it->second.generation, EtagOfMd5(digest))) {
+          etag = it->second.generation;  // up already, with these bytes
           {
             std::lock_guard<std::mutex> g(job->mu);
             job->digests[n - 1] = digest;
@@ -343,14 +323,14 @@ struct Uploader::State {
         } else {
           Md5Digest sent{};
           bool verified = false;
-          Result<io::ObjectInfo> r = Send(
-              client, data, PartWhere(UrlOf(job->name), n, offset, length, job->path),
+          Result<objstore::ObjectInfo> r = Send(
+              data, PartWhere(UrlOf(job->name), n, offset, length, job->path),
               [&](const std::string& md5) {
-                return client.UploadPart(job->object, job->upload_id, n, data, md5);
+                return store->WritePart(job->name, job->upload_id, n, data, md5);
               },
               &sent, &verified);
           if (r.ok()) {
-            etag = r->etag;
+            etag = r->generation;
             {
               std::lock_guard<std::mutex> g(job->mu);
               job->digests[n - 1] = sent;
@@ -370,7 +350,7 @@ struct Uploader::State {
     {
       std::lock_guard<std::mutex> g(job->mu);
       if (!st.ok() || skip) job->failed = true;
-      job->parts[n - 1] = io::S3Client::Part{n, length, etag};
+      job->parts[n - 1] = objstore::UploadPart{n, length, etag};
       last = --job->remaining == 0;
       failed = job->failed;
     }
@@ -383,21 +363,23 @@ struct Uploader::State {
       done_cv.notify_all();
       return;
     }
-    Result<io::ObjectInfo> completed =
-        client.CompleteMultipartUpload(job->object, job->upload_id, job->parts);
+    Result<objstore::ObjectInfo> completed =
+        store->CompleteUpload(job->name, job->upload_id, job->parts);
     if (completed.ok() && options.content_md5 && job->verifiable) {
       const std::string expected = MultipartEtag(job->digests);
-      if (CheckEtag(completed->etag, expected, completed->encryption) == EtagCheck::kMismatch)
+      if (CheckEtag(completed->generation, expected, completed->encryption) ==
+          EtagCheck::kMismatch)
         return FinishFile(*job,
                           Status::IoError("POST " + UrlOf(job->name) + "?uploadId=" +
                                               job->upload_id + ": the completed object's ETag " +
-                                              completed->etag + " is not the " + expected +
+                                              completed->generation + " is not the " + expected +
                                               " its parts make (the server assembled other "
                                               "bytes); nothing was committed",
                                           EIO),
                           {});
     }
-    FinishFile(*job, completed.status(), completed.ok() ? completed->etag : std::string());
+    FinishFile(*job, completed.status(),
+               completed.ok() ? completed->generation : std::string());
   }
 
   // Whether `etag` (a completed object's) is the one the local file's parts make; true when it
@@ -428,16 +410,15 @@ Uploader::~Uploader() {
   for (std::thread& t : s_->threads) t.join();
 }
 
-Result<std::unique_ptr<Uploader>> Uploader::Open(const io::S3Url& base, const std::string& url,
+Result<std::unique_ptr<Uploader>> Uploader::Open(std::shared_ptr<objstore::ObjectStore> store,
                                                  const std::string& staging_dir, bool fresh,
                                                  UploadOptions options) {
-  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   auto s = std::make_unique<State>();
-  s->base = base;
-  s->prefix = url;
+  s->prefix = store->url().ToString();
+  s->at_open = store->stats();
+  s->store = std::move(store);
   s->staging = staging_dir;
   s->options = options;
-  LIBSHARD_ASSIGN_OR_RETURN(s->config, io::LoadS3Config());
   const std::string journal_path = internal::JoinPath(staging_dir, kJournalName);
   if (internal::PathExists(journal_path)) {
     LIBSHARD_ASSIGN_OR_RETURN(std::string text,
@@ -447,11 +428,8 @@ Result<std::unique_ptr<Uploader>> Uploader::Open(const io::S3Url& base, const st
     s->done = std::move(journal.done);
     if (fresh) {
       // A new write replaces whatever an earlier one left: its unfinished uploads are aborted.
-      Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s->config);
-      if (c.ok())
-        for (const auto& [name, rec] : s->uploads)
-          if (!s->done.count(name))
-            (*c)->AbortMultipartUpload(s->ObjectOf(name), rec.value).IgnoreError();
+      for (const auto& [name, rec] : s->uploads)
+        if (!s->done.count(name)) s->store->AbortUpload(name, rec.value).IgnoreError();
       s->uploads.clear();
       s->done.clear();
       LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(journal_path));
@@ -470,7 +448,6 @@ void Uploader::Enqueue(const std::string& path, const std::string& name) {
   auto job = std::make_shared<FileJob>();
   job->path = path;
   job->name = name;
-  job->object = s_->ObjectOf(name);
   {
     std::lock_guard<std::mutex> g(s_->mu);
     if (s_->queued.count(name)) return;
@@ -489,7 +466,7 @@ void Uploader::Enqueue(const std::string& path, const std::string& name) {
     ++s_->pending_files;
   }
   State* st = s_.get();
-  s_->Push([st, job](io::S3Client& c) { st->StartFile(c, job); }, /*front=*/false);
+  s_->Push([st, job] { st->StartFile(job); }, /*front=*/false);
 }
 
 Status Uploader::error() const {
@@ -504,66 +481,52 @@ Status Uploader::Wait() {
 }
 
 Status Uploader::PutNow(const std::string& name, std::string_view data) {
-  if (!s_->caller_client) {
-    LIBSHARD_ASSIGN_OR_RETURN(s_->caller_client, io::S3Client::Create(s_->config));
-  }
-  io::S3Client& client = *s_->caller_client;
-  const io::S3Url object = s_->ObjectOf(name);
   Md5Digest digest{};
   bool verified = false;
-  Result<io::ObjectInfo> reply = s_->Send(
-      client, data, "PUT " + s_->UrlOf(name),
-      [&](const std::string& md5) { return client.Put(object, data, md5); }, &digest, &verified);
+  Result<objstore::ObjectInfo> reply = s_->Send(
+      data, "PUT " + s_->UrlOf(name),
+      [&](const std::string& md5) {
+        return s_->store->Write(name, data, objstore::WriteOptions{md5, false});
+      },
+      &digest, &verified);
   std::lock_guard<std::mutex> g(s_->mu);
   if (reply.ok()) {
     ++s_->stats.parts_uploaded;
     s_->stats.bytes_uploaded += data.size();
     ++s_->stats.objects;
-    s_->done[name] = Recorded{data.size(), reply->etag};
+    s_->done[name] = Recorded{data.size(), reply->generation};
   }
   return reply.status();
 }
 
-Result<io::ObjectInfo> Uploader::HeadNow(const std::string& name) {
-  if (!s_->caller_client) {
-    LIBSHARD_ASSIGN_OR_RETURN(s_->caller_client, io::S3Client::Create(s_->config));
-  }
-  return s_->caller_client->Head(s_->ObjectOf(name));
+Result<objstore::ObjectInfo> Uploader::HeadNow(const std::string& name) {
+  return s_->store->Head(name);
 }
 
 void Uploader::AbortLeftovers(const std::vector<std::string>& names) {
-  if (!s_->caller_client) {
-    Result<std::unique_ptr<io::S3Client>> c = io::S3Client::Create(s_->config);
-    if (!c.ok()) return;
-    s_->caller_client = std::move(*c);
-  }
-  // The dataset's prefix without its last '/', so that the listing needs no '/' in the query
-  // when the prefix is one component (some servers sign such values differently).
-  Result<std::vector<io::S3Client::Upload>> uploads =
-      s_->caller_client->ListMultipartUploads(s_->base.bucket, s_->base.key);
+  Result<std::vector<objstore::PendingUpload>> uploads = s_->store->ListUploads();
   if (!uploads.ok()) return;
-  std::set<std::string> keys;
-  for (const std::string& n : names) keys.insert(s_->ObjectOf(n).key);
-  for (const io::S3Client::Upload& u : *uploads)
-    if (keys.count(u.key))
-      s_->caller_client->AbortMultipartUpload(io::S3Url{s_->base.bucket, u.key}, u.upload_id)
-          .IgnoreError();
+  const std::set<std::string> wanted(names.begin(), names.end());
+  for (const objstore::PendingUpload& u : *uploads)
+    if (wanted.count(u.name)) s_->store->AbortUpload(u.name, u.upload_id).IgnoreError();
 }
 
-std::optional<io::ObjectInfo> Uploader::Finished(const std::string& name) const {
+std::optional<objstore::ObjectInfo> Uploader::Finished(const std::string& name) const {
   std::lock_guard<std::mutex> g(s_->mu);
   auto it = s_->done.find(name);
   if (it == s_->done.end()) return std::nullopt;
-  return io::ObjectInfo{it->second.size, it->second.value, {}};
+  return objstore::ObjectInfo{it->second.size, it->second.value, {}};
 }
 
-io::S3Url Uploader::ObjectOf(const std::string& name) const { return s_->ObjectOf(name); }
-
-const io::S3Config& Uploader::config() const { return s_->config; }
+objstore::ObjectStore& Uploader::store() const { return *s_->store; }
 
 UploadStats Uploader::stats() const {
+  const objstore::StoreStats now = s_->store->stats();
   std::lock_guard<std::mutex> g(s_->mu);
-  return s_->stats;
+  UploadStats out = s_->stats;
+  out.requests = now.requests - s_->at_open.requests;
+  out.retries = now.retries - s_->at_open.retries;
+  return out;
 }
 
 const std::string& Uploader::prefix() const { return s_->prefix; }

@@ -1,17 +1,17 @@
-// Uploader: puts the files of a dataset written locally (a staging directory) under an s3://
-// prefix, on its own threads, each with its own S3Client made in that thread.
+// Uploader: puts the files of a dataset written locally (a staging directory) into an object
+// store (objstore/object_store.h) under the dataset's prefix, on its own threads.
 //
 // A file of at most `part_size` bytes goes up in one PUT; a larger one by multipart upload, its
 // parts (`part_size` bytes, the last one shorter) uploaded in parallel, each with its Content-MD5,
 // and completed once all are up. A multipart object is invisible until completed, so a reader
 // never sees half of one.
 //
-// Checked (upload_check.h): each reply's ETag is compared with the MD5 of the bytes sent; a part
-// or PUT whose ETag is the MD5 of other bytes (damaged on the way, stored by a server that does
-// not check Content-MD5) is sent again, up to the client's max_attempts; a completed object's
+// Checked (objstore/etag_check.h): each reply's ETag is compared with the MD5 of the bytes sent; a
+// part or PUT whose ETag is the MD5 of other bytes (damaged on the way, stored by a server that
+// does not check Content-MD5) is sent again, up to the store's max_attempts; a completed object's
 // ETag is compared with the one its parts' MD5s make. Only then is the object journaled as done
-// (and its local bytes freed, with `free_uploaded`). CheckUploaded HEADs the objects afterwards
-// and compares their sizes and ETags with what was recorded.
+// (and its local bytes freed, with `free_uploaded`). CheckUploaded HEADs the objects afterwards and
+// compares their sizes and ETags with what was recorded.
 //
 // Resume: the upload journal (`upload.journal` in the staging directory, one text line per event,
 // appended and fsynced) records each multipart upload id when it starts ("upload NAME SIZE ID")
@@ -29,18 +29,19 @@
 #include <utility>
 #include <vector>
 
-#include "io/s3_client.h"
 #include "libshard/status.h"
+#include "objstore/object_store.h"
 
 namespace libshard::remote {
 
+// Resolved once by the storage driver (storage/object_driver.cc) from the environment's table.
 struct UploadOptions {
-  // LIBSHARD_S3_PART_SIZE (default 16 MiB; S3 needs >= 5 MiB for all parts but the last), raised
-  // as needed so that a file has at most 10000 parts.
+  // The part size (default 16 MiB; some stores need >= 5 MiB for all parts but the last),
+  // raised as needed so that a file has at most objstore::kMaxParts parts.
   uint64_t part_size = uint64_t{16} << 20;
-  // LIBSHARD_S3_UPLOAD_THREADS (default 8): parts in flight at once.
+  // Parts in flight at once (default 8).
   uint32_t threads = 8;
-  // LIBSHARD_S3_CONTENT_MD5 (default 1): send each part's and object's Content-MD5, so that a
+  // Content-MD5 (default on): send each part's and object's Content-MD5, so that a
   // server that checks it refuses bytes damaged on the way, and compare each reply's ETag with
   // the MD5 of what was sent. 0 does neither and saves the MD5 (a CPU-second or more per GB on a
   // busy node) where TLS already protects the transfer; sizes and the ETags the server returned
@@ -51,8 +52,6 @@ struct UploadOptions {
   // holds only what is not uploaded yet. Never for files that may be links to someone else's
   // data (merge links its parts' shards).
   bool free_uploaded = false;
-  // Reads the variables above over the defaults.
-  static UploadOptions FromEnvironment();
 };
 
 struct UploadStats {
@@ -68,11 +67,10 @@ struct UploadStats {
 
 class Uploader {
  public:
-  // Objects go to `base`.key/NAME in `base`.bucket (the prefix of the dataset whose URL, for
-  // messages, is `url`); `staging_dir` holds the files and the upload journal. `fresh`: a new
-  // write; a journal left by an earlier one is dropped (its unfinished uploads aborted, best
-  // effort). Otherwise the journal is continued.
-  static Result<std::unique_ptr<Uploader>> Open(const io::S3Url& base, const std::string& url,
+  // Objects go to `store` by their file names; `staging_dir` holds the files and the upload
+  // journal. `fresh`: a new write; a journal left by an earlier one is dropped (its unfinished
+  // uploads aborted, best effort). Otherwise the journal is continued.
+  static Result<std::unique_ptr<Uploader>> Open(std::shared_ptr<objstore::ObjectStore> store,
                                                 const std::string& staging_dir, bool fresh,
                                                 UploadOptions options);
   ~Uploader();  // stops the threads; unfinished uploads stay for a resume
@@ -91,11 +89,10 @@ class Uploader {
   [[nodiscard]] Status PutNow(const std::string& name, std::string_view data);
   // The size and ETag recorded when PREFIX/`name` was finished (by this Uploader, PutNow, or the
   // run whose journal it continued); nullopt when it was not.
-  std::optional<io::ObjectInfo> Finished(const std::string& name) const;
-  io::S3Url ObjectOf(const std::string& name) const;
-  const io::S3Config& config() const;
-  // HEAD of PREFIX/`name` on the calling thread.
-  Result<io::ObjectInfo> HeadNow(const std::string& name);
+  std::optional<objstore::ObjectInfo> Finished(const std::string& name) const;
+  objstore::ObjectStore& store() const;
+  // Head of `name` on the calling thread.
+  Result<objstore::ObjectInfo> HeadNow(const std::string& name);
 
   // Aborts the unfinished multipart uploads of PREFIX/NAME for the `names` given (a run killed
   // between starting an upload and journaling its id leaves one with no parts). Best effort,

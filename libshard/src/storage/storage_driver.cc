@@ -4,34 +4,21 @@
 #include <iterator>
 #include <string>
 
-#include "storage/object_url.h"
+#include "objstore/object_store.h"
 
 namespace libshard::storage {
-namespace {
 
-struct DriverRow {
-  std::string_view scheme;  // "s3" for s3://...
-  Result<std::unique_ptr<StorageDriver>> (*open)(std::string_view location);
-};
-
-// One row per object store; a location without a scheme is a local directory.
-constexpr DriverRow kDrivers[] = {
-    {"s3", &OpenS3Driver},
-};
-
-}  // namespace
-
-Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location) {
+Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location,
+                                                   const DatasetOptions& options) {
   if (location.empty()) return Status::InvalidArgument("empty dataset location");
-  const std::string_view scheme = UrlScheme(location);
-  if (scheme.empty()) return OpenLocalDriver(location);
-  for (const DriverRow& row : kDrivers)
-    if (row.scheme == scheme) return row.open(location);
-  std::string known;
-  for (const DriverRow& row : kDrivers) known += ", " + std::string(row.scheme) + "://";
+  // A location without a scheme is a local directory; a scheme is an object store's, any store
+  // of the store table (objstore/store_table.cc).
+  const std::string_view scheme = objstore::UrlScheme(location);
+  if (scheme.empty()) return OpenLocalDriver(location, options);
+  if (objstore::HasStore(scheme)) return OpenObjectDriver(location, options);
   return Status::Unsupported(std::string(location) + ": no storage driver for " +
-                             std::string(scheme) + "://; a dataset lives in a local directory" +
-                             known);
+                             std::string(scheme) + "://; a dataset lives in a local directory, " +
+                             objstore::StoreSchemes());
 }
 
 Status NeedsLocalFiles(const StorageDriver& driver, std::string_view rule, std::string_view how) {

@@ -1,18 +1,18 @@
 // Storage drivers: where a dataset's files live (docs/guide/object-storage.md, "Storage drivers").
 //
-// One driver per kind of place, chosen once from the dataset's location by OpenStorage (the
-// driver table, storage_driver.cc): a local directory (local_driver.cc) or an S3-compatible
-// bucket (s3_driver.cc, with its uploads' publication in s3_write_target.cc). Dataset::Open, the
+// One driver per kind of place, chosen once from the dataset's location by OpenStorage, with
+// the options it needs, when it is made: a local directory (local_driver.cc), or an object store
+// (object_driver.cc over any store of the store table, objstore/object_store.h, with its
+// uploads' publication in object_write_target.cc). Dataset::Open, DatasetFollower::Open, the
 // Writer (create, resume, append), MergeDatasets, JoinParts, UpgradeIndex, DatasetLock and
 // `libshard pack` ask their location's driver; nothing else looks at a location's scheme, and a
 // driver never calls the Writer: the Writer writes the local directory a driver's WriteTarget
 // names and tells the target what it sealed and committed.
 //
-// Adding an object store (gs://, az://) is one more driver file: its factory parses the URL
-// (object_url.h holds the rules every object-store URL follows), its Open reads through a
-// node-local cache, its BeginWrite returns a WriteTarget that uploads a staging directory's
-// shards as they are sealed and publishes the committed dataset, checked, with the manifest
-// last; then one row in the table. Private to libshard.
+// Adding an object store (gs://, az://) is one store file and one row of the store table
+// (objstore/store_table.cc): the object driver reads any store through the node-local cache,
+// writes to it through a staging directory, and follows a write by its manifest. Private to
+// libshard.
 #pragma once
 
 #include <memory>
@@ -21,6 +21,7 @@
 
 #include "libshard/caller.h"
 #include "libshard/dataset.h"
+#include "libshard/follow.h"
 #include "libshard/status.h"
 #include "libshard/storage.h"
 
@@ -73,21 +74,30 @@ class StorageDriver {
   virtual const StorageInfo& info() const = 0;
   const std::string& location() const { return info().location; }
 
-  // Opens the dataset; `open_local` opens a local directory (the dataset's own, or a cached copy).
-  virtual Result<std::shared_ptr<Dataset>> Open(const DatasetOptions& options,
-                                                LocalOpen open_local) const = 0;
+  // Opens the dataset with the options the driver was made with; `open_local` opens a local
+  // directory (the dataset's own, or a cached copy).
+  virtual Result<std::shared_ptr<Dataset>> Open(LocalOpen open_local) const = 0;
+  // Follows a write of the dataset in progress (libshard/follow.h, FORMAT.md §6.1): a local
+  // directory by its journal (one writer or the parts of several), an object store by its
+  // manifest (a write there is seen whole once committed). Snapshots open with `open_local`.
+  virtual Result<std::unique_ptr<DatasetFollower>> Follow(LocalOpen open_local) const = 0;
   // Starts a write of kind `kind` (an object store's staging directory is made for kCreate and
   // kMerge; the Writer makes or finds a local one). `caller` spells the advice of errors.
   virtual Result<std::unique_ptr<WriteTarget>> BeginWrite(WriteKind kind, Caller caller) const = 0;
 };
 
-// The driver of `location`: an s3:// URL's, else (no "scheme://") the local directory's.
-// InvalidArgument naming the URL for a malformed one; Unsupported for a scheme no driver takes.
-Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location);
+// The driver of `location`: an object store's for "scheme://" of a store of the store table,
+// else (no "scheme://") the local directory's. `options` are a reader's (Open, Follow: the
+// cache's among them); a writer passes none. InvalidArgument naming the URL for a malformed one;
+// Unsupported for a scheme no store takes.
+Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location,
+                                                   const DatasetOptions& options = {});
 
-// The drivers (one file each). Their factories are the rows of OpenStorage's table.
-Result<std::unique_ptr<StorageDriver>> OpenLocalDriver(std::string_view path);
-Result<std::unique_ptr<StorageDriver>> OpenS3Driver(std::string_view url);
+// The drivers (one file each).
+Result<std::unique_ptr<StorageDriver>> OpenLocalDriver(std::string_view path,
+                                                       const DatasetOptions& options);
+Result<std::unique_ptr<StorageDriver>> OpenObjectDriver(std::string_view url,
+                                                        const DatasetOptions& options);
 
 // "s3://b/p is in s3 storage; RULE (HOW)": Unsupported, the refusal of an operation that needs
 // local files (StorageInfo::local_files), e.g. RULE "upgrade rewrites a local directory".

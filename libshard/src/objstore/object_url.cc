@@ -1,10 +1,10 @@
 // Object-store URL rules (object_url.h).
-#include "storage/object_url.h"
+#include "objstore/object_url.h"
 
 #include <cctype>
 #include <string>
 
-namespace libshard::storage {
+namespace libshard::objstore {
 namespace {
 
 Status Refuse(std::string_view url, const std::string& why) {
@@ -38,6 +38,7 @@ Result<ObjectUrl> ParseObjectUrl(std::string_view url, std::string_view scheme) 
   std::string_view rest = url.substr(scheme.size() + 3);
   const size_t slash = rest.find('/');
   ObjectUrl out;
+  out.scheme = std::string(scheme);
   out.bucket = std::string(rest.substr(0, slash));
   if (out.bucket.empty()) return Refuse(url, "no bucket; write " + form);
   std::string_view key =
@@ -70,4 +71,4 @@ Result<ObjectUrl> ParseObjectUrl(std::string_view url, std::string_view scheme) 
   return out;
 }
 
-}  // namespace libshard::storage
+}  // namespace libshard::objstore

@@ -1,12 +1,12 @@
 // MD5 of S3's Content-MD5 and part ETags; see md5.h. OpenSSL's libcrypto computes it (its
 // assembly MD5, the same library libcurl already links for TLS) and encodes the base64.
-#include "remote/md5.h"
+#include "objstore/md5.h"
 
 #include <openssl/evp.h>
 
 #include <cstdio>
 
-namespace libshard::remote {
+namespace libshard::objstore {
 
 std::array<uint8_t, 16> Md5(std::string_view data) {
   std::array<uint8_t, 16> digest{};
@@ -38,4 +38,4 @@ std::string Md5Etag(std::string_view data) {
   return s;
 }
 
-}  // namespace libshard::remote
+}  // namespace libshard::objstore

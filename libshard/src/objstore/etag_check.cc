@@ -1,12 +1,12 @@
-// Upload replies checked against what was sent (upload_check.h).
-#include "remote/upload_check.h"
+// Upload replies checked against what was sent (etag_check.h).
+#include "objstore/etag_check.h"
 
 #include <cctype>
 #include <string>
 
-#include "remote/md5.h"
+#include "objstore/md5.h"
 
-namespace libshard::remote {
+namespace libshard::objstore {
 namespace {
 
 std::string Hex(const Md5Digest& d) {
@@ -63,4 +63,4 @@ EtagCheck CheckEtag(std::string_view returned, std::string_view expected,
 
 bool SameEtag(std::string_view a, std::string_view b) { return Bare(a) == Bare(b); }
 
-}  // namespace libshard::remote
+}  // namespace libshard::objstore

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace libshard::remote {
+namespace libshard::objstore {
 
 using Md5Digest = std::array<uint8_t, 16>;
 
@@ -38,4 +38,4 @@ EtagCheck CheckEtag(std::string_view returned, std::string_view expected,
 // digits of either case.
 bool SameEtag(std::string_view a, std::string_view b);
 
-}  // namespace libshard::remote
+}  // namespace libshard::objstore

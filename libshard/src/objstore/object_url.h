@@ -1,5 +1,5 @@
-// The rules every object-store URL follows (SCHEME://BUCKET[/PREFIX]), for the object-store
-// drivers' factories (storage_driver.h). A URL is parsed once, here, when its driver is chosen;
+// The rules every object-store URL follows (SCHEME://BUCKET[/PREFIX]), for the stores' factories
+// (store_table.cc). A URL is parsed once, here, when its driver is chosen;
 // the client percent-encodes each key segment when it builds a request (io/s3_request.cc).
 #pragma once
 
@@ -8,15 +8,17 @@
 
 #include "libshard/status.h"
 
-namespace libshard::storage {
+namespace libshard::objstore {
 
 // An object-store location: the bucket and the key prefix of the dataset's objects.
 struct ObjectUrl {
+  std::string scheme;  // "s3", "memory"
   std::string bucket;  // as written; the driver checks its own naming rules
   std::string prefix;  // the key prefix, no leading or trailing '/' ("" for the bucket's root)
   // The key of the object `name` under the prefix.
   std::string KeyOf(std::string_view name) const;
-  // "scheme://bucket[/prefix]".
+  // "scheme://bucket[/prefix]" (the URL's own scheme, or `scheme`).
+  std::string ToString() const { return ToString(scheme); }
   std::string ToString(std::string_view scheme) const;
 };
 
@@ -35,4 +37,4 @@ Result<ObjectUrl> ParseObjectUrl(std::string_view url, std::string_view scheme);
 // when `location` has none (a local path).
 std::string_view UrlScheme(std::string_view location);
 
-}  // namespace libshard::storage
+}  // namespace libshard::objstore

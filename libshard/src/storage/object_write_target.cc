@@ -1,5 +1,5 @@
-// Writing to s3:// through a local staging directory (s3_write_target.h).
-#include "storage/s3_write_target.h"
+// Writing to an object store through a local staging directory (object_write_target.h).
+#include "storage/object_write_target.h"
 
 #include <filesystem>
 #include <string>
@@ -21,7 +21,7 @@ constexpr uint64_t kMaxSmallObject = uint64_t{1} << 30;  // index and manifest, 
 
 // PREFIX/manifest.json must not exist: a write never replaces a dataset readers may be using.
 Status CheckNoDataset(remote::Uploader& up, const std::string& url) {
-  Result<io::ObjectInfo> info = up.HeadNow(format::kManifestName);
+  Result<objstore::ObjectInfo> info = up.HeadNow(format::kManifestName);
   if (info.ok())
     return Status::AlreadyExists(url + " already holds a dataset (" + url + "/" +
                                  format::kManifestName + " exists); write to another prefix, or "
@@ -30,12 +30,13 @@ Status CheckNoDataset(remote::Uploader& up, const std::string& url) {
   return info.status();
 }
 
-class S3WriteTarget final : public WriteTarget {
+class ObjectWriteTarget final : public WriteTarget {
  public:
-  S3WriteTarget(std::string url, std::string staging, std::unique_ptr<remote::Uploader> up,
-                bool committed, std::string finish_advice)
+  ObjectWriteTarget(std::string url, std::string staging, std::unique_ptr<remote::Uploader> up,
+                    bool committed, std::string finish_advice, uint32_t check_threads)
       : url_(std::move(url)), staging_(std::move(staging)), up_(std::move(up)),
-        committed_(committed), finish_advice_(std::move(finish_advice)) {}
+        committed_(committed), finish_advice_(std::move(finish_advice)),
+        check_threads_(check_threads) {}
 
   const std::string& local_dir() const override { return staging_; }
 
@@ -89,8 +90,7 @@ class S3WriteTarget final : public WriteTarget {
         internal::ReadWholeFile(JoinPath(staging_, m.index_file), kMaxSmallObject));
     LIBSHARD_RETURN_IF_ERROR(up_->PutNow(m.index_file, index).WithContext("uploading " + url_));
     objects.emplace_back(m.index_file, index.size());
-    const uint32_t threads = remote::UploadOptions::FromEnvironment().threads;
-    LIBSHARD_RETURN_IF_ERROR(remote::CheckUploaded(*up_, objects, threads)
+    LIBSHARD_RETURN_IF_ERROR(remote::CheckUploaded(*up_, objects, check_threads_)
                                  .WithContext("checking " + url_ + " before its commit"));
     LIBSHARD_RETURN_IF_ERROR(
         up_->PutNow(format::kManifestName, manifest_text).WithContext("committing " + url_));
@@ -108,17 +108,19 @@ class S3WriteTarget final : public WriteTarget {
   std::unique_ptr<remote::Uploader> up_;
   bool committed_;
   std::string finish_advice_;  // what to run to finish an upload that failed
+  uint32_t check_threads_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<WriteTarget>> BeginS3Write(const ObjectUrl& url, const StorageInfo& info,
-                                                  WriteKind kind, Caller caller) {
+Result<std::unique_ptr<WriteTarget>> BeginObjectWrite(std::shared_ptr<objstore::ObjectStore> store,
+                                                      const StorageInfo& info, WriteKind kind,
+                                                      Caller caller,
+                                                      remote::UploadOptions options) {
   const std::string& staging = info.work_dir;
   const std::string& where = info.location;
   const bool has_manifest = internal::PathExists(JoinPath(staging, format::kManifestName));
   const bool has_journal = internal::PathExists(JoinPath(staging, format::kJournalName));
-  remote::UploadOptions options = remote::UploadOptions::FromEnvironment();
   // A Writer's staging shards are its own: their bytes are freed once up (uploader.h). A merge's
   // are links to its parts' files.
   options.free_uploaded = kind != WriteKind::kMerge;
@@ -147,20 +149,20 @@ Result<std::unique_ptr<WriteTarget>> BeginS3Write(const ObjectUrl& url, const St
       advice = "run the same merge again";
       break;
     case WriteKind::kAppend:
-      return Status::Unsupported(where + ": appending to an s3:// dataset is not supported; write "
-                                 "the new samples to another prefix, or append locally and "
-                                 "upload");
+      return Status::Unsupported(where + ": appending to an " + info.driver +
+                                 ":// dataset is not supported; write the new samples to another "
+                                 "prefix, or append locally and upload");
   }
   if (fresh) LIBSHARD_RETURN_IF_ERROR(internal::MakeDirectories(staging));
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<remote::Uploader> up,
-                            remote::Uploader::Open(io::S3Url{url.bucket, url.prefix}, where,
-                                                   staging, fresh, options));
+                            remote::Uploader::Open(std::move(store), staging, fresh, options));
   if (fresh) {
     Status none = CheckNoDataset(*up, where);
     if (!none.ok()) return kind == WriteKind::kMerge ? none.WithContext("merge") : none;
   }
   return std::unique_ptr<WriteTarget>(
-      std::make_unique<S3WriteTarget>(where, staging, std::move(up), committed, advice));
+      std::make_unique<ObjectWriteTarget>(where, staging, std::move(up), committed, advice,
+                                          options.threads));
 }
 
 }  // namespace libshard::storage
