@@ -43,22 +43,22 @@ TEST(WriterOptionTableTest, ValuesAreCheckedAndSet) {
   const auto& t = WriterOptionTable();
   WriterConfig c;
   ASSERT_TRUE(t.Set(c, "queue_bytes", OptionValue::Text("64MiB")).ok());  // an alias
-  EXPECT_EQ(c.parallel.max_inflight_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(c.in_flight_bytes, uint64_t{64} << 20);
   ASSERT_TRUE(t.Set(c, "compress", OptionValue::Text("zstd:5")).ok());
-  EXPECT_EQ(c.writer.compression, Compression::kZstd);
-  EXPECT_EQ(c.writer.zstd_level, 5);
+  EXPECT_EQ(c.compression, Compression::kZstd);
+  EXPECT_EQ(c.zstd_level, 5);
   ASSERT_TRUE(t.Set(c, "compress", OptionValue::None()).ok());
-  EXPECT_EQ(c.writer.compression, Compression::kNone);
+  EXPECT_EQ(c.compression, Compression::kNone);
   ASSERT_TRUE(t.Set(c, "store_dtype", OptionValue::Text(" Float8_E4M3FN")).ok());
-  EXPECT_TRUE(c.writer.store_fp8);
+  EXPECT_TRUE(c.store_fp8);
   ASSERT_TRUE(t.Set(c, "store_dtype", OptionValue::None()).ok());
-  EXPECT_FALSE(c.writer.store_fp8);
+  EXPECT_FALSE(c.store_fp8);
   ExpectError(t.Set(c, "store_dtype", OptionValue::Text("int4")), StatusCode::kInvalidArgument,
               {"Writer option 'store_dtype'", "'int4'", "float8_e4m3fn"});
   ASSERT_TRUE(t.Set(c, "threads", OptionValue::None()).ok());
-  EXPECT_EQ(c.parallel.threads, 0u);  // one per CPU, at most 4: resolved by ParallelWriter
-  ExpectError(t.Set(c, "threads", OptionValue::Integer(300)), StatusCode::kInvalidArgument,
-              {"Writer option 'threads' = 300 is out of range; use 1..256"});
+  EXPECT_EQ(c.threads, 0u);  // one per CPU, at most 4: resolved by ParallelWriter
+  ExpectError(t.Set(c, "threads", OptionValue::Integer(3000)), StatusCode::kInvalidArgument,
+              {"Writer option 'threads' = 3000 is out of range; use 1..1024"});
   ExpectError(t.Set(c, "shard_size", OptionValue::Integer(0)), StatusCode::kInvalidArgument,
               {"'shard_size'"});
   ExpectError(t.Set(c, "shard", OptionValue::Integer(1)), StatusCode::kInvalidArgument,

@@ -50,7 +50,8 @@ Schema SchemaFromPython(const py::dict& d) {
 }
 
 // Every key is read through the library's Writer option table (WriterOptionTable): its names,
-// spellings, types, bounds and errors; `attrs` (a dict) is converted here.
+// spellings, types, bounds and errors; `attrs` (a dict) is converted here. Then the configuration
+// is checked as a whole (ValidateWriterConfig: e.g. zstd with field codecs), in Python's words.
 WriterConfig OptionsFromPython(const py::dict& d) {
   const OptionTable<WriterConfig>& table = WriterOptionTable();
   WriterConfig o;
@@ -58,11 +59,14 @@ WriterConfig OptionsFromPython(const py::dict& d) {
     const std::string key = py::str(k);
     const OptionSpec<WriterConfig>* spec = table.Find(key);
     if (spec != nullptr && spec->name == "attrs") {
-      if (!v.is_none()) o.writer.attributes = AttributesFromPython(v, "Writer option 'attrs'");
+      if (!v.is_none()) o.attributes = AttributesFromPython(v, "Writer option 'attrs'");
       continue;
     }
     ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
   }
+  ThrowIfError(ValidateWriterConfig(o, [](std::string_view row) {
+    return "Writer option " + SpellWriterOption(row, Caller::kPython);
+  }));
   return o;
 }
 
@@ -252,22 +256,23 @@ void RegisterWriter(py::module_& m) {
           "open",
           [](const std::string& dir, const py::object& schema, const py::dict& options,
              bool resume) -> std::unique_ptr<PyWriter> {
-            WriterConfig o = OptionsFromPython(options);
-            o.writer.caller = Caller::kPython;
+            const WriterConfig config = OptionsFromPython(options);
+            WriterOptions wo = WriterOptions::From(config);
+            wo.caller = Caller::kPython;
             Result<std::unique_ptr<Writer>> w = Status::Internal("unset");
             if (resume) {
               py::gil_scoped_release release;
-              w = Writer::Resume(dir, o.writer);
+              w = Writer::Resume(dir, wo);
             } else {
               const libshard::Schema s = SchemaFromPython(schema.cast<py::dict>());
               py::gil_scoped_release release;
-              w = Writer::Create(dir, s, o.writer);
+              w = Writer::Create(dir, s, wo);
             }
             std::unique_ptr<Writer> writer = ValueOrThrow(std::move(w));
             Result<std::unique_ptr<ParallelWriter>> p = Status::Internal("unset");
             {
               py::gil_scoped_release release;
-              p = ParallelWriter::Start(std::move(writer), o.parallel);
+              p = ParallelWriter::Start(std::move(writer), ParallelWriterOptions::From(config));
             }
             return std::make_unique<PyWriter>(ValueOrThrow(std::move(p)));
           },
@@ -305,9 +310,16 @@ void RegisterWriter(py::module_& m) {
       "check_writer_options", [](const py::dict& options) { (void)OptionsFromPython(options); },
       py::arg("options"),
       "Raises InvalidArgumentError where `options` do not pass the Writer option table.");
-  m.def("writer_option_table", [] { return OptionTableToPython(WriterOptionTable()); },
-        "The Writer's option table (libshard/parallel_writer.h WriterOptionTable): one dict per "
-        "option.");
+  m.def("writer_option_table", [] { return CommandLineTableToPython(WriterOptionTable()); },
+        "The Writer's option table (libshard/writer_config.h WriterOptionTable): one dict per "
+        "option, with its command-line spelling (flags, negation, help: CommandLineSpellingOf), "
+        "which python -m libshard.capture's flags are made from.");
+  m.def(
+      "format_writer_config",
+      [](const py::dict& options) { return FormatWriterConfig(OptionsFromPython(options)); },
+      py::arg("options"),
+      "FormatWriterConfig (libshard/writer_config.h): the configuration `options` give, one "
+      "name=value per row of the Writer's table.");
   m.def(
       "infer_schema",
       [](const py::list& tensors, const std::string& what) {

@@ -93,12 +93,16 @@ def test_pack_signature_defaults_are_the_table():
 def test_writer_options_are_checked_by_the_table_at_construction(tmp_path):
     with pytest.raises(ValueError, match="Writer option 'shard_size'.*'4Gigs'"):
         libshard.Writer(tmp_path / "a", shard_size="4Gigs")
-    with pytest.raises(ValueError, match="Writer option 'threads' = 0 is out of range; use 1..256"):
-        libshard.Writer(tmp_path / "b", threads=0)
+    # The writer configuration's one bound (1..1024, 0 or None automatic; before it the Writer
+    # said 1..256 and refused 0, pack said 1..1024).
+    with pytest.raises(ValueError, match="Writer option 'threads' = 5000 is out of range; "
+                                         "use 1..1024"):
+        libshard.Writer(tmp_path / "b", threads=5000)
     with pytest.raises(ValueError, match="Writer option 'compress'.*-7..22"):
         libshard.Writer(tmp_path / "c", compress="zstd:99")
-    with pytest.raises(ValueError, match="Writer option 'queue_size' = 0 is out of range"):
-        libshard.Writer(tmp_path / "d", queue_size=0)
+    # queue_size is in_flight_bytes's other spelling, named as given (0 is automatic, as pack's).
+    with pytest.raises(ValueError, match="Writer option 'queue_size' must be a byte count"):
+        libshard.Writer(tmp_path / "d", queue_size=-1)
     assert not os.path.exists(tmp_path / "a")  # refused before anything was made
 
 

@@ -19,6 +19,7 @@ same by hand.
 from __future__ import annotations
 
 import collections
+import functools
 import os
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -48,6 +49,40 @@ def part_dir(out: str, rank: int, world_size: int) -> str:
     """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out`` (PartDirectory,
     FORMAT.md §7.1)."""
     return _core.part_directory(out, rank, world_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _option_spellings() -> Tuple[Dict[str, str], Dict[str, str]]:
+    """({keyword spelling: row name}, {row name: default literal}) of the library's Writer option
+    table: every row's name and its other spellings that are Python identifiers (not the
+    command-line flags)."""
+    names: Dict[str, str] = {}
+    defaults: Dict[str, str] = {}
+    for row in _core.writer_option_table():
+        defaults[row["name"]] = row["default"]
+        for spelling in (row["name"], *row["aliases"]):
+            if spelling.isidentifier():
+                names[spelling] = row["name"]
+    return names, defaults
+
+
+def _with_aliases(options: Dict[str, Any], aliases: Mapping[str, Any]) -> Dict[str, Any]:
+    """``options`` (row name: value) with the settings given under another spelling of their row
+    (``queue_size`` for ``in_flight_bytes``), kept under that spelling so that the library's
+    messages name the keyword the caller wrote. A keyword no row has is a ``TypeError``, as for
+    any function; a setting given under two spellings an ``InvalidArgumentError``."""
+    names, defaults = _option_spellings()
+    out = dict(options)
+    for spelling, value in aliases.items():
+        name = names.get(spelling)
+        if name is None or spelling == name:
+            raise TypeError(f"Writer() got an unexpected keyword argument {spelling!r}")
+        if name in out and repr(out[name]) != defaults[name] and out[name] is not None:
+            raise InvalidArgumentError(
+                f"Writer options {name!r} and {spelling!r} are one setting; give one of them")
+        out.pop(name, None)
+        out[spelling] = value
+    return out
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -173,8 +208,10 @@ class Writer:
       rank, world_size: default: torch.distributed, else ``RANK``/``WORLD_SIZE``, else Slurm's
         ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT`` and ``SLURM_PROCID``/``SLURM_NTASKS``,
         else 0/1.
-      threads: encoding threads (layout, zstd, checksum). queue_size: bytes of samples written but
-        not yet on disk before ``write`` waits (at least one sample is always admitted).
+      threads: encoding threads (layout, zstd, checksum); None or 0: one per CPU, at most 4.
+      in_flight_bytes: bytes of samples written but not yet on disk before ``write`` waits (at
+        least one sample is always admitted); None or 0: 1 GiB. ``queue_size``, its former name,
+        is still accepted.
       journal_every: durability interval: after a crash, a reopened Writer keeps every sample up
         to the last journal checkpoint (this many bytes apart, and at every shard roll).
       commit_interval: seconds a written sample may wait before the journal makes it durable
@@ -195,6 +232,12 @@ class Writer:
     caller) and the copy is awaited before the bytes are encoded. Errors of the background work
     are raised by the next call (``write``, ``flush``, ``close``) as ``libshard.Error``.
 
+    These options are the library's writer configuration (``docs/guide/writing.md#options``):
+    ``libshard pack``, :func:`libshard.pack` and ``python -m libshard.capture`` read the same
+    table, so the names, bounds and defaults are the same everywhere. Other spellings of an option
+    (``queue_size``, ``journal_every_bytes``, ``compression``, ``commit_interval_seconds``,
+    ``attributes``) are accepted as keywords too.
+
     Not thread-safe: one thread writes.
     """
 
@@ -203,9 +246,9 @@ class Writer:
                  shard_size: Union[int, str] = "4GiB", schema: Any = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  attrs: Optional[Mapping[str, Union[str, int]]] = None,
-                 threads: Optional[int] = None, queue_size: Union[int, str] = "1GiB",
+                 threads: Optional[int] = None, in_flight_bytes: Union[int, str, None] = None,
                  journal_every: Union[int, str] = "1GiB", commit_interval: float = 5.0,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True, **aliases: Any) -> None:
         self._core: Optional[Any] = None
         self._held: Dict[int, List[torch.Tensor]] = {}
         self._pending: Deque[_Pending] = collections.deque()
@@ -231,19 +274,19 @@ class Writer:
                 "same rank and world size as the run that made it, or write to another directory")
         # Read, checked and defaulted by the library's Writer option table (WriterOptionTable):
         # sizes as ints or "4GiB", compress by ParseCompression, threads=None resolved in C++.
-        self._options: Dict[str, Any] = {
+        options: Dict[str, Any] = {
             "shard_size": shard_size,
             "compress": compress,
             "store_dtype": store_dtype,
             "fsync": fsync,
             "threads": threads,
-            "queue_size": queue_size,
+            "in_flight_bytes": in_flight_bytes,
             "journal_every": journal_every,
             "commit_interval": commit_interval,
-            "created_by": f"libshard.Writer {_core.__version__}",
+            "attrs": attrs or None,
         }
-        if attrs:
-            self._options["attrs"] = attrs
+        self._options = _with_aliases(options, aliases)
+        self._options["created_by"] = f"libshard.Writer {_core.__version__}"
         _core.check_writer_options(self._options)  # refused here, not at the first write
         self._given_schema = None if schema is None else _schema_from_arg(schema)
         self._schema: Optional[Schema] = None

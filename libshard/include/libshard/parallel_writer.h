@@ -6,7 +6,7 @@
 //                  commit thread ◀── in submission order ┘ → Writer::AppendEncoded → on_done
 //
 // Submit returns at once unless the jobs in flight (submitted, not yet committed) would pass
-// `max_inflight_samples`, or what they reserve would pass `max_inflight_bytes`; it then waits
+// `max_inflight_samples`, or what they reserve would pass `in_flight_bytes`; it then waits
 // (one job is always admitted when nothing is in flight, so a sample larger than the bound still
 // goes through). A job reserves what its sample holds in memory, not only its bytes: the sample
 // buffer it will be encoded into (its size rounded up as the writer's buffers are, at least one
@@ -49,9 +49,10 @@ struct JobOutcome {
   uint64_t stored_size = 0;  // bytes it takes in the shard, 4 KiB aligned (when appended)
 };
 
-struct ParallelWriterOptions {
-  unsigned threads = 0;  // encode threads, 1..1024; 0: one per CPU, at most 4
-  uint64_t max_inflight_bytes = uint64_t{1} << 30;  // > 0; see the file comment
+// The writer configuration's parallelism (writer_config.h: `threads`, 0 for one per CPU, at
+// most 4; `in_flight_bytes`, the bound of the file comment, 0 for 1 GiB, AutomaticInFlightBytes)
+// and what only C++ callers give.
+struct ParallelWriterOptions : ParallelismOptions {
   // Jobs in flight at most, > 0. Each also holds its job, its input's bookkeeping and an encoded
   // sample's (kilobytes): the count bounds those, where tiny samples reserve few bytes. 4096 keep
   // every encode thread busy (bench/writer_bench.py --tiny).
@@ -69,6 +70,9 @@ struct ParallelWriterOptions {
   // committed or failed. An error it returns stops the writer with that error (for a failed job
   // under kStop, or a failed append, a non-OK return replaces the error: callers add context).
   std::function<Status(const JobOutcome&)> on_done;
+
+  // The parallelism of `config`, the rest default.
+  static ParallelWriterOptions From(const WriterConfig& config);
 };
 
 class ParallelWriter {
@@ -84,7 +88,8 @@ class ParallelWriter {
   // that thread before TakeReleased() lists its seq, so whatever it referenced is free after.
   using Job = std::function<Result<EncodedSample>(const Writer& writer)>;
 
-  // Starts the threads. InvalidArgument for threads over 1024, max_inflight_bytes 0 or
+  // Starts the threads (ValidateParallelism; automatic values resolved for
+  // WriteDriver::kGenerator). InvalidArgument for threads over kMaxWriterThreads or
   // max_inflight_samples 0.
   static Result<std::unique_ptr<ParallelWriter>> Start(std::unique_ptr<Writer> writer,
                                                        ParallelWriterOptions options);
@@ -134,16 +139,5 @@ class ParallelWriter {
   const ParallelWriterOptions options_;
   std::unique_ptr<State> state_;
 };
-
-// The settings a front end gives a ParallelWriter and its Writer.
-struct WriterConfig {
-  WriterOptions writer;
-  ParallelWriterOptions parallel;
-};
-
-// The Writer option table (option_table.h): one row per setting of libshard.Writer (its keyword
-// names; the core's older keys as aliases), read by the Python bindings and the generated
-// stubs. `attrs` is converted by the front end (a dict); every other row sets its member.
-const OptionTable<WriterConfig>& WriterOptionTable();
 
 }  // namespace libshard

@@ -14,13 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "libshard/writer_config.h"
 #include "writer/buffer_pool.h"
 
 namespace libshard {
 namespace {
-
-constexpr unsigned kMaxThreads = 1024;
-constexpr unsigned kAutoThreads = 4;  // threads = 0: one per CPU, at most this many
 
 uint64_t Aligned(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
@@ -78,15 +76,13 @@ struct ParallelWriter::State {
 Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Writer> writer,
                                                               ParallelWriterOptions options) {
   if (writer == nullptr) return Status::InvalidArgument("ParallelWriter: no writer");
-  if (options.threads == 0)
-    options.threads = std::clamp(std::thread::hardware_concurrency(), 1u, kAutoThreads);
-  if (options.threads > kMaxThreads)
-    return Status::InvalidArgument("ParallelWriter: threads = " + std::to_string(options.threads) +
-                                   " is out of range; use 1.." + std::to_string(kMaxThreads));
-  if (options.max_inflight_bytes == 0)
-    return Status::InvalidArgument("ParallelWriter: max_inflight_bytes must be > 0");
+  LIBSHARD_RETURN_IF_ERROR(ValidateParallelism(options, [](std::string_view row) {
+    return "ParallelWriter: " + SpellWriterOption(row, Caller::kCpp);
+  }));
   if (options.max_inflight_samples == 0)
     return Status::InvalidArgument("ParallelWriter: max_inflight_samples must be > 0");
+  options.threads = AutomaticThreads(options.threads, WriteDriver::kGenerator);
+  options.in_flight_bytes = AutomaticInFlightBytes(options.in_flight_bytes, options.threads, 0);
   auto p = std::make_unique<ParallelWriter>(Key(), std::move(writer), std::move(options));
   State& s = *p->state_;
   try {
@@ -116,7 +112,7 @@ Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
     if (!s.error.ok() || s.stopping) break;
     const uint64_t jobs = s.next_seq - s.committed;
     if (jobs == 0 || (jobs < options_.max_inflight_samples &&
-                      s.inflight_bytes + bytes <= options_.max_inflight_bytes))
+                      s.inflight_bytes + bytes <= options_.in_flight_bytes))
       break;
     if (!options_.commit_thread && s.done.count(s.committed) != 0) {
       (void)CommitNext(lock);  // the caller commits: that frees the bound
