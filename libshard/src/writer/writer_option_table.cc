@@ -136,6 +136,17 @@ OptionSpec<Part> DefaultingBytes(std::string_view what, std::string_view name,
   return s;
 }
 
+// A byte count whose text of digits is the integer it spells: "0" from Python is refused as 0
+// is, in the same words, as the command line's "0" (ParseByteSize would say it otherwise).
+template <typename Part>
+OptionSpec<Part> DigitsAsInteger(OptionSpec<Part> s) {
+  s.set = [inner = s.set](Part& o, const OptionValue& v, std::string_view spelled) {
+    return inner(o, v.kind == Kind::kText ? option_table::FromText(OptionType::kBytes, v.text) : v,
+                 spelled);
+  };
+  return s;
+}
+
 template <typename Part>
 Row<Part> R(OptionSpec<Part> spec,
             std::type_identity_t<std::function<std::string(const Part&)>> print,
@@ -189,9 +200,10 @@ std::vector<Row<LayoutOptions>> LayoutRows(std::string_view what) {
   using option_rows::Bytes;
   using L = LayoutOptions;
   std::vector<Row<L>> t;
-  t.push_back(R(Bytes<L>(what, "shard_size", "shard_size",
-                         +[](L& l) -> uint64_t& { return l.shard_size; }, "'4GiB'", 1, UINT64_MAX,
-                         "roll to a new shard file past this many bytes"),
+  t.push_back(R(DigitsAsInteger(Bytes<L>(what, "shard_size", "shard_size",
+                                         +[](L& l) -> uint64_t& { return l.shard_size; },
+                                         "'4GiB'", 1, UINT64_MAX,
+                                         "roll to a new shard file past this many bytes")),
                 +[](const L& l) { return FormatSize(l.shard_size); }, {"--shard-size"}));
   // "--fsync" names the row on the command line, where it is "--no-fsync" (CommandLineSpellingOf).
   t.push_back(R(Bool<L>(what, "fsync", "fsync", +[](L& l) -> bool& { return l.fsync; }, "True",
