@@ -9,7 +9,7 @@
 // longer reads them. The first error of any thread is kept and raised by the next submit(),
 // flush() or finish(); after it the pipeline takes nothing more.
 //
-// Thread-safety: one Python thread at a time (libshard.Writer is not thread-safe).
+// Thread-safety: every method may be called from several Python threads at once (PyWriter).
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -105,7 +105,10 @@ std::vector<TensorDescription> DescribeTensors(const py::list& tensors, const st
 }
 
 // What libshard.Writer holds: the pipeline, created on open or (schema from the first sample)
-// on the first submit.
+// on the first submit. Safe to call from several Python threads at once (libshard.Writer also
+// takes turns itself): each call holds its own reference to the pipeline (a ParallelWriter, whose
+// members may be called at once, parallel_writer.h), so finish() or abort() from one thread never
+// destroys it under another's submit(), which then fails with the writer's error.
 class PyWriter {
  public:
   explicit PyWriter(std::unique_ptr<ParallelWriter> pipeline) : pipeline_(std::move(pipeline)) {}
@@ -113,7 +116,7 @@ class PyWriter {
   // tensors: [(name, dtype_name, shape, data_address, nbytes)]; the bytes must stay valid until
   // take_encoded() lists the returned sequence number.
   uint64_t Submit(const std::string& key, const py::list& tensors, const py::dict& metadata) {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
     SampleInput in;
     in.source.path = key;
     uint64_t bytes = 0;
@@ -143,29 +146,30 @@ class PyWriter {
     Result<uint64_t> seq = Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      seq = p.Submit(std::move(in), bytes);
+      seq = p->Submit(std::move(in), bytes);
     }
     return ValueOrThrow(std::move(seq));
   }
 
-  std::vector<uint64_t> TakeEncoded() { return Get().TakeReleased(); }
+  std::vector<uint64_t> TakeEncoded() { return Get()->TakeReleased(); }
 
   void Flush() {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
     Status st;
     {
       py::gil_scoped_release release;
-      st = p.Checkpoint();  // flushed, durable and journaled (followers see it)
+      st = p->Checkpoint();  // flushed, durable and journaled (followers see it)
     }
     ThrowIfError(st);
   }
 
   py::dict Finish() {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
+    pipeline_.reset();  // closed from now on: later calls say so
     Result<WriteSummary> summary = Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      summary = p.Finish();
+      summary = p->Finish();
     }
     const WriteSummary s = ValueOrThrow(std::move(summary));
     py::dict out;
@@ -173,43 +177,46 @@ class PyWriter {
     out["shards"] = s.shards;
     out["raw_bytes"] = s.raw_bytes;
     out["stored_bytes"] = s.stored_bytes;
-    out["blocked_seconds"] = p.blocked_seconds();
-    pipeline_.reset();
+    out["blocked_seconds"] = p->blocked_seconds();
     return out;
   }
 
   // Stops without committing (ParallelWriter::Stop). Idempotent.
   void Abort() {
-    std::unique_ptr<ParallelWriter> p = std::move(pipeline_);
+    std::shared_ptr<ParallelWriter> p = std::move(pipeline_);
     if (p) {
       py::gil_scoped_release release;
+      p->Stop();  // a submit() of another thread returns (Aborted) and drops its reference
       p.reset();
     }
   }
 
   // [(key, raw bytes)] of the samples already in the output, in order.
   py::list ExistingSources() {
+    const std::shared_ptr<ParallelWriter> p = Get();
     py::list out;
-    for (const SourceFileInfo& p : Get().writer().existing_sources())
-      out.append(py::make_tuple(DecodeDatasetString(p.path), p.size));
+    for (const SourceFileInfo& s : p->writer().existing_sources())
+      out.append(py::make_tuple(DecodeDatasetString(s.path), s.size));
     return out;
   }
   py::list ExistingKeys() {
+    const std::shared_ptr<ParallelWriter> p = Get();
     py::list out;
-    for (const SourceFileInfo& p : Get().writer().existing_sources())
-      out.append(DecodeDatasetString(p.path));
+    for (const SourceFileInfo& s : p->writer().existing_sources())
+      out.append(DecodeDatasetString(s.path));
     return out;
   }
-  py::dict Schema() { return SchemaToPython(Get().writer().schema()); }
-  double BlockedSeconds() { return Get().blocked_seconds(); }
-  uint64_t Appended() { return Get().committed(); }
+  py::dict Schema() { return SchemaToPython(Get()->writer().schema()); }
+  double BlockedSeconds() { return Get()->blocked_seconds(); }
+  uint64_t Appended() { return Get()->committed(); }
 
  private:
-  ParallelWriter& Get() {
+  // Called with the GIL held, which guards pipeline_ itself.
+  std::shared_ptr<ParallelWriter> Get() {
     if (!pipeline_) ThrowStatus(Status::InvalidArgument("the writer is closed"));
-    return *pipeline_;
+    return pipeline_;
   }
-  std::unique_ptr<ParallelWriter> pipeline_;
+  std::shared_ptr<ParallelWriter> pipeline_;
 };
 
 }  // namespace

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import threading
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -83,6 +84,15 @@ def _with_aliases(options: Dict[str, Any], aliases: Mapping[str, Any]) -> Dict[s
         out.pop(name, None)
         out[spelling] = value
     return out
+
+
+def _in_turn(method):
+    """Runs ``method`` holding the Writer's lock: its calls from several threads take turns."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -238,7 +248,11 @@ class Writer:
     (``queue_size``, ``journal_every_bytes``, ``compression``, ``commit_interval_seconds``,
     ``attributes``) are accepted as keywords too.
 
-    Not thread-safe: one thread writes.
+    Thread-safe: several threads may share one Writer. Its calls take turns (a ``write`` waiting
+    for the queue holds the others back until it is admitted), so a key is written once whichever
+    thread writes it (the others get the ``InvalidArgumentError`` of a key already written), and a
+    ``write`` after ``close`` or ``abort`` from another thread raises that the Writer is closed.
+    The order of the samples is the order the ``write`` calls took turns.
     """
 
     def __init__(self, out: PathLike, *, compress: Optional[str] = None,
@@ -249,6 +263,8 @@ class Writer:
                  threads: Optional[int] = None, in_flight_bytes: Union[int, str, None] = None,
                  journal_every: Union[int, str] = "1GiB", commit_interval: float = 5.0,
                  fsync: bool = True, **aliases: Any) -> None:
+        # Every call that reads or changes the Writer's state takes this turn (class docstring).
+        self._lock = threading.RLock()
         self._core: Optional[Any] = None
         self._held: Dict[int, List[torch.Tensor]] = {}
         self._pending: Deque[_Pending] = collections.deque()
@@ -320,14 +336,17 @@ class Writer:
             self._keys = set(self._core.existing_keys())
 
     # -- writing ------------------------------------------------------------------------------
+    @_in_turn
     def has(self, key: str) -> bool:
         """True when ``key`` is in the output: durable samples of an earlier run of this rank's
         part, and every sample written by this Writer."""
         return key in self._keys
 
+    @_in_turn
     def __contains__(self, key: object) -> bool:
         return key in self._keys
 
+    @_in_turn
     def __len__(self) -> int:
         return len(self._keys)
 
@@ -335,6 +354,7 @@ class Writer:
     def schema(self) -> Optional[Schema]:
         return self._schema
 
+    @_in_turn
     def write(self, sample: Mapping[str, Any], *, key: str) -> None:
         """Queues ``sample`` (``{name: tensor}``; str/int/float/bool values become the sample's
         metadata) under ``key``. Returns before the bytes are on disk.
@@ -478,6 +498,7 @@ class Writer:
             for seq in self._core.take_encoded():
                 self._held.pop(seq, None)
 
+    @_in_turn
     def flush(self) -> None:
         """Waits until every sample written so far is in the shards and journaled (durable: a
         crash keeps it, and followers of the write see it; the dataset is committed by
@@ -488,6 +509,7 @@ class Writer:
         self._release()
 
     @property
+    @_in_turn
     def blocked_seconds(self) -> float:
         """Seconds ``write`` has waited for the queue (the disk, or encoding) so far."""
         if self._closed or self._core is None:
@@ -495,6 +517,7 @@ class Writer:
         return self._core.blocked_seconds
 
     # -- closing ------------------------------------------------------------------------------
+    @_in_turn
     def close(self) -> None:
         """Commits this rank's dataset (or part), then, with several ranks, joins the parts into
         ``out`` when every rank has closed. Idempotent."""
@@ -520,6 +543,7 @@ class Writer:
         if join and self.world_size > 1:
             self.joined = join_parts(self.out, self.world_size)
 
+    @_in_turn
     def abort(self) -> None:
         """Stops without committing: what the journal holds is kept for the next Writer."""
         self._closed = True
@@ -531,6 +555,7 @@ class Writer:
     def __enter__(self) -> "Writer":
         return self
 
+    @_in_turn
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.close()

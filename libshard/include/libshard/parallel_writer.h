@@ -20,9 +20,14 @@
 // and the next Submit, Flush or Finish returns it. Without Finish nothing is committed: what the
 // journal holds stays for Writer::Resume (writer.h).
 //
-// Thread-safety: Submit, Flush, Finish and Stop from one thread at a time (the producer); the
-// accessors from any thread. on_done runs on the committing thread (the commit thread, or the
-// producer's with commit_thread = false), one call at a time, in order.
+// Thread-safety: every member may be called from any thread, also at once. Submit, Flush,
+// Checkpoint and Finish take turns (a producer's Submit waiting for the bound holds the others
+// back until it is admitted), so jobs submitted from several threads are each committed once, in
+// the order their Submits took turns; after Finish or Stop a Submit is refused (Aborted). Stop
+// may come from any thread at any time (a Submit waiting for the bound then returns Aborted) and
+// returns once every thread of the writer has ended. on_done runs on the committing thread (the
+// commit thread, or the producer's with commit_thread = false), one call at a time, in order;
+// it must not call the ParallelWriter's Submit, Flush, Checkpoint, Finish or Stop.
 #pragma once
 
 #include <cstdint>
@@ -129,6 +134,9 @@ class ParallelWriter {
 
  private:
   struct State;
+  // Flush, the caller holding the producers' turn.
+  Status FlushInTurn();
+  bool stopped_or_stopping() const;
   void EncodeLoop();
   void CommitLoop();
   // Appends (or reports) the next job in order, whose result must be ready; `lock` holds the

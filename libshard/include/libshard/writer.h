@@ -107,22 +107,30 @@ class Writer {
 
   virtual ~Writer() = default;  // without Finish(): temporaries stay for Resume, nothing opens
 
-  // Thread-safe: validates `sample` against the schema, lays out the payload (FORMAT.md §4.1),
-  // compresses per options and checksums. Errors name the source path and the field.
+  // Thread-safety: every member may be called from any thread, also at once. Encode runs
+  // concurrently; AppendEncoded, Append's append, Finish, Checkpoint, CheckpointIfDue and
+  // samples_written are serialised (one at a time, each whole), so samples from several threads
+  // are appended in the order their appends take turns, each exactly once; after Finish every
+  // append is refused (InvalidArgument) and nothing more reaches the dataset. schema() and
+  // existing_sources() do not change after the Writer is made.
+  //
+  // Validates `sample` against the schema, lays out the payload (FORMAT.md §4.1), compresses per
+  // options and checksums. Errors name the source path and the field.
   virtual Result<EncodedSample> Encode(const SampleInput& sample) const = 0;
-  // Not thread-safe: appends in call order; the sample's index is samples_written() before it.
+  // Appends in call order; the sample's index is samples_written() before it (when one thread
+  // appends).
   virtual Status AppendEncoded(EncodedSample sample) = 0;
-  // Encode + AppendEncoded.
+  // Encode + AppendEncoded (the encoding runs outside the append's turn).
   virtual Status Append(const SampleInput& sample) = 0;
   // Writes index then manifest, fsyncs, renames shards into place, removes the journal.
   virtual Result<WriteSummary> Finish() = 0;
   // Makes every sample appended so far durable and journals it (FORMAT.md §6): a crash keeps it
   // and followers of the write see it (§6.1). AppendEncoded does this on its own (see
   // journal_every_bytes, commit_interval_seconds). A no-op when nothing waits, and in append mode
-  // (no journal: appended samples become visible at Finish). Not thread-safe (as AppendEncoded).
+  // (no journal: appended samples become visible at Finish).
   virtual Status Checkpoint() = 0;
   // Checkpoint() when an appended sample has waited commit_interval_seconds; returns the seconds
-  // until one will be due (infinity when no sample waits or the interval is 0). Not thread-safe.
+  // until one will be due (infinity when no sample waits or the interval is 0).
   virtual Result<double> CheckpointIfDue() = 0;
 
   virtual const Schema& schema() const = 0;

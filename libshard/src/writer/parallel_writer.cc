@@ -68,9 +68,15 @@ struct ParallelWriter::State {
   bool stopped = false;
   std::vector<std::thread> encoders;
   std::thread committer;
-  // Serialises the Writer's appends and checkpoints (the Writer is not thread-safe): the
-  // committing thread's, and Checkpoint()'s from the producer. Taken without `mu` held.
+  // Serialises the Writer's appends and checkpoints: the committing thread's, and Checkpoint()'s
+  // from the producer (so that samples_written() before an append is that sample's index).
+  // Taken without `mu` held.
   std::mutex writer_mu;
+  // The producers' turns (Submit, Flush, Checkpoint, Finish; the file comment): taken first,
+  // before `mu`, and held while a Submit waits for the bound.
+  std::mutex producer_mu;
+  // Stop's: one Stop joins the threads, a concurrent one waits for it. Never taken with `mu`.
+  std::mutex stop_mu;
 };
 
 Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Writer> writer,
@@ -106,6 +112,7 @@ ParallelWriter::~ParallelWriter() { Stop(); }
 Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
   State& s = *state_;
   bytes = Reservation(bytes);
+  std::lock_guard turn(s.producer_mu);
   std::unique_lock lock(s.mu);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -258,6 +265,11 @@ std::vector<uint64_t> ParallelWriter::TakeReleased() {
 }
 
 Status ParallelWriter::Flush() {
+  std::lock_guard turn(state_->producer_mu);
+  return FlushInTurn();
+}
+
+Status ParallelWriter::FlushInTurn() {
   State& s = *state_;
   std::unique_lock lock(s.mu);
   for (;;) {
@@ -273,7 +285,8 @@ Status ParallelWriter::Flush() {
 }
 
 Status ParallelWriter::Checkpoint() {
-  LIBSHARD_RETURN_IF_ERROR(Flush());
+  std::lock_guard turn(state_->producer_mu);
+  LIBSHARD_RETURN_IF_ERROR(FlushInTurn());
   Status st = [&] {
     std::lock_guard writer_lock(state_->writer_mu);
     return writer_->Checkpoint();
@@ -288,13 +301,22 @@ Status ParallelWriter::Checkpoint() {
 }
 
 Result<WriteSummary> ParallelWriter::Finish() {
-  LIBSHARD_RETURN_IF_ERROR(Flush());
+  std::lock_guard turn(state_->producer_mu);
+  LIBSHARD_RETURN_IF_ERROR(FlushInTurn());
+  // A Stop() from another thread since: nothing more is committed (Stop's contract).
+  if (stopped_or_stopping()) return Status::Aborted("the writer is stopped");
   Stop();
   return writer_->Finish();
 }
 
+bool ParallelWriter::stopped_or_stopping() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stopping;
+}
+
 void ParallelWriter::Stop() {
   State& s = *state_;
+  std::lock_guard stop_turn(s.stop_mu);
   {
     std::lock_guard lock(s.mu);
     if (s.stopped) return;
