@@ -153,8 +153,8 @@ const OptionTable<WriterConfig>& WriterOptionTable();
 
 // How a message names a row of the writer's table ("compress"): as the caller types it.
 using OptionSpeller = std::function<std::string(std::string_view row)>;
-// kPython: "'compress'"; kCli: "--compress" (its flag; "--no-fsync" for fsync); kCpp: the member
-// "WriterConfig::compression".
+// kPython: "'compress'"; kCli: "--compress" (its flag; "--no-fsync" for fsync); kCpp: the members
+// "WriterConfig::compression/zstd_level/field_codecs".
 std::string SpellWriterOption(std::string_view row, Caller caller);
 
 // The one check of each part set in C++ (the tables check what they set as they set it): the

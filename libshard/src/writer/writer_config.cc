@@ -85,7 +85,8 @@ Status ValidateEncoding(const EncodingOptions& e, const OptionSpeller& spell) {
     return Status::InvalidArgument(
         "whole-sample zstd (" + spell("compress") + " zstd) and field codecs (" +
         spell("compress") + " auto/planes/planes2, " + spell("store_dtype") +
-        " float8_e4m3fn) exclude each other (FORMAT.md §3.8.6); choose one");
+        " float8_e4m3fn) exclude each other (exclusive forms of a stored sample, FORMAT.md "
+        "§3.8.6); choose one");
   return Status::OK();
 }
 
@@ -124,9 +125,15 @@ std::string SpellWriterOption(std::string_view row, Caller caller) {
       if (!cl.negation.empty()) return cl.negation;
       break;
     }
-    case Caller::kCpp: {
-      const std::string_view m = s->member;
-      return "WriterConfig::" + std::string(m.substr(0, m.find(',')));
+    case Caller::kCpp: {  // "WriterConfig::compression/zstd_level/field_codecs"
+      std::string members;
+      for (std::string_view m = s->member; !m.empty();) {
+        const size_t comma = m.find(',');
+        members += (members.empty() ? "" : "/") + std::string(m.substr(0, comma));
+        m = comma == std::string_view::npos ? std::string_view() : m.substr(comma + 1);
+        while (m.starts_with(' ')) m.remove_prefix(1);
+      }
+      return "WriterConfig::" + members;
     }
     case Caller::kPython:
       break;
