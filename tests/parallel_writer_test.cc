@@ -301,6 +301,35 @@ TEST(ParallelWriterTest, StartRefusesBadSettings) {
               {"threads", "1..1024"});
 }
 
+// The bound's former C++ name still bounds: one sample at a time here, in order.
+TEST(ParallelWriterTest, MaxInflightBytesIsStillTheBound) {
+  TempDir dir;
+  ParallelWriterOptions po;
+  po.max_inflight_bytes = 1;
+  po.threads = 4;
+  std::atomic<int> running{0}, most{0};
+  auto p = StartOrDie(dir.path(), po);
+  ASSERT_TRUE(p);
+  for (uint64_t i = 0; i < 12; ++i)
+    ASSERT_TRUE(p->Submit(
+                     [i, &running, &most](const Writer& w) {
+                       const int now = ++running;
+                       int seen = most.load();
+                       while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                       }
+                       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                       auto e = w.Encode(StandardSample(i).input);
+                       --running;
+                       return e;
+                     },
+                     4096)
+                    .ok());
+  auto sum = p->Finish();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->samples, 12u);
+  EXPECT_EQ(most.load(), 1);  // the bound admits one job at a time, as 1 byte always did
+}
+
 // 0 asks for the automatic values (writer_config.h: AutomaticThreads, AutomaticInFlightBytes),
 // as the option table's None does; this was InvalidArgument when the bound was
 // max_inflight_bytes, before the writer configuration had one in-flight bound.

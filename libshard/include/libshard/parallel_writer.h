@@ -58,6 +58,9 @@ struct JobOutcome {
 // most 4; `in_flight_bytes`, the bound of the file comment, 0 for 1 GiB, AutomaticInFlightBytes)
 // and what only C++ callers give.
 struct ParallelWriterOptions : ParallelismOptions {
+  // The former name of in_flight_bytes, kept so that existing C++ callers build and behave as
+  // before: Start takes it when in_flight_bytes is 0. New code sets in_flight_bytes.
+  uint64_t max_inflight_bytes = 0;
   // Jobs in flight at most, > 0. Each also holds its job, its input's bookkeeping and an encoded
   // sample's (kilobytes): the count bounds those, where tiny samples reserve few bytes. 4096 keep
   // every encode thread busy (bench/writer_bench.py --tiny).

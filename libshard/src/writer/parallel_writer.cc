@@ -87,6 +87,7 @@ Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Wr
   }));
   if (options.max_inflight_samples == 0)
     return Status::InvalidArgument("ParallelWriter: max_inflight_samples must be > 0");
+  if (options.in_flight_bytes == 0) options.in_flight_bytes = options.max_inflight_bytes;
   options.threads = AutomaticThreads(options.threads, WriteDriver::kGenerator);
   options.in_flight_bytes = AutomaticInFlightBytes(options.in_flight_bytes, options.threads, 0);
   auto p = std::make_unique<ParallelWriter>(Key(), std::move(writer), std::move(options));
