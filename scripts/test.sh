@@ -115,13 +115,14 @@ step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 # concurrent Dataset reads, a caller-given order and the read-ahead, follow mode (a follower and
 # its loaders beside a writing thread); the s3:// cache's fetcher threads, pins, eviction and
 # healing, the stores and the S3 client, in-process against the memory store and the S3 front
-# over it (objstore/memory_store.h, tests/testutil/fake_s3.h).
+# over it (objstore/memory_store.h, tests/testutil/fake_s3.h); one Writer and one ParallelWriter
+# shared by several threads (writer_concurrency_test, its suites named *Concurrency*).
 step "TSan loader suites" sanitizer_suite thread build-tsan \
   'Loader|Arena|Engine|File|Concurrency|Prefaulter|CallerOrder|ReadAhead|Follow|S3Client|S3CacheHeal|S3Uploader|CacheHostile|CacheEvict|ObjectStore' \
   loader_test loader_diagnostics_test io_engine_test io_file_test arena_test dataset_test \
   dataset_v2_test prefaulter_test caller_order_test read_ahead_test follow_test \
   follow_order_test s3_client_test s3_cache_heal_test s3_uploader_test cache_hostile_test \
-  cache_evict_test object_store_test cache_store_faults_test
+  cache_evict_test object_store_test cache_store_faults_test writer_concurrency_test
 
 # Every parser of untrusted bytes: the committed fuzz corpus and crash reproducers replayed under
 # ASan+UBSan (clang, build-fuzz), then a brief libFuzzer run per target (scripts/fuzz.sh).

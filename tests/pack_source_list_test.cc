@@ -165,9 +165,9 @@ TEST(OptionParsingTest, OnErrorRaiseIsCanonicalAndFailItsAlias) {
 TEST(OptionParsingTest, Compression) {
   EXPECT_EQ(ParseCompression("none")->compression, Compression::kNone);
   EXPECT_EQ(ParseCompression("zstd")->compression, Compression::kZstd);
-  EXPECT_EQ(ParseCompression("zstd")->level, 3);
-  EXPECT_EQ(ParseCompression("zstd:19")->level, 19);
-  EXPECT_EQ(ParseCompression("zstd:-3")->level, -3);
+  EXPECT_EQ(ParseCompression("zstd")->zstd_level, 3);
+  EXPECT_EQ(ParseCompression("zstd:19")->zstd_level, 19);
+  EXPECT_EQ(ParseCompression("zstd:-3")->zstd_level, -3);
   EXPECT_EQ(ParseCompression("auto")->field_codecs, FieldCodecPolicy::kAuto);
   EXPECT_EQ(ParseCompression("planes")->field_codecs, FieldCodecPolicy::kPlanes);
   EXPECT_EQ(ParseCompression(" Planes2 ")->field_codecs, FieldCodecPolicy::kPlanes2);

@@ -66,7 +66,7 @@ TEST(ParallelWriterTest, SameBytesAsOneThreadAppendingInOrder) {
     ParallelWriterOptions po;
     po.threads = threads;
     po.commit_thread = commit_thread;
-    po.max_inflight_bytes = 3 * 4096;  // a few samples at a time
+    po.in_flight_bytes = 3 * 4096;  // a few samples at a time
     auto p = StartOrDie(dir.path(), po);
     ASSERT_TRUE(p);
     for (uint64_t i = 0; i < kSamples; ++i) ASSERT_TRUE(p->Submit(SampleJob(i), 4096).ok());
@@ -202,7 +202,7 @@ TEST_P(ParallelWriterModes, BytesInFlightStayWithinTheBound) {
   ParallelWriterOptions po;
   po.threads = 8;
   po.commit_thread = GetParam();
-  po.max_inflight_bytes = 3 * 4096;
+  po.in_flight_bytes = 3 * 4096;
   std::atomic<uint64_t> worst{0};
   ParallelWriter* raw = nullptr;
   auto p = StartOrDie(dir.path(), po);
@@ -232,7 +232,7 @@ TEST(ParallelWriterTest, TinySamplesAreBoundedByCountAndByTheirBuffers) {
   };
   for (const Case c : {Case{16, uint64_t{1} << 30, 16}, Case{4096, 10 * 4096, 10}}) {
     SCOPED_TRACE("max_inflight_samples " + std::to_string(c.max_samples) +
-                 ", max_inflight_bytes " + std::to_string(c.max_bytes));
+                 ", in_flight_bytes " + std::to_string(c.max_bytes));
     TempDir dir;
     std::mutex mu;
     std::condition_variable cv;
@@ -240,7 +240,7 @@ TEST(ParallelWriterTest, TinySamplesAreBoundedByCountAndByTheirBuffers) {
     ParallelWriterOptions po;
     po.threads = 2;
     po.max_inflight_samples = c.max_samples;
-    po.max_inflight_bytes = c.max_bytes;
+    po.in_flight_bytes = c.max_bytes;
     po.on_done = [&](const JobOutcome&) {  // the commit waits until the test has looked
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return release; });
@@ -282,7 +282,7 @@ TEST(ParallelWriterTest, StartRefusesAZeroSampleBound) {
 TEST(ParallelWriterTest, ASampleLargerThanTheBoundGoesThroughAlone) {
   TempDir dir;
   ParallelWriterOptions po;
-  po.max_inflight_bytes = 10;
+  po.in_flight_bytes = 10;
   auto p = StartOrDie(dir.path(), po);
   ASSERT_TRUE(p);
   for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(p->Submit(SampleJob(i), 1 << 20).ok());
@@ -299,12 +299,51 @@ TEST(ParallelWriterTest, StartRefusesBadSettings) {
   po.threads = 5000;
   ExpectError(ParallelWriter::Start(std::move(*w), po).status(), StatusCode::kInvalidArgument,
               {"threads", "1..1024"});
-  auto w2 = Writer::Create((dir.path() / "b").string(), EagleSchema(), FastOptions());
-  ASSERT_TRUE(w2.ok());
-  po.threads = 2;
-  po.max_inflight_bytes = 0;
-  ExpectError(ParallelWriter::Start(std::move(*w2), po).status(), StatusCode::kInvalidArgument,
-              {"max_inflight_bytes"});
+}
+
+// The bound's former C++ name still bounds: one sample at a time here, in order.
+TEST(ParallelWriterTest, MaxInflightBytesIsStillTheBound) {
+  TempDir dir;
+  ParallelWriterOptions po;
+  po.max_inflight_bytes = 1;
+  po.threads = 4;
+  std::atomic<int> running{0}, most{0};
+  auto p = StartOrDie(dir.path(), po);
+  ASSERT_TRUE(p);
+  for (uint64_t i = 0; i < 12; ++i)
+    ASSERT_TRUE(p->Submit(
+                     [i, &running, &most](const Writer& w) {
+                       const int now = ++running;
+                       int seen = most.load();
+                       while (now > seen && !most.compare_exchange_weak(seen, now)) {
+                       }
+                       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                       auto e = w.Encode(StandardSample(i).input);
+                       --running;
+                       return e;
+                     },
+                     4096)
+                    .ok());
+  auto sum = p->Finish();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->samples, 12u);
+  EXPECT_EQ(most.load(), 1);  // the bound admits one job at a time, as 1 byte always did
+}
+
+// 0 asks for the automatic values (writer_config.h: AutomaticThreads, AutomaticInFlightBytes),
+// as the option table's None does; this was InvalidArgument when the bound was
+// max_inflight_bytes, before the writer configuration had one in-flight bound.
+TEST(ParallelWriterTest, ZeroThreadsAndBoundAreAutomatic) {
+  TempDir dir;
+  ParallelWriterOptions po;
+  po.threads = 0;
+  po.in_flight_bytes = 0;
+  auto p = StartOrDie(dir.path(), po);
+  ASSERT_TRUE(p);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(p->Submit(SampleJob(i), 1 << 20).ok());
+  auto sum = p->Finish();
+  ASSERT_TRUE(sum.ok()) << sum.status().ToString();
+  EXPECT_EQ(sum->samples, 4u);
 }
 
 TEST(ParallelWriterTest, StopWithoutFinishCommitsNothing) {

@@ -12,6 +12,7 @@
 
 #include "bindings.h"
 #include "libshard/option_table.h"
+#include "libshard/writer_config.h"
 
 namespace libshard::python {
 
@@ -140,6 +141,25 @@ py::list OptionTableToPython(const OptionTable<Options>& table) {
     row["aliases"] = aliases;
     row["doc"] = std::string(s.doc);
     rows.append(std::move(row));
+  }
+  return rows;
+}
+
+// OptionTableToPython with each row's command-line spelling (CommandLineSpellingOf,
+// libshard/writer_config.h): "flags", "negation", "help". The writer's and pack's tables, whose
+// rows `libshard pack` and `python -m libshard.capture` make their flags from.
+template <typename Options>
+py::list CommandLineTableToPython(const OptionTable<Options>& table) {
+  py::list rows = OptionTableToPython(table);
+  size_t i = 0;
+  for (const OptionSpec<Options>& s : table.specs()) {
+    const CommandLineSpelling cl = CommandLineSpellingOf(s);
+    py::dict row = rows[i++].template cast<py::dict>();
+    py::list flags;
+    for (const std::string& f : cl.flags) flags.append(f);
+    row["flags"] = flags;
+    row["negation"] = cl.negation;
+    row["help"] = cl.help;
   }
   return rows;
 }

@@ -79,7 +79,7 @@ py::dict SummaryToPython(const convert::PackSummary& s) {
 
 void RegisterPack(py::module_& m) {
   m.attr("HAVE_PACK") = true;
-  m.def("pack_option_table", [] { return OptionTableToPython(convert::PackOptionTable()); },
+  m.def("pack_option_table", [] { return CommandLineTableToPython(convert::PackOptionTable()); },
         "The pack option table (converters/pack/option_parsing.h PackOptionTable): one dict per "
         "option.");
   m.def(
@@ -105,6 +105,17 @@ void RegisterPack(py::module_& m) {
         return SummaryToPython(ValueOrThrow(std::move(summary)));
       },
       py::arg("options"), "Runs a pack job (see libshard.pack); returns the summary dict.");
+  m.def(
+      "parse_attributes",
+      [](const std::vector<std::string>& items) {
+        Attributes attributes;
+        for (const std::string& item : items)
+          ThrowIfError(convert::ParseAttribute(item, &attributes));
+        return AttributesToPython(attributes);
+      },
+      py::arg("items"),
+      "ParseAttribute (converters/pack/option_parsing.h) of each KEY=VALUE, as `libshard pack "
+      "--attr` reads them: the dict of attributes (VALUE an int when it is one in decimal).");
   m.def("walk_selects", &convert::WalkSelects, py::arg("rel_path"), py::arg("include"),
         py::arg("exclude"),
         "WalkSelects (converters/pack/source_list.h): whether pack's walk of a directory takes "

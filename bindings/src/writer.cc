@@ -9,7 +9,7 @@
 // longer reads them. The first error of any thread is kept and raised by the next submit(),
 // flush() or finish(); after it the pipeline takes nothing more.
 //
-// Thread-safety: one Python thread at a time (libshard.Writer is not thread-safe).
+// Thread-safety: every method may be called from several Python threads at once (PyWriter).
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -50,7 +50,8 @@ Schema SchemaFromPython(const py::dict& d) {
 }
 
 // Every key is read through the library's Writer option table (WriterOptionTable): its names,
-// spellings, types, bounds and errors; `attrs` (a dict) is converted here.
+// spellings, types, bounds and errors; `attrs` (a dict) is converted here. Then the configuration
+// is checked as a whole (ValidateWriterConfig: e.g. zstd with field codecs), in Python's words.
 WriterConfig OptionsFromPython(const py::dict& d) {
   const OptionTable<WriterConfig>& table = WriterOptionTable();
   WriterConfig o;
@@ -58,11 +59,14 @@ WriterConfig OptionsFromPython(const py::dict& d) {
     const std::string key = py::str(k);
     const OptionSpec<WriterConfig>* spec = table.Find(key);
     if (spec != nullptr && spec->name == "attrs") {
-      if (!v.is_none()) o.writer.attributes = AttributesFromPython(v, "Writer option 'attrs'");
+      if (!v.is_none()) o.attributes = AttributesFromPython(v, "Writer option 'attrs'");
       continue;
     }
     ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
   }
+  ThrowIfError(ValidateWriterConfig(o, [](std::string_view row) {
+    return "Writer option " + SpellWriterOption(row, Caller::kPython);
+  }));
   return o;
 }
 
@@ -101,7 +105,10 @@ std::vector<TensorDescription> DescribeTensors(const py::list& tensors, const st
 }
 
 // What libshard.Writer holds: the pipeline, created on open or (schema from the first sample)
-// on the first submit.
+// on the first submit. Safe to call from several Python threads at once (libshard.Writer also
+// takes turns itself): each call holds its own reference to the pipeline (a ParallelWriter, whose
+// members may be called at once, parallel_writer.h), so finish() or abort() from one thread never
+// destroys it under another's submit(), which then fails with the writer's error.
 class PyWriter {
  public:
   explicit PyWriter(std::unique_ptr<ParallelWriter> pipeline) : pipeline_(std::move(pipeline)) {}
@@ -109,7 +116,7 @@ class PyWriter {
   // tensors: [(name, dtype_name, shape, data_address, nbytes)]; the bytes must stay valid until
   // take_encoded() lists the returned sequence number.
   uint64_t Submit(const std::string& key, const py::list& tensors, const py::dict& metadata) {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
     SampleInput in;
     in.source.path = key;
     uint64_t bytes = 0;
@@ -139,29 +146,30 @@ class PyWriter {
     Result<uint64_t> seq = Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      seq = p.Submit(std::move(in), bytes);
+      seq = p->Submit(std::move(in), bytes);
     }
     return ValueOrThrow(std::move(seq));
   }
 
-  std::vector<uint64_t> TakeEncoded() { return Get().TakeReleased(); }
+  std::vector<uint64_t> TakeEncoded() { return Get()->TakeReleased(); }
 
   void Flush() {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
     Status st;
     {
       py::gil_scoped_release release;
-      st = p.Checkpoint();  // flushed, durable and journaled (followers see it)
+      st = p->Checkpoint();  // flushed, durable and journaled (followers see it)
     }
     ThrowIfError(st);
   }
 
   py::dict Finish() {
-    ParallelWriter& p = Get();
+    const std::shared_ptr<ParallelWriter> p = Get();
+    pipeline_.reset();  // closed from now on: later calls say so
     Result<WriteSummary> summary = Status::Internal("unset");
     {
       py::gil_scoped_release release;
-      summary = p.Finish();
+      summary = p->Finish();
     }
     const WriteSummary s = ValueOrThrow(std::move(summary));
     py::dict out;
@@ -169,43 +177,46 @@ class PyWriter {
     out["shards"] = s.shards;
     out["raw_bytes"] = s.raw_bytes;
     out["stored_bytes"] = s.stored_bytes;
-    out["blocked_seconds"] = p.blocked_seconds();
-    pipeline_.reset();
+    out["blocked_seconds"] = p->blocked_seconds();
     return out;
   }
 
   // Stops without committing (ParallelWriter::Stop). Idempotent.
   void Abort() {
-    std::unique_ptr<ParallelWriter> p = std::move(pipeline_);
+    std::shared_ptr<ParallelWriter> p = std::move(pipeline_);
     if (p) {
       py::gil_scoped_release release;
+      p->Stop();  // a submit() of another thread returns (Aborted) and drops its reference
       p.reset();
     }
   }
 
   // [(key, raw bytes)] of the samples already in the output, in order.
   py::list ExistingSources() {
+    const std::shared_ptr<ParallelWriter> p = Get();
     py::list out;
-    for (const SourceFileInfo& p : Get().writer().existing_sources())
-      out.append(py::make_tuple(DecodeDatasetString(p.path), p.size));
+    for (const SourceFileInfo& s : p->writer().existing_sources())
+      out.append(py::make_tuple(DecodeDatasetString(s.path), s.size));
     return out;
   }
   py::list ExistingKeys() {
+    const std::shared_ptr<ParallelWriter> p = Get();
     py::list out;
-    for (const SourceFileInfo& p : Get().writer().existing_sources())
-      out.append(DecodeDatasetString(p.path));
+    for (const SourceFileInfo& s : p->writer().existing_sources())
+      out.append(DecodeDatasetString(s.path));
     return out;
   }
-  py::dict Schema() { return SchemaToPython(Get().writer().schema()); }
-  double BlockedSeconds() { return Get().blocked_seconds(); }
-  uint64_t Appended() { return Get().committed(); }
+  py::dict Schema() { return SchemaToPython(Get()->writer().schema()); }
+  double BlockedSeconds() { return Get()->blocked_seconds(); }
+  uint64_t Appended() { return Get()->committed(); }
 
  private:
-  ParallelWriter& Get() {
+  // Called with the GIL held, which guards pipeline_ itself.
+  std::shared_ptr<ParallelWriter> Get() {
     if (!pipeline_) ThrowStatus(Status::InvalidArgument("the writer is closed"));
-    return *pipeline_;
+    return pipeline_;
   }
-  std::unique_ptr<ParallelWriter> pipeline_;
+  std::shared_ptr<ParallelWriter> pipeline_;
 };
 
 }  // namespace
@@ -252,22 +263,23 @@ void RegisterWriter(py::module_& m) {
           "open",
           [](const std::string& dir, const py::object& schema, const py::dict& options,
              bool resume) -> std::unique_ptr<PyWriter> {
-            WriterConfig o = OptionsFromPython(options);
-            o.writer.caller = Caller::kPython;
+            const WriterConfig config = OptionsFromPython(options);
+            WriterOptions wo = WriterOptions::From(config);
+            wo.caller = Caller::kPython;
             Result<std::unique_ptr<Writer>> w = Status::Internal("unset");
             if (resume) {
               py::gil_scoped_release release;
-              w = Writer::Resume(dir, o.writer);
+              w = Writer::Resume(dir, wo);
             } else {
               const libshard::Schema s = SchemaFromPython(schema.cast<py::dict>());
               py::gil_scoped_release release;
-              w = Writer::Create(dir, s, o.writer);
+              w = Writer::Create(dir, s, wo);
             }
             std::unique_ptr<Writer> writer = ValueOrThrow(std::move(w));
             Result<std::unique_ptr<ParallelWriter>> p = Status::Internal("unset");
             {
               py::gil_scoped_release release;
-              p = ParallelWriter::Start(std::move(writer), o.parallel);
+              p = ParallelWriter::Start(std::move(writer), ParallelWriterOptions::From(config));
             }
             return std::make_unique<PyWriter>(ValueOrThrow(std::move(p)));
           },
@@ -305,9 +317,16 @@ void RegisterWriter(py::module_& m) {
       "check_writer_options", [](const py::dict& options) { (void)OptionsFromPython(options); },
       py::arg("options"),
       "Raises InvalidArgumentError where `options` do not pass the Writer option table.");
-  m.def("writer_option_table", [] { return OptionTableToPython(WriterOptionTable()); },
-        "The Writer's option table (libshard/parallel_writer.h WriterOptionTable): one dict per "
-        "option.");
+  m.def("writer_option_table", [] { return CommandLineTableToPython(WriterOptionTable()); },
+        "The Writer's option table (libshard/writer_config.h WriterOptionTable): one dict per "
+        "option, with its command-line spelling (flags, negation, help: CommandLineSpellingOf), "
+        "which python -m libshard.capture's flags are made from.");
+  m.def(
+      "format_writer_config",
+      [](const py::dict& options) { return FormatWriterConfig(OptionsFromPython(options)); },
+      py::arg("options"),
+      "FormatWriterConfig (libshard/writer_config.h): the configuration `options` give, one "
+      "name=value per row of the Writer's table.");
   m.def(
       "infer_schema",
       [](const py::list& tensors, const std::string& what) {

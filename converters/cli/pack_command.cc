@@ -18,8 +18,10 @@ namespace libshard::cli {
 namespace {
 
 // The flags generated from the pack option table (PackOptionTable, pack/option_parsing.h): every
-// row with a CLI alias is a flag named by its aliases, its help the row's doc and default. The
-// values are kept as given, by row name, and set through the table when the command runs.
+// row with a CLI alias is a flag (CommandLineSpellingOf, libshard/writer_config.h: its flags, the
+// --no-X of a row that is on by default, its help), the writer configuration's rows spelled as
+// `python -m libshard.capture` spells them. The values are kept as given, by row name, and set
+// through the table when the command runs.
 struct PackArgs {
   std::map<std::string, std::string, std::less<>> values;               // a value (text)
   std::map<std::string, std::vector<std::string>, std::less<>> lists;   // repeatable (globs)
@@ -32,9 +34,6 @@ struct PackArgs {
   bool quiet = false;
 };
 
-// Rows whose default is true and that the CLI turns off with a flag of its own.
-constexpr std::pair<std::string_view, std::string_view> kNegations[] = {
-    {"hash_sources", "--no-hash"}, {"verify_crc", "--no-crc"}, {"fsync", "--no-fsync"}};
 // kNames rows given on the CLI as one comma-separated word ("a,b,c") instead of repeated.
 constexpr std::string_view kCommaLists[] = {"fields"};
 // Rows the CLI requires.
@@ -47,53 +46,17 @@ bool In(const std::string_view (&set)[N], std::string_view name) {
   return false;
 }
 
-std::string_view NegationOf(std::string_view name) {
-  for (const auto& [row, flag] : kNegations)
-    if (row == name) return flag;
-  return {};
-}
-
-// The row's doc without its "(CLI: ...)" note, which is for the other front ends.
-std::string Doc(std::string_view doc) { return std::string(doc.substr(0, doc.find(" (CLI:"))); }
-
-// The help of a row's flag: its doc, then its choices and its default ("4GiB"; for an automatic
-// setting what automatic means, and that 0 asks for it).
-std::string Help(const OptionSpec<convert::PackOptions>& s) {
-  std::string help = Doc(s.doc);
-  std::string_view d = s.default_value;
-  if (d.size() >= 2 && d.front() == '\'' && d.back() == '\'') d = d.substr(1, d.size() - 2);
-  std::string notes;
-  if (s.type == OptionType::kChoice && !s.choices.empty()) {
-    notes = "one of:";
-    for (std::string_view c : s.choices) notes += " " + std::string(c);
-  }
-  const auto note = [&notes](std::string text) {
-    notes += (notes.empty() ? "" : "; ") + std::move(text);
-  };
-  if (!s.unset.empty()) {
-    const bool zero = s.type == OptionType::kCount || s.type == OptionType::kBytes;
-    note(std::string(zero ? "default or 0: " : "default: ") + std::string(s.unset));
-  } else if (!d.empty() && d != "None" && d != "False" && d != "True" &&
-             s.type != OptionType::kBool) {
-    note("default: " + std::string(d));
-  }
-  if (!notes.empty()) help += " (" + notes + ")";
-  return help;
-}
-
-// CLI11's name for a row's flag: its aliases that are flags ("-o,--output") or a positional's
-// metavar ("SRC"); "" when the row has neither (other aliases are keywords, "window_bytes").
+// CLI11's name for a row's flag: its flags ("-o,--output"; CommandLineSpellingOf, which
+// python -m libshard.capture reads too), or a positional's metavar ("SRC"); "" when the row has
+// neither (a row whose flag turns it off: CommandLineSpelling::negation).
 std::string FlagNames(const OptionSpec<convert::PackOptions>& s) {
   std::string names;
-  for (std::string_view a : s.aliases) {
-    const bool flag = a.starts_with("-");
-    const bool metavar = !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
-      return c >= 'A' && c <= 'Z';
-    });
-    if (!flag && !metavar) continue;
-    if (!names.empty()) names += ",";
-    names += a;
-  }
+  for (const std::string& f : CommandLineSpellingOf(s).flags)
+    names += (names.empty() ? "" : ",") + f;
+  if (!names.empty()) return names;
+  for (std::string_view a : s.aliases)
+    if (!a.empty() && std::all_of(a.begin(), a.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
+      return std::string(a);
   return names;
 }
 
@@ -148,8 +111,9 @@ int RunPack(const PackArgs& a) {
     Status st;
     if (auto it = a.switches.find(s.name); it != a.switches.end()) {
       if (it->second) {
-        st = NegationOf(s.name).empty() ? table.Set(o, flag, OptionValue::Bool(true))
-                                        : table.Set(o, s.name, OptionValue::Bool(false));
+        st = CommandLineSpellingOf(s).negation.empty()
+                 ? table.Set(o, flag, OptionValue::Bool(true))
+                 : table.Set(o, s.name, OptionValue::Bool(false));
       }
     } else if (auto it = a.lists.find(s.name); it != a.lists.end()) {
       if (!it->second.empty()) st = table.Set(o, flag, OptionValue::TextList(it->second));
@@ -158,10 +122,7 @@ int RunPack(const PackArgs& a) {
       if (In(kCommaLists, s.name)) {
         st = table.Set(o, flag, OptionValue::TextList(convert::SplitList(text)));
       } else if (!text.empty()) {
-        // 0 asks for the automatic value of a count that has one ("--threads 0": one per CPU).
-        const bool automatic = s.type == OptionType::kCount && !s.unset.empty() && text == "0";
-        st = automatic ? table.Set(o, flag, OptionValue::None())
-                       : table.SetFromText(o, flag, text);
+        st = table.SetFromText(o, flag, text);  // "--threads 0": the row's automatic value
       }
     }
     if (!st.ok()) return UsageError(kCmd, st.message());
@@ -215,8 +176,9 @@ Command AddPackCommand(CLI::App& app) {
   for (const auto& s : convert::PackOptionTable().specs()) {
     const std::string name(s.name);
     const std::string names = FlagNames(s);
+    const CommandLineSpelling cl = CommandLineSpellingOf(s);
     if (s.name == "attrs") {
-      c->add_option(names, args->attrs, Help(s) + ": KEY=VALUE (repeatable)")
+      c->add_option(names, args->attrs, cl.help + ": KEY=VALUE (repeatable)")
           ->allow_extra_args(false)
           ->take_all();
     } else if (s.name == "progress") {
@@ -225,19 +187,18 @@ Command AddPackCommand(CLI::App& app) {
                     "or none")
           ->capture_default_str();
     } else if (s.type == OptionType::kBool) {
-      const std::string_view negation = NegationOf(s.name);
-      if (!names.empty()) {
-        c->add_flag(names, args->switches[name], Help(s));
-      } else if (!negation.empty()) {
-        c->add_flag(std::string(negation), args->switches[name], "Do not " + Doc(s.doc));
+      if (!cl.negation.empty()) {
+        c->add_flag(cl.negation, args->switches[name], cl.help);
+      } else if (!names.empty()) {
+        c->add_flag(names, args->switches[name], cl.help);
       }
     } else if (names.empty()) {
       continue;  // not on the command line
     } else if (s.type == OptionType::kNames && !In(kCommaLists, s.name)) {
-      c->add_option(names, args->lists[name], Help(s) + " (repeatable)");
+      c->add_option(names, args->lists[name], cl.help + " (repeatable)");
     } else {
       CLI::Option* opt = c->add_option(names, args->values[name],
-                                       In(kCommaLists, s.name) ? Help(s) + ": a,b,c" : Help(s));
+                                       In(kCommaLists, s.name) ? cl.help + ": a,b,c" : cl.help);
       if (In(kRequired, s.name)) opt->required();
     }
   }

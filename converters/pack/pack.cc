@@ -110,9 +110,7 @@ class PackJob {
   // The committing (calling) thread's part of source `out.seq`: the summary, the skip report,
   // the progress.
   Status OnSourceDone(const JobOutcome& out, const Writer& writer, PackProgress* progress);
-  unsigned Threads() const {
-    return o_.threads != 0 ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
-  }
+  unsigned Threads() const { return AutomaticThreads(o_.threads, WriteDriver::kConversion); }
   Status RecordSkip(const SourceEntry& e, const Status& why);
   Status TrimSkipReport(const std::unordered_map<std::string, size_t>& position, size_t resume_at);
   double Elapsed() const {
@@ -147,22 +145,14 @@ class PackJob {
 };
 
 WriterOptions PackJob::MakeWriterOptions() const {
-  WriterOptions w;
+  WriterOptions w = WriterOptions::From(o_);  // the writer configuration's Writer parts, whole
   w.caller = LibraryCaller();
-  w.shard_size = o_.shard_size;
-  w.compression = o_.compression;
-  w.zstd_level = o_.zstd_level;
-  w.field_codecs = o_.field_codecs;
-  w.store_fp8 = o_.store_fp8;
-  w.fsync = o_.fsync;
   w.source_root = o_.source_root.empty() ? std::string() : fs::absolute(o_.source_root).lexically_normal().string();
-  w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
-  w.attributes = o_.attributes;
+  if (w.created_by.empty()) w.created_by = "libshard pack " LIBSHARD_VERSION_STRING;
   if (cache_) {
     // The cache manifest's keys, under the user's --attr (which win on a clash).
     for (const auto& [k, v] : cache_->attributes()) w.attributes.emplace(k, v);
   }
-  if (o_.journal_every_bytes != 0) w.journal_every_bytes = o_.journal_every_bytes;
   w.lock = lock_;
   return w;
 }
@@ -539,10 +529,7 @@ Result<PackSummary> PackJob::Run() {
     largest = std::max(largest, e.size);
   }
   const unsigned threads = Threads();
-  const uint64_t in_flight =
-      o_.in_flight_bytes != 0
-          ? o_.in_flight_bytes
-          : std::max<uint64_t>(uint64_t{64} << 20, 2 * uint64_t{threads} * largest);
+  const uint64_t in_flight = AutomaticInFlightBytes(o_.in_flight_bytes, threads, largest);
 
   // The parallel writer (libshard/parallel_writer.h): encode threads open, read and encode the
   // sources; this thread's Submit and Flush append them in source order and run OnSourceDone.
@@ -551,9 +538,9 @@ Result<PackSummary> PackJob::Run() {
   progress.bytes_total = bytes_total;
   std::unique_ptr<ParallelWriter> pipe;
   if (!sources_.empty()) {
-    ParallelWriterOptions po;
+    ParallelWriterOptions po = ParallelWriterOptions::From(o_);
     po.threads = static_cast<unsigned>(std::min<uint64_t>(threads, sources_.size()));
-    po.max_inflight_bytes = in_flight;
+    po.in_flight_bytes = in_flight;
     po.commit_thread = false;  // this thread appends (and reports progress), as it always did
     po.on_job_error = o_.on_error == OnError::kRaise ? ParallelWriterOptions::OnJobError::kStop
                                                     : ParallelWriterOptions::OnJobError::kReport;
@@ -625,20 +612,7 @@ Status ValidatePackOptions(const PackOptions& o, OptionSpelling spelling) {
     return Status::InvalidArgument("invalid " + name("part") + " " + std::to_string(o.part_index) +
                                    "/" + std::to_string(o.part_count) + ": need 0 <= I < N");
   }
-  if (o.shard_size == 0)
-    return Status::InvalidArgument(name("shard_size") + " must be at least 1 byte");
-  if (o.compression == Compression::kZstd &&
-      (o.zstd_level < kMinZstdLevel || o.zstd_level > kMaxZstdLevel)) {
-    return Status::InvalidArgument("zstd level " + std::to_string(o.zstd_level) + " is outside " +
-                                   std::to_string(kMinZstdLevel) + ".." +
-                                   std::to_string(kMaxZstdLevel));
-  }
-  if ((o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8) &&
-      o.compression != Compression::kNone)
-    return Status::InvalidArgument(
-        "whole-sample zstd (" + name("compress") + " zstd) and field codecs (" + name("compress") +
-        " auto/planes/planes2, " + name("store_dtype") + ") exclude each other (FORMAT.md §3.8.6)");
-  if (o.threads > 1024) return Status::InvalidArgument(name("threads") + " must be at most 1024");
+  LIBSHARD_RETURN_IF_ERROR(ValidateWriterConfig(o, name));
   std::unordered_set<std::string> seen;
   for (const std::string& f : o.fields) {
     if (!seen.insert(f).second)

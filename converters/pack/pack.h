@@ -5,7 +5,7 @@
 // C++ generators use too. Its encode threads open and parse sources and Writer::Encode them (the
 // readers' pread goes straight into the writer's aligned buffer: one copy); the calling thread
 // appends encoded samples in source order. Samples in flight are bounded in bytes
-// (`in_flight_bytes`), so memory stays bounded whatever the file sizes.
+// (`in_flight_bytes`, WriterConfig), so memory stays bounded whatever the file sizes.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,7 @@
 #include "libshard/loader.h"
 #include "libshard/status.h"
 #include "libshard/writer.h"
+#include "libshard/writer_config.h"
 #include "readers/cache_source.h"
 #include "readers/source_file.h"
 
@@ -42,9 +43,13 @@ struct PackProgress {
 // `libshard pack` (--shard-size); PackOptionTable (pack/option_parsing.h) holds both.
 enum class OptionSpelling { kApi, kCli };
 
-struct PackOptions {
-  // Sources (see source_list.h): a directory walked recursively, and/or a list file ("-" = stdin).
-  std::string source_root;
+// A pack job's options: the writer configuration (libshard/writer_config.h: how samples are
+// stored, the layout, the parallelism, the attributes; `source_root` is SRC, recorded absolute,
+// and `created_by` defaults to "libshard pack <version>") plus where the sources are and what to
+// take from them. PackOptionTable reads both, the writer's rows as every front end reads them.
+struct PackOptions : WriterConfig {
+  // Sources (see source_list.h): a directory walked recursively (WriterConfig::source_root),
+  // and/or a list file ("-" = stdin).
   std::string files_from;
   // What source_root holds (readers/cache_source.h): sample files (kFiles), or one cache whose
   // samples become the dataset's, in the cache's order (kDeepSpec, kAutoModel, kTorchSpec);
@@ -55,18 +60,10 @@ struct PackOptions {
   std::vector<std::string> exclude;
   std::string output;                // the dataset directory
 
-  uint64_t shard_size = uint64_t{4} << 30;
-  Compression compression = Compression::kNone;
-  int zstd_level = 3;
-  // Field codecs (WriterOptions::field_codecs / store_fp8, FORMAT.md §4.3).
-  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;
-  bool store_fp8 = false;
   std::vector<std::string> fields;   // keep only these tensors (empty: all)
-  Attributes attributes;             // recorded in the manifest (WriterOptions::attributes)
   // A stacked-layer tensor [L, K, H] (vLLM / speculators) to present as aux_hidden_state
   // [1, L, (K-1)H] + hidden_state [1, L, H] (readers/layer_split_source.h); empty: none.
   std::string split_layers;
-  unsigned threads = 0;              // worker threads; 0 = one per CPU
   OnError on_error = OnError::kRaise;
   // At most one of resume / append. resume: continue an interrupted job in `output` from its
   // journal (or start it when there is none). A finished dataset is left as it is: OK with
@@ -79,12 +76,6 @@ struct PackOptions {
   uint32_t part_count = 1;
   bool allow_varying_dims = false;   // let dims other than the sequence dim vary across sources
   bool hash_sources = true;          // record xxh3-64 of each source file's bytes in provenance
-  // Bytes of samples in flight; 0 = 2 x threads x largest file. The option `in_flight_bytes`
-  // (PackOptionTable), `--in-flight-bytes` on the CLI; `window_bytes`, this member's former name,
-  // and `--window` are its other spellings.
-  uint64_t in_flight_bytes = 0;
-  bool fsync = true;
-  uint64_t journal_every_bytes = 0;  // Writer journal checkpoint interval; 0 = Writer default
   SourceOptions source_options;
   std::function<void(const PackProgress&)> progress;  // optional
   // How the job's messages name settings ("use --append" or "use 'append'").
@@ -115,9 +106,9 @@ struct PackSummary {
   std::vector<std::string> omitted_attributes;
 };
 
-// Checks the options alone (no file system access): resume with append, a bad part, a zero
-// shard size, no sources or no output, against PackOptionTable's bounds. Messages name the
-// settings as `spelling` says. The CLI maps this to exit code 2.
+// Checks the options alone (no file system access): no sources or no output, resume with append,
+// a bad part, a field named twice, and the writer configuration (ValidateWriterConfig: its bounds,
+// the encoding). Messages name the settings as `spelling` says. The CLI maps this to exit code 2.
 Status ValidatePackOptions(const PackOptions& options,
                            OptionSpelling spelling = OptionSpelling::kApi);
 

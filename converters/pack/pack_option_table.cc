@@ -1,10 +1,12 @@
 // PackOptionTable and PackOptionName (pack/option_parsing.h): the settings of a pack job declared
 // once, for libshard.pack() (the names), `libshard pack` (the flags, as aliases), the checks and
-// the generated stubs.
+// the generated stubs: the source options here, and the writer configuration's rows
+// (libshard/writer_config.h) as every front end of the writer reads them.
 #include <string>
 #include <vector>
 
 #include "libshard/option_rows.h"
+#include "libshard/writer_config.h"
 #include "pack/option_parsing.h"
 
 namespace libshard::convert {
@@ -21,13 +23,10 @@ std::string& SplitLayers(PackOptions& o) { return o.split_layers; }
 std::vector<std::string>& Include(PackOptions& o) { return o.include; }
 std::vector<std::string>& Exclude(PackOptions& o) { return o.exclude; }
 std::vector<std::string>& Fields(PackOptions& o) { return o.fields; }
-uint64_t& ShardSize(PackOptions& o) { return o.shard_size; }
-unsigned& Threads(PackOptions& o) { return o.threads; }
 bool& Resume(PackOptions& o) { return o.resume; }
 bool& Append(PackOptions& o) { return o.append; }
 bool& AllowVaryingDims(PackOptions& o) { return o.allow_varying_dims; }
 bool& HashSources(PackOptions& o) { return o.hash_sources; }
-bool& Fsync(PackOptions& o) { return o.fsync; }
 bool& VerifyCrc(PackOptions& o) { return o.source_options.verify_crc32; }
 
 Spec With(Spec s, std::vector<std::string_view> aliases) {
@@ -86,21 +85,8 @@ Spec AutoBytes(std::string_view name, std::string_view member, uint64_t& (*ref)(
   return s;
 }
 
-uint64_t& InFlightBytes(PackOptions& o) { return o.in_flight_bytes; }
-uint64_t& JournalEvery(PackOptions& o) { return o.journal_every_bytes; }
 uint64_t& MaxDecompressed(PackOptions& o) { return o.source_options.max_decompressed_bytes; }
 
-Status ApplyCompress(PackOptions& o, std::string_view text, std::string_view) {
-  LIBSHARD_ASSIGN_OR_RETURN(CompressionSpec spec, ParseCompression(text));
-  o.compression = spec.compression;
-  o.zstd_level = spec.level;
-  o.field_codecs = spec.field_codecs;
-  return Status::OK();
-}
-Status ApplyStoreDType(PackOptions& o, std::string_view text, std::string_view) {
-  LIBSHARD_ASSIGN_OR_RETURN(o.store_fp8, ParseStoreDType(text));
-  return Status::OK();
-}
 Status ApplyOnError(PackOptions& o, std::string_view text, std::string_view) {
   LIBSHARD_ASSIGN_OR_RETURN(o.on_error, ParsePackOnError(text));
   return Status::OK();
@@ -144,26 +130,15 @@ std::vector<Spec> MakeSpecs() {
                    {"--include"}));
   t.push_back(With(Names<O>(kWhat, "exclude", "exclude", Exclude, "globs of files to leave out"),
                    {"--exclude"}));
-  t.push_back(With(Bytes<O>(kWhat, "shard_size", "shard_size", ShardSize, "'4GiB'", 1,
-                            UINT64_MAX, "roll to a new shard file past this many bytes"),
-                   {"--shard-size"}));
-  t.push_back(With(Parsed("compress", "compression, zstd_level, field_codecs", "str", "'none'",
-                          {"none", "zstd", "zstd:LEVEL", "auto", "planes", "planes2"},
-                          "zstd per sample (LEVEL -7..22), or field codecs chosen per field "
-                          "(auto, planes, planes2)",
-                          ApplyCompress),
-                   {"--compress"}));
-  t.push_back(With(Parsed("store_dtype", "store_fp8", "Optional[str]", "None",
-                          {"float8_e4m3fn"},
-                          "float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token "
-                          "(lossy)",
-                          ApplyStoreDType),
-                   {"--store-dtype"}));
+  // The writer configuration, whole: every row of it with a command-line flag (created_by and
+  // source_root are pack's own: "libshard pack <version>" and SRC).
+  for (const OptionSpec<WriterConfig>& row : WriterConfigRows(kWhat)) {
+    const CommandLineSpelling cl = CommandLineSpellingOf(row);
+    if (cl.flags.empty() && cl.negation.empty()) continue;
+    t.push_back(option_rows::Lift<O>(row));
+  }
   t.push_back(With(Names<O>(kWhat, "fields", "fields", Fields, "keep only these tensors"),
                    {"--fields"}));
-  t.push_back(With(Count<O, unsigned>(kWhat, "threads", "threads", Threads, "None", 1, 1024,
-                                      "one per CPU", "threads reading and encoding sources"),
-                   {"--threads"}));
   t.push_back(With(Parsed("on_error", "on_error", "str", "'raise'", {"raise", "skip", "fail"},
                           "raise: stop at the first bad source ('fail' is an alias); skip: leave it "
                           "out and list it in OUT/skipped.txt",
@@ -180,17 +155,6 @@ std::vector<Spec> MakeSpecs() {
                           "convert only the I-th of N contiguous slices of the sources",
                           ApplyPart),
                    {"--part"}));
-  {
-    Spec s;
-    s.name = "attrs";
-    s.member = "attributes";
-    s.type = OptionType::kState;
-    s.py_type = "Optional[Mapping[str, Union[str, int]]]";
-    s.default_value = "None";
-    s.aliases = {"--attr"};
-    s.doc = "what produced the data, recorded in the manifest ({key: str or int})";
-    t.push_back(std::move(s));  // a dict (Python) or KEY=VALUE words (CLI): the front end's
-  }
   t.push_back(With(Text<O>(kWhat, "split_layers", "split_layers", SplitLayers, "None",
                            "a stacked-layer tensor [tokens, layers, hidden] to split into "
                            "aux_hidden_state + hidden_state"),
@@ -200,22 +164,10 @@ std::vector<Spec> MakeSpecs() {
                    {"--allow-varying-dims"}));
   t.push_back(With(Bool<O>(kWhat, "hash_sources", "hash_sources", HashSources, "True",
                            "record the xxh3-64 of each source file (CLI: --no-hash turns it off)"),
-                   {}));
+                   {"--hash"}));  // on the command line --no-hash (CommandLineSpellingOf)
   t.push_back(With(Bool<O>(kWhat, "verify_crc", "source_options.verify_crc32", VerifyCrc,
                            "True", "verify the zip CRC-32 of .pt records (CLI: --no-crc)"),
-                   {}));
-  // "in_flight_bytes", not a window: "window" is the Loader's bucket_window alone.
-  // "window_bytes" and "--window" (its former names) stay aliases for existing callers.
-  t.push_back(With(AutoBytes("in_flight_bytes", "in_flight_bytes", InFlightBytes,
-                             "2 x threads x the largest source, at least 64 MiB",
-                             "bytes of samples in flight (formerly window_bytes)"),
-                   {"--in-flight-bytes", "--window", "window_bytes"}));
-  t.push_back(With(Bool<O>(kWhat, "fsync", "fsync", Fsync, "True",
-                           "fsync shards, journal, index and manifest (CLI: --no-fsync)"),
-                   {}));
-  t.push_back(With(AutoBytes("journal_every_bytes", "journal_every_bytes", JournalEvery,
-                             "the Writer's 1 GiB", "bytes between journal checkpoints"),
-                   {"--journal-every"}));
+                   {"--crc"}));  // --no-crc
   t.push_back(With(AutoBytes("max_decompressed", "source_options.max_decompressed_bytes",
                              MaxDecompressed,
                              "a quarter of physical memory over threads, at least 256 MiB",
@@ -245,10 +197,13 @@ const OptionTable<PackOptions>& PackOptionTable() {
 std::string PackOptionName(std::string_view name, OptionSpelling spelling) {
   const Spec* s = PackOptionTable().Find(name);
   if (s == nullptr) return "'" + std::string(name) + "'";
-  if (spelling == OptionSpelling::kCli)
-    for (std::string_view a : s->aliases)
-      if (a.size() > 2 && a.substr(0, 2) == "--") return std::string(a);
-  if (spelling == OptionSpelling::kCli && !s->aliases.empty()) return std::string(s->aliases[0]);
+  if (spelling == OptionSpelling::kCli) {
+    const CommandLineSpelling cl = CommandLineSpellingOf(*s);
+    for (const std::string& f : cl.flags)
+      if (f.starts_with("--")) return f;
+    if (!cl.negation.empty()) return cl.negation;
+    if (!s->aliases.empty()) return std::string(s->aliases[0]);  // a positional: "SRC"
+  }
   return "'" + std::string(s->name) + "'";
 }
 

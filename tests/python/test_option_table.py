@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import random
 import subprocess
 import sys
@@ -278,12 +279,14 @@ def test_pack_flags_are_the_pack_table():
     flagged = [row for row in rows if any(a.startswith("--") for a in row["aliases"])]
     assert len(flagged) >= 15
     for row in flagged:
-        for alias in row["aliases"]:
-            if alias.startswith("-"):
-                assert alias in help_text, (alias, help_text)
+        # A row on by default is turned off by its --no-X flag (CommandLineSpellingOf); the
+        # others are their flags.
+        for flag in row["flags"] or [row["negation"]]:
+            assert re.search(r"(^|[\s,])" + re.escape(flag) + r"\b", help_text), (flag, help_text)
         if row["name"] != "progress":  # the CLI's own modes, not the C++ callback
             doc = row["doc"].split(" (CLI:")[0]
             assert " ".join(doc.split()) in flat, (row["name"], doc)
+            assert " ".join(row["help"].split()) in flat, (row["name"], row["help"])
     for negation in ("--no-hash", "--no-crc", "--no-fsync"):
         assert negation in help_text
 

@@ -163,23 +163,23 @@ class LoaderOptions(TypedDict, total=False):
     shuffle_window: int
 class WriterOptions(TypedDict, total=False):
     """The keys `Writer` takes (name: type, default; bounds; doc)."""
-    # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615)
-    shard_size: Union[int, str]
-    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled compression)
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled compression, --compress)
     compress: Optional[str]
-    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'none' | 'float8_e4m3fn')
+    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'none' | 'float8_e4m3fn'; also spelled --store-dtype)
     store_dtype: Optional[str]
-    # encoding threads (layout, compression, checksums) (default None; 1..256, None: one per CPU, at most 4)
-    threads: Optional[int]
-    # bytes of samples written but not yet on disk before write waits (default '1GiB'; 1..18446744073709551615; also spelled queue_bytes)
-    queue_size: Union[int, str]
-    # bytes between journal checkpoints (what a crash keeps) (default '1GiB'; 1..18446744073709551615; also spelled journal_every_bytes)
-    journal_every: Union[int, str]
-    # seconds a written sample may wait before the journal makes it durable and visible to followers (Loader(follow=True)); 0: only every journal_every bytes (default 5.0; also spelled commit_interval_seconds)
-    commit_interval: float
-    # fsync shards, journal, index and manifest (default True)
+    # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615; also spelled --shard-size)
+    shard_size: Union[int, str]
+    # fsync shards, journal, index and manifest (default True; also spelled --fsync)
     fsync: bool
-    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes)
+    # bytes between journal checkpoints (what a crash keeps) (default '1GiB'; 1..18446744073709551615, None: the default, 1 GiB; also spelled journal_every_bytes, --journal-every)
+    journal_every: Union[int, str, None]
+    # seconds a written sample may wait before the journal makes it durable and visible to followers (Loader(follow=True)); 0: only every journal_every bytes (default 5.0; also spelled commit_interval_seconds, --commit-interval)
+    commit_interval: float
+    # threads encoding samples (layout, compression, checksums; pack's also read the sources) (default None; 1..1024, None: one per CPU for pack, at most 4 beside a generator; also spelled --threads)
+    threads: Optional[int]
+    # bytes of samples in flight (given, not yet in a shard) before more wait (default None; 1..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB, for pack; 1 GiB beside a generator; also spelled queue_size, queue_bytes, window_bytes, --in-flight-bytes, --queue-size, --window)
+    in_flight_bytes: Union[int, str, None]
+    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes, --attr)
     attrs: Optional[Mapping[str, Union[str, int]]]
     # free text recorded in the manifest (default '')
     created_by: str
@@ -221,16 +221,26 @@ class PackOptions(TypedDict, total=False):
     include: Optional[List[str]]
     # globs of files to leave out (default None; also spelled --exclude)
     exclude: Optional[List[str]]
+    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default None; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled compression, --compress)
+    compress: Optional[str]
+    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'none' | 'float8_e4m3fn'; also spelled --store-dtype)
+    store_dtype: Optional[str]
     # roll to a new shard file past this many bytes (default '4GiB'; 1..18446744073709551615; also spelled --shard-size)
     shard_size: Union[int, str]
-    # zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2) (default 'none'; 'none' | 'zstd' | 'zstd:LEVEL' | 'auto' | 'planes' | 'planes2'; also spelled --compress)
-    compress: str
-    # float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy) (default None; 'float8_e4m3fn'; also spelled --store-dtype)
-    store_dtype: Optional[str]
+    # fsync shards, journal, index and manifest (default True; also spelled --fsync)
+    fsync: bool
+    # bytes between journal checkpoints (what a crash keeps) (default '1GiB'; 1..18446744073709551615, None: the default, 1 GiB; also spelled journal_every_bytes, --journal-every)
+    journal_every: Union[int, str, None]
+    # seconds a written sample may wait before the journal makes it durable and visible to followers (Loader(follow=True)); 0: only every journal_every bytes (default 5.0; also spelled commit_interval_seconds, --commit-interval)
+    commit_interval: float
+    # threads encoding samples (layout, compression, checksums; pack's also read the sources) (default None; 1..1024, None: one per CPU for pack, at most 4 beside a generator; also spelled --threads)
+    threads: Optional[int]
+    # bytes of samples in flight (given, not yet in a shard) before more wait (default None; 1..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB, for pack; 1 GiB beside a generator; also spelled queue_size, queue_bytes, window_bytes, --in-flight-bytes, --queue-size, --window)
+    in_flight_bytes: Union[int, str, None]
+    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes, --attr)
+    attrs: Optional[Mapping[str, Union[str, int]]]
     # keep only these tensors (default None; also spelled --fields)
     fields: Optional[List[str]]
-    # threads reading and encoding sources (default None; 1..1024, None: one per CPU; also spelled --threads)
-    threads: Optional[int]
     # raise: stop at the first bad source ('fail' is an alias); skip: leave it out and list it in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)
     on_error: str
     # continue an interrupted job from its journal (default False; also spelled --resume)
@@ -239,22 +249,14 @@ class PackOptions(TypedDict, total=False):
     append: bool
     # convert only the I-th of N contiguous slices of the sources (default None; 'I/N' | 'auto'; also spelled --part)
     part: Optional[str]
-    # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled --attr)
-    attrs: Optional[Mapping[str, Union[str, int]]]
     # a stacked-layer tensor [tokens, layers, hidden] to split into aux_hidden_state + hidden_state (default None; also spelled --split-layers)
     split_layers: Optional[str]
     # let dims other than the sequence dim vary across sources (default False; also spelled --allow-varying-dims)
     allow_varying_dims: bool
-    # record the xxh3-64 of each source file (CLI: --no-hash turns it off) (default True)
+    # record the xxh3-64 of each source file (CLI: --no-hash turns it off) (default True; also spelled --hash)
     hash_sources: bool
-    # verify the zip CRC-32 of .pt records (CLI: --no-crc) (default True)
+    # verify the zip CRC-32 of .pt records (CLI: --no-crc) (default True; also spelled --crc)
     verify_crc: bool
-    # bytes of samples in flight (formerly window_bytes) (default None; 0..18446744073709551615, None: 2 x threads x the largest source, at least 64 MiB; also spelled --in-flight-bytes, --window, window_bytes)
-    in_flight_bytes: Union[int, str, None]
-    # fsync shards, journal, index and manifest (CLI: --no-fsync) (default True)
-    fsync: bool
-    # bytes between journal checkpoints (default None; 0..18446744073709551615, None: the Writer's 1 GiB; also spelled --journal-every)
-    journal_every_bytes: Union[int, str, None]
     # refuse a .gz source that inflates past this size (default None; 0..18446744073709551615, None: a quarter of physical memory over threads, at least 256 MiB; also spelled --max-decompressed)
     max_decompressed: Union[int, str, None]
     # report progress on stderr (a callback in C++) (default False; also spelled --progress)
@@ -295,6 +297,7 @@ def resolve_world(rank: Optional[int] = None, world_size: Optional[int] = None,
 def pack(options: PackOptions) -> Dict[str, Any]: ...
 def pack_option_table() -> List[Dict[str, Any]]: ...
 def walk_selects(rel_path: str, include: List[str], exclude: List[str]) -> bool: ...
+def parse_attributes(items: List[str]) -> Dict[str, Union[str, int]]: ...
 def parse_byte_size(text: str) -> int: ...
 def _raise_status(code: int, message: str, errno: int = 0) -> None: ...
 
@@ -320,6 +323,7 @@ class Writer:
 
 def writer_option_table() -> List[Dict[str, Any]]: ...
 def check_writer_options(options: WriterOptions) -> None: ...
+def format_writer_config(options: WriterOptions) -> str: ...
 def infer_schema(tensors: List[Tuple[str, str, Tuple[int, ...]]], what: str) -> Dict[str, Any]: ...
 def infer_length(tensors: List[Tuple[str, str, Tuple[int, ...]]], what: str) -> Optional[int]: ...
 def part_directory(out: str, rank: int, world_size: int) -> str: ...

@@ -16,7 +16,7 @@ def pack(src: Optional[PathLike], out: PathLike, *,
          include: Optional[Sequence[str]] = None,
          exclude: Optional[Sequence[str]] = None,
          shard_size: Union[int, str] = "4GiB",
-         compress: str = "none",
+         compress: Optional[str] = None,
          store_dtype: Optional[str] = None,
          fields: Optional[Sequence[str]] = None,
          threads: Optional[int] = None,
@@ -38,15 +38,15 @@ def pack(src: Optional[PathLike], out: PathLike, *,
       files_from: a file listing sources, one a line ("-" for stdin).
       include, exclude: glob filters on relative paths (repeatable on the command line).
       shard_size: roll to a new shard past this size (int bytes or "4GiB", "512M", ...).
-      compress: "none"; "auto" (field codecs chosen per field: bf16/fp16 planes2, lossless, other
-        dtypes zstd per field); "planes2" (bf16/fp16 only, codec 5); "planes" (bf16/fp16 only,
-        codec 2, the layout before planes2); or "zstd" / "zstd:LEVEL" (whole samples, 2-byte
-        dtypes byte-shuffled first).
+      compress: None or "none"; "auto" (field codecs chosen per field: bf16/fp16 planes2,
+        lossless, other dtypes zstd per field); "planes2" (bf16/fp16 only, codec 5); "planes"
+        (bf16/fp16 only, codec 2, the layout before planes2); or "zstd" / "zstd:LEVEL" (whole
+        samples, 2-byte dtypes byte-shuffled first).
       store_dtype: "float8_e4m3fn" stores bf16/fp16 hidden states as fp8 with a scale per token
         (lossy; read back as bf16); with a compress other than "none", as fp8-planes (codec 6:
         the same values, the codes' exponent bits entropy-coded).
       fields: keep only these tensors.
-      threads: conversion threads (None: the number of CPUs).
+      threads: conversion threads (None or 0: the number of CPUs).
       on_error: "raise" (the first bad file raises; nothing that opens as complete is left) or
         "skip" (bad files are listed in ``OUT/skipped.txt``). "fail" is an alias of "raise".
       resume: continue an interrupted pack of ``out``. On a finished ``out`` nothing is written:
@@ -63,6 +63,11 @@ def pack(src: Optional[PathLike], out: PathLike, *,
         ``[1, tokens, hidden]`` (``--split-layers``).
       attrs: (keyword, in ``**options``) ``{key: str|int}`` recorded in the manifest as what
         produced the data (``--attr key=value``); see ``Dataset.attributes``.
+      in_flight_bytes, journal_every, commit_interval, fsync: (keywords, in ``**options``) the
+        rest of the writer configuration, as :class:`libshard.Writer` takes it (the same option
+        table: docs/guide/writing.md#options), with its other spellings (``window_bytes``,
+        ``journal_every_bytes``, ...). ``in_flight_bytes`` None or 0: 2 x threads x the largest
+        source, at least 64 MiB.
       source_format: (keyword, in ``**options``) what ``src`` holds: "auto" (the default: a
         cache when its manifest says so, else sample files), "files", or a cache whose samples
         are packed in its own order: "deepspec" (DeepSpec's target cache), "automodel" (NeMo

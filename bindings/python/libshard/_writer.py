@@ -19,7 +19,9 @@ same by hand.
 from __future__ import annotations
 
 import collections
+import functools
 import os
+import threading
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -48,6 +50,49 @@ def part_dir(out: str, rank: int, world_size: int) -> str:
     """Where rank ``rank`` of ``world_size`` writes its part of dataset ``out`` (PartDirectory,
     FORMAT.md §7.1)."""
     return _core.part_directory(out, rank, world_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _option_spellings() -> Tuple[Dict[str, str], Dict[str, str]]:
+    """({keyword spelling: row name}, {row name: default literal}) of the library's Writer option
+    table: every row's name and its other spellings that are Python identifiers (not the
+    command-line flags)."""
+    names: Dict[str, str] = {}
+    defaults: Dict[str, str] = {}
+    for row in _core.writer_option_table():
+        defaults[row["name"]] = row["default"]
+        for spelling in (row["name"], *row["aliases"]):
+            if spelling.isidentifier():
+                names[spelling] = row["name"]
+    return names, defaults
+
+
+def _with_aliases(options: Dict[str, Any], aliases: Mapping[str, Any]) -> Dict[str, Any]:
+    """``options`` (row name: value) with the settings given under another spelling of their row
+    (``queue_size`` for ``in_flight_bytes``), kept under that spelling so that the library's
+    messages name the keyword the caller wrote. A keyword no row has is a ``TypeError``, as for
+    any function; a setting given under two spellings an ``InvalidArgumentError``."""
+    names, defaults = _option_spellings()
+    out = dict(options)
+    for spelling, value in aliases.items():
+        name = names.get(spelling)
+        if name is None or spelling == name:
+            raise TypeError(f"Writer() got an unexpected keyword argument {spelling!r}")
+        if name in out and repr(out[name]) != defaults[name] and out[name] is not None:
+            raise InvalidArgumentError(
+                f"Writer options {name!r} and {spelling!r} are one setting; give one of them")
+        out.pop(name, None)
+        out[spelling] = value
+    return out
+
+
+def _in_turn(method):
+    """Runs ``method`` holding the Writer's lock: its calls from several threads take turns."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -173,8 +218,10 @@ class Writer:
       rank, world_size: default: torch.distributed, else ``RANK``/``WORLD_SIZE``, else Slurm's
         ``SLURM_ARRAY_TASK_ID``/``SLURM_ARRAY_TASK_COUNT`` and ``SLURM_PROCID``/``SLURM_NTASKS``,
         else 0/1.
-      threads: encoding threads (layout, zstd, checksum). queue_size: bytes of samples written but
-        not yet on disk before ``write`` waits (at least one sample is always admitted).
+      threads: encoding threads (layout, zstd, checksum); None or 0: one per CPU, at most 4.
+      in_flight_bytes: bytes of samples written but not yet on disk before ``write`` waits (at
+        least one sample is always admitted); None or 0: 1 GiB. ``queue_size``, its former name,
+        is still accepted.
       journal_every: durability interval: after a crash, a reopened Writer keeps every sample up
         to the last journal checkpoint (this many bytes apart, and at every shard roll).
       commit_interval: seconds a written sample may wait before the journal makes it durable
@@ -195,7 +242,17 @@ class Writer:
     caller) and the copy is awaited before the bytes are encoded. Errors of the background work
     are raised by the next call (``write``, ``flush``, ``close``) as ``libshard.Error``.
 
-    Not thread-safe: one thread writes.
+    These options are the library's writer configuration (``docs/guide/writing.md#options``):
+    ``libshard pack``, :func:`libshard.pack` and ``python -m libshard.capture`` read the same
+    table, so the names, bounds and defaults are the same everywhere. Other spellings of an option
+    (``queue_size``, ``journal_every_bytes``, ``compression``, ``commit_interval_seconds``,
+    ``attributes``) are accepted as keywords too.
+
+    Thread-safe: several threads may share one Writer. Its calls take turns (a ``write`` waiting
+    for the queue holds the others back until it is admitted), so a key is written once whichever
+    thread writes it (the others get the ``InvalidArgumentError`` of a key already written), and a
+    ``write`` after ``close`` or ``abort`` from another thread raises that the Writer is closed.
+    The order of the samples is the order the ``write`` calls took turns.
     """
 
     def __init__(self, out: PathLike, *, compress: Optional[str] = None,
@@ -203,9 +260,11 @@ class Writer:
                  shard_size: Union[int, str] = "4GiB", schema: Any = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
                  attrs: Optional[Mapping[str, Union[str, int]]] = None,
-                 threads: Optional[int] = None, queue_size: Union[int, str] = "1GiB",
+                 threads: Optional[int] = None, in_flight_bytes: Union[int, str, None] = None,
                  journal_every: Union[int, str] = "1GiB", commit_interval: float = 5.0,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True, **aliases: Any) -> None:
+        # Every call that reads or changes the Writer's state takes this turn (class docstring).
+        self._lock = threading.RLock()
         self._core: Optional[Any] = None
         self._held: Dict[int, List[torch.Tensor]] = {}
         self._pending: Deque[_Pending] = collections.deque()
@@ -231,19 +290,19 @@ class Writer:
                 "same rank and world size as the run that made it, or write to another directory")
         # Read, checked and defaulted by the library's Writer option table (WriterOptionTable):
         # sizes as ints or "4GiB", compress by ParseCompression, threads=None resolved in C++.
-        self._options: Dict[str, Any] = {
+        options: Dict[str, Any] = {
             "shard_size": shard_size,
             "compress": compress,
             "store_dtype": store_dtype,
             "fsync": fsync,
             "threads": threads,
-            "queue_size": queue_size,
+            "in_flight_bytes": in_flight_bytes,
             "journal_every": journal_every,
             "commit_interval": commit_interval,
-            "created_by": f"libshard.Writer {_core.__version__}",
+            "attrs": attrs or None,
         }
-        if attrs:
-            self._options["attrs"] = attrs
+        self._options = _with_aliases(options, aliases)
+        self._options["created_by"] = f"libshard.Writer {_core.__version__}"
         _core.check_writer_options(self._options)  # refused here, not at the first write
         self._given_schema = None if schema is None else _schema_from_arg(schema)
         self._schema: Optional[Schema] = None
@@ -277,14 +336,17 @@ class Writer:
             self._keys = set(self._core.existing_keys())
 
     # -- writing ------------------------------------------------------------------------------
+    @_in_turn
     def has(self, key: str) -> bool:
         """True when ``key`` is in the output: durable samples of an earlier run of this rank's
         part, and every sample written by this Writer."""
         return key in self._keys
 
+    @_in_turn
     def __contains__(self, key: object) -> bool:
         return key in self._keys
 
+    @_in_turn
     def __len__(self) -> int:
         return len(self._keys)
 
@@ -292,6 +354,7 @@ class Writer:
     def schema(self) -> Optional[Schema]:
         return self._schema
 
+    @_in_turn
     def write(self, sample: Mapping[str, Any], *, key: str) -> None:
         """Queues ``sample`` (``{name: tensor}``; str/int/float/bool values become the sample's
         metadata) under ``key``. Returns before the bytes are on disk.
@@ -435,6 +498,7 @@ class Writer:
             for seq in self._core.take_encoded():
                 self._held.pop(seq, None)
 
+    @_in_turn
     def flush(self) -> None:
         """Waits until every sample written so far is in the shards and journaled (durable: a
         crash keeps it, and followers of the write see it; the dataset is committed by
@@ -445,6 +509,7 @@ class Writer:
         self._release()
 
     @property
+    @_in_turn
     def blocked_seconds(self) -> float:
         """Seconds ``write`` has waited for the queue (the disk, or encoding) so far."""
         if self._closed or self._core is None:
@@ -452,6 +517,7 @@ class Writer:
         return self._core.blocked_seconds
 
     # -- closing ------------------------------------------------------------------------------
+    @_in_turn
     def close(self) -> None:
         """Commits this rank's dataset (or part), then, with several ranks, joins the parts into
         ``out`` when every rank has closed. Idempotent."""
@@ -477,6 +543,7 @@ class Writer:
         if join and self.world_size > 1:
             self.joined = join_parts(self.out, self.world_size)
 
+    @_in_turn
     def abort(self) -> None:
         """Stops without committing: what the journal holds is kept for the next Writer."""
         self._closed = True
@@ -488,6 +555,7 @@ class Writer:
     def __enter__(self) -> "Writer":
         return self
 
+    @_in_turn
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.close()

@@ -8,6 +8,9 @@ files it writes under its output directory go into a libshard dataset instead.
     python -m libshard.capture --out DATASET ... -- -m package.module ARGS...
     torchrun --nproc-per-node 8 -m libshard.capture --out DATASET ... -- script.py ARGS...
 
+The writer's flags (``--compress`` ... ``--attr``) are those of ``libshard pack``: both are made
+from the library's Writer option table, so they have the same names, bounds and defaults.
+
 The generator runs in this process, as ``python script.py ARGS`` would run it (``sys.argv``,
 ``sys.path[0]``, ``__main__``). Each sample file it writes under ``OUTPUT_DIR`` (by
 ``torch.save``, safetensors' ``save_file``, ``open(..., "wb")``, a rename into place: see
@@ -74,29 +77,53 @@ def _parser() -> argparse.ArgumentParser:
                         "rank-1 input_ids or token_ids")
     p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                    help="leave files matching GLOB to disk (pack's --exclude rules; repeatable)")
-    p.add_argument("--compress", default=None,
-                   help="none, auto, planes2, planes, zstd or zstd:LEVEL (as libshard.Writer)")
-    p.add_argument("--store-dtype", default=None, metavar="DTYPE",
-                   help="float8_e4m3fn: bf16/fp16 hidden states as fp8 with a scale per token "
-                        "(lossy)")
-    p.add_argument("--shard-size", default="4GiB", help="roll to a new shard past this size")
-    p.add_argument("--threads", type=int, default=None, help="the Writer's encoding threads")
-    p.add_argument("--queue-size", default="1GiB",
-                   help="bytes of samples not yet on disk before a save waits")
-    p.add_argument("--journal-every", default="1GiB",
-                   help="bytes between journal checkpoints: what a kill -9 keeps")
-    p.add_argument("--commit-interval", type=float, default=None, metavar="SECONDS",
-                   help="a captured sample is journaled (kept by a kill -9, and served to "
-                        "Loader(DATASET, follow=True)) within this many seconds (default: the "
-                        "Writer's, 5)")
-    p.add_argument("--no-fsync", action="store_true", help="skip fsync (not crash-safe)")
-    p.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
-                   help="an attribute recorded in the manifest (repeatable), as pack --attr")
+    _writer_flags(p)
     p.add_argument("--readback-cache", default="1GiB", metavar="SIZE",
                    help="tensor bytes of the latest samples kept to serve torch.load / "
                         "load_file of a file just written (0: none)")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary on stderr")
     return p
+
+
+#: argparse's type and metavar for a row of the writer's option table, by the row's type; other
+#: values go to the table as text (sizes, choices), which it reads as `libshard pack`'s flags.
+_ARG_TYPES = {"count": int, "number": float}
+_METAVARS = {"count": "N", "number": "SECONDS", "bytes": "SIZE", "choice": "SPEC"}
+
+
+def _writer_flags(p: argparse.ArgumentParser) -> None:
+    """The writer's flags, made from the library's Writer option table (the one ``libshard pack``
+    makes its flags from, CommandLineSpellingOf): every row with a flag, its help and its default
+    as the table says. A flag not given is not passed on (the Writer's default is the table's)."""
+    group = p.add_argument_group(
+        "writer options",
+        "how the dataset is written: libshard.Writer's options (docs/guide/writing.md#options), "
+        "spelled as libshard pack spells them")
+    for row in _core.writer_option_table():
+        name, flags, helptext = row["name"], row["flags"], row["help"]
+        if name == "attrs":
+            group.add_argument(*flags, dest=name, action="append", default=argparse.SUPPRESS,
+                               metavar="KEY=VALUE", help=helptext + " (repeatable)")
+        elif row["negation"]:
+            group.add_argument(row["negation"], dest=name, action="store_const", const=False,
+                               default=argparse.SUPPRESS, help=helptext)
+        elif flags and row["type"] == "bool":
+            group.add_argument(*flags, dest=name, action="store_const", const=True,
+                               default=argparse.SUPPRESS, help=helptext)
+        elif flags:
+            group.add_argument(*flags, dest=name, type=_ARG_TYPES.get(row["type"], str),
+                               default=argparse.SUPPRESS,
+                               metavar=_METAVARS.get(row["type"], "VALUE"), help=helptext)
+
+
+def writer_options(ns: argparse.Namespace) -> Dict[str, Any]:
+    """The libshard.Writer keywords of the writer flags given in ``ns`` (``--attr`` read by the
+    library's ParseAttribute, as ``libshard pack --attr``)."""
+    out = {row["name"]: getattr(ns, row["name"]) for row in _core.writer_option_table()
+           if hasattr(ns, row["name"])}
+    if "attrs" in out:
+        out["attrs"] = _core.parse_attributes(out["attrs"])
+    return out
 
 
 def _split(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
@@ -106,9 +133,8 @@ def _split(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     if "--" in argv:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
-    takes_value = {"--out", "--under", "--include", "--exclude", "--compress", "--store-dtype",
-                   "--shard-size", "--threads", "--queue-size", "--journal-every", "--attr",
-                   "--readback-cache", "--commit-interval"}
+    takes_value = {flag for action in _parser()._actions if action.nargs != 0
+                   for flag in action.option_strings}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -127,16 +153,6 @@ def under_from_args(args: Sequence[str]) -> Optional[str]:
             if a.startswith(flag + "="):
                 return a[len(flag) + 1:]
     return None
-
-
-def _attrs(items: Sequence[str]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for item in items:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"--attr {item!r}: use KEY=VALUE")
-        out[key] = int(value) if value.isdigit() and (value == "0" or value[0] != "0") else value
-    return out
 
 
 def _log(message: str) -> None:
@@ -185,16 +201,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("say which directory the generator writes its sample files under: "
                      f"--under OUTPUT_DIR (its arguments name none of {', '.join(OUTPUT_FLAGS)})")
     try:
-        writer_options = dict(compress=ns.compress, store_dtype=ns.store_dtype,
-                              shard_size=ns.shard_size, threads=ns.threads,
-                              queue_size=ns.queue_size, journal_every=ns.journal_every,
-                              fsync=not ns.no_fsync, attrs=_attrs(ns.attr) or None)
-        if ns.commit_interval is not None:
-            writer_options["commit_interval"] = ns.commit_interval
         readback = parse_bytes(ns.readback_cache, "--readback-cache")
         _core.walk_selects("x.pt", ns.include, ns.exclude)  # a build without pack says so here
         store = CaptureStore(ns.out, under, include=ns.include, exclude=ns.exclude,
-                             writer_options=writer_options, readback_bytes=readback, log=_log)
+                             writer_options=writer_options(ns), readback_bytes=readback, log=_log)
     except (ValueError, _core.Error) as e:
         parser.exit(2, f"{PREFIX}{e}\n")
     state: Dict[str, Any] = {"exit": 1, "quiet": ns.quiet}

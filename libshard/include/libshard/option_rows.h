@@ -239,6 +239,33 @@ OptionSpec<Options> Choice(std::string_view what, std::string_view name, std::st
   return s;
 }
 
+// A row of a table of `Part` as a row of a table of `Options`, a struct that derives from `Part`
+// (a composed configuration: WriterConfig of EncodingOptions, ..., writer_config.h): the same
+// name, spellings, bounds, default and doc; it sets and reads the Part inside the Options.
+template <typename Options, typename Part>
+OptionSpec<Options> Lift(const OptionSpec<Part>& row) {
+  static_assert(std::is_base_of_v<Part, Options>, "Lift: Options must derive from Part");
+  OptionSpec<Options> s;
+  s.name = row.name;
+  s.member = row.member;
+  s.type = row.type;
+  s.py_type = row.py_type;
+  s.default_value = row.default_value;
+  s.min = row.min;
+  s.max = row.max;
+  s.unset = row.unset;
+  s.choices = row.choices;
+  s.aliases = row.aliases;
+  s.doc = row.doc;
+  if (row.set)
+    s.set = [set = row.set](Options& o, const OptionValue& v, std::string_view spelled) {
+      return set(static_cast<Part&>(o), v, spelled);
+    };
+  if (row.get)
+    s.get = [get = row.get](const Options& o) { return get(static_cast<const Part&>(o)); };
+  return s;
+}
+
 }  // namespace option_rows
 
 }  // namespace libshard

@@ -6,7 +6,7 @@
 //                  commit thread ◀── in submission order ┘ → Writer::AppendEncoded → on_done
 //
 // Submit returns at once unless the jobs in flight (submitted, not yet committed) would pass
-// `max_inflight_samples`, or what they reserve would pass `max_inflight_bytes`; it then waits
+// `max_inflight_samples`, or what they reserve would pass `in_flight_bytes`; it then waits
 // (one job is always admitted when nothing is in flight, so a sample larger than the bound still
 // goes through). A job reserves what its sample holds in memory, not only its bytes: the sample
 // buffer it will be encoded into (its size rounded up as the writer's buffers are, at least one
@@ -20,9 +20,14 @@
 // and the next Submit, Flush or Finish returns it. Without Finish nothing is committed: what the
 // journal holds stays for Writer::Resume (writer.h).
 //
-// Thread-safety: Submit, Flush, Finish and Stop from one thread at a time (the producer); the
-// accessors from any thread. on_done runs on the committing thread (the commit thread, or the
-// producer's with commit_thread = false), one call at a time, in order.
+// Thread-safety: every member may be called from any thread, also at once. Submit, Flush,
+// Checkpoint and Finish take turns (a producer's Submit waiting for the bound holds the others
+// back until it is admitted), so jobs submitted from several threads are each committed once, in
+// the order their Submits took turns; after Finish or Stop a Submit is refused (Aborted). Stop
+// may come from any thread at any time (a Submit waiting for the bound then returns Aborted) and
+// returns once every thread of the writer has ended. on_done runs on the committing thread (the
+// commit thread, or the producer's with commit_thread = false), one call at a time, in order;
+// it must not call the ParallelWriter's Submit, Flush, Checkpoint, Finish or Stop.
 #pragma once
 
 #include <cstdint>
@@ -49,9 +54,13 @@ struct JobOutcome {
   uint64_t stored_size = 0;  // bytes it takes in the shard, 4 KiB aligned (when appended)
 };
 
-struct ParallelWriterOptions {
-  unsigned threads = 0;  // encode threads, 1..1024; 0: one per CPU, at most 4
-  uint64_t max_inflight_bytes = uint64_t{1} << 30;  // > 0; see the file comment
+// The writer configuration's parallelism (writer_config.h: `threads`, 0 for one per CPU, at
+// most 4; `in_flight_bytes`, the bound of the file comment, 0 for 1 GiB, AutomaticInFlightBytes)
+// and what only C++ callers give.
+struct ParallelWriterOptions : ParallelismOptions {
+  // The former name of in_flight_bytes, kept so that existing C++ callers build and behave as
+  // before: Start takes it when in_flight_bytes is 0. New code sets in_flight_bytes.
+  uint64_t max_inflight_bytes = 0;
   // Jobs in flight at most, > 0. Each also holds its job, its input's bookkeeping and an encoded
   // sample's (kilobytes): the count bounds those, where tiny samples reserve few bytes. 4096 keep
   // every encode thread busy (bench/writer_bench.py --tiny).
@@ -69,6 +78,9 @@ struct ParallelWriterOptions {
   // committed or failed. An error it returns stops the writer with that error (for a failed job
   // under kStop, or a failed append, a non-OK return replaces the error: callers add context).
   std::function<Status(const JobOutcome&)> on_done;
+
+  // The parallelism of `config`, the rest default.
+  static ParallelWriterOptions From(const WriterConfig& config);
 };
 
 class ParallelWriter {
@@ -84,7 +96,8 @@ class ParallelWriter {
   // that thread before TakeReleased() lists its seq, so whatever it referenced is free after.
   using Job = std::function<Result<EncodedSample>(const Writer& writer)>;
 
-  // Starts the threads. InvalidArgument for threads over 1024, max_inflight_bytes 0 or
+  // Starts the threads (ValidateParallelism; automatic values resolved for
+  // WriteDriver::kGenerator). InvalidArgument for threads over kMaxWriterThreads or
   // max_inflight_samples 0.
   static Result<std::unique_ptr<ParallelWriter>> Start(std::unique_ptr<Writer> writer,
                                                        ParallelWriterOptions options);
@@ -124,6 +137,9 @@ class ParallelWriter {
 
  private:
   struct State;
+  // Flush, the caller holding the producers' turn.
+  Status FlushInTurn();
+  bool stopped_or_stopping() const;
   void EncodeLoop();
   void CommitLoop();
   // Appends (or reports) the next job in order, whose result must be ready; `lock` holds the
@@ -134,16 +150,5 @@ class ParallelWriter {
   const ParallelWriterOptions options_;
   std::unique_ptr<State> state_;
 };
-
-// The settings a front end gives a ParallelWriter and its Writer.
-struct WriterConfig {
-  WriterOptions writer;
-  ParallelWriterOptions parallel;
-};
-
-// The Writer option table (option_table.h): one row per setting of libshard.Writer (its keyword
-// names; the core's older keys as aliases), read by the Python bindings and the generated
-// stubs. `attrs` is converted by the front end (a dict); every other row sets its member.
-const OptionTable<WriterConfig>& WriterOptionTable();
 
 }  // namespace libshard

@@ -19,23 +19,9 @@
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
+#include "libshard/writer_config.h"
 
 namespace libshard {
-
-enum class Compression : uint32_t {
-  kNone = 0,
-  kZstd = 1,  // per sample; 2-byte dtypes are byte-shuffled first (FORMAT.md §4.2)
-};
-
-// How the writer chooses each field's codec (FORMAT.md §4.3; index version 2 only, and not with
-// Compression::kZstd: whole-sample zstd and field codecs are exclusive, §3.8.6).
-enum class FieldCodecPolicy : uint32_t {
-  kNone = 0,    // every field raw
-  kAuto = 1,     // bfloat16/float16: planes2 (codec 5); other dtypes except strings of bytes:
-                 // zstd per field (codec 1)
-  kPlanes = 2,   // bfloat16/float16: planes (codec 2); others raw
-  kPlanes2 = 3,  // bfloat16/float16: planes2 (codec 5); others raw
-};
 
 // The codec id (FORMAT.md §4.3.1) of each field of `schema` under `policy`; with `store_fp8`,
 // bfloat16/float16 fields with a sequence dimension and rank >= 2 (hidden states) get fp8
@@ -44,49 +30,10 @@ enum class FieldCodecPolicy : uint32_t {
 std::vector<uint8_t> ChooseFieldCodecs(const Schema& schema, FieldCodecPolicy policy,
                                        bool store_fp8);
 
-// A store dtype as users write it (Python Writer(store_dtype=...), `libshard pack --store-dtype`,
-// `python -m libshard.capture --store-dtype`): "float8_e4m3fn" (or "fp8") stores bfloat16/float16
-// hidden states as fp8 with a scale per token (WriterOptions::store_fp8, lossy); "" or "none"
-// keeps their dtype. Case and surrounding blanks are ignored; anything else is InvalidArgument.
-Result<bool> ParseStoreDType(std::string_view text);
-
-// zstd levels the writer accepts (WriterOptions::zstd_level, "zstd:LEVEL").
-inline constexpr int kMinZstdLevel = -7;
-inline constexpr int kMaxZstdLevel = 22;
-
-// A compression as users write it (Python Writer(compress=...), `libshard pack --compress`):
-//   "none"; "zstd" or "zstd:LEVEL" (LEVEL in kMinZstdLevel..kMaxZstdLevel): whole-sample zstd;
-//   "auto", "planes", "planes2": field codecs chosen per field (FieldCodecPolicy,
-//   ChooseFieldCodecs).
-// Case and surrounding blanks are ignored; anything else is InvalidArgument listing the forms.
-struct CompressionSpec {
-  Compression compression = Compression::kNone;
-  int level = 3;                                             // WriterOptions::zstd_level
-  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;  // WriterOptions::field_codecs
-};
-Result<CompressionSpec> ParseCompression(std::string_view text);
-
-// WriterOptions::commit_interval_seconds by default (the Writer option table's "commit_interval").
-inline constexpr double kDefaultCommitIntervalSeconds = 5.0;
-
-struct WriterOptions {
-  uint64_t shard_size = uint64_t{4} << 30;  // roll to a new shard past this; a sample never splits
-  Compression compression = Compression::kNone;
-  int zstd_level = 3;
-  bool fsync = true;              // fsync shards, index, manifest and directory
-  std::string source_root;        // recorded in the manifest's provenance summary
-  std::string created_by;         // free text recorded in the manifest ("libshard pack <version>")
-  // What produced the data (attributes.h), recorded in the manifest. OpenForAppend (and Resume
-  // of a committed job) keeps the dataset's attributes: given ones must agree with them
-  // (InvalidArgument otherwise) and may add keys.
-  Attributes attributes;
-  uint64_t journal_every_bytes = uint64_t{1} << 30;  // checkpoint the journal this often
-  // Checkpoint the journal once an appended sample has waited this long (seconds; 0: only by
-  // journal_every_bytes and at shard rolls): what bounds the time until followers of the write
-  // (FORMAT.md §6.1: Loader follow mode, DatasetFollower) see a sample, and what a crash keeps.
-  // Checked by AppendEncoded and by CheckpointIfDue (which a caller whose appends may pause,
-  // like ParallelWriter's commit thread, calls meanwhile).
-  double commit_interval_seconds = kDefaultCommitIntervalSeconds;
+// What a Writer takes: the parts of the writer configuration it uses (writer_config.h: how
+// samples are stored, the layout, what made the dataset; the parallelism is ParallelWriter's),
+// and what only C++ callers give.
+struct WriterOptions : EncodingOptions, LayoutOptions, ProvenanceOptions {
   // The dataset's lock (dataset_lock.h), for a caller that must hold `dir` across more than the
   // Writer's lifetime (`libshard pack` inspects OUT before it knows the schema). When null, the
   // Writer takes the lock itself. Either way the Writer holds it until Finish() returns or the
@@ -99,17 +46,15 @@ struct WriterOptions {
   // seed and the shard number instead: reproducible bytes (tests, golden files), but two writes
   // with one seed can no longer be told apart.
   uint64_t shard_uid_seed = 0;
-  // Field codecs (FORMAT.md §4.3), chosen per field by ChooseFieldCodecs. Create only: Resume
-  // keeps the journal's codecs and OpenForAppend the dataset's (these are then ignored).
-  FieldCodecPolicy field_codecs = FieldCodecPolicy::kNone;
-  // Store bfloat16/float16 hidden states as float8_e4m3fn with a scale per token (lossy, §4.3.5).
-  bool store_fp8 = false;
   // Called on the appending thread once a shard is sealed: its samples are final and journaled
   // and its file closed (still named NAME.tmp at `path` until Finish renames it to NAME); Resume
   // calls it for each shard it finds sealed. An s3:// Writer's storage driver uploads the shard
   // from here while the next one is written, before this hook is called. An error fails the
   // Writer like a failed write.
   std::function<Status(const std::string& name, const std::string& path)> on_shard_sealed;
+
+  // The Writer's parts of `config` (its encoding, layout and provenance), the rest default.
+  static WriterOptions From(const WriterConfig& config);
 };
 
 // A sample encoded for storage (laid out, compressed, checksummed) but not yet placed.
@@ -162,22 +107,30 @@ class Writer {
 
   virtual ~Writer() = default;  // without Finish(): temporaries stay for Resume, nothing opens
 
-  // Thread-safe: validates `sample` against the schema, lays out the payload (FORMAT.md §4.1),
-  // compresses per options and checksums. Errors name the source path and the field.
+  // Thread-safety: every member may be called from any thread, also at once. Encode runs
+  // concurrently; AppendEncoded, Append's append, Finish, Checkpoint, CheckpointIfDue and
+  // samples_written are serialised (one at a time, each whole), so samples from several threads
+  // are appended in the order their appends take turns, each exactly once; after Finish every
+  // append is refused (InvalidArgument) and nothing more reaches the dataset. schema() and
+  // existing_sources() do not change after the Writer is made.
+  //
+  // Validates `sample` against the schema, lays out the payload (FORMAT.md §4.1), compresses per
+  // options and checksums. Errors name the source path and the field.
   virtual Result<EncodedSample> Encode(const SampleInput& sample) const = 0;
-  // Not thread-safe: appends in call order; the sample's index is samples_written() before it.
+  // Appends in call order; the sample's index is samples_written() before it (when one thread
+  // appends).
   virtual Status AppendEncoded(EncodedSample sample) = 0;
-  // Encode + AppendEncoded.
+  // Encode + AppendEncoded (the encoding runs outside the append's turn).
   virtual Status Append(const SampleInput& sample) = 0;
   // Writes index then manifest, fsyncs, renames shards into place, removes the journal.
   virtual Result<WriteSummary> Finish() = 0;
   // Makes every sample appended so far durable and journals it (FORMAT.md §6): a crash keeps it
   // and followers of the write see it (§6.1). AppendEncoded does this on its own (see
   // journal_every_bytes, commit_interval_seconds). A no-op when nothing waits, and in append mode
-  // (no journal: appended samples become visible at Finish). Not thread-safe (as AppendEncoded).
+  // (no journal: appended samples become visible at Finish).
   virtual Status Checkpoint() = 0;
   // Checkpoint() when an appended sample has waited commit_interval_seconds; returns the seconds
-  // until one will be due (infinity when no sample waits or the interval is 0). Not thread-safe.
+  // until one will be due (infinity when no sample waits or the interval is 0).
   virtual Result<double> CheckpointIfDue() = 0;
 
   virtual const Schema& schema() const = 0;

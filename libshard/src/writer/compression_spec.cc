@@ -1,18 +1,19 @@
-// ParseCompression and ParseStoreDType (libshard/writer.h): the one parser of compression specs
-// and store dtypes, for the CLI's --compress / --store-dtype and the Python Writer's compress= /
-// store_dtype=.
+// ParseCompression and ParseStoreDType (libshard/writer_config.h): the one parser of the
+// `compress` and `store_dtype` options, which every front end reads through the writer's option
+// table (--compress / --store-dtype of `libshard pack` and capture, compress= / store_dtype= of
+// libshard.Writer and libshard.pack).
 #include <charconv>
 #include <string>
 #include <string_view>
 
 #include "libshard_support/text.h"
-#include "libshard/writer.h"
+#include "libshard/writer_config.h"
 
 namespace libshard {
 
-Result<CompressionSpec> ParseCompression(std::string_view text) {
+Result<EncodingOptions> ParseCompression(std::string_view text) {
   const std::string t = AsciiLower(TrimBlanks(text));
-  CompressionSpec spec;
+  EncodingOptions spec;
   if (t == "none") return spec;
   if (t == "auto" || t == "planes" || t == "planes2") {
     spec.field_codecs = t == "auto"     ? FieldCodecPolicy::kAuto
@@ -28,12 +29,12 @@ Result<CompressionSpec> ParseCompression(std::string_view text) {
     const std::string lvl = t.substr(5);
     int level = 0;
     auto [ptr, ec] = std::from_chars(lvl.data(), lvl.data() + lvl.size(), level);
-    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() && level >= kMinZstdLevel &&
-        level <= kMaxZstdLevel) {
-      spec.compression = Compression::kZstd;
-      spec.level = level;
+    spec.compression = Compression::kZstd;
+    spec.zstd_level = level;
+    // The level's range is ValidateEncoding's (the one check); its message lists the forms here.
+    if (!lvl.empty() && ec == std::errc() && ptr == lvl.data() + lvl.size() &&
+        ValidateEncoding(spec, [](std::string_view row) { return std::string(row); }).ok())
       return spec;
-    }
   }
   return Status::InvalidArgument("invalid compression '" + std::string(text) +
                                  "': use none, auto, planes, planes2, zstd or zstd:LEVEL with LEVEL in " +

@@ -14,13 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "libshard/writer_config.h"
 #include "writer/buffer_pool.h"
 
 namespace libshard {
 namespace {
-
-constexpr unsigned kMaxThreads = 1024;
-constexpr unsigned kAutoThreads = 4;  // threads = 0: one per CPU, at most this many
 
 uint64_t Aligned(uint64_t n) { return (n + 4095) / 4096 * 4096; }
 
@@ -70,23 +68,28 @@ struct ParallelWriter::State {
   bool stopped = false;
   std::vector<std::thread> encoders;
   std::thread committer;
-  // Serialises the Writer's appends and checkpoints (the Writer is not thread-safe): the
-  // committing thread's, and Checkpoint()'s from the producer. Taken without `mu` held.
+  // Serialises the Writer's appends and checkpoints: the committing thread's, and Checkpoint()'s
+  // from the producer (so that samples_written() before an append is that sample's index).
+  // Taken without `mu` held.
   std::mutex writer_mu;
+  // The producers' turns (Submit, Flush, Checkpoint, Finish; the file comment): taken first,
+  // before `mu`, and held while a Submit waits for the bound.
+  std::mutex producer_mu;
+  // Stop's: one Stop joins the threads, a concurrent one waits for it. Never taken with `mu`.
+  std::mutex stop_mu;
 };
 
 Result<std::unique_ptr<ParallelWriter>> ParallelWriter::Start(std::unique_ptr<Writer> writer,
                                                               ParallelWriterOptions options) {
   if (writer == nullptr) return Status::InvalidArgument("ParallelWriter: no writer");
-  if (options.threads == 0)
-    options.threads = std::clamp(std::thread::hardware_concurrency(), 1u, kAutoThreads);
-  if (options.threads > kMaxThreads)
-    return Status::InvalidArgument("ParallelWriter: threads = " + std::to_string(options.threads) +
-                                   " is out of range; use 1.." + std::to_string(kMaxThreads));
-  if (options.max_inflight_bytes == 0)
-    return Status::InvalidArgument("ParallelWriter: max_inflight_bytes must be > 0");
+  LIBSHARD_RETURN_IF_ERROR(ValidateParallelism(options, [](std::string_view row) {
+    return "ParallelWriter: " + SpellWriterOption(row, Caller::kCpp);
+  }));
   if (options.max_inflight_samples == 0)
     return Status::InvalidArgument("ParallelWriter: max_inflight_samples must be > 0");
+  if (options.in_flight_bytes == 0) options.in_flight_bytes = options.max_inflight_bytes;
+  options.threads = AutomaticThreads(options.threads, WriteDriver::kGenerator);
+  options.in_flight_bytes = AutomaticInFlightBytes(options.in_flight_bytes, options.threads, 0);
   auto p = std::make_unique<ParallelWriter>(Key(), std::move(writer), std::move(options));
   State& s = *p->state_;
   try {
@@ -110,13 +113,14 @@ ParallelWriter::~ParallelWriter() { Stop(); }
 Result<uint64_t> ParallelWriter::Submit(Job job, uint64_t bytes) {
   State& s = *state_;
   bytes = Reservation(bytes);
+  std::lock_guard turn(s.producer_mu);
   std::unique_lock lock(s.mu);
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
     if (!s.error.ok() || s.stopping) break;
     const uint64_t jobs = s.next_seq - s.committed;
     if (jobs == 0 || (jobs < options_.max_inflight_samples &&
-                      s.inflight_bytes + bytes <= options_.max_inflight_bytes))
+                      s.inflight_bytes + bytes <= options_.in_flight_bytes))
       break;
     if (!options_.commit_thread && s.done.count(s.committed) != 0) {
       (void)CommitNext(lock);  // the caller commits: that frees the bound
@@ -262,6 +266,11 @@ std::vector<uint64_t> ParallelWriter::TakeReleased() {
 }
 
 Status ParallelWriter::Flush() {
+  std::lock_guard turn(state_->producer_mu);
+  return FlushInTurn();
+}
+
+Status ParallelWriter::FlushInTurn() {
   State& s = *state_;
   std::unique_lock lock(s.mu);
   for (;;) {
@@ -277,7 +286,8 @@ Status ParallelWriter::Flush() {
 }
 
 Status ParallelWriter::Checkpoint() {
-  LIBSHARD_RETURN_IF_ERROR(Flush());
+  std::lock_guard turn(state_->producer_mu);
+  LIBSHARD_RETURN_IF_ERROR(FlushInTurn());
   Status st = [&] {
     std::lock_guard writer_lock(state_->writer_mu);
     return writer_->Checkpoint();
@@ -292,13 +302,22 @@ Status ParallelWriter::Checkpoint() {
 }
 
 Result<WriteSummary> ParallelWriter::Finish() {
-  LIBSHARD_RETURN_IF_ERROR(Flush());
+  std::lock_guard turn(state_->producer_mu);
+  LIBSHARD_RETURN_IF_ERROR(FlushInTurn());
+  // A Stop() from another thread since: nothing more is committed (Stop's contract).
+  if (stopped_or_stopping()) return Status::Aborted("the writer is stopped");
   Stop();
   return writer_->Finish();
 }
 
+bool ParallelWriter::stopped_or_stopping() const {
+  std::lock_guard lock(state_->mu);
+  return state_->stopping;
+}
+
 void ParallelWriter::Stop() {
   State& s = *state_;
+  std::lock_guard stop_turn(s.stop_mu);
   {
     std::lock_guard lock(s.mu);
     if (s.stopped) return;

@@ -1,11 +1,15 @@
 // A Writer over a storage driver's WriteTarget (publishing_writer.h).
 #include "writer/publishing_writer.h"
 
+#include <mutex>
 #include <utility>
 
 namespace libshard::writer_internal {
 namespace {
 
+// Also what makes every Writer safe to share between threads (writer.h): the appends, the
+// checkpoints and Finish of the local writer and the publication take turns on one mutex;
+// Encode (const, the costly part) runs outside it.
 class PublishingWriter final : public Writer {
  public:
   PublishingWriter(std::shared_ptr<storage::WriteTarget> target, std::unique_ptr<Writer> inner)
@@ -15,6 +19,7 @@ class PublishingWriter final : public Writer {
     return inner_->Encode(sample);
   }
   Status AppendEncoded(EncodedSample sample) override {
+    std::lock_guard lock(mu_);
     // A failed upload stops the write at once, not only at Finish.
     LIBSHARD_RETURN_IF_ERROR(target_->error());
     return inner_->AppendEncoded(std::move(sample));
@@ -24,15 +29,25 @@ class PublishingWriter final : public Writer {
     return AppendEncoded(std::move(e));
   }
   Result<WriteSummary> Finish() override {
+    std::lock_guard lock(mu_);
     LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, inner_->Finish());
     LIBSHARD_RETURN_IF_ERROR(target_->Publish());
     target_->Release();
     return summary;
   }
-  Status Checkpoint() override { return inner_->Checkpoint(); }
-  Result<double> CheckpointIfDue() override { return inner_->CheckpointIfDue(); }
+  Status Checkpoint() override {
+    std::lock_guard lock(mu_);
+    return inner_->Checkpoint();
+  }
+  Result<double> CheckpointIfDue() override {
+    std::lock_guard lock(mu_);
+    return inner_->CheckpointIfDue();
+  }
   const Schema& schema() const override { return inner_->schema(); }
-  uint64_t samples_written() const override { return inner_->samples_written(); }
+  uint64_t samples_written() const override {
+    std::lock_guard lock(mu_);
+    return inner_->samples_written();
+  }
   const std::vector<SourceFileInfo>& existing_sources() const override {
     return inner_->existing_sources();
   }
@@ -40,6 +55,8 @@ class PublishingWriter final : public Writer {
  private:
   std::shared_ptr<storage::WriteTarget> target_;  // before inner_: outlives its hook
   std::unique_ptr<Writer> inner_;                 // writes target_->local_dir()
+  // Recursive: on_shard_sealed runs inside an append and may ask samples_written().
+  mutable std::recursive_mutex mu_;
 };
 
 }  // namespace

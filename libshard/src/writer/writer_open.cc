@@ -44,27 +44,15 @@ bool ParseShardName(std::string_view name, uint64_t* number, bool* tmp) {
   return true;
 }
 
+// The writer configuration's checks (writer_config.h) of the parts a Writer takes, each setting
+// named as the caller spells it.
 Status ValidateOptions(const WriterOptions& o) {
-  if (o.shard_size == 0) return Status::InvalidArgument("WriterOptions.shard_size must be > 0");
-  if (!(o.commit_interval_seconds >= 0) || o.commit_interval_seconds > 1e9)
-    return Status::InvalidArgument("WriterOptions.commit_interval_seconds must be a number of "
-                                   "seconds >= 0 (0: journal only every journal_every_bytes)");
-  if (o.compression != Compression::kNone && o.compression != Compression::kZstd)
-    return Status::InvalidArgument("WriterOptions.compression is not a known value");
-  LIBSHARD_RETURN_IF_ERROR(ValidateAttributes(o.attributes).WithContext("WriterOptions.attributes"));
-  if (o.zstd_level < kMinZstdLevel || o.zstd_level > kMaxZstdLevel)
-    return Status::InvalidArgument("WriterOptions.zstd_level " + std::to_string(o.zstd_level) +
-                                   " is not in " + std::to_string(kMinZstdLevel) + ".." +
-                                   std::to_string(kMaxZstdLevel));
-  if (o.field_codecs != FieldCodecPolicy::kNone && o.field_codecs != FieldCodecPolicy::kAuto &&
-      o.field_codecs != FieldCodecPolicy::kPlanes && o.field_codecs != FieldCodecPolicy::kPlanes2)
-    return Status::InvalidArgument("WriterOptions.field_codecs is not a known value");
-  const bool codecs = o.field_codecs != FieldCodecPolicy::kNone || o.store_fp8;
-  if (codecs && o.compression != Compression::kNone)
-    return Status::InvalidArgument("field codecs (compress auto/planes/planes2, store_dtype "
-                                   "float8_e4m3fn) and whole-sample zstd compression are "
-                                   "exclusive (FORMAT.md §3.8.6); choose one");
-  return Status::OK();
+  const OptionSpeller spell = [caller = o.caller](std::string_view row) {
+    return SpellWriterOption(row, caller);
+  };
+  LIBSHARD_RETURN_IF_ERROR(ValidateEncoding(o, spell));
+  LIBSHARD_RETURN_IF_ERROR(ValidateLayout(o, spell));
+  return ValidateProvenance(o, spell);
 }
 
 // Checks codec ids read from a journal or an index against the schema's dtypes.

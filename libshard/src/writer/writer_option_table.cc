@@ -1,141 +1,352 @@
-// WriterOptionTable (libshard/parallel_writer.h): libshard.Writer's settings, declared once.
+// The writer configuration's option tables (libshard/writer_config.h): one per part, each row
+// declared once with how it is set, bounded and printed; WriterOptionTable composes them and
+// pack's table (converters/pack/pack_option_table.cc) takes them whole.
+#include <cstdio>
+#include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "libshard/option_rows.h"
-#include "libshard/parallel_writer.h"
+#include "libshard/writer_config.h"
 
 namespace libshard {
 namespace {
 
-using Spec = OptionSpec<WriterConfig>;
-constexpr std::string_view kWhat = "Writer option";
+using Kind = OptionValue::Kind;
 
-uint64_t& ShardSize(WriterConfig& c) { return c.writer.shard_size; }
-uint64_t& QueueSize(WriterConfig& c) { return c.parallel.max_inflight_bytes; }
-uint64_t& JournalEvery(WriterConfig& c) { return c.writer.journal_every_bytes; }
-unsigned& Threads(WriterConfig& c) { return c.parallel.threads; }
-bool& Fsync(WriterConfig& c) { return c.writer.fsync; }
-double& CommitInterval(WriterConfig& c) { return c.writer.commit_interval_seconds; }
-std::string& CreatedBy(WriterConfig& c) { return c.writer.created_by; }
-std::string& SourceRoot(WriterConfig& c) { return c.writer.source_root; }
+// A row of a part's table and how it prints the part's value, as the row reads it back.
+template <typename Part>
+struct Row {
+  using PartType = Part;
+  OptionSpec<Part> spec;
+  std::function<std::string(const Part&)> print;
+};
 
-Status SetCompress(WriterConfig& c, const OptionValue& v, std::string_view spelled) {
-  CompressionSpec spec;  // None: no compression
-  if (v.kind == OptionValue::Kind::kText) {
-    Result<CompressionSpec> parsed = ParseCompression(v.text);
-    // ParseCompression's message quotes the text and lists the forms.
-    if (!parsed.ok())
-      return Status::InvalidArgument(std::string(kWhat) + " '" + std::string(spelled) +
-                                     "': " + parsed.status().message());
-    spec = *parsed;
-  } else if (v.kind != OptionValue::Kind::kNone) {
-    return option_table::Bad(kWhat, spelled, "must be a string or None, got " + v.Describe());
+// "4GiB", "64MiB", "8KiB" for exact multiples, else the byte count: what ParseByteSize reads.
+std::string FormatSize(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (int i = 0; i < 4; ++i) {
+    const uint64_t unit = uint64_t{1} << (10 * (4 - i));
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + kUnits[i];
   }
-  c.writer.compression = spec.compression;
-  c.writer.zstd_level = spec.level;
-  c.writer.field_codecs = spec.field_codecs;
+  return std::to_string(bytes);
+}
+
+std::string Quoted(const std::string& text) { return "'" + text + "'"; }
+
+// ---- how samples are stored -------------------------------------------------------------------
+
+Status SetCompress(std::string_view what, EncodingOptions& e, const OptionValue& v,
+                   std::string_view spelled) {
+  EncodingOptions parsed;  // None: no compression
+  if (v.kind == Kind::kText) {
+    Result<EncodingOptions> r = ParseCompression(v.text);
+    // ParseCompression's message quotes the text and lists the forms.
+    if (!r.ok())
+      return Status::InvalidArgument(std::string(what) + " '" + std::string(spelled) +
+                                     "': " + r.status().message());
+    parsed = *r;
+  } else if (v.kind != Kind::kNone) {
+    return option_table::Bad(what, spelled, "must be a string or None, got " + v.Describe());
+  }
+  e.compression = parsed.compression;
+  e.zstd_level = parsed.zstd_level;
+  e.field_codecs = parsed.field_codecs;
   return Status::OK();
 }
 
-Status SetStoreDType(WriterConfig& c, const OptionValue& v, std::string_view spelled) {
+std::string PrintCompress(const EncodingOptions& e) {
+  if (e.compression == Compression::kZstd) return "zstd:" + std::to_string(e.zstd_level);
+  switch (e.field_codecs) {
+    case FieldCodecPolicy::kAuto: return "auto";
+    case FieldCodecPolicy::kPlanes: return "planes";
+    case FieldCodecPolicy::kPlanes2: return "planes2";
+    case FieldCodecPolicy::kNone: break;
+  }
+  return "none";
+}
+
+Status SetStoreDType(std::string_view what, EncodingOptions& e, const OptionValue& v,
+                     std::string_view spelled) {
   bool fp8 = false;  // None: the tensors' own dtypes
-  if (v.kind == OptionValue::Kind::kText) {
+  if (v.kind == Kind::kText) {
     Result<bool> parsed = ParseStoreDType(v.text);
     if (!parsed.ok())
-      return Status::InvalidArgument(std::string(kWhat) + " '" + std::string(spelled) +
+      return Status::InvalidArgument(std::string(what) + " '" + std::string(spelled) +
                                      "': " + parsed.status().message());
     fp8 = *parsed;
-  } else if (v.kind != OptionValue::Kind::kNone) {
-    return option_table::Bad(kWhat, spelled, "must be a string or None, got " + v.Describe());
+  } else if (v.kind != Kind::kNone) {
+    return option_table::Bad(what, spelled, "must be a string or None, got " + v.Describe());
   }
-  c.writer.store_fp8 = fp8;
+  e.store_fp8 = fp8;
   return Status::OK();
 }
 
-std::vector<Spec> MakeSpecs() {
-  using option_rows::Bool;
-  using option_rows::Bytes;
-  using option_rows::Count;
-  using option_rows::Text;
-  std::vector<Spec> t;
-  t.push_back(Bytes<WriterConfig>(kWhat, "shard_size", "writer.shard_size", ShardSize, "'4GiB'", 1,
-                                  UINT64_MAX, "roll to a new shard file past this many bytes"));
+// ---- row builders of this file ----------------------------------------------------------------
+
+// A count where None and 0 mean `unset` (an automatic value), any other value within [min, max]:
+// the same answer from Python (threads=0), the CLI (--threads 0) and capture.
+template <typename Part>
+OptionSpec<Part> AutoCount(std::string_view what, std::string_view name, std::string_view member,
+                           unsigned& (*ref)(Part&), uint64_t min, uint64_t max,
+                           std::string_view unset, std::string_view doc) {
+  OptionSpec<Part> s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kCount;
+  s.py_type = "Optional[int]";
+  s.default_value = "None";
+  s.min = min;
+  s.max = max;
+  s.unset = unset;
+  s.doc = doc;
+  s.set = [what, ref, min, max, unset, doc](Part& o, const OptionValue& v,
+                                            std::string_view spelled) -> Status {
+    if (v.kind == Kind::kInteger && v.integer == 0) {
+      ref(o) = 0;
+      return Status::OK();
+    }
+    uint64_t x = 0;
+    LIBSHARD_RETURN_IF_ERROR(option_table::ToCount(what, spelled, v, min, max, unset, doc, &x));
+    ref(o) = static_cast<unsigned>(x);
+    return Status::OK();
+  };
+  s.get = [ref](const Part& o) { return static_cast<uint64_t>(ref(const_cast<Part&>(o))); };
+  return s;
+}
+
+// A byte count whose None and 0 give `fallback` (the default; existing callers spell "the
+// default" both ways), any other value within [1, max].
+template <typename Part>
+OptionSpec<Part> DefaultingBytes(std::string_view what, std::string_view name,
+                                 std::string_view member, uint64_t& (*ref)(Part&),
+                                 std::string_view default_value, uint64_t fallback,
+                                 std::string_view unset, std::string_view doc) {
+  OptionSpec<Part> s =
+      option_rows::OptionalBytes<Part>(what, name, member, ref, 1, UINT64_MAX, unset, doc);
+  s.default_value = default_value;
+  s.set = [inner = s.set, ref, fallback](Part& o, const OptionValue& v,
+                                         std::string_view spelled) -> Status {
+    LIBSHARD_RETURN_IF_ERROR(inner(o, v, spelled));
+    if (ref(o) == 0) ref(o) = fallback;
+    return Status::OK();
+  };
+  return s;
+}
+
+// A byte count whose text of digits is the integer it spells: "0" from Python is refused as 0
+// is, in the same words, as the command line's "0" (ParseByteSize would say it otherwise).
+template <typename Part>
+OptionSpec<Part> DigitsAsInteger(OptionSpec<Part> s) {
+  s.set = [inner = s.set](Part& o, const OptionValue& v, std::string_view spelled) {
+    return inner(o, v.kind == Kind::kText ? option_table::FromText(OptionType::kBytes, v.text) : v,
+                 spelled);
+  };
+  return s;
+}
+
+template <typename Part>
+Row<Part> R(OptionSpec<Part> spec,
+            std::type_identity_t<std::function<std::string(const Part&)>> print,
+            std::vector<std::string_view> aliases) {
+  spec.aliases = std::move(aliases);
+  return Row<Part>{std::move(spec), std::move(print)};
+}
+
+std::vector<Row<EncodingOptions>> EncodingRows(std::string_view what) {
+  std::vector<Row<EncodingOptions>> t;
   {
-    Spec s;
+    OptionSpec<EncodingOptions> s;
     s.name = "compress";
-    s.member = "writer.compression, writer.zstd_level, writer.field_codecs";
+    s.member = "compression, zstd_level, field_codecs";
     s.type = OptionType::kChoice;
     s.py_type = "Optional[str]";
     s.default_value = "None";
     s.choices = {"none", "zstd", "zstd:LEVEL", "auto", "planes", "planes2"};
-    s.aliases = {"compression"};
-    s.doc = "zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, planes2)";
-    s.set = SetCompress;
-    t.push_back(std::move(s));
+    // kMinZstdLevel..kMaxZstdLevel (writer_option_table_test checks the two agree).
+    s.doc = "zstd per sample (LEVEL -7..22), or field codecs chosen per field (auto, planes, "
+            "planes2)";
+    s.set = [what](EncodingOptions& e, const OptionValue& v, std::string_view spelled) {
+      return SetCompress(what, e, v, spelled);
+    };
+    t.push_back(R(std::move(s), PrintCompress, {"compression", "--compress"}));
   }
   {
-    Spec s;
+    OptionSpec<EncodingOptions> s;
     s.name = "store_dtype";
-    s.member = "writer.store_fp8";
+    s.member = "store_fp8";
     s.type = OptionType::kChoice;
     s.py_type = "Optional[str]";
     s.default_value = "None";
     s.choices = {"none", "float8_e4m3fn"};
     s.doc = "float8_e4m3fn: bf16/fp16 hidden states as fp8, a scale per token (lossy)";
-    s.set = SetStoreDType;
-    t.push_back(std::move(s));
+    s.set = [what](EncodingOptions& e, const OptionValue& v, std::string_view spelled) {
+      return SetStoreDType(what, e, v, spelled);
+    };
+    t.push_back(R(
+        std::move(s),
+        +[](const EncodingOptions& e) -> std::string {
+          return e.store_fp8 ? "float8_e4m3fn" : "none";
+        },
+        {"--store-dtype"}));
   }
-  t.push_back(Count<WriterConfig, unsigned>(kWhat, "threads", "parallel.threads", Threads, "None",
-                                            1, 256, "one per CPU, at most 4",
-                                            "encoding threads (layout, compression, checksums)"));
+  return t;
+}
+
+std::vector<Row<LayoutOptions>> LayoutRows(std::string_view what) {
+  using option_rows::Bool;
+  using option_rows::Bytes;
+  using L = LayoutOptions;
+  std::vector<Row<L>> t;
+  t.push_back(R(DigitsAsInteger(Bytes<L>(what, "shard_size", "shard_size",
+                                         +[](L& l) -> uint64_t& { return l.shard_size; },
+                                         "'4GiB'", 1, UINT64_MAX,
+                                         "roll to a new shard file past this many bytes")),
+                +[](const L& l) { return FormatSize(l.shard_size); }, {"--shard-size"}));
+  // "--fsync" names the row on the command line, where it is "--no-fsync" (CommandLineSpellingOf).
+  t.push_back(R(Bool<L>(what, "fsync", "fsync", +[](L& l) -> bool& { return l.fsync; }, "True",
+                        "fsync shards, journal, index and manifest"),
+                +[](const L& l) -> std::string { return l.fsync ? "true" : "false"; },
+                {"--fsync"}));
+  t.push_back(R(DefaultingBytes<L>(what, "journal_every", "journal_every_bytes",
+                                   +[](L& l) -> uint64_t& { return l.journal_every_bytes; },
+                                   "'1GiB'", kDefaultJournalEveryBytes, "the default, 1 GiB",
+                                   "bytes between journal checkpoints (what a crash keeps)"),
+                +[](const L& l) { return FormatSize(l.journal_every_bytes); },
+                {"journal_every_bytes", "--journal-every"}));
+  t.push_back(R(option_rows::Number<L>(
+                    what, "commit_interval", "commit_interval_seconds",
+                    +[](L& l) -> double& { return l.commit_interval_seconds; }, "5.0", true,
+                    "seconds a written sample may wait before the journal makes it durable and "
+                    "visible to followers (Loader(follow=True)); 0: only every journal_every "
+                    "bytes"),
+                +[](const L& l) {
+                  char buf[32];
+                  std::snprintf(buf, sizeof(buf), "%.17g", l.commit_interval_seconds);
+                  return std::string(buf);
+                },
+                {"commit_interval_seconds", "--commit-interval"}));
+  return t;
+}
+
+std::vector<Row<ParallelismOptions>> ParallelismRows(std::string_view what) {
+  using P = ParallelismOptions;
+  std::vector<Row<P>> t;
+  t.push_back(R(AutoCount<P>(what, "threads", "threads",
+                             +[](P& p) -> unsigned& { return p.threads; }, 1, kMaxWriterThreads,
+                             "one per CPU for pack, at most 4 beside a generator",
+                             "threads encoding samples (layout, compression, checksums; pack's "
+                             "also read the sources)"),
+                +[](const P& p) {
+                  return p.threads == 0 ? std::string("None") : std::to_string(p.threads);
+                },
+                {"--threads"}));
+  t.push_back(R(option_rows::OptionalBytes<P>(
+                    what, "in_flight_bytes", "in_flight_bytes",
+                    +[](P& p) -> uint64_t& { return p.in_flight_bytes; }, 1, UINT64_MAX,
+                    "2 x threads x the largest source, at least 64 MiB, for pack; 1 GiB beside "
+                    "a generator",
+                    "bytes of samples in flight (given, not yet in a shard) before more wait"),
+                +[](const P& p) {
+                  return p.in_flight_bytes == 0 ? std::string("None")
+                                                : FormatSize(p.in_flight_bytes);
+                },
+                // queue_size / --queue-size: libshard.Writer's and capture's name; window_bytes /
+                // --window: pack's former name; queue_bytes: the core's.
+                {"queue_size", "queue_bytes", "window_bytes", "--in-flight-bytes", "--queue-size",
+                 "--window"}));
+  return t;
+}
+
+std::vector<Row<ProvenanceOptions>> ProvenanceRows(std::string_view what) {
+  using option_rows::Text;
+  using V = ProvenanceOptions;
+  std::vector<Row<V>> t;
   {
-    Spec s = Bytes<WriterConfig>(kWhat, "queue_size", "parallel.max_inflight_bytes", QueueSize,
-                                 "'1GiB'", 1, UINT64_MAX,
-                                 "bytes of samples written but not yet on disk before write waits");
-    s.aliases = {"queue_bytes"};
-    t.push_back(std::move(s));
-  }
-  {
-    Spec s = Bytes<WriterConfig>(kWhat, "journal_every", "writer.journal_every_bytes",
-                                 JournalEvery, "'1GiB'", 1, UINT64_MAX,
-                                 "bytes between journal checkpoints (what a crash keeps)");
-    s.aliases = {"journal_every_bytes"};
-    t.push_back(std::move(s));
-  }
-  {
-    Spec s = option_rows::Number<WriterConfig>(
-        kWhat, "commit_interval", "writer.commit_interval_seconds", CommitInterval, "5.0", true,
-        "seconds a written sample may wait before the journal makes it durable and visible to "
-        "followers (Loader(follow=True)); 0: only every journal_every bytes");
-    s.aliases = {"commit_interval_seconds"};
-    t.push_back(std::move(s));
-  }
-  t.push_back(Bool<WriterConfig>(kWhat, "fsync", "writer.fsync", Fsync, "True",
-                                 "fsync shards, journal, index and manifest"));
-  {
-    Spec s;
+    OptionSpec<V> s;
     s.name = "attrs";
-    s.member = "writer.attributes";
+    s.member = "attributes";
     s.type = OptionType::kState;
     s.py_type = "Optional[Mapping[str, Union[str, int]]]";
     s.default_value = "None";
-    s.aliases = {"attributes"};
     s.doc = "what produced the data, recorded in the manifest ({key: str or int})";
-    t.push_back(std::move(s));  // a dict: converted by the front end
+    // No setter: a dict (Python) or KEY=VALUE words (command lines), converted by the front end.
+    t.push_back(R(std::move(s),
+                  +[](const V& v) {
+                    std::string out = "{";
+                    for (const auto& [key, value] : v.attributes)
+                      out += (out.size() > 1 ? "," : "") + key + "=" + AttributeText(value);
+                    return out + "}";
+                  },
+                  {"attributes", "--attr"}));
   }
-  t.push_back(Text<WriterConfig>(kWhat, "created_by", "writer.created_by", CreatedBy, "''",
-                                 "free text recorded in the manifest"));
-  t.push_back(Text<WriterConfig>(kWhat, "source_root", "writer.source_root", SourceRoot, "''",
-                                 "recorded in the manifest's provenance summary"));
+  t.push_back(R(Text<V>(what, "created_by", "created_by",
+                        +[](V& v) -> std::string& { return v.created_by; }, "''",
+                        "free text recorded in the manifest"),
+                +[](const V& v) { return Quoted(v.created_by); }, {}));
+  t.push_back(R(Text<V>(what, "source_root", "source_root",
+                        +[](V& v) -> std::string& { return v.source_root; }, "''",
+                        "recorded in the manifest's provenance summary"),
+                +[](const V& v) { return Quoted(v.source_root); }, {}));
   return t;
+}
+
+std::vector<Row<WriterConfig>> WriterRows(std::string_view what) {
+  std::vector<Row<WriterConfig>> t;
+  const auto add = [&t](auto rows) {
+    using Part = typename decltype(rows)::value_type::PartType;
+    for (auto& r : rows)
+      t.push_back(Row<WriterConfig>{option_rows::Lift<WriterConfig>(r.spec),
+                                    [print = r.print](const WriterConfig& c) {
+                                      return print(static_cast<const Part&>(c));
+                                    }});
+  };
+  add(EncodingRows(what));
+  add(LayoutRows(what));
+  add(ParallelismRows(what));
+  add(ProvenanceRows(what));
+  return t;
+}
+
+template <typename Part>
+std::vector<OptionSpec<Part>> Specs(std::vector<Row<Part>> rows) {
+  std::vector<OptionSpec<Part>> out;
+  for (auto& r : rows) out.push_back(std::move(r.spec));
+  return out;
 }
 
 }  // namespace
 
+std::vector<OptionSpec<EncodingOptions>> EncodingOptionRows(std::string_view what) {
+  return Specs(EncodingRows(what));
+}
+std::vector<OptionSpec<LayoutOptions>> LayoutOptionRows(std::string_view what) {
+  return Specs(LayoutRows(what));
+}
+std::vector<OptionSpec<ParallelismOptions>> ParallelismOptionRows(std::string_view what) {
+  return Specs(ParallelismRows(what));
+}
+std::vector<OptionSpec<ProvenanceOptions>> ProvenanceOptionRows(std::string_view what) {
+  return Specs(ProvenanceRows(what));
+}
+std::vector<OptionSpec<WriterConfig>> WriterConfigRows(std::string_view what) {
+  return Specs(WriterRows(what));
+}
+
 const OptionTable<WriterConfig>& WriterOptionTable() {
-  static const OptionTable<WriterConfig> table(kWhat, MakeSpecs());
+  static const OptionTable<WriterConfig> table("Writer option", WriterConfigRows("Writer option"));
   return table;
+}
+
+std::string FormatWriterConfig(const WriterConfig& c) {
+  std::string out;
+  for (const auto& r : WriterRows("Writer option")) {
+    if (!out.empty()) out += ' ';
+    out += std::string(r.spec.name) + "=" + r.print(c);
+  }
+  return out;
 }
 
 }  // namespace libshard
