@@ -76,6 +76,7 @@ if [ -d tests/python ]; then
   quick=()
   while read -r f; do quick+=(--ignore "tests/python/$f"); done < <(bash scripts/check.sh --list-python)
   [ -x "$TRAINERS_PY" ] && quick+=(--ignore-glob "tests/python/test_trainer_*.py")
+  [ -x "$TRAINERS_PY" ] && quick+=(--ignore tests/python/test_sp_rules.py)  # the SP split rules
   step "Python suites, the rest (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider \
     --durations=10 $(pytest_workers "$PY") "${quick[@]}"
 fi
@@ -85,7 +86,8 @@ fi
 # The plain pytest step above leaves those files out.
 if [ -x "$TRAINERS_PY" ]; then
   step "trainer integrations (pytest, trainers' venv)" env TORCHDYNAMO_DISABLE=1 \
-    "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py -p no:cacheprovider --durations=10 \
+    "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py tests/python/test_sp_rules.py \
+    -p no:cacheprovider --durations=10 \
     $(pytest_workers "$TRAINERS_PY")
 else
   echo "=== trainer integrations: skipped (no $TRAINERS_PY; bash scripts/trainers_env.sh builds it)"

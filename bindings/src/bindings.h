@@ -84,6 +84,7 @@ void RegisterFollow(py::module_& m);
 void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
 void RegisterWorld(py::module_& m);  // world.cc: resolve_world
+void RegisterSequenceParallel(py::module_& m);  // sequence_parallel.cc: the SP split rules
 void RegisterCli(py::module_& m);  // cli.cc: cli_main, the `libshard` command line
 
 }  // namespace libshard::python

@@ -20,6 +20,7 @@ PYBIND11_MODULE(_core, m) {
   lp::RegisterPack(m);
   lp::RegisterWriter(m);
   lp::RegisterWorld(m);
+  lp::RegisterSequenceParallel(m);
   lp::RegisterCli(m);
   // The one byte-size parser (libshard_support/units.h), for libshard._units.
   m.def(
