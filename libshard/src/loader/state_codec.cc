@@ -225,7 +225,7 @@ Result<LoaderState> DecodeVersion1(const json& j) {
   return s;
 }
 
-json BucketingJson(const EpochBucketing& b) {
+ordered_json BucketingJson(const EpochBucketing& b) {
   if (b.window == 0) return nullptr;
   ordered_json out;
   out["window"] = b.window;
