@@ -38,7 +38,7 @@ struct OptionValue {
   std::vector<std::pair<std::string, double>> numbers;    // kNumberMap
   std::vector<OptionEntry> entries;                       // kGroup, in the order given
 
-  static OptionValue None() { return {}; }
+  static OptionValue None();
   static OptionValue Bool(bool b);
   static OptionValue Integer(uint64_t magnitude, bool negative = false);
   static OptionValue Number(double d);
@@ -56,6 +56,9 @@ struct OptionEntry {
   std::string name;
   OptionValue value;
 };
+
+// Defined once OptionEntry is complete (OptionValue holds a vector of them).
+inline OptionValue OptionValue::None() { return {}; }
 
 // How a row's value is given. The Python type of each is OptionSpec::py_type.
 enum class OptionType : uint8_t {
