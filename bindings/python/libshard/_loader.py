@@ -86,16 +86,26 @@ class Loader:
     selects epoch ``e`` (like ``DistributedSampler.set_epoch``). An iteration left early (``break``)
     is continued by the next ``iter()`` from where it stopped.
 
-    Order: a global permutation per (seed, epoch, order version), independent of the world size;
-    rank ``r`` takes global positions r, r+W, ... Every rank gets the same number of steps
-    (wrap-around padding, or the tail dropped with ``drop_last``). ``state_dict()`` is plain data (ints and lists);
-    ``load_state_dict`` continues exactly after the last step returned, also with another world
-    size.
+    Order: one value, ``order=libshard.Order...`` (:class:`libshard.Order`; the contract of every
+    kind is ``docs/ORDER.md``); by default a global permutation per (seed, epoch, order version),
+    independent of the world size; rank ``r`` takes global positions r, r+W, ... Every rank gets
+    the same number of steps (wrap-around padding, or the tail dropped with ``drop_last``).
+    ``state_dict()`` is the library's encoding of the state as plain data (ints, lists, None and
+    small dicts); ``load_state_dict`` continues exactly after the last step returned, also with
+    another world size, and reads the state dicts of earlier releases.
 
     Args:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
-      shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
+      order: the order as one value: ``Order.shuffled(seed=0, version=2)`` (default),
+        ``Order.unshuffled()``, ``Order.node_local(nodes=..., node_rank=..., seed=...)``,
+        ``Order.sampler(s)``, ``Order.batch_sampler(b)``, ``Order.follow(shuffle_window=...)``.
+        The flat keywords below (``shuffle``, ``seed``, ``locality``, ``nodes``, ``node_rank``,
+        ``sampler``, ``batch_sampler``, ``follow``, ``shuffle_window``, and ``order`` as an
+        integer, the order version) spell the same orders; the library makes one order of both
+        and names any keyword given twice or asking for another kind of order.
+      shuffle, seed: the order; ``shuffle=False`` reads in dataset order (None: the library's
+        default, True and 0).
       sampler, batch_sampler: stream in the order of a torch ``Sampler`` (grouped by
         ``batch_size``, ``drop_last``) or batch sampler (one step per batch) instead of the
         loader's own (``docs/ORDER.md`` §6). Each epoch the loader calls the sampler's
@@ -108,16 +118,15 @@ class Loader:
         epoch consumed and a digest of its order: ``load_state_dict`` continues with the same
         remaining batches when the sampler gives the same order for the same epoch (seeded, with
         ``set_epoch``), and raises ``InvalidArgumentError`` when it does not.
-      order: the shuffle's order version (``docs/ORDER.md``). 2 (default):
+      order=1|2 (an integer): the shuffle's order version (``docs/ORDER.md``). 2 (default):
         evaluated per position in O(1), so a rank of a large world starts at once; 1: the
         Fisher-Yates order of libshard before order versions (O(n) per epoch), to reproduce an
         earlier run. A state dict carries its order version, and one without ``"order"`` (saved
-        by an earlier libshard) resumes
-        onto order 1 exactly.
+        by an earlier libshard) resumes onto order 1 exactly.
       rank, world_size: default to torch.distributed when initialised, else torchrun's
         RANK/WORLD_SIZE, else a Slurm array or SLURM_PROCID/SLURM_NTASKS, else 0/1 (the one rule
         of ``libshard/world.h``, shared with the Writer and ``pack --part auto``).
-      locality: ``"global"`` (default): each epoch's order is spread over all ranks.
+      locality: ``"global"`` (None, the default): each epoch's order is spread over all ranks.
         ``"node"``: the node-local order (order version 3, ``docs/ORDER.md`` §5): the dataset is
         split among the nodes once (by dataset, seed and node count) and each node's ranks read
         only their node's share, shuffled within it every epoch, so a node's cache of an
@@ -189,7 +198,7 @@ class Loader:
         every ``slow_wait_warning_seconds`` (doubling) saying what it waits for. ``len()`` is a
         ``TypeError`` until the dataset is complete. Needs single samples or ``batch_size``
         (not ``max_tokens``); ``bucket_window`` applies from the second epoch.
-      shuffle_window: follow mode: arrivals shuffled together, at most (default 4096).
+      shuffle_window: follow mode: arrivals shuffled together, at most (None: 4096).
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
         stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
