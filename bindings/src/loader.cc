@@ -156,7 +156,7 @@ class PyLoader {
     ThrowIfError(status);
   }
 
-  // caller_order: epoch `epoch` in the order of `samples` (int64, every step's indices one
+  // CallerOrder: epoch `epoch` in the order of `samples` (int64, every step's indices one
   // after the other) cut at `bounds` (int64, steps + 1 offsets from 0).
   void SetEpochSteps(uint64_t epoch, const py::array_t<int64_t, py::array::c_style |
                                                                      py::array::forcecast>& samples,
@@ -312,7 +312,7 @@ void RegisterLoader(py::module_& m) {
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("set_epoch_steps", &PyLoader::SetEpochSteps, py::arg("epoch"), py::arg("samples"),
            py::arg("bounds"),
-           "caller_order: starts epoch `epoch` with this rank's steps: step k is "
+           "A caller's order (a sampler): starts epoch `epoch` with this rank's steps: step k is "
            "samples[bounds[k]:bounds[k+1]] (int64 arrays). Blocks with the GIL released.")
       .def("state", &PyLoader::State, py::arg("next_epoch") = false,
            "The state's encoding (JSON text, docs/ORDER.md §8); next_epoch: of the start of the "

@@ -28,8 +28,9 @@ Result<std::unique_ptr<NodeLocality>> NodeLocality::MakeFromSpans(
     NodesRequest request;
     if (node_local->nodes > 0) request.nodes = node_local->nodes;
     if (node_local->node_rank != kAutoNodeRank) request.node_rank = node_local->node_rank;
+    const OrderRanks ranks = OrderRanksOf(options);
     LIBSHARD_ASSIGN_OR_RETURN(n->nodes_,
-                              ResolveNodes(options.rank, options.world_size, request, environment));
+                              ResolveNodes(ranks.rank, ranks.world_size, request, environment));
     n->seed_ = node_local->seed;
     n->shuffle_ = node_local->shuffle;
     LIBSHARD_ASSIGN_OR_RETURN(n->current_,

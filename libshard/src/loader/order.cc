@@ -149,10 +149,15 @@ Order ResumedOrder(const Order& order, const LoaderState* resume) {
   return out;
 }
 
+OrderRanks OrderRanksOf(const LoaderOptions& options) {
+  return {options.rank, options.world_size};
+}
+
 PlanOptions PlanBase(const LoaderOptions& options) {
   PlanOptions plan;
-  plan.rank = options.rank;
-  plan.world_size = options.world_size;
+  const OrderRanks ranks = OrderRanksOf(options);
+  plan.rank = ranks.rank;
+  plan.world_size = ranks.world_size;
   plan.drop_last = options.drop_last;
   plan.batch_size = options.batch_size;
   plan.max_tokens = options.max_tokens;

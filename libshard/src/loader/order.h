@@ -79,6 +79,16 @@ struct PlanOptions {
 // a follow state. A caller's order has none of these.
 Order ResumedOrder(const Order& order, const LoaderState* resume);
 
+// The ranks an order's epochs are striped over (§3; §5's nodes and ranks per node; §7.2): this
+// process's rank of the world, as the options give them. Every kind but CallerOrder (whose steps
+// are the rank's own) reads them here and only here (PlanBase, NodeLocality), so that a grouping
+// of the world's ranks (several ranks that read the same steps) is decided in one place.
+struct OrderRanks {
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+};
+OrderRanks OrderRanksOf(const LoaderOptions& options);
+
 // What every epoch of a Loader built with `options` (resolved by ResolveLoaderOptions, which
 // decides the "auto" budget and bucket window) plans with, whatever its order: ranks, batching,
 // bucketing and drop_last. The order's fields (shuffle, seed, order version, epoch,
