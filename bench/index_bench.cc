@@ -60,23 +60,26 @@ int main(int argc, char** argv) {
   LoaderOptions lo;
   lo.world_size = 1024;
   lo.rank = 0;
-  lo.shuffle = false;
+  lo.order = Order::Unshuffled();
   lo.memory_budget = uint64_t{64} << 20;
   lo.worker_threads = 1;
   bool warm = false;
+  bool shuffle = false;
+  uint32_t version = kOrderLatest;
   for (int k = 2; k < argc; ++k) {
     const std::string a = argv[k];
     if (a == "--warm") warm = true;
-    else if (a == "--shuffle") lo.shuffle = true;
+    else if (a == "--shuffle") shuffle = true;
     else if (a == "--world" && k + 1 < argc) lo.world_size = std::strtoul(argv[++k], nullptr, 10);
     else if (a == "--rank" && k + 1 < argc) lo.rank = std::strtoul(argv[++k], nullptr, 10);
-    else if (a == "--order" && k + 1 < argc) lo.order = std::strtoul(argv[++k], nullptr, 10);
+    else if (a == "--order" && k + 1 < argc) version = std::strtoul(argv[++k], nullptr, 10);
     else if (a == "--max-tokens" && k + 1 < argc) lo.max_tokens = std::strtoull(argv[++k], nullptr, 10);
     else {
       std::fprintf(stderr, "index_bench: unknown argument %s\n", a.c_str());
       return 2;
     }
   }
+  lo.order = shuffle ? Order::Shuffled(0, version) : Order::Unshuffled();
   uint64_t index_bytes = 0;
   std::string index_name;
   for (const char* name : {"index.lsi", "index.a.lsi"}) {
@@ -98,7 +101,7 @@ int main(int argc, char** argv) {
   // index's part of the time to the first sample, without the loader's set-up (arena, threads,
   // ring, order).
   const auto r0 = std::chrono::steady_clock::now();
-  auto direct = (*ds)->Read(lo.shuffle ? 0 : lo.rank % std::max<uint64_t>((*ds)->size(), 1));
+  auto direct = (*ds)->Read(shuffle ? 0 : lo.rank % std::max<uint64_t>((*ds)->size(), 1));
   const auto r1 = std::chrono::steady_clock::now();
   if (!direct.ok()) {
     std::fprintf(stderr, "index_bench: Read: %s\n", direct.status().ToString().c_str());
@@ -131,7 +134,7 @@ int main(int argc, char** argv) {
       dir.c_str(), index_name.c_str(), static_cast<unsigned long long>(n),
       static_cast<unsigned long long>(index_bytes),
       n ? static_cast<double>(index_bytes) / static_cast<double>(n) : 0.0, cold ? "true" : "false",
-      lo.rank, lo.world_size, lo.shuffle ? "true" : "false", lo.order,
+      lo.rank, lo.world_size, shuffle ? "true" : "false", version,
       static_cast<unsigned long long>(lo.max_tokens), Ms(t0, t1), Ms(t0, t1) + Ms(r0, r1),
       Ms(t1b, t1c), Ms(t1b, t2), Ms(t0, t1) + Ms(t1b, t2),
       static_cast<unsigned long long>(first), static_cast<double>(rss1 - rss0) / 1e6,

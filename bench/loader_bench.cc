@@ -119,7 +119,7 @@ void BM_LoaderEpoch(benchmark::State& state) {
     return;
   }
   LoaderOptions o;
-  o.shuffle = state.range(0) != 0;
+  o.order = state.range(0) != 0 ? Order::Shuffled() : Order::Unshuffled();
   o.verify_checksums = state.range(1) != 0;
   o.pin_memory = PinMemory::kOff;
   o.memory_budget = uint64_t{1} << 30;

@@ -645,11 +645,42 @@ def object_url_corpus():
     return c
 
 
+def loader_state_corpus():
+    """Loader states for loader_state_fuzz (docs/ORDER.md §8): the golden states of
+    tests/data/loader_state/ (version 1 and the unversioned dicts of earlier releases), and each
+    refusal of DecodeLoaderState."""
+    c = Corpus("loader_state_fuzz")
+    for f in sorted((ROOT / "tests" / "data" / "loader_state").glob("*.json")):
+        c.add(f.stem, f.read_bytes())
+    v1 = '{"state_version":1,"order":%d,"epoch":0,"position":%s,"skipped":[]%s}'
+    for name, text in [
+            ("not_object", "[1, 2, 3]"), ("not_json", '{"seed": 1,'), ("empty", ""),
+            ("deep", "[" * 300 + "]" * 300), ("negative", '{"seed":0,"epoch":0,"position":-3}'),
+            ("float", '{"seed":0,"epoch":0,"position":2.5}'),
+            ("huge_int", '{"seed":99999999999999999999999,"epoch":0,"position":0}'),
+            ("order_7", '{"seed":0,"epoch":0,"position":0,"order":7}'),
+            ("v3_no_locality", '{"seed":0,"epoch":0,"position":5,"order":3}'),
+            ("locality_v2", '{"seed":0,"epoch":0,"position":0,"locality":{"nodes":2,'
+                            '"local_world_size":1,"steps":0}}'),
+            ("follow_caller", '{"seed":0,"epoch":0,"position":0,"order":0,"follow_window":4}'),
+            ("bad_budget", '{"seed":0,"epoch":0,"position":0,"bucketing":{"window":8,'
+                           '"batch_size":2,"max_tokens":0,"budget":"most"}}'),
+            ("newer", '{"state_version":2,"order":2}'),
+            ("v1_foreign_key", v1 % (2, "0", ',"seed":1,"locality":null')),
+            ("v1_missing_seed", v1 % (2, "0", "")),
+            ("v1_follow_zero", v1 % (2, "0", ',"seed":1,"follow_window":0')),
+            ("v1_caller_seed", v1 % (0, "0", ',"seed":1,"steps_digest":2')),
+            ("v1_node_steps_only", v1 % (3, "0", ',"seed":1,"locality":{"nodes":0,'
+                                               '"local_world_size":0,"steps":3}'))]:
+        c.add(name, text.encode())
+    return c
+
+
 def main():
     for make in (pickle_corpus, zip_corpus, gzip_corpus, safetensors_corpus, index_corpus,
                  journal_corpus, manifest_corpus, metadata_corpus, codec_corpus, collate_corpus,
                  cache_corpus, s3_xml_corpus, aws_ini_corpus, cache_state_corpus,
-                 upload_journal_corpus, object_url_corpus):
+                 upload_journal_corpus, object_url_corpus, loader_state_corpus):
         c = make()
         files = list(c.dir.iterdir())
         print(f"{c.dir.relative_to(ROOT)}: {len(files)} seeds, "

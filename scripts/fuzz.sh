@@ -19,7 +19,7 @@ SECONDS_PER_TARGET=${FUZZ_SECONDS:-600}
 [ "$MODE" = replay ] && SECONDS_PER_TARGET=${FUZZ_BRIEF_SECONDS:-10}
 ALL_TARGETS="pickle_fuzz zip_fuzz gzip_fuzz safetensors_fuzz index_fuzz manifest_fuzz journal_fuzz
              metadata_fuzz codec_fuzz collate_fuzz cache_fuzz s3_xml_fuzz aws_ini_fuzz
-             cache_state_fuzz upload_journal_fuzz object_url_fuzz"
+             cache_state_fuzz upload_journal_fuzz object_url_fuzz loader_state_fuzz"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 cd "$(dirname "$0")/.." || exit 1
 
@@ -32,6 +32,7 @@ max_len() {
     pickle_fuzz) echo 4096;; zip_fuzz|safetensors_fuzz|index_fuzz|manifest_fuzz) echo 8192;;
     journal_fuzz|metadata_fuzz|codec_fuzz) echo 8192;; gzip_fuzz|cache_fuzz) echo 16384;;
     cache_state_fuzz) echo 256;; s3_xml_fuzz|aws_ini_fuzz|upload_journal_fuzz|object_url_fuzz) echo 4096;;
+    loader_state_fuzz) echo 1024;;
     *) echo 8192;;
   esac
 }

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the generated part of bindings/python/libshard/_core.pyi from the library's option
 tables (``_core.dataset_option_table()``, ``loader_option_table()``, ``writer_option_table()``,
-``read_ahead_option_table()`` and ``pack_option_table()``: DatasetOptionTable in libshard/dataset.h,
-LoaderOptionTable in libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h,
+``read_ahead_option_table()``, ``order_option_table()`` and ``pack_option_table()``:
+DatasetOptionTable in libshard/dataset.h, LoaderOptionTable and OrderOptionTable (the loader's
+option group "order") in libshard/loader.h, WriterOptionTable in libshard/parallel_writer.h,
 ReadAheadOptionTable in libshard/read_ahead.h and PackOptionTable in
 converters/pack/option_parsing.h), so the
 stubs' option names, types, defaults and docs are the ones the library checks.
@@ -58,6 +59,7 @@ def generate(text: str) -> str:
     from libshard import _core  # the built extension (PYTHONPATH=build/python)
     tables = {"DatasetOptions": list(_core.dataset_option_table()),
               "LoaderOptions": list(_core.loader_option_table()),
+              "OrderOptions": list(_core.order_option_table()),
               "WriterOptions": list(_core.writer_option_table()),
               "ReadAheadOptions": list(_core.read_ahead_option_table())}
     if getattr(_core, "HAVE_PACK", False):

@@ -427,7 +427,7 @@ TEST(BatchRecipeLoader, ServesSpecForgeBatchesOfTheSamplesItReads) {
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   LoaderOptions o = Recipe(Collate::kSpecForgeEagle3, 6);
   o.batch_size = 3;
-  o.seed = 5;
+  o.order = Order::Shuffled(5);
   o.memory_budget = 8 << 20;
   o.pin_memory = PinMemory::kOff;
   auto loader = Loader::Create(*ds, o);

@@ -1,4 +1,4 @@
-// Tests for a Loader given its order by the caller (LoaderOptions::caller_order,
+// Tests for a Loader given its order by the caller (CallerOrder,
 // Loader::SetEpochSteps; docs/ORDER.md §6): exactly the given steps in the given order, with the
 // bytes Dataset::Read returns, collated; no striping over ranks; epochs; resume equality and a
 // resume refused for another order; what is validated; memory bounded.
@@ -41,7 +41,7 @@ std::shared_ptr<Dataset> WriteDataset(const fs::path& dir, uint64_t n) {
 
 LoaderOptions CallerOptions() {
   LoaderOptions o;
-  o.caller_order = true;
+  o.order = CallerOrder{};
   o.memory_budget = 2 << 20;
   o.queue_depth = 8;
   o.read_size = 16 << 10;
@@ -112,9 +112,10 @@ TEST(CallerOrderTest, DeliversTheGivenStepsInOrderOverEpochs) {
     EXPECT_EQ(DrainSteps(**loader, *ds), want) << "epoch " << epoch;
     const LoaderState st = (*loader)->state();
     EXPECT_EQ(st.epoch, epoch);
-    EXPECT_EQ(st.order, kOrderCaller);
+    EXPECT_EQ(st.order_version(), kOrderCaller);
     EXPECT_EQ(st.position, want.size());
-    EXPECT_EQ(st.steps_digest, EpochStepsDigest(steps));
+    ASSERT_EQ(st.kind(), OrderKind::kCaller);
+    EXPECT_EQ(st.get<CallerCursor>()->steps_digest, EpochStepsDigest(steps));
   }
 }
 
@@ -233,7 +234,7 @@ TEST(CallerOrderTest, ResumeWithAnotherOrderIsRefused) {
   testing::ExpectError(Loader::Create(ds, own).status(), StatusCode::kInvalidArgument,
                        {"sampler"});
   LoaderState planned;
-  planned.order = 2;
+  planned.cursor = GlobalCursor{.version = 2};
   LoaderOptions mismatch = CallerOptions();
   mismatch.resume = planned;
   testing::ExpectError(Loader::Create(ds, mismatch).status(), StatusCode::kInvalidArgument,
@@ -272,14 +273,14 @@ TEST(CallerOrderTest, BadStepsAreRefusedAndChangeNothing) {
   LoaderOptions batched = CallerOptions();
   batched.batch_size = 4;
   testing::ExpectError(Loader::Create(ds, batched).status(), StatusCode::kInvalidArgument,
-                       {"caller_order", "batch_size"});
+                       {"caller's order", "batch_size"});
   // A loader that plans its own order takes no steps.
   LoaderOptions own;
   own.pin_memory = PinMemory::kOff;
   auto planned = Loader::Create(ds, own);
   ASSERT_TRUE(planned.ok());
   testing::ExpectError((*planned)->SetEpochSteps(0, EpochSteps::Singles({1})),
-                       StatusCode::kInvalidArgument, {"caller_order"});
+                       StatusCode::kInvalidArgument, {"CallerOrder"});
 }
 
 TEST(CallerOrderTest, ArenaStaysWithinTheBudget) {

@@ -222,7 +222,7 @@ TEST(CodecDatasetTest, LoaderReadsNoFurtherAheadThanTheDecodersUse) {
   o.read_size = 1 << 20;  // a sample a read
   o.pin_memory = PinMemory::kOff;
   o.worker_threads = 1;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   uint64_t count = 0;
@@ -329,7 +329,7 @@ TEST(CodecDatasetTest, LoaderWithATightBudgetDeliversEverySample) {
     o.read_size = 4 << 20;
     o.pin_memory = PinMemory::kOff;
     o.worker_threads = workers;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     o.slow_wait_warning_seconds = 30;
     SCOPED_TRACE(std::to_string(workers) + " workers");
     ExpectLoaderMatchesRead(ds, o, 0, {});
@@ -441,7 +441,7 @@ TEST(CodecDatasetTest, CorruptRegionIsCorruptionNamingSampleShardAndOffset) {
   LoaderOptions o;
   o.memory_budget = 8 << 20;
   o.pin_memory = PinMemory::kOff;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   o.verify_checksums = false;
   auto loader = Loader::Create(d, o);
   ASSERT_TRUE(loader.ok());

@@ -420,7 +420,7 @@ TEST(CollateLoaderTest, BatchesEqualTheUncollatedSamplesBitExact) {
         SCOPED_TRACE(std::string(mode == Collate::kPad ? "pad" : "pack") + " rank " +
                      std::to_string(rank) + "/" + std::to_string(world));
         LoaderOptions o = SmallOptions();
-        o.seed = 3;
+        o.order = Order::Shuffled(3);
         o.collate = mode;
         o.batch_size = 4;
         o.rank = rank;
@@ -475,7 +475,7 @@ TEST(CollateLoaderTest, BatchLargerThanTheBatchMemoryIsAClearError) {
   o.memory_budget = 512 << 10;  // batch memory 128 KiB; 16 samples of up to 17 KiB padded need more
   o.collate = Collate::kPad;
   o.batch_size = 16;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   auto next = (*loader)->Next();
@@ -520,7 +520,7 @@ TEST(CollateLoaderTest, ConsumerHoldingEveryRegionGetsResourceExhaustedThenTheSa
   LoaderOptions o = SmallOptions();
   o.collate = Collate::kPack;
   o.batch_size = 2;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   o.memory_budget = 1 << 20;  // 256 KiB of batch regions: a few batches of up to 34 KiB
   o.slow_wait_warning_seconds = 0.5;  // the error after max(1, 2 x 0.5) s with nothing released
   auto clock = std::make_shared<testing::FakeClock>();
@@ -566,7 +566,7 @@ TEST(CollateLoaderTest, SkippedSampleMakesItsBatchSmallerAndStateRecordsIt) {
     LoaderOptions o = SmallOptions();
     o.collate = mode;
     o.batch_size = 4;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     o.bucket_window = 0;  // consecutive batches, as `want` lists them (kPad's auto would bucket)
     o.verify_checksums = true;
     o.on_error = OnError::kSkip;
@@ -600,7 +600,7 @@ TEST(CollateLoaderTest, BatchesOutliveTheLoader) {
     LoaderOptions o = SmallOptions();
     o.collate = Collate::kPad;
     o.batch_size = 3;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     auto loader = Loader::Create(ds, o);
     ASSERT_TRUE(loader.ok());
     auto next = (*loader)->Next();

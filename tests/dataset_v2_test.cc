@@ -158,7 +158,7 @@ TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   LoaderOptions o;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   o.memory_budget = 16 << 20;
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();

@@ -25,14 +25,14 @@ FollowPlan Plan(uint64_t window, uint64_t seed = 0, uint64_t epoch = 0, uint64_t
   return plan;
 }
 
-std::vector<uint64_t> Sequence(const FollowOrder& order, uint64_t n) {
+std::vector<uint64_t> Sequence(const FollowSequence& order, uint64_t n) {
   std::vector<uint64_t> s;
   for (uint64_t i = 0; i < n; ++i) s.push_back(order.At(i, n));
   return s;
 }
 
 TEST(FollowOrderTest, WindowsGrowByPowersOfTwoUpToTheShuffleWindow) {
-  FollowOrder m5(Plan(5));
+  FollowSequence m5(Plan(5));
   std::vector<uint64_t> starts, caps;
   for (uint64_t w = 0; w < 6; ++w) {
     starts.push_back(m5.WindowStart(w));
@@ -45,10 +45,10 @@ TEST(FollowOrderTest, WindowsGrowByPowersOfTwoUpToTheShuffleWindow) {
     EXPECT_LE(m5.WindowStart(w), i);
     EXPECT_LT(i, m5.WindowStart(w) + m5.WindowCapacity(w));
   }
-  FollowOrder m1(Plan(1));
+  FollowSequence m1(Plan(1));
   EXPECT_EQ(Sequence(m1, 9), (std::vector<uint64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_EQ(m1.WindowOf(1000), 1000u);
-  FollowOrder big(Plan(uint64_t{1} << 24));
+  FollowSequence big(Plan(uint64_t{1} << 24));
   EXPECT_EQ(big.WindowStart(24), (uint64_t{1} << 24) - 1);
   EXPECT_EQ(big.WindowStart(26), (uint64_t{1} << 24) - 1 + 2 * (uint64_t{1} << 24));
   EXPECT_EQ(big.WindowOf((uint64_t{1} << 40)), 24 + ((uint64_t{1} << 40) - (uint64_t{1} << 24) + 1) / (uint64_t{1} << 24));
@@ -62,17 +62,17 @@ TEST(FollowOrderTest, WindowsGrowByPowersOfTwoUpToTheShuffleWindow) {
 
 TEST(FollowOrderTest, GoldenValuesOfTheContract) {
   // python3 tests/order_golden.py (an independent transcription of ORDER.md §7.1).
-  EXPECT_EQ(Sequence(FollowOrder(Plan(4, 0, 0)), 20),
+  EXPECT_EQ(Sequence(FollowSequence(Plan(4, 0, 0)), 20),
             (std::vector<uint64_t>{0, 2, 1, 5, 4, 6, 3, 8, 9, 7, 10, 11, 14, 13, 12, 17, 18, 15,
                                    16, 19}));
-  EXPECT_EQ(Sequence(FollowOrder(Plan(8, 42, 1)), 20),
+  EXPECT_EQ(Sequence(FollowSequence(Plan(8, 42, 1)), 20),
             (std::vector<uint64_t>{0, 1, 2, 3, 6, 5, 4, 12, 11, 7, 8, 10, 9, 13, 14, 19, 18, 17,
                                    16, 15}));
-  EXPECT_EQ(Sequence(FollowOrder(Plan(5, 7, 3)), 13),
+  EXPECT_EQ(Sequence(FollowSequence(Plan(5, 7, 3)), 13),
             (std::vector<uint64_t>{0, 2, 1, 4, 5, 3, 6, 9, 7, 11, 10, 8, 12}));
   FollowPlan off = Plan(8, 42, 1);
   off.shuffle = false;
-  EXPECT_EQ(Sequence(FollowOrder(off), 5), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(Sequence(FollowSequence(off), 5), (std::vector<uint64_t>{0, 1, 2, 3, 4}));
 }
 
 // What every rank gets from a follower that saw `arrived` samples (`complete` or not).
@@ -82,7 +82,7 @@ std::vector<std::vector<uint64_t>> RankSteps(const FollowPlan& base, uint64_t ar
   for (uint64_t r = 0; r < base.world_size; ++r) {
     FollowPlan plan = base;
     plan.rank = r;
-    FollowOrder order(plan);
+    FollowSequence order(plan);
     std::vector<uint64_t> samples;
     for (uint64_t k = 0; k < order.KnownSteps(arrived, complete); ++k)
       order.AppendStepSamples(k, arrived, complete, &samples);
@@ -104,7 +104,7 @@ TEST(FollowOrderTest, EveryRankAgreesWhateverItSawAndEachSampleComesOnce) {
           for (uint64_t r = 0; r < world; ++r) {
             FollowPlan pr = plan;
             pr.rank = r;
-            const uint64_t steps = FollowOrder(pr).KnownSteps(n, true);
+            const uint64_t steps = FollowSequence(pr).KnownSteps(n, true);
             if (steps0 == SIZE_MAX) steps0 = steps;
             EXPECT_EQ(steps, steps0) << "ranks get equal step counts";
             for (uint64_t s : full[r]) ++count[s];
@@ -136,7 +136,7 @@ TEST(FollowOrderTest, EveryRankAgreesWhateverItSawAndEachSampleComesOnce) {
 TEST(FollowOrderTest, AResumeOnAnotherWorldSizeServesTheRestOnce) {
   const uint64_t n = 57;
   FollowPlan two = Plan(8, 1, 0, 0, 2, 2);
-  FollowOrder r0(two);
+  FollowSequence r0(two);
   // Two ranks take 5 steps each, the stream still open: position after step 4.
   const uint64_t p = r0.PositionAfter(4, 30, false);
   EXPECT_EQ(p, 20u);
@@ -144,7 +144,7 @@ TEST(FollowOrderTest, AResumeOnAnotherWorldSizeServesTheRestOnce) {
   for (uint64_t r = 0; r < 2; ++r) {
     FollowPlan plan = two;
     plan.rank = r;
-    FollowOrder order(plan);
+    FollowSequence order(plan);
     std::vector<uint64_t> samples;
     for (uint64_t k = 0; k < 5; ++k) order.AppendStepSamples(k, 30, false, &samples);
     for (uint64_t s : samples) ++count[s];
@@ -152,7 +152,7 @@ TEST(FollowOrderTest, AResumeOnAnotherWorldSizeServesTheRestOnce) {
   // Three ranks continue from there, the stream complete by then.
   for (uint64_t r = 0; r < 3; ++r) {
     FollowPlan plan = Plan(8, 1, 0, r, 3, 2, false, p);
-    FollowOrder order(plan);
+    FollowSequence order(plan);
     std::vector<uint64_t> samples;
     for (uint64_t k = 0; k < order.KnownSteps(n, true); ++k)
       order.AppendStepSamples(k, n, true, &samples);
@@ -164,13 +164,13 @@ TEST(FollowOrderTest, AResumeOnAnotherWorldSizeServesTheRestOnce) {
   for (const auto& [s, c] : count) repeats += c - 1;
   EXPECT_LE(repeats, 2u * 2);  // at most W' - 1 padding units of B samples
   // A position past the end (saved before the stream was known to end) resumes at the end.
-  FollowOrder past(Plan(8, 1, 0, 0, 1, 2, false, n + 6));
+  FollowSequence past(Plan(8, 1, 0, 0, 1, 2, false, n + 6));
   EXPECT_EQ(past.KnownSteps(n, true), 0u);
 }
 
 TEST(FollowStepsTest, ASnapshotServesTheStepsItDecides) {
-  FollowOrder order(Plan(4, 9, 0, 1, 2, 2));
-  FollowSteps steps(order, 1, 12, false);
+  FollowSequence order(Plan(4, 9, 0, 1, 2, 2));
+  FollowSteps steps(order, 1, 12, false, FollowCursor{.seed = 9, .window = 4});
   // 12 arrivals: positions [0, 11) known (windows 1, 2, 4, 4), 5 units; rank 1 gets units 1, 3.
   EXPECT_EQ(steps.steps(), 1u);  // its step 1 (unit 3); step 0 (unit 1) came before
   std::vector<uint64_t> samples;

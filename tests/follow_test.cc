@@ -279,8 +279,7 @@ LoaderOptions FollowOptions() {
   o.memory_budget = 4 << 20;
   o.queue_depth = 8;
   o.pin_memory = PinMemory::kOff;
-  o.follow = true;
-  o.shuffle_window = 8;
+  o.order = FollowOrder{.shuffle_window = 8};
   o.slow_wait_warning_seconds = 60;
   return o;
 }
@@ -376,7 +375,8 @@ TEST(FollowLoaderTest, AStalledWriterGetsAWarningAndItsResumeContinuesTheStream)
                            "start it again on the same directory"})
     EXPECT_NE(lines[0].find(want), std::string::npos) << want << " in: " << lines[0];
   EXPECT_EQ((*loader)->state().position, 9u);
-  EXPECT_EQ((*loader)->state().follow_window, 8u);
+  ASSERT_EQ((*loader)->state().kind(), OrderKind::kFollow);
+  EXPECT_EQ((*loader)->state().get<FollowCursor>()->window, 8u);
 }
 
 TEST(FollowLoaderTest, DamagedBytesOfAShardBeingWrittenAreNeverServed) {
@@ -385,7 +385,7 @@ TEST(FollowLoaderTest, DamagedBytesOfAShardBeingWrittenAreNeverServed) {
   auto w = StartWrite(ds, 3);
   testing::FlipByte(ds / "shard-00000.lss.tmp", 4096 + 10);  // inside sample 0
   LoaderOptions o = FollowOptions();
-  o.shuffle = false;
+  o.order.get<FollowOrder>()->shuffle = false;
   auto loader = Loader::Follow(ds.string(), o);
   ASSERT_TRUE(loader.ok());
   auto next = (*loader)->Next();
@@ -404,7 +404,7 @@ TEST(FollowLoaderTest, ResumeInsideTheFollowEpochEqualsTheUninterruptedRun) {
   auto w = StartWrite(ds, 23);
   LoaderOptions o = FollowOptions();
   o.batch_size = 3;
-  o.seed = 11;
+  o.order.get<FollowOrder>()->seed = 11;
   // Interrupted while the writer writes.
   auto first = Loader::Follow(ds.string(), o);
   ASSERT_TRUE(first.ok());
@@ -416,7 +416,8 @@ TEST(FollowLoaderTest, ResumeInsideTheFollowEpochEqualsTheUninterruptedRun) {
   }
   const LoaderState saved = (*first)->state();
   EXPECT_EQ(saved.position, 12u);
-  EXPECT_EQ(saved.follow_window, 8u);
+  ASSERT_EQ(saved.kind(), OrderKind::kFollow);
+  EXPECT_EQ(saved.get<FollowCursor>()->window, 8u);
   first->reset();
   for (uint64_t i = 23; i < 40; ++i) ASSERT_TRUE(w->Append(StandardSample(i).input).ok());
   ASSERT_TRUE(w->Finish().ok());

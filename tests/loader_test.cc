@@ -130,7 +130,7 @@ TEST_P(LoaderBytesTest, EverySampleEqualsDatasetRead) {
   LoaderOptions o = SmallOptions();
   o.engine = engine;
   o.io_mode = mode;
-  o.seed = 3;
+  o.order = Order::Shuffled(3);
   auto loader = Loader::Create(ds, o);
   if (!loader.ok() && engine == IoEngineKind::kIoUring &&
       loader.status().code() == StatusCode::kUnsupported) {
@@ -182,7 +182,7 @@ TEST_P(LoaderNoDirectTest, AutoFallsBackToBufferedWithIdenticalBytes) {
   LoaderOptions o = SmallOptions();
   o.engine = engine;
   o.io_mode = IoMode::kAuto;
-  o.seed = 5;
+  o.order = Order::Shuffled(5);
   auto loader = Loader::Create(ds, o);
   if (!loader.ok() && engine == IoEngineKind::kIoUring &&
       loader.status().code() == StatusCode::kUnsupported) {
@@ -235,7 +235,7 @@ TEST(LoaderTest, FieldsAndMaxLenReadOnlyTheSelectedBytes) {
   LoaderOptions o = SmallOptions();
   o.fields = {"hidden_state", "input_ids"};
   o.max_len = 7;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   // Unchecked, a prefix read reads only the prefix (checked, it reads each served field whole:
   // PartialReadsCheckTheFieldsTheyServe).
   o.verify_checksums = false;
@@ -339,7 +339,7 @@ TEST(LoaderTest, PartialReadsCheckTheFieldsTheyServe) {
     LoaderOptions o = SmallOptions();
     o.fields = std::move(fields);
     o.max_len = max_len;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     o.verify_checksums = verify;
     auto loader = Loader::Create(ds, o);
     EXPECT_TRUE(loader.ok()) << loader.status().ToString();
@@ -379,7 +379,7 @@ TEST(LoaderTest, ChecksumFailureNamesSampleAndShardAndCanBeSkipped) {
 
   LoaderOptions o = SmallOptions();
   o.verify_checksums = true;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   {
     auto loader = Loader::Create(ds, o);
     ASSERT_TRUE(loader.ok());
@@ -461,7 +461,7 @@ TEST(LoaderTest, SkipKeepsEveryRanksStepCount) {
   }
   LoaderOptions o = SmallOptions();
   o.verify_checksums = true;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   o.batch_size = 2;
   o.world_size = 2;
   o.on_error = OnError::kSkip;
@@ -595,7 +595,7 @@ TEST(LoaderTest, SampleLargerThanBudgetIsAClearError) {
   }
   LoaderOptions o = SmallOptions();
   o.memory_budget = 16 << 10;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   auto loader = Loader::Create(ds, o);
   ASSERT_TRUE(loader.ok());
   Status error;
@@ -633,7 +633,7 @@ TEST(LoaderTest, ConsumerHoldingAllMemoryGetsAWarningThenProceedsWhenItReleases)
   ASSERT_NE(ds, nullptr);
   LoaderOptions o = SmallOptions();
   o.memory_budget = 200 << 10;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   // The held-memory error would come after 2 x 300 s of the fake clock (6000 waits of at least
   // 1 ms): far more than the releaser needs to react to the warning.
   o.slow_wait_warning_seconds = 300;
@@ -680,7 +680,7 @@ TEST(LoaderTest, ConsumerHoldingEverythingForeverGetsResourceExhausted) {
   LoaderOptions o = SmallOptions();
   o.memory_budget = 200 << 10;
   o.slow_wait_warning_seconds = 0.5;  // the error after max(1, 2 x 0.5) s with nothing released
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   auto clock = std::make_shared<testing::FakeClock>();
   testing::RecordingSink sink;
   auto loader = StreamingLoader::Make(ds, o, {clock, sink.AsSink()});
@@ -767,7 +767,7 @@ TEST(LoaderTest, ExactlyOnceCoverageOverRanks) {
       uint64_t per_rank = UINT64_MAX;
       for (uint32_t rank = 0; rank < world; ++rank) {
         LoaderOptions o = SmallOptions();
-        o.seed = 11;
+        o.order = Order::Shuffled(11);
         o.rank = rank;
         o.world_size = world;
         o.drop_last = drop_last;
@@ -799,7 +799,7 @@ TEST(LoaderTest, ResumeEqualsTheUninterruptedSequence) {
   std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", n);
   ASSERT_NE(ds, nullptr);
   LoaderOptions base = SmallOptions();
-  base.seed = 5;
+  base.order = Order::Shuffled(5);
   base.epoch = 2;
   base.world_size = 3;
   for (uint32_t rank = 0; rank < 3; ++rank) {
@@ -811,7 +811,7 @@ TEST(LoaderTest, ResumeEqualsTheUninterruptedSequence) {
     const LoaderState state = (*first)->state();
     EXPECT_EQ(state.position, 6u * 3u);
     LoaderOptions resumed = base;
-    resumed.seed = 999;  // ignored: the state wins
+    resumed.order = Order::Shuffled(999);  // ignored: the state wins
     resumed.resume = state;
     std::vector<uint64_t> tail = Drain(**Loader::Create(ds, resumed));
     head.insert(head.end(), tail.begin(), tail.end());

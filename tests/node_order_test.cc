@@ -72,12 +72,9 @@ PlanOptions Base(Mode mode, bool drop_last, uint64_t seed = 5, uint64_t epoch = 
 
 LoaderOptions Loader(uint32_t rank, uint32_t world, uint32_t nodes, const PlanOptions& p) {
   LoaderOptions o;
-  o.locality = Locality::kNode;
+  o.order = NodeLocalOrder{.shuffle = p.shuffle, .seed = p.seed, .nodes = nodes};
   o.rank = rank;
   o.world_size = world;
-  o.nodes = nodes;
-  o.seed = p.seed;
-  o.shuffle = p.shuffle;
   return o;
 }
 
@@ -298,12 +295,9 @@ std::vector<std::vector<std::vector<uint64_t>>> WorldSteps(
 // every rank).
 LoaderState StateAfter(const StepSequence& steps, const PlanOptions& p, uint64_t s) {
   LoaderState st;
-  st.seed = p.seed;
   st.epoch = p.epoch;
-  st.order = 2;
   st.position = s == 0 ? 0 : steps.PositionAfter(s - 1);
-  st.bucketing = steps.bucketing();
-  steps.AmendState(s, &st);
+  st.cursor = steps.Cursor(s);
   return st;
 }
 
@@ -333,10 +327,13 @@ TEST(NodeLocalOrder, ResumeOnTheSameNodesEqualsTheUninterruptedRun) {
     for (uint64_t s : {uint64_t{1}, whole[0].size() / 2, whole[0].size() - 1}) {
       SCOPED_TRACE("mode " + std::to_string(static_cast<int>(mode)) + " s " + std::to_string(s));
       const LoaderState state = StateAfter(*rank0, p, s);
-      EXPECT_EQ(state.order, 3u);
-      EXPECT_EQ(state.locality.nodes, nodes);
-      EXPECT_EQ(state.locality.local_world_size, 2u);
-      EXPECT_EQ(state.locality.steps, s);
+      EXPECT_EQ(state.order_version(), 3u);
+      ASSERT_EQ(state.kind(), OrderKind::kNodeLocal);
+      const NodeProgress& progress = state.get<NodeLocalCursor>()->progress;
+      EXPECT_EQ(progress.nodes, nodes);
+      EXPECT_EQ(progress.local_world_size, 2u);
+      EXPECT_EQ(progress.steps, s);
+      EXPECT_EQ(state.seed(), p.seed);
       const auto resumed = WorldSteps(spans, world, nodes, p, lengths, &state);
       for (uint32_t r = 0; r < world; ++r) {
         ASSERT_EQ(resumed[r].size(), whole[r].size() - s);
@@ -371,7 +368,7 @@ void CheckElastic(Mode mode, uint32_t nodes, uint32_t world, uint32_t nodes2, ui
   uint64_t steps = 0;
   for (uint32_t r = 0; r < world2; ++r) {
     LoaderOptions o = Loader(r, world2, nodes2, p);
-    if (global_after) o.locality = Locality::kGlobal;
+    if (global_after) o.order = Order::Shuffled(p.seed);
     o.resume = state;
     auto locality = *NodeLocality::MakeFromSpans(spans, o, MapEnvironment({}));
     PlanOptions plan = p;
@@ -386,10 +383,10 @@ void CheckElastic(Mode mode, uint32_t nodes, uint32_t world, uint32_t nodes2, ui
       (*seq)->AppendStepSamples(t, &out);
       rest.insert(out.begin(), out.end());
     }
-    LoaderState after;
-    (*seq)->AmendState(1, &after);
-    EXPECT_EQ(after.order, 3u);
-    EXPECT_EQ(after.locality, state.locality) << "the interrupted epoch's locality stays";
+    const OrderCursor after = (*seq)->Cursor(1);
+    ASSERT_TRUE(std::holds_alternative<NodeLocalCursor>(after));
+    EXPECT_EQ(std::get<NodeLocalCursor>(after).progress, state.get<NodeLocalCursor>()->progress)
+        << "the interrupted epoch's node progress stays";
     if ((*seq)->steps() > 0) EXPECT_EQ((*seq)->PositionAfter((*seq)->steps() - 1), n);
   }
   const std::set<uint64_t> rest_set(rest.begin(), rest.end());
@@ -422,7 +419,7 @@ TEST(NodeLocalOrder, AStateSavedInTheRestResumesInTheRestOnAnyWorld) {
   // On 3 nodes of 1: the rest; after 5 of its steps, a state; then on 1 node of 2.
   const auto rest3 = RankSteps(spans, 0, 3, 3, p, nullptr, &first);
   const LoaderState second = StateAfter(*rest3, p, 5);
-  EXPECT_EQ(second.locality, first.locality);
+  EXPECT_EQ(second.get<NodeLocalCursor>()->progress, first.get<NodeLocalCursor>()->progress);
   EXPECT_EQ(second.position, first.position + 15);
   std::multiset<uint64_t> served;
   for (uint32_t r = 0; r < 2; ++r) {
@@ -443,11 +440,9 @@ TEST(NodeLocalOrder, AStateOfAnotherDatasetIsRefused) {
   const std::vector<SampleSpan> spans = Spans(100, {2 * kMiB}, 40 * kMiB);
   const PlanOptions p = Base(Mode::kSample, false);
   LoaderState bad;
-  bad.seed = p.seed;
   bad.epoch = p.epoch;
-  bad.order = 3;
   bad.position = 5;
-  bad.locality = {2, 2, 40};  // more steps than the epoch has
+  bad.cursor = NodeLocalCursor{.seed = p.seed, .progress = {2, 2, 40}};  // more steps than it has
   LoaderOptions o = Loader(0, 4, 2, p);
   o.resume = bad;
   auto locality = *NodeLocality::MakeFromSpans(spans, o, MapEnvironment({}));
@@ -536,17 +531,16 @@ TEST(ResolveNodes, InconsistentValuesAreErrorsNamingThem) {
 TEST(LoaderOptionsNodeLocality, OptionTableAndValidation) {
   LoaderOptions o;
   ASSERT_TRUE(LoaderOptionTable().Set(o, "locality", OptionValue::Text("node")).ok());
-  EXPECT_EQ(o.locality, Locality::kNode);
+  ASSERT_EQ(o.order.kind(), OrderKind::kNodeLocal);
   EXPECT_FALSE(LoaderOptionTable().Set(o, "locality", OptionValue::Text("rack")).ok());
   ASSERT_TRUE(LoaderOptionTable().Set(o, "node_rank", OptionValue::Integer(3)).ok());
-  EXPECT_EQ(o.node_rank, 3u);
+  EXPECT_EQ(o.order.get<NodeLocalOrder>()->node_rank, 3u);
   ASSERT_TRUE(LoaderOptionTable().Set(o, "node_rank", OptionValue::None()).ok());
-  EXPECT_EQ(o.node_rank, kAutoNodeRank);
-  o.order = 1;
-  EXPECT_FALSE(ValidateLoaderOptions(o).ok());
-  o.order = 2;
+  EXPECT_EQ(o.order.get<NodeLocalOrder>()->node_rank, kAutoNodeRank);
+  // Order version 1 cannot be node-local: a spelling that asks for it is refused.
+  EXPECT_FALSE(LoaderOptionTable().Set(o, "order", OptionValue::Integer(1)).ok());
   LoaderState s;
-  s.order = 3;
+  s.cursor = NodeLocalCursor{};
   s.position = 4;
   o.resume = s;
   const Status missing = ValidateLoaderOptions(o);

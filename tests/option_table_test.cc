@@ -70,10 +70,10 @@ TEST(LoaderOptionTableTest, SetsMembersFromValues) {
   // CLI text, converted as the row's type says.
   ASSERT_TRUE(Table().SetFromText(o, "shuffle", "0").ok());
   ASSERT_TRUE(Table().SetFromText(o, "max_tokens", "8192").ok());
-  EXPECT_FALSE(o.shuffle);
+  EXPECT_EQ(o.order, Order::Unshuffled());
   EXPECT_EQ(o.max_tokens, 8192u);
   ASSERT_TRUE(Table().Set(o, "shuffle", OptionValue::Integer(1)).ok());
-  EXPECT_TRUE(o.shuffle);
+  EXPECT_EQ(o.order, Order::Shuffled());
   ExpectInvalid(Table().Set(o, "shuffle", OptionValue::Integer(2)), "True or False");
 }
 

@@ -138,3 +138,62 @@ for name, args in [("GOLDEN_FOLLOW_20_0_0_4", (20, 0, 0, 4)),
                    ("GOLDEN_FOLLOW_20_42_1_8", (20, 42, 1, 8)),
                    ("GOLDEN_FOLLOW_13_7_3_5", (13, 7, 3, 5))]:
     print(name, ", ".join(map(str, follow_s(*args))))
+
+# Loader states (docs/ORDER.md §8). Version 1 (§8.1): one line of JSON without spaces, the keys in
+# the order of the spec: state_version, order, epoch, position, skipped, then the kind's own
+# (global: seed, bucketing; node-local: seed, bucketing, locality; caller: steps_digest; follow:
+# seed, follow_window). Unversioned (§8.2): the dicts libshard's state_dict() gave before, as
+# json.dumps writes them; each decodes to the version 1 state of the same name. With
+# `--write-states DIR` the script writes them there (tests/data/loader_state/, which
+# tests/loader_state_test.cc checks); otherwise it prints them.
+import json
+import sys
+
+
+def v1(order, epoch, position, skipped, **fields):
+    s = {"state_version": 1, "order": order, "epoch": epoch, "position": position,
+         "skipped": skipped}
+    s.update(fields)
+    return json.dumps(s, separators=(",", ":"))
+
+
+BUCKETED = {"window": 4096, "batch_size": 0, "max_tokens": 2048, "budget": "padded"}
+DIGEST = 11400714819323198485
+STATES = {
+    "global_v2": (v1(2, 3, 120, [], seed=8, bucketing=None),
+                  {"seed": 8, "epoch": 3, "position": 120, "skipped": [], "order": 2,
+                   "bucketing": None, "locality": None}),
+    # Before order versions: four fields, order 1.
+    "global_v1": (v1(1, 0, 7, [5, 2], seed=(1 << 64) - 1, bucketing=None),
+                  {"seed": (1 << 64) - 1, "epoch": 0, "position": 7, "skipped": [5, 2]}),
+    "global_bucketed": (v1(2, 1, 64, [], seed=5, bucketing=BUCKETED),
+                        {"seed": 5, "epoch": 1, "position": 64, "skipped": [], "order": 2,
+                         "bucketing": BUCKETED, "locality": None}),
+    "node_local": (v1(3, 2, 8, [], seed=3, bucketing=None,
+                      locality={"nodes": 2, "local_world_size": 2, "steps": 2}),
+                   {"seed": 3, "epoch": 2, "position": 8, "skipped": [], "order": 3,
+                    "bucketing": None,
+                    "locality": {"nodes": 2, "local_world_size": 2, "steps": 2}}),
+    # The start of a node-local epoch, as the releases' state_dict() gave it after an epoch.
+    "node_local_start": (v1(3, 4, 0, [], seed=3, bucketing=None, locality=None),
+                         {"seed": 3, "epoch": 4, "position": 0, "skipped": [], "order": 3,
+                          "bucketing": None, "locality": None, "follow_window": 0}),
+    "caller": (v1(0, 2, 2, [], steps_digest=DIGEST),
+               {"seed": 0, "epoch": 2, "position": 2, "skipped": [], "order": 0,
+                "bucketing": None, "locality": None, "steps_digest": DIGEST}),
+    "follow": (v1(2, 0, 12, [], seed=11, follow_window=8),
+               {"seed": 11, "epoch": 0, "position": 12, "skipped": [], "order": 2,
+                "bucketing": None, "locality": None, "follow_window": 8}),
+}
+if "--write-states" in sys.argv:
+    out = sys.argv[sys.argv.index("--write-states") + 1]
+    for name, (encoded, legacy) in STATES.items():
+        with open(f"{out}/{name}.json", "w") as f:
+            f.write(encoded + "\n")
+        with open(f"{out}/legacy_{name}.json", "w") as f:
+            f.write(json.dumps(legacy) + "\n")
+else:
+    print()
+    for name, (encoded, legacy) in STATES.items():
+        print(name, encoded)
+        print("legacy_" + name, json.dumps(legacy))

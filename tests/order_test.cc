@@ -637,7 +637,7 @@ TEST(EpochPlanResumeTest, ChainOfResumesOnChangingWorldSizes) {
 
 TEST(EpochPlanTest, PlanOptionsForTakesResumeState) {
   LoaderOptions lo;
-  lo.seed = 1;
+  lo.order = Order::Shuffled(1);
   lo.epoch = 2;
   lo.rank = 3;
   lo.world_size = 4;
@@ -652,7 +652,8 @@ TEST(EpochPlanTest, PlanOptionsForTakesResumeState) {
   EXPECT_EQ(o.batch_size, 16u);
   EXPECT_TRUE(o.drop_last);
   EXPECT_EQ(o.order, kOrderV2);  // new loaders default to order version 2
-  lo.resume = LoaderState{.seed = 5, .epoch = 6, .position = 7, .skipped = {}};
+  lo.resume =
+      LoaderState{.epoch = 6, .position = 7, .skipped = {}, .cursor = GlobalCursor{.seed = 5}};
   o = PlanOptionsFor(lo);
   EXPECT_EQ(o.seed, 5u);
   EXPECT_EQ(o.epoch, 6u);
@@ -660,8 +661,12 @@ TEST(EpochPlanTest, PlanOptionsForTakesResumeState) {
   // A state without a version (saved before order versions) resumes onto order 1, whatever the
   // loader's own order option; a state with one resumes onto it.
   EXPECT_EQ(o.order, kOrderV1);
-  lo.order = kOrderV1;
-  lo.resume->order = kOrderV2;
+  lo.order = Order::Shuffled(1, kOrderV1);
+  lo.resume->get<GlobalCursor>()->version = kOrderV2;
+  EXPECT_EQ(PlanOptionsFor(lo).order, kOrderV2);
+  // The node-local order's epochs have no version of their own.
+  lo.order = NodeLocalOrder{.seed = 1};
+  lo.resume.reset();
   EXPECT_EQ(PlanOptionsFor(lo).order, kOrderV2);
 }
 

@@ -190,7 +190,7 @@ TEST_F(S3CacheHealTest, LoaderHealsEveryDamagedBlock) {
   auto ds = Open();
   ASSERT_NE(ds, nullptr);
   LoaderOptions o;
-  o.shuffle = false;
+  o.order = Order::Unshuffled();
   o.memory_budget = 4 << 20;
   o.pin_memory = PinMemory::kOff;
   auto loader = Loader::Create(ds, o);
@@ -382,12 +382,11 @@ TEST_F(S3CacheHealTest, ShardHeaderDamagedInTransfer) {
 // blocks says so at creation, naming the node, the sizes and what to do; one whose share fits,
 // and a global loader, say nothing of it.
 TEST_F(S3CacheHealTest, NodeLocalLoaderWarnsWhenItsShareExceedsCacheSize) {
-  const auto make = [&](uint64_t cache_size, Locality locality) {
+  const auto make = [&](uint64_t cache_size, bool node_local) {
     options_.cache_size = cache_size;
     std::shared_ptr<Dataset> ds = Open();
     LoaderOptions o;
-    o.locality = locality;
-    o.nodes = 2;
+    if (node_local) o.order = NodeLocalOrder{.nodes = 2};
     o.world_size = 2;
     o.rank = 1;
     o.memory_budget = 1 << 20;
@@ -405,13 +404,13 @@ TEST_F(S3CacheHealTest, NodeLocalLoaderWarnsWhenItsShareExceedsCacheSize) {
     for (const ShardInfo& sh : (*local)->shards()) total += sh.size;
   }
   const uint64_t quarter = total / 4 / kBlock * kBlock;
-  const std::vector<std::string> small = make(quarter, Locality::kNode);
+  const std::vector<std::string> small = make(quarter, true);
   ASSERT_EQ(small.size(), 1u);
   for (const char* part : {"node 1 of 2", kUrl, "more than cache_size", "fetches up to",
                            "raise cache_size to at least", "--nodes 2"})
     EXPECT_NE(small[0].find(part), std::string::npos) << part << " not in: " << small[0];
-  EXPECT_TRUE(make(uint64_t{1} << 30, Locality::kNode).empty());
-  EXPECT_TRUE(make(quarter, Locality::kGlobal).empty());
+  EXPECT_TRUE(make(uint64_t{1} << 30, true).empty());
+  EXPECT_TRUE(make(quarter, false).empty());
 }
 
 }  // namespace

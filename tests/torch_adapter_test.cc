@@ -158,8 +158,7 @@ TEST_P(TorchAdapterTest, LoaderBatchesEqualTheWrittenBytes) {
   auto dataset = Dataset::Open(dir_.path().string());
   ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
   LoaderOptions options;
-  options.shuffle = true;
-  options.seed = 7;
+  options.order = Order::Shuffled(7);
   options.batch_size = 3;
   options.memory_budget = 4 << 20;
   options.verify_checksums = true;
@@ -224,7 +223,7 @@ TEST_P(TorchAdapterTest, TensorsOutliveSampleLoaderAndDataset) {
     auto dataset = Dataset::Open(dir_.path().string());
     ASSERT_TRUE(dataset.ok()) << dataset.status().ToString();
     LoaderOptions options;
-    options.shuffle = false;
+    options.order = Order::Unshuffled();
     options.memory_budget = 8 << 20;
     auto loader = Loader::Create(*dataset, options);
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
@@ -484,7 +483,7 @@ class TorchDeferredReleaseTest : public ::testing::Test {
   }
   std::unique_ptr<Loader> MakeLoader() {
     LoaderOptions options;
-    options.shuffle = false;
+    options.order = Order::Unshuffled();
     options.memory_budget = 10 * 24 << 10;  // about ten samples
     options.verify_checksums = true;
     auto loader = Loader::Create(dataset_, options);

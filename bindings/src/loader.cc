@@ -1,8 +1,9 @@
 // libshard._core.Loader: the streaming loader (libshard/loader.h) for the Python layer.
 //
-// Options arrive as a dict keyed by the loader option table's names (LoaderOptionTable; plus
-// "resume", a state dict); unknown keys and wrong values raise ValueError naming the key as
-// given, in the library's words. next() blocks with the GIL
+// Options arrive as a dict keyed by the loader option table's names (LoaderOptionTable; "order"
+// may be the option group as a dict, "resume" is a state's encoding); unknown keys and wrong
+// values raise ValueError naming the key as given, in the library's words. The state crosses as
+// the library encodes it (EncodeLoaderState), untouched. next() blocks with the GIL
 // released. Consumer calls (next, set_epoch, state) are serialised by a mutex so that misuse from
 // several Python threads cannot race inside the library; stats() and stop() may run concurrently.
 #include "libshard/loader.h"
@@ -24,108 +25,27 @@ namespace {
 
 const OptionReader kOptions("Loader option");
 
-LoaderState StateFromPython(const py::handle& obj) {
-  if (!py::isinstance<py::dict>(obj)) kOptions.Bad("resume", "must be a dict from state()");
-  py::dict d = py::reinterpret_borrow<py::dict>(obj);
-  LoaderState state;
-  for (const char* key : {"seed", "epoch", "position"}) {
-    if (!d.contains(key)) kOptions.Bad("resume", std::string("misses the key '") + key + "'");
-  }
-  state.seed = kOptions.Unsigned("resume.seed", d["seed"]);
-  state.epoch = kOptions.Unsigned("resume.epoch", d["epoch"]);
-  state.position = kOptions.Unsigned("resume.position", d["position"]);
-  // A state saved before order versions has no "order": it resumes onto order 1 exactly.
-  state.order = d.contains("order") ? kOptions.U32("resume.order", d["order"]) : 1;
-  // Only a caller-given order's state has one (docs/ORDER.md §6).
-  if (d.contains("steps_digest") && !d["steps_digest"].is_none())
-    state.steps_digest = kOptions.Unsigned("resume.steps_digest", d["steps_digest"]);
-  if (d.contains("skipped")) {
-    for (const py::handle& s : py::iterable(d["skipped"])) {
-      state.skipped.push_back(kOptions.Unsigned("resume.skipped", s));
-    }
-  }
-  // Follow mode (docs/ORDER.md §7): a state of the follow epoch; absent: an ordinary epoch.
-  if (d.contains("follow_window") && !d["follow_window"].is_none())
-    state.follow_window = kOptions.Unsigned("resume.follow_window", d["follow_window"]);
-  // A state saved before length-aware batching has no "bucketing" (or None): window 0.
-  if (d.contains("bucketing") && !d["bucketing"].is_none()) {
-    if (!py::isinstance<py::dict>(d["bucketing"]))
-      kOptions.Bad("resume.bucketing", "must be a dict from state() or None");
-    py::dict b = d["bucketing"];
-    for (const char* key : {"window", "batch_size", "max_tokens", "budget"})
-      if (!b.contains(key))
-        kOptions.Bad("resume.bucketing", std::string("misses the key '") + key + "'");
-    state.bucketing.window = kOptions.Unsigned("resume.bucketing.window", b["window"]);
-    state.bucketing.batch_size = kOptions.U32("resume.bucketing.batch_size", b["batch_size"]);
-    state.bucketing.max_tokens = kOptions.Unsigned("resume.bucketing.max_tokens", b["max_tokens"]);
-    Result<TokenBudget> budget =
-        ParseTokenBudget(kOptions.Get<std::string>("resume.bucketing.budget", b["budget"]));
-    if (!budget.ok()) kOptions.Bad("resume.bucketing.budget", budget.status().message());
-    state.bucketing.budget = *budget;
-  }
-  // Order version 3 (docs/ORDER.md §5.4); None for the other versions.
-  if (d.contains("locality") && !d["locality"].is_none()) {
-    if (!py::isinstance<py::dict>(d["locality"]))
-      kOptions.Bad("resume.locality", "must be a dict from state() or None");
-    py::dict l = d["locality"];
-    for (const char* key : {"nodes", "local_world_size", "steps"})
-      if (!l.contains(key))
-        kOptions.Bad("resume.locality", std::string("misses the key '") + key + "'");
-    state.locality.nodes = kOptions.U32("resume.locality.nodes", l["nodes"]);
-    state.locality.local_world_size =
-        kOptions.U32("resume.locality.local_world_size", l["local_world_size"]);
-    state.locality.steps = kOptions.Unsigned("resume.locality.steps", l["steps"]);
-  }
-  return state;
-}
-
-py::dict StateToPython(const LoaderState& state) {
-  py::dict out;
-  out["seed"] = state.seed;
-  out["epoch"] = state.epoch;
-  out["position"] = state.position;
-  out["order"] = state.order;
-  out["follow_window"] = state.follow_window;
-  py::list skipped;
-  for (uint64_t s : state.skipped) skipped.append(s);
-  out["skipped"] = std::move(skipped);
-  if (state.order == kOrderCaller) out["steps_digest"] = state.steps_digest;
-  if (state.bucketing.window == 0) {
-    out["bucketing"] = py::none();
-  } else {
-    py::dict b;
-    b["window"] = state.bucketing.window;
-    b["batch_size"] = state.bucketing.batch_size;
-    b["max_tokens"] = state.bucketing.max_tokens;
-    b["budget"] = state.bucketing.budget == TokenBudget::kPadded ? "padded" : "sum";
-    out["bucketing"] = std::move(b);
-  }
-  if (state.locality.nodes == 0) {
-    out["locality"] = py::none();
-  } else {
-    py::dict l;
-    l["nodes"] = state.locality.nodes;
-    l["local_world_size"] = state.locality.local_world_size;
-    l["steps"] = state.locality.steps;
-    out["locality"] = std::move(l);
-  }
-  return out;
-}
-
-// Every key but "resume" (a state dict) is read through the library's option table
-// (LoaderOptionTable): its names, spellings, types, bounds and errors.
+// Every key is read through the library's option table (LoaderOptionsFrom): its names,
+// spellings, types, bounds and errors. "order" may be a dict, the option group (libshard.Order);
+// "resume" is a state's encoding (text), which the library decodes.
 LoaderOptions OptionsFromPython(const py::dict& d) {
   const OptionTable<LoaderOptions>& table = LoaderOptionTable();
-  LoaderOptions o;
+  std::vector<OptionEntry> given;
   for (const auto& [k, v] : d) {
     const std::string key = py::str(k);
-    if (key == "resume") {
-      if (!v.is_none()) o.resume = StateFromPython(v);
+    const OptionSpec<LoaderOptions>* row = table.Find(key);
+    if (row != nullptr && row->type == OptionType::kGroup && py::isinstance<py::dict>(v)) {
+      std::vector<OptionEntry> entries;
+      for (const auto& [gk, gv] : py::reinterpret_borrow<py::dict>(v)) {
+        const std::string name = py::str(gk);
+        entries.push_back({name, ToOptionValue(table.what(), key + "." + name, gv)});
+      }
+      given.push_back({key, OptionValue::Group(std::move(entries))});
       continue;
     }
-    ThrowIfError(table.Set(o, key, ToOptionValue(table.what(), key, v)));
+    given.push_back({key, ToOptionValue(table.what(), key, v)});
   }
-  return o;
+  return ValueOrThrow(LoaderOptionsFrom(given));
 }
 
 py::dict StatsToPython(const LoaderStats& s) {
@@ -236,7 +156,7 @@ class PyLoader {
     ThrowIfError(status);
   }
 
-  // caller_order: epoch `epoch` in the order of `samples` (int64, every step's indices one
+  // CallerOrder: epoch `epoch` in the order of `samples` (int64, every step's indices one
   // after the other) cut at `bounds` (int64, steps + 1 offsets from 0).
   void SetEpochSteps(uint64_t epoch, const py::array_t<int64_t, py::array::c_style |
                                                                      py::array::forcecast>& samples,
@@ -253,7 +173,9 @@ class PyLoader {
     ThrowIfError(status);
   }
 
-  py::dict State() {
+  // The state's encoding (EncodeLoaderState), untouched; `next_epoch`: of the start of the epoch
+  // after the state's (StartOfNextEpoch), for a stream whose epoch ended.
+  std::string State(bool next_epoch) {
     std::shared_ptr<Loader> loader = Get();
     LoaderState state;
     {
@@ -261,7 +183,13 @@ class PyLoader {
       std::lock_guard<std::mutex> lock(consumer_mu_);
       state = loader->state();
     }
-    return StateToPython(state);
+    return EncodeLoaderState(next_epoch ? StartOfNextEpoch(state) : state);
+  }
+  uint64_t Epoch() {
+    std::shared_ptr<Loader> loader = Get();
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(consumer_mu_);
+    return loader->state().epoch;
   }
 
   uint64_t BatchesPerEpoch() { return Get()->batches_per_epoch(); }
@@ -348,6 +276,17 @@ void RegisterLoader(py::module_& m) {
       py::arg("options"),
       "What the library decides for the options' \"auto\" settings (token_budget, "
       "bucket_window), without a dataset.");
+  m.def(
+      "resolve_loader_order",
+      [](const py::dict& options) {
+        const LoaderOptions o = ValueOrThrow(ResolveLoaderOptions(OptionsFromPython(options)));
+        return std::string(o.order.name());
+      },
+      py::arg("options"),
+      "The kind of order the options spell (shuffled, unshuffled, node_local, caller or "
+      "follow), after the library checked them, without a dataset.");
+  m.def("order_option_table", [] { return OptionTableToPython(OrderOptionTable()); },
+        "The settings of the loader option group \"order\" (libshard.Order's keywords).");
   py::class_<PyLoader>(m, "Loader", "The streaming loader; see libshard.Loader for the Python API.")
       .def(py::init<std::shared_ptr<Dataset>, const py::dict&>(), py::arg("dataset"),
            py::arg("options"))
@@ -373,9 +312,12 @@ void RegisterLoader(py::module_& m) {
       .def("set_epoch", &PyLoader::SetEpoch, py::arg("epoch"))
       .def("set_epoch_steps", &PyLoader::SetEpochSteps, py::arg("epoch"), py::arg("samples"),
            py::arg("bounds"),
-           "caller_order: starts epoch `epoch` with this rank's steps: step k is "
+           "A caller's order (a sampler): starts epoch `epoch` with this rank's steps: step k is "
            "samples[bounds[k]:bounds[k+1]] (int64 arrays). Blocks with the GIL released.")
-      .def("state", &PyLoader::State)
+      .def("state", &PyLoader::State, py::arg("next_epoch") = false,
+           "The state's encoding (JSON text, docs/ORDER.md §8); next_epoch: of the start of the "
+           "next epoch.")
+      .def("epoch", &PyLoader::Epoch, "The epoch of the state.")
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def("stats", &PyLoader::Stats)
       .def("stop", &PyLoader::Stop, py::call_guard<py::gil_scoped_release>())

@@ -122,7 +122,8 @@ inline OptionValue ToOptionValue(std::string_view what, const std::string& key,
 template <typename Options>
 py::list OptionTableToPython(const OptionTable<Options>& table) {
   static constexpr const char* kTypes[] = {"bool",  "count", "bytes",      "number",
-                                           "choice", "names", "number_map", "state"};
+                                           "choice", "names", "number_map", "state",
+                                           "group"};
   py::list rows;
   for (const OptionSpec<Options>& s : table.specs()) {
     py::dict row;
@@ -139,6 +140,7 @@ py::list OptionTableToPython(const OptionTable<Options>& table) {
     for (std::string_view a : s.aliases) aliases.append(std::string(a));
     row["choices"] = choices;
     row["aliases"] = aliases;
+    row["group"] = std::string(s.group);
     row["doc"] = std::string(s.doc);
     rows.append(std::move(row));
   }

@@ -72,7 +72,7 @@ int RunBench(const BenchArgs& a) {
   std::shared_ptr<Dataset> ds = *opened;
 
   LoaderOptions o;
-  o.shuffle = a.shuffle;
+  o.order = a.shuffle ? Order::Shuffled() : Order::Unshuffled();
   o.verify_checksums = a.verify;
   o.fields = SplitCommas(a.fields);
   o.queue_depth = a.queue_depth;

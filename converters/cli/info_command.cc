@@ -340,7 +340,7 @@ void PrintText(const nlohmann::json& j) {
 Result<nlohmann::json> DescribeNodes(const Dataset& ds, const InfoArgs& a) {
   LIBSHARD_ASSIGN_OR_RETURN(const uint64_t block, ParseByteSize(a.block));
   LoaderOptions options;
-  options.seed = a.seed;
+  options.order = Order::Shuffled(a.seed);
   LIBSHARD_ASSIGN_OR_RETURN(const std::vector<NodeShare> shares,
                             SummarizeNodeShares(ds, options, a.nodes, block));
   nlohmann::json nodes = nlohmann::json::array();

@@ -20,28 +20,28 @@
 
 namespace {
 
-// The loader's position is a few plain fields; keep them wherever the model checkpoint goes.
+// The loader's position is one line of text (libshard::EncodeLoaderState); keep it wherever the
+// model checkpoint goes.
 void SaveState(const std::string& path, const libshard::LoaderState& state) {
   {
     std::ofstream out(path + ".tmp");
-    out << state.seed << ' ' << state.epoch << ' ' << state.position << ' '
-        << state.skipped.size();
-    for (uint64_t s : state.skipped) out << ' ' << s;
-    out << ' ' << state.order << '\n';  // the order version; files without it mean 1
+    out << libshard::EncodeLoaderState(state) << '\n';
   }
   std::filesystem::rename(path + ".tmp", path);  // a crash leaves the old state, never half
 }
 
+// No file: nullopt (start at epoch 0). A file that is not a state ends the program with the
+// library's message, which names what is wrong with it.
 std::optional<libshard::LoaderState> LoadState(const std::string& path) {
   std::ifstream in(path);
-  libshard::LoaderState state;
-  size_t skipped = 0;
-  if (!(in >> state.seed >> state.epoch >> state.position >> skipped)) return std::nullopt;
-  state.skipped.resize(skipped);
-  for (uint64_t& s : state.skipped) in >> s;
-  if (!in) return std::nullopt;
-  if (!(in >> state.order)) state.order = 1;  // saved before order versions: order 1
-  return state;
+  std::string text;
+  if (!std::getline(in, text)) return std::nullopt;
+  auto state = libshard::DecodeLoaderState(text);
+  if (!state.ok()) {
+    std::cerr << "cpp_minimal: " << path << ": " << state.status().ToString() << "\n";
+    std::exit(1);
+  }
+  return *state;
 }
 
 int Fail(const libshard::Status& status) {
@@ -64,8 +64,7 @@ int main(int argc, char** argv) {
   if (!dataset.ok()) return Fail(dataset.status());
 
   libshard::LoaderOptions options;
-  options.shuffle = true;
-  options.seed = 1234;
+  options.order = libshard::Order::Shuffled(/*seed=*/1234);
   options.max_tokens = 4096;                       // batches of at most 4096 tokens
   options.memory_budget = uint64_t{256} << 20;     // the pinned arena; bounds all prefetching
   options.resume = LoadState(state_file);          // nullopt: start at epoch 0, position 0

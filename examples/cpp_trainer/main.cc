@@ -148,32 +148,36 @@ struct DraftHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(DraftHead);
 
-// The loader's position is a few plain fields; it goes into the same checkpoint as the model.
+// The loader's position is one line of text (libshard::EncodeLoaderState); it goes into the same
+// checkpoint as the model.
 void WriteLoaderState(torch::serialize::OutputArchive& archive, const libshard::LoaderState& s) {
-  auto u64 = [](uint64_t v) { return c10::IValue(static_cast<int64_t>(v)); };  // bit-preserving
-  archive.write("seed", u64(s.seed));
-  archive.write("epoch", u64(s.epoch));
-  archive.write("position", u64(s.position));
-  archive.write("order", u64(s.order));
-  std::vector<int64_t> skipped(s.skipped.begin(), s.skipped.end());
-  archive.write("skipped", torch::tensor(skipped, torch::kLong));
+  archive.write("state", c10::IValue(libshard::EncodeLoaderState(s)));
 }
 
 libshard::LoaderState ReadLoaderState(torch::serialize::InputArchive& archive) {
-  libshard::LoaderState s;
   c10::IValue v;
-  archive.read("seed", v);
-  s.seed = static_cast<uint64_t>(v.toInt());
-  archive.read("epoch", v);
-  s.epoch = static_cast<uint64_t>(v.toInt());
-  archive.read("position", v);
-  s.position = static_cast<uint64_t>(v.toInt());
-  // A checkpoint saved before order versions has no "order": it resumes onto order 1 exactly.
-  s.order = archive.try_read("order", v) ? static_cast<uint32_t>(v.toInt()) : 1;
-  torch::Tensor skipped;
-  archive.read("skipped", skipped);
-  for (int64_t i = 0; i < skipped.numel(); ++i) s.skipped.push_back(skipped[i].item<int64_t>());
-  return s;
+  std::string text;
+  if (archive.try_read("state", v)) {
+    text = v.toStringRef();
+  } else {
+    // A checkpoint of this example before the encoding: its plain fields, which the library
+    // reads as the state dicts of earlier releases (no "order": order 1).
+    auto field = [&](const char* key) {
+      archive.read(key, v);
+      return std::to_string(static_cast<uint64_t>(v.toInt()));
+    };
+    text = "{\"seed\": " + field("seed") + ", \"epoch\": " + field("epoch") +
+           ", \"position\": " + field("position");
+    if (archive.try_read("order", v))
+      text += ", \"order\": " + std::to_string(static_cast<uint64_t>(v.toInt()));
+    torch::Tensor skipped;
+    archive.read("skipped", skipped);
+    text += ", \"skipped\": [";
+    for (int64_t i = 0; i < skipped.numel(); ++i)
+      text += (i ? ", " : "") + std::to_string(skipped[i].item<int64_t>());
+    text += "]}";
+  }
+  return Take(libshard::DecodeLoaderState(text));
 }
 
 void SaveCheckpoint(const std::string& path, DraftHead& model, torch::optim::Optimizer& optimizer,
@@ -214,8 +218,7 @@ int Train(const Args& args) {
                                                          std::stod(args.Get("lr", "3e-3"))));
 
   libshard::LoaderOptions options;
-  options.shuffle = true;
-  options.seed = 42;
+  options.order = libshard::Order::Shuffled(/*seed=*/42);
   options.rank = rank;
   options.world_size = world_size;
   options.max_tokens = static_cast<uint64_t>(args.Int("max-tokens", 2048));

@@ -91,7 +91,7 @@ Outcome Run(const std::shared_ptr<const Dataset>& dataset, const TorchOptions& o
             const at::Tensor& a, at::Tensor b) {
   Outcome out;
   LoaderOptions lo;
-  lo.shuffle = false;
+  lo.order = Order::Unshuffled();
   lo.memory_budget = 4 * (kBytes + (64 << 10));  // about four samples: reused at once
   auto created = Loader::Create(dataset, lo);
   if (!created.ok()) {

@@ -177,8 +177,9 @@ def test_state_dict_resume_in_process(eagle_dataset):
     it = iter(part)
     head = [[s["__index__"] for s in next(it)] for _ in range(4)]
     state = part.state_dict()
-    assert set(state) == {"seed", "epoch", "position", "skipped", "order", "bucketing",
-                          "locality"}
+    # The library's encoding (docs/ORDER.md §8): the global order's fields, no other.
+    assert set(state) == {"state_version", "seed", "epoch", "position", "skipped", "order",
+                          "bucketing"}
     assert state["order"] == 2  # new loaders use order version 2
     assert all(isinstance(v, int) for k, v in state.items()
                if k not in ("skipped", "bucketing", "locality"))

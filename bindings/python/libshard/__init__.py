@@ -50,6 +50,7 @@ from ._collate import pack_collate, pad_collate
 from ._dataset import Dataset, Field, Schema, open, upgrade
 from ._follow import FollowedDataset
 from ._loader import Loader
+from ._order import Order
 from ._pack import pack
 from ._read_ahead import ReadAheadSampler
 from ._tensors import INDEX_KEY
@@ -84,6 +85,7 @@ __all__ = [
     "InvalidArgumentError",
     "IoError",
     "Loader",
+    "Order",
     "Writer",
     "NotFoundError",
     "ReadAheadSampler",

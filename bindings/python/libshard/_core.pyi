@@ -85,10 +85,24 @@ class DatasetOptions(TypedDict, total=False):
     cache_size: Union[int, str, None]
 class LoaderOptions(TypedDict, total=False):
     """The keys `Loader` takes (name: type, default; bounds; doc)."""
-    # shuffle the order (False: dataset order) (default True)
-    shuffle: bool
-    # the shuffle's seed (default 0; 0..18446744073709551615)
-    seed: int
+    # the order: a group {kind, and its settings} (Python: libshard.Order), or the shuffled order's version 1 or 2; None: shuffled, seed 0, version 2 (default None; 'shuffled' | 'unshuffled' | 'node_local' | 'caller' | 'follow')
+    order: Union[int, OrderOptions, None]
+    # shuffle the order (False: dataset order; None: True) (default None)
+    shuffle: Optional[bool]
+    # the shuffle's seed (None: 0) (default None; 0..18446744073709551615)
+    seed: Optional[int]
+    # global (None): each epoch spread over all ranks; node: each node reads its own share of the dataset every epoch (order version 3) (default None; 'global' | 'node')
+    locality: Optional[str]
+    # locality='node': the number of nodes (default None; 1..4294967295, None: from the launcher)
+    nodes: Optional[int]
+    # locality='node': this process's node (None: from the launcher, else rank / ranks per node) (default None; 0..4294967294, None: from the launcher)
+    node_rank: Optional[int]
+    # the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler) (default False)
+    caller_order: bool
+    # serve the dataset while its writer writes it (Loader(path, follow=True)) (default False)
+    follow: bool
+    # follow mode: arrivals shuffled within windows growing to this many (None: 4096) (default None; 1..16777216)
+    shuffle_window: Optional[int]
     # the epoch to start with (default 0; 0..18446744073709551615)
     epoch: int
     # this process's rank, 0 <= rank < world_size (default 0; 0..4294967294)
@@ -97,18 +111,8 @@ class LoaderOptions(TypedDict, total=False):
     world_size: int
     # drop the epoch's tail instead of wrapping around (default False)
     drop_last: bool
-    # the shuffle's order version: 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
-    order: int
-    # global: each epoch spread over all ranks; node: each node reads its own share of the dataset every epoch (order version 3) (default 'global'; 'global' | 'node')
-    locality: str
-    # locality='node': the number of nodes (default None; 1..4294967295, None: from the launcher)
-    nodes: Optional[int]
-    # locality='node': this process's node (None: from the launcher, else rank / ranks per node) (default None; 0..4294967294, None: from the launcher)
-    node_rank: Optional[int]
-    # the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler) (default False)
-    caller_order: bool
-    # a state() to continue from (overrides seed, epoch and order) (default None)
-    resume: Optional[Dict[str, Any]]
+    # a state's encoding to continue from (EncodeLoaderState; its epoch, position and order's seed and version win) (default None)
+    resume: Optional[str]
     # read only these fields (None: every field) (default None)
     fields: Optional[List[str]]
     # read only the first max_len positions of each sequence (default None; 1..18446744073709551615, None: whole samples)
@@ -157,9 +161,21 @@ class LoaderOptions(TypedDict, total=False):
     slow_wait_warning_seconds: float
     # periodic stats lines every this many seconds; 0 turns them off (default 0.0)
     stats_interval_seconds: float
-    # serve the dataset while its writer writes it (Loader(path, follow=True)) (default False)
-    follow: bool
-    # follow mode: arrivals shuffled within windows growing to this many (default 4096; 1..16777216)
+class OrderOptions(TypedDict, total=False):
+    """The keys `Order` takes (name: type, default; bounds; doc)."""
+    # the kind of order (docs/ORDER.md): shuffled or unshuffled over all ranks (§1-§4), node_local (§5), caller (a sampler's, §6), follow (a dataset being written, §7) (default 'shuffled'; 'shuffled' | 'unshuffled' | 'node_local' | 'caller' | 'follow')
+    kind: str
+    # node_local, follow: shuffle (False: the dataset's order within the kind's rules) (default True)
+    shuffle: bool
+    # the shuffle's seed (default 0; 0..18446744073709551615)
+    seed: int
+    # shuffled, follow: the order version (docs/ORDER.md §1): 2, O(1) per position; 1, the order of libshard before order versions (default 2; 1..2)
+    version: int
+    # node_local: the number of nodes (None: from the launcher) (default None; 1..4294967295)
+    nodes: Optional[int]
+    # node_local: this process's node (None: from the launcher, else rank / ranks per node) (default None; 0..4294967294)
+    node_rank: Optional[int]
+    # follow: arrivals shuffled within windows growing to this many (default 4096; 1..16777216)
     shuffle_window: int
 class WriterOptions(TypedDict, total=False):
     """The keys `Writer` takes (name: type, default; bounds; doc)."""
@@ -270,7 +286,10 @@ class Loader:
                cache_dir: str = "", cache_size: int = 0) -> "Loader": ...
     def next(self) -> Union[List[RawSample], RawCollated, None]: ...
     def set_epoch(self, epoch: int) -> None: ...
-    def state(self) -> Dict[str, Any]: ...
+    def set_epoch_steps(self, epoch: int, samples: Any, bounds: Any) -> None: ...
+    # The state's encoding (JSON text, docs/ORDER.md §8); next_epoch: of the next epoch's start.
+    def state(self, next_epoch: bool = False) -> str: ...
+    def epoch(self) -> int: ...
     def batches_per_epoch(self) -> int: ...
     def batches_per_epoch_known(self) -> bool: ...
     def stats(self) -> Dict[str, Any]: ...
@@ -290,7 +309,9 @@ class Follower:
     def snapshot(self) -> Dataset: ...
 
 def loader_option_table() -> List[Dict[str, Any]]: ...
+def order_option_table() -> List[Dict[str, Any]]: ...
 def resolve_loader_options(options: LoaderOptions) -> Dict[str, Any]: ...
+def resolve_loader_order(options: LoaderOptions) -> str: ...
 def resolve_world(rank: Optional[int] = None, world_size: Optional[int] = None,
                   source: str = "arguments",
                   environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]: ...

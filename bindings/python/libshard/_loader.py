@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import operator
 import os
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -12,6 +14,7 @@ from ._core import InvalidArgumentError
 from ._collate import pack_collate, pad_collate
 from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
+from ._order import Order
 from ._sampler_order import SamplerOrder, warn_unsplit
 from ._tensors import INDEX_KEY, make_tensor, sample_to_dict
 from ._world import resolve_world
@@ -25,6 +28,27 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Tuple[int, i
     SLURM_PROCID/SLURM_NTASKS, else (0, 1)."""
     rank, world_size, _ = resolve_world(rank, world_size)
     return rank, world_size
+
+
+def _plain(value: Any) -> int:
+    """An integer-like value of a state (a numpy or 0-dim torch integer) as an int, for json."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{type(value).__name__} {value!r} is not a value of a loader state "
+                        "(ints, lists, dicts and None)") from None
+
+
+def _state_text(state: Any) -> str:
+    """A state as the library decodes it: the JSON text of what state_dict() returned (or of a
+    state dict saved by an earlier libshard). The library checks and names what is wrong."""
+    if isinstance(state, str):
+        return state
+    try:
+        return json.dumps(state, default=_plain)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(
+            f"load_state_dict needs the dict from state_dict(): {e}") from None
 
 
 def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -62,16 +86,26 @@ class Loader:
     selects epoch ``e`` (like ``DistributedSampler.set_epoch``). An iteration left early (``break``)
     is continued by the next ``iter()`` from where it stopped.
 
-    Order: a global permutation per (seed, epoch, order version), independent of the world size;
-    rank ``r`` takes global positions r, r+W, ... Every rank gets the same number of steps
-    (wrap-around padding, or the tail dropped with ``drop_last``). ``state_dict()`` is plain data (ints and lists);
-    ``load_state_dict`` continues exactly after the last step returned, also with another world
-    size.
+    Order: one value, ``order=libshard.Order...`` (:class:`libshard.Order`; the contract of every
+    kind is ``docs/ORDER.md``); by default a global permutation per (seed, epoch, order version),
+    independent of the world size; rank ``r`` takes global positions r, r+W, ... Every rank gets
+    the same number of steps (wrap-around padding, or the tail dropped with ``drop_last``).
+    ``state_dict()`` is the library's encoding of the state as plain data (ints, lists, None and
+    small dicts); ``load_state_dict`` continues exactly after the last step returned, also with
+    another world size, and reads the state dicts of earlier releases.
 
     Args:
       data: a dataset directory or a :class:`libshard.Dataset`.
       batch_size: samples per step (None: single samples).
-      shuffle, seed: the order; ``shuffle=False`` reads in dataset order.
+      order: the order as one value: ``Order.shuffled(seed=0, version=2)`` (default),
+        ``Order.unshuffled()``, ``Order.node_local(nodes=..., node_rank=..., seed=...)``,
+        ``Order.sampler(s)``, ``Order.batch_sampler(b)``, ``Order.follow(shuffle_window=...)``.
+        The flat keywords below (``shuffle``, ``seed``, ``locality``, ``nodes``, ``node_rank``,
+        ``sampler``, ``batch_sampler``, ``follow``, ``shuffle_window``, and ``order`` as an
+        integer, the order version) spell the same orders; the library makes one order of both
+        and names any keyword given twice or asking for another kind of order.
+      shuffle, seed: the order; ``shuffle=False`` reads in dataset order (None: the library's
+        default, True and 0).
       sampler, batch_sampler: stream in the order of a torch ``Sampler`` (grouped by
         ``batch_size``, ``drop_last``) or batch sampler (one step per batch) instead of the
         loader's own (``docs/ORDER.md`` §6). Each epoch the loader calls the sampler's
@@ -84,16 +118,15 @@ class Loader:
         epoch consumed and a digest of its order: ``load_state_dict`` continues with the same
         remaining batches when the sampler gives the same order for the same epoch (seeded, with
         ``set_epoch``), and raises ``InvalidArgumentError`` when it does not.
-      order: the shuffle's order version (``docs/ORDER.md``). 2 (default):
+      order=1|2 (an integer): the shuffle's order version (``docs/ORDER.md``). 2 (default):
         evaluated per position in O(1), so a rank of a large world starts at once; 1: the
         Fisher-Yates order of libshard before order versions (O(n) per epoch), to reproduce an
         earlier run. A state dict carries its order version, and one without ``"order"`` (saved
-        by an earlier libshard) resumes
-        onto order 1 exactly.
+        by an earlier libshard) resumes onto order 1 exactly.
       rank, world_size: default to torch.distributed when initialised, else torchrun's
         RANK/WORLD_SIZE, else a Slurm array or SLURM_PROCID/SLURM_NTASKS, else 0/1 (the one rule
         of ``libshard/world.h``, shared with the Writer and ``pack --part auto``).
-      locality: ``"global"`` (default): each epoch's order is spread over all ranks.
+      locality: ``"global"`` (None, the default): each epoch's order is spread over all ranks.
         ``"node"``: the node-local order (order version 3, ``docs/ORDER.md`` §5): the dataset is
         split among the nodes once (by dataset, seed and node count) and each node's ranks read
         only their node's share, shuffled within it every epoch, so a node's cache of an
@@ -165,7 +198,7 @@ class Loader:
         every ``slow_wait_warning_seconds`` (doubling) saying what it waits for. ``len()`` is a
         ``TypeError`` until the dataset is complete. Needs single samples or ``batch_size``
         (not ``max_tokens``); ``bucket_window`` applies from the second epoch.
-      shuffle_window: follow mode: arrivals shuffled together, at most (default 4096).
+      shuffle_window: follow mode: arrivals shuffled together, at most (None: 4096).
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
         stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
@@ -186,13 +219,13 @@ class Loader:
 
     def __init__(self, data: Union[PathLike, Dataset], *,
                  batch_size: Optional[int] = None,
-                 shuffle: bool = True,
-                 seed: int = 0,
-                 order: int = 2,
+                 order: Union[Order, int, None] = None,
+                 shuffle: Optional[bool] = None,
+                 seed: Optional[int] = None,
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  drop_last: bool = False,
-                 locality: str = "global",
+                 locality: Optional[str] = None,
                  nodes: Optional[int] = None,
                  node_rank: Optional[int] = None,
                  fields: Optional[Sequence[str]] = None,
@@ -221,15 +254,97 @@ class Loader:
                  stats_interval_seconds: float = 0.0,
                  expect: Optional[Dict[str, Union[str, int]]] = None,
                  follow: bool = False,
-                 shuffle_window: int = 4096,
+                 shuffle_window: Optional[int] = None,
                  # -- s3:// datasets (docs/guide/object-storage.md); kept apart for the option table
                  cache: Optional[PathLike] = None,
                  cache_size: Union[int, str, None] = None,
                  # -- a torch Sampler's order (docs/ORDER.md §6)
                  sampler: Any = None,
                  batch_sampler: Any = None) -> None:
-        self._follow = bool(follow)
         self._cache, self._cache_size = cache, cache_size
+        self._rank, self._world_size = resolve_rank(rank, world_size)
+        # The order: the group (order=Order...) and the flat keywords of earlier releases, each
+        # as given; the library makes them one order (LoaderOptionTable's group "order") and
+        # names any keyword that conflicts.
+        order_options: Dict[str, Any] = {}
+        if isinstance(order, Order):
+            order_options["order"] = order.option()
+            if order.kind == "caller":
+                if sampler is not None or batch_sampler is not None:
+                    raise InvalidArgumentError(
+                        f"Loader: order={order!r} and sampler=/batch_sampler= both give the "
+                        "order; give one")
+                sampler, batch_sampler = order._sampler, order._batch_sampler
+                if sampler is None and batch_sampler is None:
+                    raise InvalidArgumentError(
+                        "Loader: a caller's order needs its sampler: use Order.sampler(s) or "
+                        "Order.batch_sampler(b)")
+        elif order is not None:
+            order_options["order"] = order  # the order version of earlier releases
+        for name, value in (("shuffle", shuffle), ("seed", seed), ("locality", locality),
+                            ("nodes", nodes), ("node_rank", node_rank),
+                            ("shuffle_window", shuffle_window)):
+            if value is not None:
+                order_options[name] = value
+        if follow:
+            order_options["follow"] = True
+        # sampler= / batch_sampler=: the C++ loader takes each epoch's steps from Python.
+        self._order: Optional[SamplerOrder] = None
+        batched = False
+        if sampler is not None or batch_sampler is not None:
+            self._order = SamplerOrder(sampler, batch_sampler, batch_size, drop_last)
+            warn_unsplit(self._order, self._world_size)
+            batched = batch_size is not None or batch_sampler is not None
+            batch_size, drop_last = None, False  # the steps are the batches
+            if not (isinstance(order, Order) and order.kind == "caller"):
+                order_options["caller_order"] = True
+        # "pad" / "pack" or a batch recipe: collated in C++; a callable: in Python on the list of
+        # samples. The library checks the name (LoaderOptionTable).
+        native = not callable(collate)
+        self._native = collate if native and isinstance(collate, str) and collate != "none" \
+            else None
+        self._batched = (batched if self._order is not None
+                         else batch_size is not None or max_tokens is not None)
+        self._return_index = bool(return_index)
+        self._metadata = bool(metadata)
+        self._device = self._check_device(device)
+        # The user's values, untouched: the library checks them and decides every "auto"
+        # (LoaderOptionTable, ResolveLoaderOptions), in the same words for every front end.
+        self._options: Dict[str, Any] = {
+            **order_options,
+            "rank": self._rank, "world_size": self._world_size, "drop_last": drop_last,
+            "fields": fields, "max_len": max_len,
+            "batch_size": batch_size, "max_tokens": max_tokens,
+            "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,
+            "collate": collate if native else None,
+            "padding_value": padding_value, "padding_values": padding_values,
+            "recipe_len": recipe_len,
+            "memory_budget": memory_budget, "queue_depth": queue_depth, "read_size": read_size,
+            "engine": engine, "io_mode": io_mode, "pin_memory": self._pin_mode(pin_memory),
+            "worker_threads": worker_threads, "verify": verify, "on_error": on_error,
+            "slow_wait_warning_seconds": slow_wait_warning_seconds,
+            "stats_interval_seconds": stats_interval_seconds,
+        }
+        if collate is pad_collate:
+            # Python pads these batches: the "auto" budget and bucket window follow collate="pad".
+            self._options["consumer_pads"] = True
+        # Which kind of order the options spell, as the library reads them (checked here, before
+        # any dataset is opened): follow mode reads a directory being written.
+        self._follow = _core.resolve_loader_order(self._options) == "follow"
+        self._open_dataset(data)
+        self._dataset.check(expect)
+        self._collate = None if native else self._make_collate(collate)
+        self._core: Optional[_core.Loader] = None
+        self._release: Optional[DeferredRelease] = None
+        self._core = self._new_core(self._options)
+        self._guard_async_copies(self._core)
+        # True once this epoch's last step was returned: the next iter() starts the next epoch.
+        self._exhausted = False
+        if self._order is not None:
+            self._give_epoch(self._core.epoch())
+
+    def _open_dataset(self, data: Union[PathLike, Dataset]) -> None:
+        cache, cache_size = self._cache, self._cache_size
         if self._follow:
             # The dataset is read by the core's follower; this one gives the schema to Python
             # collates and `loader.dataset`, as the write goes on.
@@ -249,63 +364,6 @@ class Loader:
         else:
             raise InvalidArgumentError(f"Loader needs a dataset directory or a libshard.Dataset, "
                                        f"got {type(data).__name__}")
-        self._dataset.check(expect)
-        self._rank, self._world_size = resolve_rank(rank, world_size)
-        # sampler= / batch_sampler=: the C++ loader takes each epoch's steps from Python.
-        self._order: Optional[SamplerOrder] = None
-        batched = False
-        if sampler is not None or batch_sampler is not None:
-            self._order = SamplerOrder(sampler, batch_sampler, batch_size, drop_last)
-            warn_unsplit(self._order, self._world_size)
-            batched = batch_size is not None or batch_sampler is not None
-            batch_size, drop_last = None, False  # the steps are the batches
-        if shuffle is None:
-            shuffle = True
-        # "pad" / "pack" or a batch recipe: collated in C++; a callable: in Python on the list of
-        # samples. The library checks the name (LoaderOptionTable).
-        native = not callable(collate)
-        self._native = collate if native and isinstance(collate, str) and collate != "none" \
-            else None
-        self._collate = None if native else self._make_collate(collate)
-        self._batched = (batched if self._order is not None
-                         else batch_size is not None or max_tokens is not None)
-        self._return_index = bool(return_index)
-        self._metadata = bool(metadata)
-        self._device = self._check_device(device)
-        # The user's values, untouched: the library checks them and decides every "auto"
-        # (LoaderOptionTable, ResolveLoaderOptions), in the same words for every front end.
-        self._options: Dict[str, Any] = {
-            "shuffle": shuffle, "seed": seed, "order": order,
-            "rank": self._rank, "world_size": self._world_size, "drop_last": drop_last,
-            "locality": locality, "nodes": nodes, "node_rank": node_rank,
-            "fields": fields, "max_len": max_len,
-            "batch_size": batch_size, "max_tokens": max_tokens,
-            "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,
-            "collate": collate if native else None,
-            "padding_value": padding_value, "padding_values": padding_values,
-            "recipe_len": recipe_len,
-            "memory_budget": memory_budget, "queue_depth": queue_depth, "read_size": read_size,
-            "engine": engine, "io_mode": io_mode, "pin_memory": self._pin_mode(pin_memory),
-            "worker_threads": worker_threads, "verify": verify, "on_error": on_error,
-            "slow_wait_warning_seconds": slow_wait_warning_seconds,
-            "stats_interval_seconds": stats_interval_seconds,
-        }
-        if self._order is not None:
-            self._options["caller_order"] = True
-        if self._follow:
-            self._options["follow"] = True
-            self._options["shuffle_window"] = shuffle_window
-        if collate is pad_collate:
-            # Python pads these batches: the "auto" budget and bucket window follow collate="pad".
-            self._options["consumer_pads"] = True
-        self._core: Optional[_core.Loader] = None
-        self._release: Optional[DeferredRelease] = None
-        self._core = self._new_core(self._options)
-        self._guard_async_copies(self._core)
-        # True once this epoch's last step was returned: the next iter() starts the next epoch.
-        self._exhausted = False
-        if self._order is not None:
-            self._give_epoch(int(self._core.state()["epoch"]))
 
     # -- configuration ---------------------------------------------------------------------
     #: Samples per window of length-aware batching when ``bucket_window="auto"`` turns it on
@@ -416,9 +474,9 @@ class Loader:
         core = self._require_core()
         if self._exhausted:
             if self._order is not None:
-                self._give_epoch(int(core.state()["epoch"]) + 1)
+                self._give_epoch(core.epoch() + 1)
             else:
-                core.set_epoch(int(core.state()["epoch"]) + 1)
+                core.set_epoch(core.epoch() + 1)
             self._exhausted = False
         steps = self._steps(core)
         if self._device is not None:
@@ -568,60 +626,33 @@ class Loader:
         core.set_epoch_steps(epoch, samples, bounds)
 
     def state_dict(self) -> Dict[str, Any]:
-        """Where the stream stands, after the last step returned: ``{"seed", "epoch",
-        "position", "skipped", "order", "bucketing", "locality"}`` (ints, a list of ints, and
-        ``None`` or small dicts of ints and a string; ``order`` is the order version,
-        ``bucketing`` how length-aware batching cut the epoch, which a resume inside the epoch
-        keeps, ``locality`` the nodes, ranks per node and steps of a node-local epoch, order
-        version 3). After a completed epoch it points at the start of the next one. The same
-        on every rank after the same number of steps."""
-        state = self._require_core().state()
-        if self._exhausted:
-            state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
-                     "skipped": [], "order": state["order"], "bucketing": None,
-                     "locality": None, "follow_window": 0,
-                     **({"steps_digest": 0} if "steps_digest" in state else {})}
-        bucketing = state.get("bucketing")
-        locality = state.get("locality")
-        out = {"seed": int(state["seed"]), "epoch": int(state["epoch"]),
-               "position": int(state["position"]), "skipped": [int(s) for s in state["skipped"]],
-               "order": int(state["order"]),
-               "bucketing": dict(bucketing) if bucketing is not None else None,
-               "locality": dict(locality) if locality is not None else None}
-        if "steps_digest" in state:  # an order a sampler gave (docs/ORDER.md §6)
-            out["steps_digest"] = int(state["steps_digest"])
-        if int(state.get("follow_window", 0)) > 0:
-            out["follow_window"] = int(state["follow_window"])  # inside the follow epoch
-        return out
+        """Where the stream stands, after the last step returned: the library's encoding of the
+        state (``docs/ORDER.md`` §8) as a dict of ints, a list of ints, and ``None`` or small
+        dicts; safe to ``torch.save`` in a checkpoint. It holds ``state_version``, ``order`` (the
+        order version: 1 or 2 for the shuffled order, 3 node-local, 0 a sampler's), ``epoch``,
+        ``position``, ``skipped`` and the fields of its kind of order: ``seed`` and
+        ``bucketing`` (how length-aware batching cut the epoch, which a resume inside the epoch
+        keeps); ``locality`` (the nodes, ranks per node and steps of a node-local epoch);
+        ``steps_digest`` (a sampler's order); ``follow_window`` (the follow epoch). After a
+        completed epoch it points at the start of the next one. The same on every rank after
+        the same number of steps."""
+        return json.loads(self._require_core().state(self._exhausted))
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
         size): the next step is the one after the last step the saved loader returned. The
-        state's order version wins over this loader's ``order``; a state without ``"order"``
-        (saved by an earlier libshard) resumes onto order 1, the only order it could have used."""
-        if not isinstance(state, dict):
-            raise InvalidArgumentError(f"load_state_dict needs the dict from state_dict(), got "
-                                       f"{type(state).__name__}")
-        missing = [k for k in ("seed", "epoch", "position") if k not in state]
-        if missing:
-            raise InvalidArgumentError(
-                f"state dict misses {missing}; pass what Loader.state_dict() returned")
+        state's order version and seed win over this loader's; a state dict saved by an earlier
+        libshard (without ``state_version``) resumes exactly as it did there: one without
+        ``"order"`` onto order 1, the only order it could have used."""
         options = dict(self._options)
-        options["resume"] = {"seed": state["seed"], "epoch": state["epoch"],
-                             "position": state["position"],
-                             "skipped": list(state.get("skipped", [])),
-                             "order": state.get("order", 1),
-                             "bucketing": state.get("bucketing"),
-                             "locality": state.get("locality"),
-                             "steps_digest": state.get("steps_digest"),
-                             "follow_window": state.get("follow_window", 0)}
+        options["resume"] = _state_text(state)
         new_core = self._new_core(options)
         self.close()
         self._core = new_core
         self._guard_async_copies(new_core)
         self._exhausted = False
         if self._order is not None:
-            self._give_epoch(int(state["epoch"]))
+            self._give_epoch(new_core.epoch())
 
     def stats(self) -> Dict[str, Any]:
         """Loader statistics: samples/bytes delivered and read, throughput (GB/s), the consumer's

@@ -2,7 +2,7 @@
 // pack`, or the ranks of a multi-rank write - as docs/FORMAT.md §6.1 specifies: only samples a
 // writer made durable (its journal, or its committed index), in the *arrival order* every
 // follower sees whenever it looks, every byte checked before it is handed out. The Loader's
-// follow mode (LoaderOptions::follow, Loader::Follow) trains on it; Python's
+// follow mode (FollowOrder, Loader::Follow) trains on it; Python's
 // `libshard.open(path, follow=True)` reads it at random.
 //
 // Thread-safety: Poll, progress and Snapshot from one thread at a time; the Datasets Snapshot

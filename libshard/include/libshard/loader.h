@@ -15,9 +15,13 @@
 #include <utility>
 #include <vector>
 
+#include "libshard/batch_options.h"  // TokenBudget, OversizedSample, BatchingSummary
+#include "libshard/collate.h"        // Collate, CollatedBatch
 #include "libshard/dataset.h"
-#include "libshard/io_options.h"  // IoEngineKind, IoMode
+#include "libshard/io_options.h"     // IoEngineKind, IoMode
+#include "libshard/loader_state.h"   // LoaderState and its encoding
 #include "libshard/option_table.h"
+#include "libshard/order.h"          // Order, EpochSteps
 #include "libshard/sample.h"
 #include "libshard/status.h"
 
@@ -44,147 +48,6 @@ Result<IoMode> ParseIoMode(std::string_view name);
 Result<PinMemory> ParsePinMemory(std::string_view name);
 Result<OnError> ParseOnError(std::string_view name);
 
-// How max_tokens bounds a batch (LoaderOptions::token_budget; docs/ORDER.md §2).
-enum class TokenBudget : uint32_t {
-  kAuto = 0,    // kPadded with Collate::kPad, else kSum
-  kSum = 1,     // the batch's summed length stays <= max_tokens (packed, varlen attention)
-  kPadded = 2,  // samples x longest length stays <= max_tokens: what a padded batch occupies
-};
-
-// A sample longer than max_tokens (after max_len clipping): it cannot share a batch.
-enum class OversizedSample : uint32_t {
-  kOwnBatch = 0,  // it becomes a batch of its own (the one batch that exceeds the budget)
-  kError = 1,     // Loader::Create fails naming the sample, its length and what to change
-};
-
-// Batches assembled by the loader (LoaderOptions::collate): one tensor per field in one pinned
-// arena region, so a consumer touches one object per step.
-//
-// Memory: with a collate, 1/4 of memory_budget (up to 1/2 when two of the largest batches,
-// estimated from the index at Create, need more; a log line says when even that holds fewer
-// than two) becomes a second arena of batch regions, pinned like the read arena, which gets the
-// rest. Each batch is copied (once, on the consumer's thread,
-// in Next()) from its samples' read slots into one region, and the read slots are released right
-// after the copy, so read-ahead and the batches the consumer holds never wait on each other (no
-// deadlock). Only the consumer's own batches hold regions: when none is free, Next() waits, logs
-// a warning after 1 s and returns ResourceExhausted once nothing was released for
-// max(1, 2 x slow_wait_warning_seconds) s; the batch is kept and the next Next() delivers it. A
-// batch larger than the whole batch arena is ResourceExhausted at once, naming its size and the
-// memory_budget it needs. state(), stats() and on_error behave as without a collate (a batch
-// that lost samples to kSkip is collated smaller; single samples are batches of one).
-enum class Collate : uint32_t {
-  kNone = 0,  // Batch::samples, one zero-copy Sample each
-  kPad = 1,   // every field padded at the end of its sequence dimension to the batch's longest
-  kPack = 2,  // every field concatenated along its sequence dimension, with cu_seqlens
-  // Batch recipes: a trainer's own batch, built in C++ bit for bit as the trainer's Python
-  // collate builds it from the same samples in the same order (the trainer's keys, dtypes,
-  // shapes and bytes; docs/guide/trainers.md). Each needs recipe_len, the trainer's length
-  // setting, and the fields its trainer stores; the rules are in loader/recipes/.
-  kSpecForgeEagle3 = 3,    // SpecForge 0.2 offline EAGLE-3 (normalize + DataCollatorWithPadding);
-                           // recipe_len = max_len
-  kModelOptEagle = 4,      // ModelOpt 0.47 offline EAGLE (OfflineSupervisedDataset +
-                           // EagleOfflineDataCollator); recipe_len = train_len; the stored
-                           // loss_mask is used when it is read (answer_only_loss), else ones
-  kSpeculatorsEagle3 = 5,  // speculators 0.9 EAGLE-3 (shift_batch + packing CollateFn, the loss
-                           // mask left to the caller); recipe_len = total_seq_len
-};
-inline constexpr Collate kLastCollate = Collate::kSpeculatorsEagle3;
-
-// Names: "sum" | "padded" | "auto"; "none" | "pad" | "pack" | "specforge-eagle3" |
-// "modelopt-eagle" | "speculators-eagle3". Anything else is InvalidArgument.
-Result<TokenBudget> ParseTokenBudget(std::string_view name);
-Result<Collate> ParseCollate(std::string_view name);
-Result<OversizedSample> ParseOversizedSample(std::string_view name);  // "batch" | "error"
-
-// Which ranks read which samples (LoaderOptions::locality; docs/ORDER.md).
-enum class Locality : uint32_t {
-  kGlobal = 0,  // every epoch's order is striped over all ranks (order versions 1 and 2)
-  // Order version 3 (docs/ORDER.md §5): the samples are assigned to nodes once (by dataset, seed
-  // and node count), each node's ranks read only their node's samples, shuffled within the node
-  // each epoch. A node's cache of an s3:// dataset then downloads its share once.
-  kNode = 1,
-};
-Result<Locality> ParseLocality(std::string_view name);  // "global" | "node"
-
-// Where a stream stands. Small, plain data; safe to store in a training checkpoint. A Loader
-// created with `resume` set continues exactly where the saved one stopped, also on another
-// world size (FORMAT-independent; see docs/ORDER.md for the contract).
-struct LoaderState {
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
-  uint64_t position = 0;               // global position: units of the epoch's global sequence
-                                       // consumed by all ranks together (kOrderCaller: this
-                                       // rank's steps consumed, docs/ORDER.md §6)
-  std::vector<uint64_t> skipped;       // samples skipped by OnError::kSkip this epoch
-  // The order version the epoch follows (LoaderOptions::order). 1 by default: a state saved
-  // before order versions existed has none and resumes onto the version 1 order exactly; a
-  // Loader's state() always sets it. kOrderCaller (0): the caller gave the order
-  // (LoaderOptions::caller_order).
-  uint32_t order = 1;
-  // kOrderCaller only: the digest of the epoch's steps (EpochStepsDigest), which a resume
-  // inside the epoch checks against the steps it is given; 0 otherwise.
-  uint64_t steps_digest = 0;
-  // How the epoch's sequence was cut by length-aware batching (LoaderOptions::bucket_window;
-  // docs/ORDER.md §2a). window 0: no bucketing, the sequence is the shuffled order
-  // itself. A resume in the middle of an epoch keeps the epoch's sequence, so that every sample
-  // is still delivered exactly once: a state with window 0 continues the epoch without
-  // bucketing (the loader's bucket_window applies from the next epoch); one with window > 0
-  // needs the same bucket_window, batch_size, max_tokens and budget (Loader::Create says which
-  // differs). A state saved before bucketing existed has window 0.
-  struct Bucketing {
-    uint64_t window = 0;
-    uint32_t batch_size = 0;
-    uint64_t max_tokens = 0;
-    TokenBudget budget = TokenBudget::kSum;  // resolved: kSum or kPadded
-    bool operator==(const Bucketing&) const = default;
-  };
-  Bucketing bucketing;
-  // Order version 3 (docs/ORDER.md §5.4): the epoch's node count, ranks per node and the steps
-  // every rank had taken when the node-local part of the epoch stopped; all 0 for versions 1
-  // and 2. With them every node's consumed prefix is recomputed, so a resume on the same nodes
-  // continues each node exactly, and one on other nodes serves the epoch's remaining samples.
-  struct Locality {
-    uint32_t nodes = 0;
-    uint32_t local_world_size = 0;
-    uint64_t steps = 0;
-    bool operator==(const Locality&) const = default;
-  };
-  Locality locality;
-  // Follow mode (LoaderOptions::follow; docs/ORDER.md §7): the shuffle window of the follow
-  // epoch, the first epoch of a dataset being written, which this state is inside; 0: an
-  // ordinary epoch. A resume with it continues the follow epoch (at any world size), whether or
-  // not the dataset is complete by then.
-  uint64_t follow_window = 0;
-  bool operator==(const LoaderState&) const = default;
-};
-
-// LoaderState::order of an epoch whose order the caller gave (LoaderOptions::caller_order).
-inline constexpr uint32_t kOrderCaller = 0;
-
-// One rank's steps of one epoch in an order the caller gives (LoaderOptions::caller_order;
-// docs/ORDER.md §6): step k is samples[bounds[k], bounds[k + 1]), in delivery order, one
-// sample or one batch. Loader::SetEpochSteps checks it (ValidateEpochSteps): bounds holds
-// steps() + 1 entries rising strictly from 0 to samples.size() (no empty step), every index is
-// below the dataset's size; an index may repeat (a sampler with replacement). No step at all:
-// bounds {0} or empty, with no samples.
-struct EpochSteps {
-  std::vector<uint64_t> samples;
-  std::vector<uint64_t> bounds;
-  uint64_t steps() const { return bounds.empty() ? 0 : bounds.size() - 1; }
-  // One sample per step.
-  static EpochSteps Singles(std::vector<uint64_t> samples);
-  // Steps of these samples each.
-  static EpochSteps Batches(const std::vector<std::vector<uint64_t>>& batches);
-};
-
-// InvalidArgument naming the step, its index and `dataset_path` (an index out of range), or
-// what is wrong with the bounds (an empty step; bounds that do not start at 0, fall, or do not
-// end at samples.size()).
-[[nodiscard]] Status ValidateEpochSteps(const EpochSteps& steps, uint64_t dataset_size,
-                                        const std::string& dataset_path);
-// xxh3-64 of the steps (their samples and bounds): LoaderState::steps_digest. Never 0.
-uint64_t EpochStepsDigest(const EpochSteps& steps);
-
 // Bounds of LoaderOptions' numeric settings, checked by ValidateLoaderOptions (and so by
 // Loader::Create) before any thread starts or memory is reserved. They are far above what any
 // use needs; a value past them is a mistake (a unit or a typo), not a configuration.
@@ -193,42 +56,20 @@ inline constexpr uint32_t kMaxLoaderQueueDepth = 4096;       // queue_depth: 1..
 inline constexpr uint64_t kMinLoaderMemoryBudget = 4096;     // memory_budget: 4 KiB..16 TiB
 inline constexpr uint64_t kMaxLoaderMemoryBudget = uint64_t{1} << 44;
 inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size: 0..1 GiB
-inline constexpr uint32_t kMaxLoaderBatchSize = uint32_t{1} << 24;  // batch_size: 0..2^24
-inline constexpr uint64_t kMaxLoaderBucketWindow = uint64_t{1} << 24;  // bucket_window: 0..2^24
-// LoaderOptions::bucket_window's default, "auto": kAutoBucketWindowSize samples with padded
-// batches (collate kPad, or consumer_pads) of more than one sample, where padding costs GPU
-// work; 0 (off) otherwise. Resolved once, by ResolveLoaderOptions.
-inline constexpr uint64_t kAutoBucketWindow = UINT64_MAX;
-inline constexpr uint64_t kAutoBucketWindowSize = 4096;
-// LoaderOptions::node_rank: from the launcher's variables, else from the rank.
-inline constexpr uint32_t kAutoNodeRank = UINT32_MAX;
-// LoaderOptions::shuffle_window: 1..2^24 samples; 4096 by default.
-inline constexpr uint64_t kMaxLoaderShuffleWindow = uint64_t{1} << 24;
+// (batch_size and bucket_window: libshard/batch_options.h; shuffle_window: libshard/order.h.)
 
 struct LoaderOptions {
-  // Order.
-  bool shuffle = true;
-  uint64_t seed = 0;
-  uint64_t epoch = 0;
+  // Order: which kind of order, with its settings (libshard/order.h; docs/ORDER.md). Shuffled by
+  // seed 0 in order version 2 unless set.
+  Order order;
+  uint64_t epoch = 0;                  // the first epoch
+  // The ranks the order is striped over (every kind but CallerOrder, whose steps are the rank's).
   uint32_t rank = 0;
   uint32_t world_size = 1;
   bool drop_last = false;              // false: wrap around so every rank gets the same count
-  std::optional<LoaderState> resume;   // overrides seed/epoch/order; continues the global sequence
-  // Order version of a shuffled epoch (docs/ORDER.md §1): 2, the default, evaluates the shuffle
-  // per position in O(1) (a rank of a large world starts at once); 1 is the Fisher-Yates order
-  // of libshard before versions, O(n) per epoch, to reproduce earlier runs. Unshuffled, both are
-  // the dataset order.
-  uint32_t order = 2;
-  // Node-local order (Locality::kNode, order version 3, docs/ORDER.md §5): world_size ranks on
-  // `nodes` nodes of world_size / nodes ranks each, numbered node by node (rank = node_rank x
-  // ranks per node + local rank, as torchrun and Slurm number them). nodes 0: from the launcher
-  // (ResolveNodes in libshard/world.h: GROUP_WORLD_SIZE, WORLD_SIZE / LOCAL_WORLD_SIZE,
-  // SLURM_JOB_NUM_NODES; 1 when none is set). node_rank kAutoNodeRank: from the launcher
-  // (GROUP_RANK, SLURM_NODEID) when set, else rank / ranks per node; a node rank that the rank
-  // does not fall on is InvalidArgument at Create. Ignored with Locality::kGlobal.
-  Locality locality = Locality::kGlobal;
-  uint32_t nodes = 0;
-  uint32_t node_rank = kAutoNodeRank;
+  // Continues the saved stream (libshard/loader_state.h): its epoch, position and cursor win
+  // over `epoch` and the order's seed and version, in this and in every later epoch.
+  std::optional<LoaderState> resume;
 
   // What to read.
   // Empty: all fields; else only these tensors' bytes. (Front ends spell "all" None; an empty
@@ -264,18 +105,6 @@ struct LoaderOptions {
   // as Python's pad_collate): the "auto" settings (token_budget, bucket_window) resolve as with
   // kPad. Changes nothing else.
   bool consumer_pads = false;
-
-  // The caller gives each epoch's order (docs/ORDER.md §6): Create starts no read, and each
-  // epoch begins with Loader::SetEpochSteps and this rank's steps (in Python, those of a torch
-  // Sampler or batch sampler). They are this rank's own: nothing is striped over rank and
-  // world_size (a DistributedSampler has split the epoch already), shuffled or batched again.
-  // shuffle, seed, order, rank, world_size and drop_last are not used; batch_size > 1,
-  // max_tokens and bucket_window > 0 are InvalidArgument (the steps are the batches; "auto"
-  // bucketing resolves to off). fields, max_len, collate, verification, on_error, memory and
-  // I/O work as in the loader's own order. state() holds the epoch, the steps consumed
-  // (position), kOrderCaller and the steps' digest; a resume continues after that position
-  // once SetEpochSteps gives the saved epoch steps with the same digest.
-  bool caller_order = false;
 
   // Memory and I/O.
   // The arena; every queue is bounded by it. Reserved at once (one mapping) but touched, pinned
@@ -313,18 +142,6 @@ struct LoaderOptions {
   // once nothing was released for max(1, 2 x this) seconds.
   double slow_wait_warning_seconds = 10.0;
   double stats_interval_seconds = 0;   // >0 (or env LIBSHARD_STATS=seconds): periodic stats lines
-
-  // Follow mode (Loader::Follow; docs/guide/loading.md "Following a dataset being written"):
-  // the first epoch serves a dataset's samples while its writer still writes it, as they are
-  // committed (FORMAT.md §6.1), each exactly once across ranks, in the follow order of
-  // docs/ORDER.md §7; it ends when the writer closes the dataset. Later epochs are ordinary
-  // epochs of the complete dataset. While nothing new arrives, Next() waits, with a log line
-  // every slow_wait_warning_seconds (doubling) naming the dataset and what it waits for. Needs
-  // single samples or batch_size (not max_tokens); bucket_window applies from the next epoch.
-  bool follow = false;
-  // Follow mode: arrivals are shuffled within windows that grow 1, 2, 4, ... samples up to this
-  // many (ORDER.md §7.1): larger mixes more, smaller serves sooner. Ignored without shuffle.
-  uint64_t shuffle_window = 4096;
 };
 
 struct InflightRead {
@@ -384,8 +201,40 @@ uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options)
 // name, type, default, bounds, other spellings and doc. The Python bindings read their dict and
 // `libshard info --batches` its key=value text through it; _core.pyi's option types are
 // generated from it (scripts/gen_core_pyi.py). Rows beyond the members: "verify" (None: check
-// what is read whole; True: also read partial reads whole to check them; False: nothing).
+// what is read whole; True: also read partial reads whole to check them; False: nothing);
+// "resume" takes a state's encoding (EncodeLoaderState); and the group "order" (group "order",
+// kGroup): the order as one group {"kind": "shuffled" | "unshuffled" | "node_local" | "caller" |
+// "follow", and the kind's settings: "seed", "version", "shuffle", "nodes", "node_rank",
+// "shuffle_window"}, or as an integer the order version, and the order's flat spellings of
+// earlier releases (group "order" too): "shuffle", "seed", "order" (1 or 2), "locality" ("global"
+// or "node"), "nodes", "node_rank", "caller_order", "follow", "shuffle_window". Set one at a time,
+// a flat spelling changes the current order (a setting the current kind has not, e.g. nodes of a
+// global order, is ignored, as it always was); LoaderOptionsFrom takes them all at once.
 const OptionTable<LoaderOptions>& LoaderOptionTable();
+
+// The settings of the option group "order" as given, each unset when not given.
+struct OrderSpelling {
+  std::optional<std::string> kind;
+  std::optional<bool> shuffle;
+  std::optional<uint64_t> seed;
+  std::optional<uint32_t> version;
+  std::optional<uint32_t> nodes;
+  std::optional<uint32_t> node_rank;
+  std::optional<uint64_t> shuffle_window;
+};
+// The group's settings (kind, shuffle, seed, version, nodes, node_rank, shuffle_window) with
+// their types, bounds, defaults and docs: what `order={...}` takes (Python: the keywords of
+// libshard.Order's factories).
+const OptionTable<OrderSpelling>& OrderOptionTable();
+
+// Options from every named value a front end was given (Python's keywords, in any order): each
+// set through LoaderOptionTable, except the group "order" and its flat spellings, which are made
+// into one Order together, so that their sequence does not matter. InvalidArgument naming the
+// option for an unknown name or a bad value, a setting given twice (in the group and flat), and
+// spellings that ask for two kinds of order (locality="node" with follow=True, a sampler with
+// order=Order.node_local(...), ...) or a setting the kind contradicts (order=1 with
+// locality="node").
+Result<LoaderOptions> LoaderOptionsFrom(const std::vector<OptionEntry>& given);
 
 // InvalidArgument naming the option and its accepted range when a numeric setting of `options`
 // is out of bounds (the k*Loader* constants above, LoaderOptionTable's bounds), or a duration
@@ -400,60 +249,20 @@ const OptionTable<LoaderOptions>& LoaderOptionTable();
 // SummarizeBatching use it, and Loader::options() returns the resolved options.
 Result<LoaderOptions> ResolveLoaderOptions(const LoaderOptions& options);
 
-// A batch the loader assembled (LoaderOptions::collate), in one arena region that `memory`
-// keeps alive (like Sample::memory_owner()).
-//   kPad:  a field with a sequence dimension d becomes [B, ..., L_max (at d), ...] padded with its
-//          padding value; a field whose dim 0 has size 1 in every sample and is not d
-//          ([1, L, H]) becomes [B, L_max, H] (concatenated along dim 0); fields without a
-//          sequence dimension are stacked along a new dim 0.
-//   kPack: a field with sequence dimension d is concatenated along d ([1, sum L, H], [sum L]);
-//          others are stacked along a new dim 0. cu_seqlens is filled.
-//   a recipe: the trainer's batch, one tensor per key in the trainer's order ("/" joins the
-//          keys of a nested dict); lengths as the recipe documents; cu_seqlens empty.
-// lengths come from the schema's length field when it is read, else from the first field read
-// that has a sequence dimension, else are 1. Every field's tensor starts 64-byte aligned. Samples
-// that differ in a dimension other than the sequence one cannot be batched: Next() returns
-// InvalidArgument naming the field, the samples and the dataset.
-// (The same layouts as the Python pad_collate / pack_collate.)
-struct CollatedBatch {
-  std::vector<TensorView> tensors;     // one per field read, in schema order
-  std::vector<uint64_t> indices;       // dataset index of each sample, in batch order
-  std::vector<Metadata> metadata;      // each sample's metadata, in batch order
-  std::vector<int64_t> lengths;        // each sample's length before padding / packing
-  std::vector<int32_t> cu_seqlens;     // kPack: B + 1 cumulative lengths from 0; else empty
-  int64_t max_seqlen = 0;
-  std::shared_ptr<const void> memory;
-};
-
-// What the loader's batching makes of a dataset in one epoch, from the index lengths alone (no
-// sample is read): for choosing max_tokens, the budget and bucket_window before a run
-// (`libshard info --batches`). Counts cover every rank's steps, wrap-around repeats included.
-struct BatchingSummary {
-  uint64_t batches = 0;            // steps of all ranks together
-  uint64_t steps_per_rank = 0;
-  uint64_t samples = 0;            // samples in those batches
-  uint64_t tokens = 0;             // their summed lengths (clipped to max_len)
-  uint64_t positions = 0;          // summed batch size x longest length: what padding lays out
-  uint64_t padding_positions = 0;  // positions - tokens
-  double padding_share = 0;        // padding_positions / positions
-  uint64_t largest_positions = 0;  // the largest batch's size x longest length
-  uint64_t largest_tokens = 0;     // the largest batch's summed length
-  uint64_t oversized_batches = 0;  // single samples longer than max_tokens
-};
-
-// Plans epoch options.epoch (seed, shuffle, order, world_size, batching, bucketing, max_len of
-// `options`) and sums it up. InvalidArgument as Loader::Create for inconsistent options.
+// Plans epoch options.epoch (the order's seed, shuffle and version, world_size, batching,
+// bucketing, max_len of `options`) and sums it up. InvalidArgument as Loader::Create for
+// inconsistent options.
 // O(N) time (O(N log M) with bucket_window M); memory: the lengths and 8 bytes per batch.
 Result<BatchingSummary> SummarizeBatching(const Dataset& dataset, const LoaderOptions& options);
 
-// What each node reads under the node-local order (LoaderOptions::locality kNode, docs/ORDER.md
-// §5), every epoch: for sizing each node's cache of an s3:// dataset (`libshard info --nodes`).
+// What each node reads under the node-local order (NodeLocalOrder, docs/ORDER.md §5), every
+// epoch: for sizing each node's cache of an s3:// dataset (`libshard info --nodes`).
 struct NodeShare {
   uint64_t samples = 0;
   uint64_t stored_bytes = 0;  // the stored bytes of its samples
   uint64_t cached_bytes = 0;  // the cache blocks of `block_bytes` its samples touch
 };
-// The share of each of `nodes` nodes (options.seed and options.shuffle, as the loader deals
+// The share of each of `nodes` nodes (the seed and shuffle of options.order, as the loader deals
 // them; with options.resume, its seed). `block_bytes`: the cache's block size (4 MiB by default,
 // docs/CACHE.md). O(N log N); reads no sample.
 Result<std::vector<NodeShare>> SummarizeNodeShares(const Dataset& dataset,
@@ -471,10 +280,12 @@ class Loader {
  public:
   static Result<std::unique_ptr<Loader>> Create(std::shared_ptr<const Dataset> dataset,
                                                 const LoaderOptions& options = {});
-  // Follow mode (LoaderOptions::follow, which this sets): a loader of the dataset at `path`
-  // while it is being written, or before its writer starts (docs/FORMAT.md §6.1); also of a
-  // complete one, whose first epoch is then the follow order all the same (every rank agrees
-  // whenever it started). `dataset_options` apply to what it reads.
+  // Follow mode (FollowOrder, docs/ORDER.md §7): a loader of the dataset at `path` while it is
+  // being written, or before its writer starts (docs/FORMAT.md §6.1); also of a complete one,
+  // whose first epoch is then the follow order all the same (every rank agrees whenever it
+  // started). options.order is a FollowOrder, or a GlobalOrder that becomes one (its shuffle,
+  // seed and version, the default shuffle window); another kind is InvalidArgument.
+  // `dataset_options` apply to what it reads. (Create refuses a FollowOrder.)
   static Result<std::unique_ptr<Loader>> Follow(const std::string& path,
                                                 const LoaderOptions& options = {},
                                                 const DatasetOptions& dataset_options = {});
@@ -485,10 +296,10 @@ class Loader {
   // failed counts as consumed: state() moves past it, so a Next() after the error continues
   // with the following batch, and a state saved then resumes after the failed one.
   virtual Result<std::optional<Batch>> Next() = 0;
-  // Starts epoch `epoch` from its beginning (drops what was prefetched). With caller_order:
+  // Starts epoch `epoch` from its beginning (drops what was prefetched). With a CallerOrder:
   // InvalidArgument (SetEpochSteps starts an epoch).
   virtual Status SetEpoch(uint64_t epoch) = 0;
-  // caller_order only (InvalidArgument otherwise): starts epoch `epoch` in the order of
+  // CallerOrder only (InvalidArgument otherwise): starts epoch `epoch` in the order of
   // `steps`, this rank's, dropping what was prefetched; Next() returns those steps, then
   // nullopt. Checked first (ValidateEpochSteps): a bad index, an empty step or bad bounds are
   // InvalidArgument and change nothing. When the loader was created with `resume` and this is

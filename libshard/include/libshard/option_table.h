@@ -20,9 +20,14 @@
 
 namespace libshard {
 
+struct OptionEntry;
+
 // A value as a front end hands it over (a Python object, a word of CLI text).
 struct OptionValue {
-  enum class Kind : uint8_t { kNone, kBool, kInteger, kNumber, kText, kTextList, kNumberMap };
+  enum class Kind : uint8_t {
+    kNone, kBool, kInteger, kNumber, kText, kTextList, kNumberMap,
+    kGroup,  // named values of an option group (the loader's "order": a Python dict)
+  };
   Kind kind = Kind::kNone;
   bool boolean = false;
   bool negative = false;  // kInteger: the sign; the magnitude is `integer`
@@ -31,18 +36,29 @@ struct OptionValue {
   std::string text;
   std::vector<std::string> texts;                         // kTextList
   std::vector<std::pair<std::string, double>> numbers;    // kNumberMap
+  std::vector<OptionEntry> entries;                       // kGroup, in the order given
 
-  static OptionValue None() { return {}; }
+  static OptionValue None();
   static OptionValue Bool(bool b);
   static OptionValue Integer(uint64_t magnitude, bool negative = false);
   static OptionValue Number(double d);
   static OptionValue Text(std::string s);
   static OptionValue TextList(std::vector<std::string> list);
   static OptionValue NumberMap(std::vector<std::pair<std::string, double>> map);
+  static OptionValue Group(std::vector<OptionEntry> entries);
 
   // For errors: "'deep' (text)", "-1", "True", "None".
   std::string Describe() const;
 };
+
+// One named value: an option as given, or a setting of a group.
+struct OptionEntry {
+  std::string name;
+  OptionValue value;
+};
+
+// Defined once OptionEntry is complete (OptionValue holds a vector of them).
+inline OptionValue OptionValue::None() { return {}; }
 
 // How a row's value is given. The Python type of each is OptionSpec::py_type.
 enum class OptionType : uint8_t {
@@ -53,7 +69,8 @@ enum class OptionType : uint8_t {
   kChoice,     // one of `choices`
   kNames,      // a list of names (fields)
   kNumberMap,  // {name: number} (padding_values)
-  kState,      // a structured value the front end converts itself (resume)
+  kState,      // a structured value the front end hands over as text (a loader state)
+  kGroup,      // an option group (OptionValue::kGroup), or its short form (the loader's "order")
 };
 
 template <typename Options>
@@ -70,6 +87,9 @@ struct OptionSpec {
   std::string_view unset;
   std::vector<std::string_view> choices;  // kChoice: the accepted names; kCount: words it takes
   std::vector<std::string_view> aliases;  // other spellings users have (CLI keys)
+  // The option group the row belongs to ("order"), when the row is a group or one of its flat
+  // spellings; empty for the others.
+  std::string_view group;
   std::string_view doc;             // one line
   // Sets the option. `spelled` is the caller's spelling (named in errors).
   std::function<Status(Options&, const OptionValue&, std::string_view spelled)> set;

@@ -75,8 +75,8 @@ struct ReadAheadStats {
 // (default kOff: samples served to Python are copied by a collate or sent to another process),
 // worker_threads, verify_checksums, slow_wait_warning_seconds. It reads whole samples and has
 // no order, batching or collation of its own: Create refuses fields, max_len, batch_size,
-// max_tokens, bucket_window > 0, collate, caller_order and on_error kSkip (InvalidArgument
-// naming them).
+// max_tokens, bucket_window > 0, collate, an order other than GlobalOrder, resume and on_error
+// kSkip (InvalidArgument naming them).
 LoaderOptions DefaultReadAheadOptions();
 // The rows of LoaderOptionTable() that apply (their names and checks; the defaults above), for
 // the Python bindings: an unknown name, or one of the Loader's other options, is

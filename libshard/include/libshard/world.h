@@ -52,7 +52,7 @@ Environment MapEnvironment(std::map<std::string, std::string> variables);
 
 Result<World> ResolveWorld(const WorldRequest& request, const Environment& environment);
 
-// How a world's ranks sit on nodes, for the node-local order (LoaderOptions::locality,
+// How a world's ranks sit on nodes, for the node-local order (NodeLocalOrder,
 // docs/ORDER.md §5). Ranks are numbered node by node: rank = node_rank x local_world_size +
 // local_rank, as torchrun and Slurm's block distribution number them.
 struct Nodes {

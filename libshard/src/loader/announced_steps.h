@@ -39,7 +39,8 @@ class AnnouncedSteps final : public StepSequence {
     out->push_back(entries_[k - base_].sample);
   }
   uint64_t PositionAfter(uint64_t k) const override { return k + 1; }
-  LoaderState::Bucketing bucketing() const override { return {}; }
+  // The read-ahead has no state to save: no cursor of its own.
+  OrderCursor Cursor(uint64_t) const override { return GlobalCursor{}; }
   // The first entry at or after k (and not trimmed) that is kHeld or kWaiting.
   uint64_t NextWanted(uint64_t k) const override;
 

@@ -1,5 +1,5 @@
-// CallerSteps: an epoch in an order the caller gave (LoaderOptions::caller_order,
-// Loader::SetEpochSteps; docs/ORDER.md §6), as the loader's pipeline sees it (StepSequence).
+// CallerSteps: an epoch in an order the caller gave (CallerOrder, Loader::SetEpochSteps;
+// docs/ORDER.md §6), as the loader's pipeline sees it (StepSequence).
 // The steps are this rank's own and are taken as they are: no striping, no batching, no
 // padding. A resume starts `start` steps into them. Immutable; thread-safe.
 #pragma once
@@ -32,8 +32,7 @@ class CallerSteps final : public StepSequence {
   }
   // Position counts this rank's steps consumed (docs/ORDER.md §6).
   uint64_t PositionAfter(uint64_t k) const override { return start_ + k + 1; }
-  LoaderState::Bucketing bucketing() const override { return {}; }
-  uint64_t steps_digest() const override { return digest_; }
+  OrderCursor Cursor(uint64_t) const override { return CallerCursor{digest_}; }
 
  private:
   std::shared_ptr<const EpochSteps> steps_;

@@ -19,7 +19,15 @@ Result<std::unique_ptr<Loader>> FollowLoader::Make(const std::string& path,
                                                    const DatasetOptions& dataset_options,
                                                    DiagnosticsHooks hooks) {
   LoaderOptions given = options;
-  given.follow = true;
+  if (const GlobalOrder* g = options.order.get<GlobalOrder>()) {
+    given.order = FollowOrder{g->shuffle, g->seed, kDefaultShuffleWindow, g->version};
+  } else if (options.order.kind() != OrderKind::kFollow) {
+    return Status::InvalidArgument(
+        "Loader option 'order' is " + options.order.Describe() +
+        ", which does not apply to follow mode: its first epoch serves the samples as they "
+        "arrive (docs/ORDER.md §7); use the follow order (Python: order=Order.follow(...), or "
+        "follow=True with shuffle, seed and shuffle_window)");
+  }
   LIBSHARD_ASSIGN_OR_RETURN(LoaderOptions resolved, ResolveLoaderOptions(given));
   std::unique_ptr<FollowLoader> loader(
       new FollowLoader(path, std::move(resolved), dataset_options, std::move(hooks)));
@@ -49,12 +57,14 @@ FollowLoader::~FollowLoader() {
 }
 
 Status FollowLoader::Init() {
+  LIBSHARD_ASSIGN_OR_RETURN(factory_,
+                            StepFactory::Make(nullptr, options_, nullptr, ProcessEnvironment()));
   LIBSHARD_ASSIGN_OR_RETURN(follower_, DatasetFollower::Open(path_, dataset_options_));
   progress_ = follower_->progress();
   last_arrival_ = clock_->Now();
   next_warning_ = options_.slow_wait_warning_seconds;
   const std::optional<LoaderState>& resume = options_.resume;
-  if (resume && resume->follow_window == 0) {
+  if (resume && resume->kind() != OrderKind::kFollow) {
     // A state of a later epoch: the dataset was complete when it was saved.
     if (!progress_.complete)
       return Status::InvalidArgument(
@@ -65,38 +75,27 @@ Status FollowLoader::Init() {
     return StartCompleteEpoch(options_);
   }
   if (resume) {
-    StartFollowEpoch(resume->epoch, resume->seed, resume->follow_window, resume->position,
-                     resume->skipped);
+    StartFollowEpoch(resume->epoch, resume->position, resume->skipped);
   } else {
-    StartFollowEpoch(options_.epoch, options_.seed, options_.shuffle_window, 0, {});
+    StartFollowEpoch(options_.epoch, 0, {});
   }
   return Status::OK();
 }
 
-void FollowLoader::StartFollowEpoch(uint64_t epoch, uint64_t seed, uint64_t window,
-                                    uint64_t position, std::vector<uint64_t> skipped) {
-  FollowPlan plan;
-  plan.shuffle = options_.shuffle;
-  plan.seed = seed;
-  plan.epoch = epoch;
-  plan.window = std::max<uint64_t>(window, 1);
-  plan.rank = options_.rank;
-  plan.world_size = options_.world_size;
-  plan.batch = std::max<uint64_t>(options_.batch_size, 1);
-  plan.drop_last = options_.drop_last;
-  plan.start_position = position;
-  order_.emplace(plan);
+void FollowLoader::StartFollowEpoch(uint64_t epoch, uint64_t position,
+                                    std::vector<uint64_t> skipped) {
+  order_.emplace(factory_->FollowEpoch(epoch, position));
   following_ = true;
   follow_epoch_ = epoch;
+  follow_start_ = position;
   next_step_ = 0;
   epoch_over_ = false;
+  const FollowOrder& follow = *factory_->order().get<FollowOrder>();
   carried_ = LoaderState{};
-  carried_.seed = seed;
   carried_.epoch = epoch;
   carried_.position = position;
   carried_.skipped = std::move(skipped);
-  carried_.order = options_.resume ? options_.resume->order : options_.order;
-  carried_.follow_window = plan.window;
+  carried_.cursor = FollowCursor{follow.seed, follow.version, order_->plan().window};
   ReplaceInner(nullptr);
 }
 
@@ -157,9 +156,12 @@ Result<bool> FollowLoader::StartSnapshot() {
   for (int attempt = 0; attempt < 3; ++attempt) {
     Result<std::shared_ptr<Dataset>> snapshot = follower_->Snapshot();
     if (!snapshot.ok()) return snapshot.status();
-    auto steps = std::make_shared<FollowSteps>(*order_, next_step_, arrived, complete);
+    LIBSHARD_ASSIGN_OR_RETURN(
+        std::shared_ptr<const StepSequence> steps,
+        factory_->Steps({.epoch = *follow_epoch_,
+                         .snapshot = {follow_start_, next_step_, arrived, complete}}));
     LoaderOptions inner_options = options_;
-    inner_options.follow = false;
+    inner_options.order = factory_->order().get<FollowOrder>()->later();
     inner_options.resume.reset();
     inner_options.bucket_window = 0;  // ORDER.md §7.2: from the next epoch on
     inner_options.max_tokens = 0;
@@ -206,8 +208,7 @@ Result<std::optional<Batch>> FollowLoader::NextFollowed() {
     Loader* inner = inner_.get();  // replaced only on this thread
     if (inner != nullptr) {
       Result<std::optional<Batch>> r = inner->Next();
-      carried_ = inner->state();
-      carried_.follow_window = order_->plan().window;
+      carried_ = inner->state();  // FollowSteps' states: the follow epoch's cursor
       if (!r.ok() || r->has_value()) return r;
       ReplaceInner(nullptr);  // its steps are served
       next_step_ = inner_end_;
@@ -260,8 +261,8 @@ Status FollowLoader::StartCompleteEpoch(LoaderOptions options) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!stopped_) clock_->WaitFor(stop_cv_, lock, std::chrono::milliseconds(kFollowPollMs));
   }
-  options.follow = false;
-  if (options.resume) options.resume->follow_window = 0;
+  // The epochs after the follow epoch: the global order of the complete dataset.
+  options.order = factory_->order().get<FollowOrder>()->later();
   LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Loader> inner,
                             StreamingLoader::Make(complete_, options, hooks_));
   following_ = false;
@@ -275,8 +276,7 @@ Status FollowLoader::SetEpoch(uint64_t epoch) {
     if (stopped_) return Status::Aborted("the loader was stopped (Loader::Stop)");
   }
   if (follow_epoch_ && epoch == *follow_epoch_) {
-    StartFollowEpoch(epoch, carried_.seed, order_ ? order_->plan().window : options_.shuffle_window,
-                     0, {});
+    StartFollowEpoch(epoch, 0, {});
     return Status::OK();
   }
   if (!progress_.complete) {
@@ -290,9 +290,7 @@ Status FollowLoader::SetEpoch(uint64_t epoch) {
         "dataset: finish the follow epoch first (it ends when the writer closes the dataset)");
   if (!following_ && inner_ != nullptr) return inner_->SetEpoch(epoch);
   LoaderOptions options = options_;
-  options.resume.reset();
-  options.seed = carried_.seed;
-  options.order = carried_.order;
+  options.resume.reset();  // the resumed seed and version are the factory's order's
   options.epoch = epoch;
   return StartCompleteEpoch(std::move(options));
 }
@@ -310,7 +308,7 @@ uint64_t FollowLoader::batches_per_epoch() const {
   const FollowPlan& plan = order_->plan();
   FollowPlan from0 = plan;
   from0.start_position = 0;
-  return FollowOrder(from0).KnownSteps(progress_.samples, false);
+  return FollowSequence(from0).KnownSteps(progress_.samples, false);
 }
 
 bool FollowLoader::batches_per_epoch_known() const {

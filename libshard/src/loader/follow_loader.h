@@ -1,4 +1,4 @@
-// FollowLoader: the Loader of follow mode (LoaderOptions::follow, Loader::Follow): trains on a
+// FollowLoader: the Loader of follow mode (FollowOrder, Loader::Follow): trains on a
 // dataset while its writer still writes it (docs/FORMAT.md §6.1, docs/ORDER.md §7).
 //
 // The follow epoch runs as a series of StreamingLoaders, each over a snapshot of the followed
@@ -9,8 +9,8 @@
 // served and what it waits for, then at doubling intervals. The epoch ends when the stream is
 // complete and every step was served. Later epochs are one StreamingLoader over the complete
 // dataset (Dataset::Open of the path: one writer's dataset, or the parts' join), as Loader::Create
-// makes them. Resume (LoaderOptions::resume) continues the follow epoch when the state has a
-// follow_window, else a later epoch of the complete dataset.
+// makes them. Resume (LoaderOptions::resume) continues the follow epoch from a FollowCursor
+// state, else a later epoch of the complete dataset.
 //
 // Thread-safety as Loader: Next, SetEpoch and state on the consumer's thread; stats, Stop and
 // batches_per_epoch from any thread (`mu_` guards what they read).
@@ -26,6 +26,7 @@
 #include "libshard/loader.h"
 #include "loader/diagnostics.h"
 #include "loader/follow_order.h"
+#include "loader/step_factory.h"
 
 namespace libshard {
 
@@ -53,8 +54,7 @@ class FollowLoader final : public Loader {
                DiagnosticsHooks hooks);
   Status Init();
   // Starts the follow epoch `epoch` at position `position` with `skipped` (a resume's, or empty).
-  void StartFollowEpoch(uint64_t epoch, uint64_t seed, uint64_t window, uint64_t position,
-                        std::vector<uint64_t> skipped);
+  void StartFollowEpoch(uint64_t epoch, uint64_t position, std::vector<uint64_t> skipped);
   // The follow epoch's Next.
   Result<std::optional<Batch>> NextFollowed();
   // A StreamingLoader over a new snapshot for the steps it decides from the next one on; false
@@ -79,11 +79,15 @@ class FollowLoader final : public Loader {
   std::shared_ptr<const LoaderClock> clock_;
   LogSink log_;
   std::unique_ptr<DatasetFollower> follower_;
+  // The follow order's epochs (the follow epoch's snapshots' steps) and what a resume decided of
+  // it (seed, version, shuffle window).
+  std::unique_ptr<StepFactory> factory_;
 
   // The follow epoch (consumer thread only).
   bool following_ = false;           // the current epoch is the follow epoch
   std::optional<uint64_t> follow_epoch_;  // which epoch that is (unknown after a later resume)
-  std::optional<FollowOrder> order_;
+  std::optional<FollowSequence> order_;
+  uint64_t follow_start_ = 0;        // the follow epoch's start position (a resume's, or 0)
   uint64_t next_step_ = 0;           // the follow epoch's next step (of this rank)
   uint64_t inner_end_ = 0;           // the step after the last one `inner_` serves
   LoaderState carried_;              // the state between StreamingLoaders of the follow epoch

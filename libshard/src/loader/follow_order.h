@@ -20,7 +20,7 @@ struct FollowPlan {
   bool shuffle = true;
   uint64_t seed = 0;
   uint64_t epoch = 0;
-  uint64_t window = 1;  // M >= 1 (LoaderOptions::shuffle_window, LoaderState::follow_window)
+  uint64_t window = 1;  // M >= 1 (FollowOrder::shuffle_window, FollowCursor::window)
   uint64_t rank = 0;
   uint64_t world_size = 1;
   uint64_t batch = 1;   // samples per unit: batch_size, 1 for single samples
@@ -29,9 +29,9 @@ struct FollowPlan {
 };
 
 // ORDER.md §7.1's windows and S, §7.2's steps, for one rank.
-class FollowOrder {
+class FollowSequence {
  public:
-  explicit FollowOrder(const FollowPlan& plan) : plan_(plan) {}
+  explicit FollowSequence(const FollowPlan& plan) : plan_(plan) {}
 
   // Window w: its first position b_w and its capacity c_w = min(M, 2^w).
   uint64_t WindowStart(uint64_t w) const;
@@ -66,12 +66,14 @@ class FollowOrder {
   FollowPlan plan_;
 };
 
-// Steps [first, end) of a FollowOrder, as far as one snapshot of the followed dataset decides
+// Steps [first, end) of a FollowSequence, as far as one snapshot of the followed dataset decides
 // them (`arrived` samples, all of them when `complete`): the StepSequence of one of the follow
-// epoch's StreamingLoaders (loader/follow_loader.h). Its step j is the order's step first + j.
+// epoch's StreamingLoaders (loader/follow_loader.h), made by StepFactory. Its step j is the
+// order's step first + j; its states carry `cursor`.
 class FollowSteps final : public StepSequence {
  public:
-  FollowSteps(FollowOrder order, uint64_t first, uint64_t arrived, bool complete);
+  FollowSteps(FollowSequence order, uint64_t first, uint64_t arrived, bool complete,
+              FollowCursor cursor);
 
   uint64_t steps() const override { return end_ - first_; }
   // The epoch's steps from position 0 once complete; the steps known so far otherwise.
@@ -79,10 +81,11 @@ class FollowSteps final : public StepSequence {
   uint64_t StepSize(uint64_t j) const override;
   void AppendStepSamples(uint64_t j, std::vector<uint64_t>* out) const override;
   uint64_t PositionAfter(uint64_t j) const override;
-  LoaderState::Bucketing bucketing() const override { return {}; }
+  OrderCursor Cursor(uint64_t) const override { return cursor_; }
 
  private:
-  FollowOrder order_;
+  FollowSequence order_;
+  FollowCursor cursor_;
   uint64_t first_;
   uint64_t end_;
   uint64_t arrived_;

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "libshard/loader.h"
+#include "loader/order.h"  // ResumedOrder
 #include "loader/order_random.h"
 
 namespace libshard {
@@ -117,9 +118,10 @@ Result<std::vector<NodeShare>> SummarizeNodeShares(const Dataset& dataset,
     return Status::InvalidArgument("the cache block size must be a positive multiple of 4096, "
                                    "got " + std::to_string(block_bytes));
   LIBSHARD_ASSIGN_OR_RETURN(const std::vector<SampleSpan> spans, DatasetSpans(dataset));
-  const uint64_t seed = options.resume ? options.resume->seed : options.seed;
-  LIBSHARD_ASSIGN_OR_RETURN(const NodeAssignment a,
-                            AssignToNodes(spans, seed, nodes, options.shuffle, block_bytes));
+  const Order order = ResumedOrder(options.order, options.resume ? &*options.resume : nullptr);
+  LIBSHARD_ASSIGN_OR_RETURN(
+      const NodeAssignment a,
+      AssignToNodes(spans, order.seed(), nodes, order.shuffle(), block_bytes));
   std::vector<NodeShare> out(nodes);
   for (uint32_t k = 0; k < nodes; ++k)
     out[k] = {a.samples[k]->size(), a.stored_bytes[k], a.cached_bytes[k]};

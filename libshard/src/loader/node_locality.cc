@@ -6,7 +6,8 @@
 namespace libshard {
 
 bool NodeLocality::Needed(const LoaderOptions& options) {
-  return options.locality == Locality::kNode || (options.resume && options.resume->order == 3);
+  return options.order.kind() == OrderKind::kNodeLocal ||
+         (options.resume && options.resume->kind() == OrderKind::kNodeLocal);
 }
 
 Result<std::unique_ptr<NodeLocality>> NodeLocality::Make(const Dataset& dataset,
@@ -19,19 +20,21 @@ Result<std::unique_ptr<NodeLocality>> NodeLocality::Make(const Dataset& dataset,
 Result<std::unique_ptr<NodeLocality>> NodeLocality::MakeFromSpans(
     std::vector<SampleSpan> spans, const LoaderOptions& options, const Environment& environment) {
   std::unique_ptr<NodeLocality> n(new NodeLocality());
-  n->node_local_ = options.locality == Locality::kNode;
+  const Order order = ResumedOrder(options.order, options.resume ? &*options.resume : nullptr);
+  const NodeLocalOrder* node_local = order.get<NodeLocalOrder>();
+  n->node_local_ = node_local != nullptr;
   n->spans_ = std::move(spans);
-  if (n->node_local_) {
+  if (node_local != nullptr) {
     NodesRequest request;
-    if (options.nodes > 0) request.nodes = options.nodes;
-    if (options.node_rank != kAutoNodeRank) request.node_rank = options.node_rank;
+    if (node_local->nodes > 0) request.nodes = node_local->nodes;
+    if (node_local->node_rank != kAutoNodeRank) request.node_rank = node_local->node_rank;
+    const OrderRanks ranks = OrderRanksOf(options);
     LIBSHARD_ASSIGN_OR_RETURN(n->nodes_,
-                              ResolveNodes(options.rank, options.world_size, request, environment));
-    const uint64_t seed = options.resume ? options.resume->seed : options.seed;
-    n->seed_ = seed;
-    n->shuffle_ = options.shuffle;
-    LIBSHARD_ASSIGN_OR_RETURN(n->current_, n->AssignmentFor(n->nodes_.nodes, seed,
-                                                            options.shuffle));
+                              ResolveNodes(ranks.rank, ranks.world_size, request, environment));
+    n->seed_ = node_local->seed;
+    n->shuffle_ = node_local->shuffle;
+    LIBSHARD_ASSIGN_OR_RETURN(n->current_,
+                              n->AssignmentFor(n->nodes_.nodes, n->seed_, n->shuffle_));
   }
   return n;
 }
@@ -52,16 +55,18 @@ Result<uint64_t> NodeLocality::NodeCachedBytes(uint64_t block) const {
 }
 
 bool NodeLocality::ContinuesOnSameNodes(const LoaderState& state) const {
-  return node_local_ && state.order == 3 && state.locality.nodes == nodes_.nodes &&
-         state.locality.local_world_size == nodes_.local_world_size;
+  const NodeLocalCursor* c = state.get<NodeLocalCursor>();
+  return node_local_ && c != nullptr && c->progress.nodes == nodes_.nodes &&
+         c->progress.local_world_size == nodes_.local_world_size;
 }
 
 Result<std::shared_ptr<const StepSequence>> NodeLocality::EpochSteps(
     const PlanOptions& plan, const LoaderState* resume,
     const std::shared_ptr<const std::vector<uint64_t>>& lengths) {
-  if (resume != nullptr && resume->order == 3 && resume->position > 0) {
+  const NodeLocalCursor* cursor = resume != nullptr ? resume->get<NodeLocalCursor>() : nullptr;
+  if (cursor != nullptr && resume->position > 0) {
     // §5.4: the interrupted epoch, as it was planned on its own nodes.
-    const LoaderState::Locality& saved = resume->locality;
+    const NodeProgress& saved = cursor->progress;
     LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const NodeAssignment> old,
                               AssignmentFor(saved.nodes, plan.seed, plan.shuffle));
     LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const NodeLocalEpoch> epoch,
@@ -89,7 +94,7 @@ Result<std::shared_ptr<const StepSequence>> NodeLocality::EpochSteps(
                                                    lengths, plan));
     return std::shared_ptr<const StepSequence>(std::move(rest));
   }
-  if (resume != nullptr && resume->order != 3 && resume->position > 0)
+  if (resume != nullptr && cursor == nullptr && resume->position > 0)
     return std::shared_ptr<const StepSequence>();  // §5.4: a v1/v2 epoch ends in its own order
   if (!node_local_) return std::shared_ptr<const StepSequence>();
   LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const NodeAssignment> assignment,

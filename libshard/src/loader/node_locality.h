@@ -23,8 +23,9 @@ namespace libshard {
 
 class NodeLocality {
  public:
-  // Needed when options.locality is kNode, or options.resume is an order version 3 state (whose
-  // epoch must end in its own order). `environment`: the launcher's variables (ResolveNodes).
+  // Needed when options.order is a NodeLocalOrder, or options.resume is a state of a node-local
+  // epoch (whose epoch must end in its own order). `environment`: the launcher's variables
+  // (ResolveNodes).
   static bool Needed(const LoaderOptions& options);
   static Result<std::unique_ptr<NodeLocality>> Make(const Dataset& dataset,
                                                     const LoaderOptions& options,
@@ -41,8 +42,9 @@ class NodeLocality {
       const PlanOptions& plan, const LoaderState* resume,
       const std::shared_ptr<const std::vector<uint64_t>>& lengths);
 
-  // Whether a resume from `state` continues each node where it was (same nodes and ranks per
-  // node): then the state's length-aware batching must be the loader's too.
+  // Whether a resume from `state` continues each node where it was (a node-local loader, a state
+  // of a node-local epoch on the same nodes and ranks per node): then the state's length-aware
+  // batching must be the loader's too.
   bool ContinuesOnSameNodes(const LoaderState& state) const;
   const Nodes& nodes() const { return nodes_; }
   // The samples each node reads with this loader's node count (kNode only).
@@ -56,7 +58,7 @@ class NodeLocality {
   Result<std::shared_ptr<const NodeAssignment>> AssignmentFor(uint32_t nodes, uint64_t seed,
                                                               bool shuffle);
 
-  bool node_local_ = false;  // options.locality == kNode
+  bool node_local_ = false;  // options.order is a NodeLocalOrder
   uint64_t seed_ = 0;        // of the assignment (the state's when resumed)
   bool shuffle_ = true;
   Nodes nodes_;

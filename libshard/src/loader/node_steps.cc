@@ -45,6 +45,7 @@ Result<std::shared_ptr<const NodeLocalEpoch>> NodeLocalEpoch::Make(
   }
   auto epoch = std::shared_ptr<NodeLocalEpoch>(new NodeLocalEpoch());
   epoch->assignment_ = std::move(assignment);
+  epoch->seed_ = base.seed;
   epoch->local_world_size_ = local_world_size;
   PlanOptions node = base;
   node.rank = 0;
@@ -122,13 +123,13 @@ uint64_t NodeLocalSteps::PositionAfter(uint64_t k) const {
   return epoch_->Position(start_ + k + 1);
 }
 
-void NodeLocalSteps::AmendState(uint64_t consumed, LoaderState* state) const {
-  state->order = 3;
-  state->locality = {epoch_->nodes(), epoch_->local_world_size(), start_ + consumed};
+OrderCursor NodeLocalSteps::Cursor(uint64_t consumed) const {
+  return NodeLocalCursor{epoch_->seed(), epoch_->bucketing(),
+                         {epoch_->nodes(), epoch_->local_world_size(), start_ + consumed}};
 }
 
 Result<std::shared_ptr<const RemainderSteps>> RemainderSteps::Make(
-    const NodeLocalEpoch& interrupted, const LoaderState::Locality& saved, uint64_t offset,
+    const NodeLocalEpoch& interrupted, const NodeProgress& saved, uint64_t offset,
     const std::shared_ptr<const std::vector<uint64_t>>& lengths, PlanOptions plan) {
   auto rest = std::make_shared<std::vector<uint64_t>>();
   uint64_t base = 0;
@@ -164,6 +165,7 @@ Result<std::shared_ptr<const RemainderSteps>> RemainderSteps::Make(
   steps->rest_ = std::move(rest);
   steps->base_ = base;
   steps->total_ = total;
+  steps->seed_ = interrupted.seed();
   steps->saved_ = saved;
   return std::shared_ptr<const RemainderSteps>(std::move(steps));
 }
@@ -174,10 +176,8 @@ void RemainderSteps::AppendStepSamples(uint64_t k, std::vector<uint64_t>* out) c
   for (size_t i = first; i < out->size(); ++i) (*out)[i] = (*rest_)[(*out)[i]];
 }
 
-void RemainderSteps::AmendState(uint64_t consumed, LoaderState* state) const {
-  (void)consumed;
-  state->order = 3;
-  state->locality = saved_;
+OrderCursor RemainderSteps::Cursor(uint64_t) const {
+  return NodeLocalCursor{seed_, {}, saved_};  // R has no §2a
 }
 
 }  // namespace libshard

@@ -55,11 +55,15 @@ class NodeLocalEpoch {
   uint64_t NodeEnd(uint32_t node) const;
   // Q_k[i] (or S_k[i] under §2a): the dataset index at position i of node k's sequence.
   uint64_t SampleAt(uint32_t node, uint64_t i) const;
-  LoaderState::Bucketing bucketing() const { return BucketingOf(plans_.front().options()); }
+  EpochBucketing bucketing() const {
+    return plans_.empty() ? EpochBucketing{} : BucketingOf(plans_.front().options());
+  }
+  uint64_t seed() const { return seed_; }  // the order's (base.seed), not a node's
 
  private:
   NodeLocalEpoch() = default;
   std::shared_ptr<const NodeAssignment> assignment_;
+  uint64_t seed_ = 0;
   uint32_t local_world_size_ = 1;
   uint64_t steps_ = 0;
   std::vector<EpochPlan> plans_;  // node k's plan (local rank 0), S steps, over [0, n_k)
@@ -75,8 +79,8 @@ class NodeLocalSteps final : public StepSequence {
   uint64_t StepSize(uint64_t k) const override;
   void AppendStepSamples(uint64_t k, std::vector<uint64_t>* out) const override;
   uint64_t PositionAfter(uint64_t k) const override;
-  LoaderState::Bucketing bucketing() const override { return epoch_->bucketing(); }
-  void AmendState(uint64_t consumed, LoaderState* state) const override;
+  // Order version 3 with (K, L, the steps every rank took): §5.4.
+  OrderCursor Cursor(uint64_t consumed) const override;
 
  private:
   std::shared_ptr<const NodeLocalEpoch> epoch_;
@@ -87,12 +91,12 @@ class NodeLocalSteps final : public StepSequence {
 
 // §5.4: the samples an interrupted node-local epoch had still to serve, R, cut into units by §2
 // and striped over `plan.world_size` ranks by §3 from `offset` (plan.start_position is ignored;
-// plan.shuffle and bucket_window are off for R). `saved`: the interrupted epoch's locality, kept
-// in every state until the epoch ends.
+// plan.shuffle and bucket_window are off for R). `saved`: the interrupted epoch's node progress,
+// kept in every state until the epoch ends.
 class RemainderSteps final : public StepSequence {
  public:
   static Result<std::shared_ptr<const RemainderSteps>> Make(
-      const NodeLocalEpoch& interrupted, const LoaderState::Locality& saved, uint64_t offset,
+      const NodeLocalEpoch& interrupted, const NodeProgress& saved, uint64_t offset,
       const std::shared_ptr<const std::vector<uint64_t>>& lengths, PlanOptions plan);
   uint64_t steps() const override { return plan_.batches_for_rank(); }
   uint64_t epoch_steps() const override { return plan_.epoch_batches_for_rank(); }
@@ -102,8 +106,7 @@ class RemainderSteps final : public StepSequence {
   uint64_t PositionAfter(uint64_t k) const override {
     return k + 1 >= plan_.batches_for_rank() ? total_ : base_ + plan_.PositionAfter(k);
   }
-  LoaderState::Bucketing bucketing() const override { return {}; }
-  void AmendState(uint64_t consumed, LoaderState* state) const override;
+  OrderCursor Cursor(uint64_t consumed) const override;
   uint64_t size() const { return rest_->size(); }
 
  private:
@@ -112,7 +115,8 @@ class RemainderSteps final : public StepSequence {
   std::shared_ptr<const std::vector<uint64_t>> rest_;  // R
   uint64_t base_ = 0;                                   // Σ_k P_k(s)
   uint64_t total_ = 0;                                  // the dataset's samples, N
-  LoaderState::Locality saved_;
+  uint64_t seed_ = 0;                                   // the order's
+  NodeProgress saved_;
 };
 
 }  // namespace libshard

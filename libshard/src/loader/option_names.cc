@@ -67,10 +67,4 @@ Result<OversizedSample> ParseOversizedSample(std::string_view name) {
   return NotOneOf(name, "batch, error");
 }
 
-Result<Locality> ParseLocality(std::string_view name) {
-  if (name == "global") return Locality::kGlobal;
-  if (name == "node") return Locality::kNode;
-  return NotOneOf(name, "global, node");
-}
-
 }  // namespace libshard

@@ -11,6 +11,8 @@
 
 #include "libshard/loader.h"
 #include "libshard/option_rows.h"
+#include "loader/order_options.h"
+#include "loader/step_factory.h"  // CheckResumeFits
 
 namespace libshard {
 namespace {
@@ -94,17 +96,26 @@ Status SetPinMemory(LoaderOptions& o, const OptionValue& v, std::string_view spe
   return Status::OK();
 }
 
-// None: from the launcher's variables, else from the rank (kAutoNodeRank).
-Status SetNodeRank(LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
+// A row of the group "order" (loader/order_options.h): its value changes the current order.
+Status SetOrder(LoaderOptions& o, const OptionValue& v, std::string_view spelled,
+                std::string_view name) {
+  (void)spelled;
+  LIBSHARD_ASSIGN_OR_RETURN(o.order, MakeOrder(o.order, {OptionEntry{std::string(name), v}}));
+  return Status::OK();
+}
+
+// A state's encoding (EncodeLoaderState); None: start afresh.
+Status SetResume(LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
   if (v.kind == Kind::kNone) {
-    o.node_rank = kAutoNodeRank;
+    o.resume.reset();
     return Status::OK();
   }
-  uint64_t x = 0;
-  LIBSHARD_RETURN_IF_ERROR(option_table::ToCount(kWhat, spelled, v, 0, kAutoNodeRank - 1, "",
-                                                 "this process's node, 0 <= node_rank < nodes",
-                                                 &x));
-  o.node_rank = static_cast<uint32_t>(x);
+  if (v.kind != Kind::kText)
+    return option_table::Bad(kWhat, spelled,
+                             "must be a state's encoding (the text of EncodeLoaderState; in "
+                             "Python, load_state_dict takes the dict), got " + v.Describe());
+  LIBSHARD_ASSIGN_OR_RETURN(LoaderState state, DecodeLoaderState(v.text));
+  o.resume = std::move(state);
   return Status::OK();
 }
 
@@ -122,6 +133,23 @@ Spec Custom(std::string_view name, std::string_view member, OptionType type,
   return s;
 }
 
+// A flat spelling of the order of earlier releases (group "order").
+Spec OrderRow(std::string_view name, OptionType type, std::string_view py_type,
+              std::string_view default_value, std::string_view doc) {
+  Spec s;
+  s.name = name;
+  s.member = "order";
+  s.type = type;
+  s.py_type = py_type;
+  s.default_value = default_value;
+  s.group = "order";
+  s.doc = doc;
+  s.set = [name](LoaderOptions& o, const OptionValue& v, std::string_view spelled) {
+    return SetOrder(o, v, spelled, name);
+  };
+  return s;
+}
+
 std::vector<Spec> MakeSpecs() {
   using O = LoaderOptions;
   using option_rows::Bool;
@@ -131,11 +159,62 @@ std::vector<Spec> MakeSpecs() {
   using option_rows::Member;
   using option_rows::Number;
   std::vector<Spec> t;
-  // Order.
-  t.push_back(Bool<O>(kWhat, "shuffle", "shuffle", Member<&O::shuffle>, "True",
-                      "shuffle the order (False: dataset order)"));
-  t.push_back(Count<O>(kWhat, "seed", "seed", Member<&O::seed>, "0", 0, UINT64_MAX, "",
-                       "the shuffle's seed"));
+  // Order: the group "order" (libshard/order.h, loader/order_options.h) ...
+  {
+    Spec s = OrderRow("order", OptionType::kGroup, "Union[int, OrderOptions, None]", "None",
+                      "the order: a group {kind, and its settings} (Python: libshard.Order), or "
+                      "the shuffled order's version 1 or 2; None: shuffled, seed 0, version 2");
+    s.min = kOrderV1;
+    s.max = kOrderV2;
+    s.choices = {"shuffled", "unshuffled", "node_local", "caller", "follow"};
+    t.push_back(std::move(s));
+  }
+  // ... and its flat spellings of earlier releases.
+  // Their default None is "not given": the order's own (shuffled, seed 0, global, window 4096).
+  t.push_back(OrderRow("shuffle", OptionType::kBool, "Optional[bool]", "None",
+                       "shuffle the order (False: dataset order; None: True)"));
+  {
+    Spec s = OrderRow("seed", OptionType::kCount, "Optional[int]", "None",
+                      "the shuffle's seed (None: 0)");
+    s.max = UINT64_MAX;
+    t.push_back(std::move(s));
+  }
+  {
+    Spec s = OrderRow("locality", OptionType::kChoice, "Optional[str]", "None",
+                      "global (None): each epoch spread over all ranks; node: each node reads its "
+                      "own share of the dataset every epoch (order version 3)");
+    s.choices = {"global", "node"};
+    t.push_back(std::move(s));
+  }
+  {
+    Spec s = OrderRow("nodes", OptionType::kCount, "Optional[int]", "None",
+                      "locality='node': the number of nodes");
+    s.min = 1;
+    s.max = UINT32_MAX;
+    s.unset = "from the launcher";
+    t.push_back(std::move(s));
+  }
+  {
+    Spec s = OrderRow("node_rank", OptionType::kCount, "Optional[int]", "None",
+                      "locality='node': this process's node (None: from the launcher, else "
+                      "rank / ranks per node)");
+    s.max = kAutoNodeRank - 1;
+    s.unset = "from the launcher";
+    t.push_back(std::move(s));
+  }
+  t.push_back(OrderRow("caller_order", OptionType::kBool, "bool", "False",
+                       "the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler)"));
+  t.push_back(OrderRow("follow", OptionType::kBool, "bool", "False",
+                       "serve the dataset while its writer writes it (Loader(path, follow=True))"));
+  {
+    Spec s = OrderRow("shuffle_window", OptionType::kCount, "Optional[int]", "None",
+                      "follow mode: arrivals shuffled within windows growing to this many "
+                      "(None: 4096)");
+    s.min = 1;
+    s.max = kMaxLoaderShuffleWindow;
+    t.push_back(std::move(s));
+  }
+  // Where the order is and what it is spread over.
   t.push_back(Count<O>(kWhat, "epoch", "epoch", Member<&O::epoch>, "0", 0, UINT64_MAX, "",
                        "the epoch to start with"));
   t.push_back(Count<O>(kWhat, "rank", "rank", Member<&O::rank>, "0", 0, UINT32_MAX - 1, "",
@@ -144,31 +223,10 @@ std::vector<Spec> MakeSpecs() {
                        UINT32_MAX, "", "ranks sharing each epoch"));
   t.push_back(Bool<O>(kWhat, "drop_last", "drop_last", Member<&O::drop_last>, "False",
                       "drop the epoch's tail instead of wrapping around"));
-  t.push_back(Count<O>(kWhat, "order", "order", Member<&O::order>, "2", 1, 2, "",
-                       "the shuffle's order version: 2, O(1) per position; 1, the order of "
-                       "libshard before order versions"));
-  t.push_back(Choice<O>(kWhat, "locality", "locality", Member<&O::locality>, ParseLocality,
-                        "'global'", {"global", "node"}, std::nullopt,
-                        "global: each epoch spread over all ranks; node: each node reads its own "
-                        "share of the dataset every epoch (order version 3)"));
-  t.push_back(Count<O>(kWhat, "nodes", "nodes", Member<&O::nodes>, "None", 1, UINT32_MAX,
-                       "from the launcher", "locality='node': the number of nodes"));
-  {
-    Spec s = Custom("node_rank", "node_rank", OptionType::kCount, "Optional[int]", "None",
-                    "locality='node': this process's node (None: from the launcher, else "
-                    "rank / ranks per node)",
-                    SetNodeRank);
-    s.max = kAutoNodeRank - 1;
-    s.unset = "from the launcher";
-    s.get = [](const LoaderOptions& o) {
-      return o.node_rank == kAutoNodeRank ? 0 : uint64_t{o.node_rank};
-    };
-    t.push_back(std::move(s));
-  }
-  t.push_back(Bool<O>(kWhat, "caller_order", "caller_order", Member<&O::caller_order>, "False",
-                      "the caller gives each epoch's steps (Loader.set_epoch_steps; a sampler)"));
-  t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[Dict[str, Any]]", "None",
-                     "a state() to continue from (overrides seed, epoch and order)", nullptr));
+  t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[str]", "None",
+                     "a state's encoding to continue from (EncodeLoaderState; its epoch, "
+                     "position and order's seed and version win)",
+                     SetResume));
   // What to read.
   t.push_back(Custom("fields", "fields", OptionType::kNames, "Optional[List[str]]", "None",
                      "read only these fields (None: every field)", SetFields));
@@ -266,12 +324,6 @@ std::vector<Spec> MakeSpecs() {
   t.push_back(Number<O>(kWhat, "stats_interval_seconds", "stats_interval_seconds",
                         Member<&O::stats_interval_seconds>, "0.0", true,
                         "periodic stats lines every this many seconds; 0 turns them off"));
-  // Follow mode (docs/ORDER.md §7).
-  t.push_back(Bool<O>(kWhat, "follow", "follow", Member<&O::follow>, "False",
-                      "serve the dataset while its writer writes it (Loader(path, follow=True))"));
-  t.push_back(Count<O>(kWhat, "shuffle_window", "shuffle_window", Member<&O::shuffle_window>,
-                       "4096", 1, kMaxLoaderShuffleWindow, "",
-                       "follow mode: arrivals shuffled within windows growing to this many"));
   return t;
 }
 
@@ -291,6 +343,22 @@ const OptionTable<LoaderOptions>& LoaderOptionTable() {
   return *table;
 }
 
+Result<LoaderOptions> LoaderOptionsFrom(const std::vector<OptionEntry>& given) {
+  const OptionTable<LoaderOptions>& table = LoaderOptionTable();
+  LoaderOptions o;
+  std::vector<OptionEntry> order;
+  for (const OptionEntry& e : given) {
+    const OptionSpec<LoaderOptions>* row = table.Find(e.name);
+    if (row != nullptr && row->group == "order") {
+      order.push_back({std::string(row->name), e.value});
+      continue;
+    }
+    LIBSHARD_RETURN_IF_ERROR(table.Set(o, e.name, e.value));
+  }
+  LIBSHARD_ASSIGN_OR_RETURN(o.order, MakeOrder(o.order, order));
+  return o;
+}
+
 uint32_t AutoWorkerThreads(const Dataset& dataset, const LoaderOptions& options) {
   if (options.worker_threads > 0) return options.worker_threads;
   // Stored compressed (field codecs, fp8, or zstd that paid off): decoding scales with the
@@ -306,57 +374,23 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
   // Counts and byte sizes against the table's bounds (threads are started one per worker: an
   // unbounded count would exhaust the process's threads seconds later instead of failing now).
   LIBSHARD_RETURN_IF_ERROR(LoaderOptionTable().CheckBounds(o));
-  if (o.follow && o.max_tokens > 0)
+  LIBSHARD_RETURN_IF_ERROR(ValidateOrder(o.order));
+  if (o.resume) {
+    LIBSHARD_RETURN_IF_ERROR(ValidateLoaderState(*o.resume));
+    LIBSHARD_RETURN_IF_ERROR(CheckResumeFits(o.order, *o.resume));
+  }
+  // What the order's kind leaves to the caller or to a later epoch.
+  if (o.order.kind() == OrderKind::kFollow && o.max_tokens > 0)
     return Bad("max_tokens", "does not apply to follow mode, whose first epoch is cut into "
                              "batch_size batches as samples arrive (docs/ORDER.md §7.2); use "
                              "batch_size, or max_tokens without follow once the dataset is "
                              "complete");
-  if (o.resume && o.resume->follow_window > kMaxLoaderShuffleWindow)
-    return Bad("resume.follow_window", "is " + std::to_string(o.resume->follow_window) +
-                                           ", above " + std::to_string(kMaxLoaderShuffleWindow) +
-                                           "; pass the state a Loader saved");
-  if (o.resume && o.resume->follow_window > 0 && !o.follow)
-    return Bad("resume", "is a state of the follow epoch of a dataset being written "
-                         "(follow_window " + std::to_string(o.resume->follow_window) +
-                         "): resume it with follow=True (Loader::Follow)");
-  if (o.follow && o.caller_order)
-    return Bad("follow", "does not apply with a caller's order (a sampler): follow mode orders "
-                         "the samples as they arrive (docs/ORDER.md §7); drop the sampler");
-  if (o.follow && o.locality == Locality::kNode)
-    return Bad("locality", "'node' does not apply to follow mode, whose first epoch serves the "
-                           "samples as they arrive (docs/ORDER.md §7); leave locality at 'global'");
-  if (o.resume && o.caller_order && o.resume->order != kOrderCaller)
-    return Bad("resume", "is a state of the loader's own order (order " +
-                             std::to_string(o.resume->order) +
-                             "), but this loader takes its order from the caller (a sampler); "
-                             "resume it with a loader without a sampler");
-  if (o.resume && !o.caller_order && o.resume->order == kOrderCaller)
-    return Bad("resume", "is a state of an order the caller gave (a sampler or batch sampler), "
-                         "but this loader has no sampler; resume it with the same sampler");
-  if (o.resume && !o.caller_order && o.resume->order > 3)
-    return Bad("resume.order", "is " + std::to_string(o.resume->order) +
-                                   ", not 1, 2 or 3: the state was saved by a newer libshard; "
-                                   "resume it with that version");
-  // An order version 3 state inside its epoch records its nodes, ranks per node and steps
-  // (docs/ORDER.md §5.4); one at the start of an epoch needs none.
-  if (o.resume && o.resume->order == 3 && o.resume->position > 0 &&
-      (o.resume->locality.nodes == 0 || o.resume->locality.local_world_size == 0))
-    return Bad("resume.locality", "is missing: an order version 3 state inside an epoch records "
-                                  "its nodes, ranks per node and steps; pass the whole state()");
-  if (o.resume && o.resume->order != 3 && o.resume->locality.nodes > 0)
-    return Bad("resume.locality", "is set, but only order version 3 states have one");
-  if (o.locality > Locality::kNode) return Bad("locality", "is not one of global, node");
-  if (o.locality == Locality::kNode && o.order == 1)
-    return Bad("order", "1 cannot be node-local: locality='node' is order version 3; leave "
-                        "order at its default");
-  if (o.caller_order && o.locality == Locality::kNode)
-    return Bad("locality", "'node' does not apply with a caller's order (a sampler): the sampler "
-                           "decides which samples each rank reads; leave locality at 'global'");
-  if (o.caller_order && (o.batch_size > 1 || o.max_tokens > 0 ||
-                         (o.bucket_window != kAutoBucketWindow && o.bucket_window > 0)))
+  if (o.order.kind() == OrderKind::kCaller &&
+      (o.batch_size > 1 || o.max_tokens > 0 ||
+       (o.bucket_window != kAutoBucketWindow && o.bucket_window > 0)))
     return Status::InvalidArgument(
-        "Loader option caller_order: the caller's steps are the batches, so batch_size > 1, "
-        "max_tokens and bucket_window do not apply (batch_size " +
+        "Loader options batch_size > 1, max_tokens and bucket_window do not apply to a caller's "
+        "order (a sampler, docs/ORDER.md §6): the caller's steps are the batches (batch_size " +
         std::to_string(o.batch_size) + ", max_tokens " + std::to_string(o.max_tokens) +
         "); batch in the sampler (a batch sampler) instead");
   if (o.batch_size > 1 && o.max_tokens > 0)
@@ -410,7 +444,8 @@ Result<LoaderOptions> ResolveLoaderOptions(const LoaderOptions& options) {
     o.token_budget = padded ? TokenBudget::kPadded : TokenBudget::kSum;
   if (o.bucket_window == kAutoBucketWindow) {
     const bool batched = o.max_tokens > 0 || o.batch_size > 1;
-    o.bucket_window = padded && batched && !o.caller_order ? kAutoBucketWindowSize : 0;
+    o.bucket_window =
+        padded && batched && o.order.kind() != OrderKind::kCaller ? kAutoBucketWindowSize : 0;
   }
   return o;
 }

@@ -1,11 +1,11 @@
 #include "loader/order.h"
 
-
 #include <algorithm>
 #include <array>
 #include <mutex>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -127,15 +127,37 @@ std::vector<uint64_t> EpochOrder(uint64_t n, uint64_t seed, uint64_t epoch, uint
   return out;
 }
 
-PlanOptions PlanOptionsFor(const LoaderOptions& options) {
+Order ResumedOrder(const Order& order, const LoaderState* resume) {
+  if (resume == nullptr || resume->kind() == OrderKind::kCaller) return order;
+  Order out = order;
+  const uint64_t seed = resume->seed();
+  // The version of the state's global order: a global state's, or the later epochs' of a
+  // follow state.
+  std::optional<uint32_t> version;
+  if (resume->kind() == OrderKind::kGlobal || resume->kind() == OrderKind::kFollow)
+    version = resume->order_version();
+  if (GlobalOrder* g = out.get<GlobalOrder>()) {
+    g->seed = seed;
+    if (version) g->version = *version;
+  } else if (NodeLocalOrder* n = out.get<NodeLocalOrder>()) {
+    n->seed = seed;
+  } else if (FollowOrder* f = out.get<FollowOrder>()) {
+    f->seed = seed;
+    if (version) f->version = *version;
+    if (const FollowCursor* c = resume->get<FollowCursor>()) f->shuffle_window = c->window;
+  }
+  return out;
+}
+
+OrderRanks OrderRanksOf(const LoaderOptions& options) {
+  return {options.rank, options.world_size};
+}
+
+PlanOptions PlanBase(const LoaderOptions& options) {
   PlanOptions plan;
-  plan.shuffle = options.shuffle;
-  plan.seed = options.resume ? options.resume->seed : options.seed;
-  plan.epoch = options.resume ? options.resume->epoch : options.epoch;
-  plan.start_position = options.resume ? options.resume->position : 0;
-  plan.order = options.resume ? options.resume->order : options.order;
-  plan.rank = options.rank;
-  plan.world_size = options.world_size;
+  const OrderRanks ranks = OrderRanksOf(options);
+  plan.rank = ranks.rank;
+  plan.world_size = ranks.world_size;
   plan.drop_last = options.drop_last;
   plan.batch_size = options.batch_size;
   plan.max_tokens = options.max_tokens;
@@ -144,15 +166,28 @@ PlanOptions PlanOptionsFor(const LoaderOptions& options) {
   plan.budget = options.token_budget == TokenBudget::kPadded ? TokenBudget::kPadded
                                                              : TokenBudget::kSum;
   plan.bucket_window = options.bucket_window == kAutoBucketWindow ? 0 : options.bucket_window;
+  return plan;
+}
+
+PlanOptions PlanOptionsFor(const LoaderOptions& options) {
+  const LoaderState* resume = options.resume ? &*options.resume : nullptr;
+  const Order order = ResumedOrder(options.order, resume);
+  PlanOptions plan = PlanBase(options);
+  plan.shuffle = order.shuffle();
+  plan.seed = order.seed();
+  if (const GlobalOrder* g = order.get<GlobalOrder>()) plan.order = g->version;
+  if (const FollowOrder* f = order.get<FollowOrder>()) plan.order = f->version;
+  plan.epoch = resume != nullptr ? resume->epoch : options.epoch;
+  plan.start_position = resume != nullptr ? resume->position : 0;
   // A resume inside an epoch whose sequence had no bucketing continues without it (section
-  // 2a; LoaderState::bucketing). One with bucketing has the same rule (Loader::Create checks).
-  if (options.resume && options.resume->position > 0 && options.resume->bucketing.window == 0)
+  // 2a; LoaderState::bucketing()). One with bucketing has the same rule (Loader::Create checks).
+  if (resume != nullptr && resume->position > 0 && resume->bucketing().window == 0)
     plan.bucket_window = 0;
   return plan;
 }
 
-LoaderState::Bucketing BucketingOf(const PlanOptions& plan) {
-  LoaderState::Bucketing b;
+EpochBucketing BucketingOf(const PlanOptions& plan) {
+  EpochBucketing b;
   if (plan.bucket_window == 0) return b;
   b.window = plan.bucket_window;
   b.batch_size = static_cast<uint32_t>(plan.batch_size);

@@ -22,10 +22,7 @@ namespace libshard {
 // EpochPlan::Make adds one pass over the lengths in token mode.
 std::vector<uint64_t> EpochPermutation(uint64_t n, uint64_t seed, uint64_t epoch);
 
-// Order versions (LoaderOptions::order, LoaderState::order, PlanOptions::order).
-inline constexpr uint32_t kOrderV1 = 1;  // EpochPermutation: O(n) Fisher-Yates
-inline constexpr uint32_t kOrderV2 = 2;  // ShuffleV2: O(1) per position
-inline constexpr uint32_t kOrderLatest = kOrderV2;
+// Order versions (kOrderV1: EpochPermutation, kOrderV2: ShuffleV2) are in libshard/order.h.
 
 // The global order of epoch `epoch`, version 2 (docs/ORDER.md §1.2, exact; any change breaks
 // resume of saved states): P[i] = ShuffleV2(n, seed, epoch).At(i), a bijection of [0, n)
@@ -76,16 +73,37 @@ struct PlanOptions {
   uint64_t steps = 0;
 };
 
-// The PlanOptions a Loader built with `options` (resolved by ResolveLoaderOptions, which
-// decides the "auto" budget and bucket window) uses for its first epoch: order, batching,
-// bucketing and drop_last from `options`; seed, epoch, order version and start_position from options.resume
-// when set, else options.seed, options.epoch, options.order and 0. (SetEpoch(e): set .epoch = e
-// and .start_position = 0.)
-// With a resume inside an epoch, bucketing follows the state (LoaderState::bucketing).
+// `order` as a loader resumed from `resume` (null: none) continues it, in this and every later
+// epoch: with the seed of a state that has one, the version of a global or follow state (a
+// node-local state's epochs have no version; a loader keeps its own) and the shuffle window of
+// a follow state. A caller's order has none of these.
+Order ResumedOrder(const Order& order, const LoaderState* resume);
+
+// The ranks an order's epochs are striped over (§3; §5's nodes and ranks per node; §7.2): this
+// process's rank of the world, as the options give them. Every kind but CallerOrder (whose steps
+// are the rank's own) reads them here and only here (PlanBase, NodeLocality), so that a grouping
+// of the world's ranks (several ranks that read the same steps) is decided in one place.
+struct OrderRanks {
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+};
+OrderRanks OrderRanksOf(const LoaderOptions& options);
+
+// What every epoch of a Loader built with `options` (resolved by ResolveLoaderOptions, which
+// decides the "auto" budget and bucket window) plans with, whatever its order: ranks, batching,
+// bucketing and drop_last. The order's fields (shuffle, seed, order version, epoch,
+// start_position) are left at their defaults.
+PlanOptions PlanBase(const LoaderOptions& options);
+
+// The PlanOptions a Loader built with `options` uses for its first epoch in the global order:
+// PlanBase, with the shuffle, seed and version of ResumedOrder (a node-local order's: version 2;
+// a follow order's later epochs'), and epoch and start_position from options.resume when set,
+// else options.epoch and 0. (SetEpoch(e): set .epoch = e and .start_position = 0.)
+// With a resume inside an epoch, bucketing follows the state (LoaderState::bucketing()).
 PlanOptions PlanOptionsFor(const LoaderOptions& options);
 
-// The LoaderState::bucketing of an epoch planned with `plan` (window 0 without bucketing).
-LoaderState::Bucketing BucketingOf(const PlanOptions& plan);
+// The EpochBucketing of an epoch planned with `plan` (window 0 without bucketing).
+EpochBucketing BucketingOf(const PlanOptions& plan);
 
 // One rank's view of one epoch. Immutable after Make; copies share the permutation; all const
 // methods are thread-safe.

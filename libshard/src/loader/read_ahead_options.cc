@@ -59,7 +59,7 @@ Status ValidateReadAheadOptions(const LoaderOptions& o) {
   refuse(o.max_tokens > 0, "max_tokens");
   refuse(o.bucket_window > 0 && o.bucket_window != kAutoBucketWindow, "bucket_window");
   refuse(o.collate != Collate::kNone, "collate");
-  refuse(o.caller_order, "caller_order");
+  refuse(o.order.kind() != OrderKind::kGlobal, "order");
   refuse(o.resume.has_value(), "resume");
   refuse(o.on_error != OnError::kRaise, "on_error");
   if (bad.empty()) return Status::OK();

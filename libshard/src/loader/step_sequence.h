@@ -1,12 +1,13 @@
 // StepSequence: one rank's steps of one epoch, the only view of the order that the loader's
 // pipeline has. The read scheduler (loader/read_scheduler.h) walks it to create items in step
 // order, the batch consumer (loader/batch_consumer.h) to cut them into batches and to advance
-// LoaderState::position. Where an order comes from is decided by whoever makes the sequence
-// (StreamingLoader::StartEpoch); each kind of order is one implementation of this interface:
-//   - PlannedSteps (below): the loader's own order, an EpochPlan (docs/ORDER.md §1-§4);
-//   - NodeLocalSteps, RemainderSteps (loader/node_steps.h): the node-local order (§5);
-//   - CallerSteps (loader/caller_steps.h): an order the caller gives (LoaderOptions::
-//     caller_order, docs/ORDER.md §6);
+// LoaderState::position, and the loader's state() to ask for the epoch's cursor. The one factory
+// from an order to its sequence is StepFactory (loader/step_factory.h); each kind of order is one
+// implementation of this interface:
+//   - PlannedSteps (below): GlobalOrder, an EpochPlan (docs/ORDER.md §1-§4);
+//   - NodeLocalSteps, RemainderSteps (loader/node_steps.h): NodeLocalOrder (§5);
+//   - CallerSteps (loader/caller_steps.h): CallerOrder (§6);
+//   - FollowSteps (loader/follow_order.h): FollowOrder's follow epoch (§7);
 //   - AnnouncedSteps (loader/announced_steps.h): the read-ahead's announced order
 //     (libshard/read_ahead.h), which grows and whose steps a caller may pass over.
 // Immutable once made, and every method const and thread-safe, except AnnouncedSteps, which
@@ -36,23 +37,16 @@ class StepSequence {
   virtual void AppendStepSamples(uint64_t k, std::vector<uint64_t>* out) const = 0;
   // LoaderState::position once every rank has consumed its steps 0..k.
   virtual uint64_t PositionAfter(uint64_t k) const = 0;
-  // LoaderState::bucketing of the epoch (window 0 when the order has no length-aware batching).
-  virtual LoaderState::Bucketing bucketing() const = 0;
-  // Sets what else a state after `consumed` steps of this rank records for this kind of order
-  // (the order version and its own fields); the default records nothing more.
-  virtual void AmendState(uint64_t consumed, LoaderState* state) const {
-    (void)consumed;
-    (void)state;
-  }
+  // LoaderState::cursor once this rank has consumed `consumed` of steps() (the order's kind and
+  // its own fields: seed, version, bucketing, node progress, digest, follow window).
+  virtual OrderCursor Cursor(uint64_t consumed) const = 0;
   // The first step at or after k that is still wanted: the read scheduler starts no step
   // before it that it has not started (a caller passed it over). k for every order but the
   // read-ahead's.
   virtual uint64_t NextWanted(uint64_t k) const { return k; }
-  // LoaderState::steps_digest of the epoch (0 but for a caller-given order).
-  virtual uint64_t steps_digest() const { return 0; }
 };
 
-// The loader's own order: an EpochPlan of docs/ORDER.md.
+// GlobalOrder's epoch: an EpochPlan of docs/ORDER.md §1-§4.
 class PlannedSteps final : public StepSequence {
  public:
   explicit PlannedSteps(EpochPlan plan) : plan_(std::move(plan)) {}
@@ -64,7 +58,9 @@ class PlannedSteps final : public StepSequence {
     plan_.AppendBatchSamples(k, out);
   }
   uint64_t PositionAfter(uint64_t k) const override { return plan_.PositionAfter(k); }
-  LoaderState::Bucketing bucketing() const override { return BucketingOf(plan_.options()); }
+  OrderCursor Cursor(uint64_t) const override {
+    return GlobalCursor{plan_.options().seed, plan_.options().order, BucketingOf(plan_.options())};
+  }
 
   const EpochPlan& plan() const { return plan_; }
 

@@ -28,8 +28,8 @@ Result<std::unique_ptr<Loader>> StreamingLoader::Make(std::shared_ptr<const Data
                                                       DiagnosticsHooks hooks) {
   if (dataset == nullptr) return Status::InvalidArgument("Loader::Create: dataset is null");
   LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());  // a bad LIBSHARD_* variable, named
-  if (options.follow)
-    return Status::InvalidArgument("Loader options: follow=True follows a dataset directory "
+  if (options.order.kind() == OrderKind::kFollow)
+    return Status::InvalidArgument("Loader options: the follow order follows a dataset directory "
                                    "being written: create it with Loader::Follow(path) (Python: "
                                    "libshard.Loader(path, follow=True)), not from a Dataset");
   // Checked before any thread or memory; every "auto" decided here, once (options() shows it).
@@ -103,11 +103,9 @@ Status StreamingLoader::Init() {
     for (uint64_t& l : lengths) l = ClippedLength(l, options_.max_len);
     lengths_ = std::make_shared<const std::vector<uint64_t>>(std::move(lengths));
   }
-  if (NodeLocality::Needed(options_)) {
-    LIBSHARD_ASSIGN_OR_RETURN(node_locality_,
-                              NodeLocality::Make(*dataset_, options_, ProcessEnvironment()));
-    LIBSHARD_RETURN_IF_ERROR(WarnIfShareExceedsCache());
-  }
+  LIBSHARD_ASSIGN_OR_RETURN(factory_, StepFactory::Make(dataset_.get(), options_, lengths_,
+                                                        ProcessEnvironment()));
+  LIBSHARD_RETURN_IF_ERROR(WarnIfShareExceedsCache());
 
   memory::ArenaOptions arena_options;
   // kAuto without a CUDA driver: no CUDA call at all (not even loading the runtime to learn that
@@ -168,28 +166,37 @@ Status StreamingLoader::Init() {
     scheduler_->Start();
     return Status::OK();
   }
-  if (options_.caller_order) return InitCallerOrder();
-  const PlanOptions plan_options = PlanOptionsFor(options_);
-  LIBSHARD_RETURN_IF_ERROR(CheckResumeBucketing(plan_options));
+  // Where the stream stands before its first step: the resumed state's epoch, position and
+  // skipped samples, else the first epoch's start. (The cursor comes from the epoch's steps.)
+  const LoaderState* resume = options_.resume ? &*options_.resume : nullptr;
   LoaderState state;
-  state.seed = plan_options.seed;
-  state.epoch = plan_options.epoch;
-  state.position = plan_options.start_position;
-  state.order = plan_options.order;
-  if (options_.resume) state.skipped = options_.resume->skipped;
+  state.epoch = resume != nullptr ? resume->epoch : options_.epoch;
+  state.position = resume != nullptr ? resume->position : 0;
+  if (resume != nullptr) state.skipped = resume->skipped;
   consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
                                               &diagnostics_, std::move(state));
-  return StartEpoch(plan_options, options_.resume ? &*options_.resume : nullptr);
+  if (options_.order.kind() == OrderKind::kCaller) {
+    // No epoch until SetEpochSteps; until then state() is the resume state, if any.
+    if (resume != nullptr) pending_resume_ = *resume;
+    LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const StepSequence> none,
+                              factory_->Steps({.epoch = 0, .resume = resume}));
+    std::lock_guard<std::mutex> lock(queue_.mu);
+    queue_.Reset(std::move(none));
+    return Status::OK();
+  }
+  return StartEpoch({.epoch = consumer_->state().epoch, .resume = resume});
 }
 
 Status StreamingLoader::WarnIfShareExceedsCache() const {
   const ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_);
-  if (filler == nullptr || filler->cache_bound() == 0 || node_locality_ == nullptr) return Status::OK();
+  const NodeLocality* node_locality = factory_->node_locality();
+  if (filler == nullptr || filler->cache_bound() == 0 || node_locality == nullptr)
+    return Status::OK();
   const uint64_t bound = filler->cache_bound();
   const uint64_t block = filler->cache_block_size();
-  LIBSHARD_ASSIGN_OR_RETURN(const uint64_t share, node_locality_->NodeCachedBytes(block));
+  LIBSHARD_ASSIGN_OR_RETURN(const uint64_t share, node_locality->NodeCachedBytes(block));
   if (share <= bound) return Status::OK();
-  const Nodes& n = node_locality_->nodes();
+  const Nodes& n = node_locality->nodes();
   const double again = static_cast<double>(share - bound) / static_cast<double>(share);
   char frac[32];
   std::snprintf(frac, sizeof frac, "%.0f%%", 100.0 * again);
@@ -204,81 +211,42 @@ Status StreamingLoader::WarnIfShareExceedsCache() const {
   return Status::OK();
 }
 
-Status StreamingLoader::InitCallerOrder() {
-  // No epoch until SetEpochSteps; until then state() is the resume state, if any.
-  LoaderState state;
-  state.seed = options_.seed;
-  state.epoch = options_.resume ? options_.resume->epoch : options_.epoch;
-  state.position = options_.resume ? options_.resume->position : 0;
-  state.order = kOrderCaller;
-  if (options_.resume) {
-    state.skipped = options_.resume->skipped;
-    pending_resume_ = options_.resume;
-  }
-  consumer_ = std::make_unique<BatchConsumer>(options_, &queue_, scheduler_.get(), arena_.get(),
-                                              &diagnostics_, std::move(state));
-  std::lock_guard<std::mutex> lock(queue_.mu);
-  queue_.Reset(std::make_shared<CallerSteps>(std::make_shared<const EpochSteps>(), 0,
-                                             options_.resume ? options_.resume->steps_digest : 0));
-  return Status::OK();
-}
-
 Status StreamingLoader::SetEpochSteps(uint64_t epoch, EpochSteps steps) {
-  if (!options_.caller_order)
+  if (options_.order.kind() != OrderKind::kCaller)
     return Status::InvalidArgument(
-        "Loader::SetEpochSteps: this loader plans its own order; create it with "
-        "LoaderOptions::caller_order to give each epoch's steps (in Python: sampler= or "
+        "Loader::SetEpochSteps: this loader plans its own order (" + options_.order.Describe() +
+        "); create it with a CallerOrder to give each epoch's steps (in Python: sampler= or "
         "batch_sampler=)");
   if (queue_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
   LIBSHARD_RETURN_IF_ERROR(ValidateEpochSteps(steps, dataset_->size(), dataset_->path()));
-  const uint64_t digest = EpochStepsDigest(steps);
-  uint64_t start = 0;
-  std::vector<uint64_t> skipped;
-  if (pending_resume_ && pending_resume_->epoch == epoch && pending_resume_->position > 0) {
-    const LoaderState& saved = *pending_resume_;
-    if (saved.steps_digest != digest)
-      return Status::InvalidArgument(
-          "resume: epoch " + std::to_string(epoch) + " was saved after " +
-          std::to_string(saved.position) + " steps of another order (steps digest " +
-          std::to_string(saved.steps_digest) + ", the sampler now gives " +
-          std::to_string(digest) + ", " + std::to_string(steps.steps()) +
-          " steps); the steps left cannot be known, so resume needs a sampler that gives the "
-          "same order for the same epoch (seeded, with set_epoch) and the same dataset and "
-          "world size, or start the epoch from its beginning");
-    if (saved.position > steps.steps())
-      return Status::InvalidArgument("resume: position " + std::to_string(saved.position) +
-                                     " is past the " + std::to_string(steps.steps()) +
-                                     " steps of epoch " + std::to_string(epoch));
-    start = saved.position;
-    skipped = saved.skipped;
-  }
+  // The saved state continues only the first epoch given, when it is its epoch (ORDER.md §6).
+  const LoaderState* resume =
+      pending_resume_ && pending_resume_->epoch == epoch && pending_resume_->position > 0
+          ? &*pending_resume_
+          : nullptr;
+  // Checked before anything changes.
+  LIBSHARD_ASSIGN_OR_RETURN(
+      std::shared_ptr<const StepSequence> next,
+      factory_->Steps({.epoch = epoch,
+                       .resume = resume,
+                       .given = std::make_shared<const EpochSteps>(std::move(steps))}));
+  const uint64_t start = resume != nullptr ? resume->position : 0;
+  std::vector<uint64_t> skipped = resume != nullptr ? resume->skipped : std::vector<uint64_t>();
   pending_resume_.reset();
   scheduler_->StopPipeline();
   if (collate_ != nullptr) collate_->Drop();
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
     consumer_->OnNewEpochLocked(epoch, start, std::move(skipped));
-    queue_.Reset(std::make_shared<CallerSteps>(
-        std::make_shared<const EpochSteps>(std::move(steps)), start, digest));
+    queue_.Reset(std::move(next));
   }
   epoch_given_ = true;
   scheduler_->Start();
   return Status::OK();
 }
 
-Status StreamingLoader::StartEpoch(PlanOptions plan_options, const LoaderState* resume) {
-  std::shared_ptr<const StepSequence> steps;
-  if (node_locality_ != nullptr) {
-    LIBSHARD_ASSIGN_OR_RETURN(steps, node_locality_->EpochSteps(plan_options, resume, lengths_));
-  }
-  if (steps == nullptr) {
-    // Order version 3 only ever comes from a state; this loader's own order continues with its
-    // own version (docs/ORDER.md §5.4).
-    if (plan_options.order == 3) plan_options.order = options_.order;
-    LIBSHARD_ASSIGN_OR_RETURN(
-        EpochPlan plan, EpochPlan::MakeSharingLengths(dataset_->size(), lengths_, plan_options));
-    steps = std::make_shared<PlannedSteps>(std::move(plan));
-  }
+Status StreamingLoader::StartEpoch(const EpochStart& start) {
+  LIBSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const StepSequence> steps, factory_->Steps(start));
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
     queue_.Reset(std::move(steps));
@@ -362,7 +330,7 @@ uint64_t StreamingLoader::DatasetFootprint() const {
 }
 
 Result<std::optional<Batch>> StreamingLoader::Next() {
-  if (options_.caller_order && !epoch_given_)
+  if (options_.order.kind() == OrderKind::kCaller && !epoch_given_)
     return Status::InvalidArgument(
         "Loader::Next: this loader takes its order from the caller: give the epoch's steps "
         "with SetEpochSteps first");
@@ -404,60 +372,24 @@ uint64_t StreamingLoader::SampleLength(uint64_t index) const {
 
 Status StreamingLoader::SetEpoch(uint64_t epoch) {
   if (queue_.stopped.load()) return Status::Aborted("the loader was stopped (Loader::Stop)");
-  if (options_.caller_order)
+  if (options_.order.kind() == OrderKind::kCaller)
     return Status::InvalidArgument(
         "Loader::SetEpoch: this loader takes its order from the caller: start epoch " +
         std::to_string(epoch) + " with SetEpochSteps and its steps");
   scheduler_->StopPipeline();
   if (collate_ != nullptr) collate_->Drop();
-  const LoaderState current = consumer_->state();
-  PlanOptions plan_options = PlanOptionsFor(options_);
-  plan_options.seed = current.seed;
-  plan_options.order = current.order;
-  plan_options.epoch = epoch;
-  plan_options.start_position = 0;
-  plan_options.bucket_window = options_.bucket_window;  // a resumed epoch's rule ends with it
   {
     std::lock_guard<std::mutex> lock(queue_.mu);
     consumer_->OnNewEpochLocked(epoch);
   }
-  return StartEpoch(plan_options, nullptr);
+  return StartEpoch({.epoch = epoch});
 }
 
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
   std::lock_guard<std::mutex> lock(queue_.mu);
-  state.bucketing = queue_.steps->bucketing();
-  queue_.steps->AmendState(queue_.next_batch, &state);
-  state.steps_digest = queue_.steps->steps_digest();
+  state.cursor = queue_.steps->Cursor(queue_.next_batch);
   return state;
-}
-
-Status StreamingLoader::CheckResumeBucketing(const PlanOptions& plan) const {
-  if (!options_.resume || options_.resume->position == 0 ||
-      options_.resume->position >= dataset_->size())
-    return Status::OK();
-  // A version 3 state resumed on other nodes or ranks per node ends its epoch without
-  // length-aware batching (docs/ORDER.md §5.4).
-  if (options_.resume->order == 3 &&
-      (node_locality_ == nullptr || !node_locality_->ContinuesOnSameNodes(*options_.resume)))
-    return Status::OK();
-  const LoaderState::Bucketing& saved = options_.resume->bucketing;
-  const LoaderState::Bucketing now = BucketingOf(plan);
-  if (saved.window == 0 || saved == now) return Status::OK();
-  const auto describe = [](const LoaderState::Bucketing& b) {
-    if (b.window == 0) return std::string("no bucketing");
-    return "bucket_window " + std::to_string(b.window) +
-           (b.max_tokens > 0 ? ", max_tokens " + std::to_string(b.max_tokens) +
-                                   (b.budget == TokenBudget::kPadded ? " (padded)" : " (summed)")
-                             : ", batch_size " + std::to_string(b.batch_size));
-  };
-  return Status::InvalidArgument(
-      "resume: the saved epoch " + std::to_string(options_.resume->epoch) +
-      " was batched by length with " + describe(saved) + ", this loader asks for " +
-      describe(now) + "; the remaining samples of that epoch are defined by its batching, so "
-      "resume with the saved settings until the epoch ends, or start the next epoch (position "
-      "0) with the new ones");
 }
 
 uint64_t StreamingLoader::batches_per_epoch() const {

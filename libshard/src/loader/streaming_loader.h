@@ -23,7 +23,7 @@
 #include "loader/order.h"
 #include "loader/read_scheduler.h"
 #include "loader/item_queue.h"
-#include "loader/node_locality.h"
+#include "loader/step_factory.h"
 #include "memory/arena.h"
 
 namespace libshard {
@@ -34,9 +34,10 @@ class StreamingLoader final : public Loader {
   static Result<std::unique_ptr<Loader>> Make(std::shared_ptr<const Dataset> dataset,
                                               const LoaderOptions& options,
                                               DiagnosticsHooks hooks = {});
-  // A loader whose first epoch is `steps`, an order made elsewhere (follow mode: one snapshot's
-  // steps of the follow epoch, loader/follow_loader.h), from where `state` stands, instead of
-  // the plan of `options` (whose resume is ignored). SetEpoch afterwards plans as usual.
+  // A loader whose first epoch is `steps`, made by another loader's StepFactory (follow mode: one
+  // snapshot's steps of the follow epoch, loader/follow_loader.h), from where `state` stands,
+  // instead of the first epoch of `options` (whose resume is ignored). SetEpoch afterwards plans
+  // as usual.
   static Result<std::unique_ptr<StreamingLoader>> MakeWithSteps(
       std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
       std::shared_ptr<const StepSequence> steps, LoaderState state, DiagnosticsHooks hooks = {});
@@ -55,18 +56,13 @@ class StreamingLoader final : public Loader {
   StreamingLoader(std::shared_ptr<const Dataset> dataset, const LoaderOptions& options,
                   DiagnosticsHooks hooks);
   Status Init();
-  // LoaderOptions::caller_order: the consumer, and no epoch until SetEpochSteps.
-  Status InitCallerOrder();
-  // Locality kNode over an s3:// dataset whose cache_size is smaller than what this node's
+  // A node-local order over an s3:// dataset whose cache_size is smaller than what this node's
   // share fills in cache blocks: a warning saying how much each epoch fetches again.
   Status WarnIfShareExceedsCache() const;
-  // Replaces the epoch's steps with those of `plan_options` (the loader's own order, or the
-  // node-local order) and starts the scheduler on them; the pipeline must be stopped. `resume`:
-  // the state the epoch resumes from (Init), null for an epoch from its start (SetEpoch).
-  Status StartEpoch(PlanOptions plan_options, const LoaderState* resume);
+  // Replaces the epoch's steps with those the factory makes of `start` and starts the scheduler
+  // on them (a CallerOrder before its first epoch: none); the pipeline must be stopped.
+  Status StartEpoch(const EpochStart& start);
   uint64_t DatasetFootprint() const;
-  // InvalidArgument when a resume inside an epoch batched by length asks for other batching.
-  Status CheckResumeBucketing(const PlanOptions& plan) const;
   // Sample `index`'s length as delivered (clipped to max_len), for the padding stats.
   uint64_t SampleLength(uint64_t index) const;
   // With a collate: the bytes the largest batch's region may need, estimated from the index
@@ -80,8 +76,8 @@ class StreamingLoader final : public Loader {
   std::optional<LoaderState> given_state_;
   // Every sample's length clipped to max_len, for token batching and bucketing (else null).
   std::shared_ptr<const std::vector<uint64_t>> lengths_;
-  // With locality kNode (or a version 3 state to finish): nodes, assignment, epochs (else null).
-  std::unique_ptr<NodeLocality> node_locality_;
+  // The order's epochs (loader/step_factory.h).
+  std::unique_ptr<StepFactory> factory_;
   // Destroyed in reverse order: the consumer's stand-in and the scheduler go before the arena
   // and the item queue they use.
   LogSink log_;  // the diagnostics' sink, for the one line Init may print
@@ -94,7 +90,7 @@ class StreamingLoader final : public Loader {
   // With a collate only: the batch arena (1/4 of memory_budget) and the stage that fills it.
   std::shared_ptr<memory::Arena> batch_arena_;
   std::unique_ptr<CollateStage> collate_;
-  // caller_order: the resume state not yet applied (the first SetEpochSteps applies or drops
+  // CallerOrder: the resume state not yet applied (the first SetEpochSteps applies or drops
   // it), and whether an epoch was given. Consumer thread only.
   std::optional<LoaderState> pending_resume_;
   bool epoch_given_ = false;

@@ -48,6 +48,13 @@ OptionValue OptionValue::NumberMap(std::vector<std::pair<std::string, double>> m
   return v;
 }
 
+OptionValue OptionValue::Group(std::vector<OptionEntry> entries) {
+  OptionValue v;
+  v.kind = Kind::kGroup;
+  v.entries = std::move(entries);
+  return v;
+}
+
 std::string OptionValue::Describe() const {
   switch (kind) {
     case Kind::kNone: return "None";
@@ -65,6 +72,12 @@ std::string OptionValue::Describe() const {
       return out + "]";
     }
     case Kind::kNumberMap: return "a dict";
+    case Kind::kGroup: {
+      std::string out = "{";
+      for (size_t i = 0; i < entries.size(); ++i)
+        out += (i ? ", " : "") + entries[i].name + ": " + entries[i].value.Describe();
+      return out + "}";
+    }
   }
   return "?";
 }
@@ -170,7 +183,8 @@ OptionValue FromText(OptionType type, std::string_view text) {
       return OptionValue::Text(std::string(text));
     case OptionType::kCount:
     case OptionType::kBytes:
-    case OptionType::kNumber: {
+    case OptionType::kNumber:
+    case OptionType::kGroup: {  // a group's short form is a number (the loader's "order=2")
       const bool negative = !text.empty() && text[0] == '-';
       const std::string_view digits = negative ? text.substr(1) : text;
       uint64_t v = 0;
