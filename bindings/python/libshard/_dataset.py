@@ -366,7 +366,7 @@ def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa:
     :class:`libshard.FollowedDataset`."""
     if follow:
         if read_ahead is not None:
-            raise InvalidArgumentError(
+            raise _core.InvalidArgumentError(
                 f"libshard.open({os.fspath(path)!r}, follow=True): read_ahead does not apply to "
                 "a dataset being written; read it with libshard.Loader(path, follow=True), or "
                 "open it with read_ahead once it is complete")

@@ -314,10 +314,9 @@ class Loader:
 
     def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
         if self._follow:
-            from ._units import parse_bytes
-            core = _core.Loader.follow(
-                self._path, options, False, "" if self._cache is None else os.fspath(self._cache),
-                0 if self._cache_size is None else parse_bytes(self._cache_size, "cache_size"))
+            from ._follow import dataset_settings
+            cache_dir, cache_size = dataset_settings(self._cache, self._cache_size)
+            core = _core.Loader.follow(self._path, options, False, cache_dir, cache_size)
         else:
             core = _core.Loader(self._dataset._core, options)
         core.set_metadata(self._metadata)
