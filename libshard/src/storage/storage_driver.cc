@@ -5,6 +5,7 @@
 #include <string>
 
 #include "storage/object_url.h"
+#include "util/env_knobs.h"
 
 namespace libshard::storage {
 namespace {
@@ -23,6 +24,10 @@ constexpr DriverRow kDrivers[] = {
 
 Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location) {
   if (location.empty()) return Status::InvalidArgument("empty dataset location");
+  // Every entry point of the library that names a location (open, follow, write, pack, merge,
+  // join, upgrade, lock) comes here first: a bad LIBSHARD_* variable is refused, naming it, by
+  // all of them alike, whatever the location and whether or not that entry point reads it.
+  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   const std::string_view scheme = UrlScheme(location);
   if (scheme.empty()) return OpenLocalDriver(location);
   for (const DriverRow& row : kDrivers)

@@ -82,7 +82,9 @@ class StorageDriver {
 };
 
 // The driver of `location`: an s3:// URL's, else (no "scheme://") the local directory's.
-// InvalidArgument naming the URL for a malformed one; Unsupported for a scheme no driver takes.
+// InvalidArgument naming the URL for a malformed one; Unsupported for a scheme no driver takes;
+// InvalidArgument naming the variable when a LIBSHARD_* environment variable is bad
+// (ReadEnvKnobs: every entry point refuses one alike).
 Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location);
 
 // The drivers (one file each). Their factories are the rows of OpenStorage's table.
