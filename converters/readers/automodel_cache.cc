@@ -236,7 +236,8 @@ Status AutoModelCache::CheckReaderRules(const CacheJson& m) const {
     auto v = m.find("draft_vocab_size");
     if (v == m.end() || !v->is_number_integer() || v->get<int64_t>() <= 0)
       return Status::Corruption(
-          manifest + ": draft_vocab_size is " + (v == m.end() ? std::string("missing") : v->dump()) +
+          manifest + ": draft_vocab_size is " +
+          (v == m.end() ? std::string("missing") : v->dump()) +
           ", not a positive integer; AutoModel's EAGLE-3 reader needs it (the width of "
           "target_probs); the manifest is damaged or incomplete");
     vocab = v->get<int64_t>();
