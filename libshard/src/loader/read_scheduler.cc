@@ -123,7 +123,7 @@ Status ReadScheduler::OpenFiles() {
       if (mode != IoMode::kDirect || st.code() != StatusCode::kUnsupported) return st;
       return Status(st.code(),
                     st.message() + " (" + mode_from + "); use " +
-                        (mode_from[0] == 'i' ? "io_mode='auto' or 'buffered'"
+                        (mode_from[0] == 'i' ? "io_mode auto or buffered"
                                              : "LIBSHARD_IO_MODE=auto or buffered, or unset it"),
                     st.sys_errno());
     }
