@@ -313,6 +313,12 @@ class Loader:
     AUTO_BUCKET_WINDOW = 4096
 
     def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
+        if self._order is not None and options.get("resume"):
+            # The position within the chunk of the sampler's epoch that holds it.
+            resume = dict(options["resume"])
+            resume["position"], _ = self._order.begin(int(resume["epoch"]),
+                                                      int(resume["position"]))
+            options = {**options, "resume": resume}
         if self._follow:
             from ._follow import dataset_settings
             cache_dir, cache_size = dataset_settings(self._cache, self._cache_size)
@@ -404,6 +410,8 @@ class Loader:
         """Steps (samples or batches) this rank gets per epoch. Follow mode: a ``TypeError``
         while the dataset is being written (the first epoch's length is not known yet)."""
         core = self._require_core()
+        if self._order is not None:  # a sampler's epoch is streamed
+            return self._order.steps_per_epoch(int(core.batches_per_epoch()))
         if not core.batches_per_epoch_known():
             raise TypeError(
                 f"len() of Loader({self._dataset.path!r}, follow=True) is not known while the "
@@ -434,7 +442,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -452,6 +460,18 @@ class Loader:
             # decides how long the step's arena memory stays in use.
             del step
 
+    def _next_raw(self, core: "_core.Loader") -> Any:
+        """The core's next step; with a sampler, the next chunk of its epoch is given to the core
+        when the current one is served (libshard/_sampler_order.py)."""
+        raw = core.next()
+        while raw is None and self._order is not None:
+            chunk = self._order.next_chunk(core.state().get("skipped", []))
+            if chunk is None:
+                break
+            core.set_epoch_steps(self._order.epoch, *chunk)
+            raw = core.next()
+        return raw
+
     def _native_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
         """Batches collated in C++: one dict per step, keyed as pad_collate / pack_collate."""
         if self._native not in ("pad", "pack"):
@@ -464,7 +484,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -499,7 +519,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -562,8 +582,7 @@ class Loader:
         (a pending resume of that epoch continues after its position)."""
         core = self._require_core()
         assert self._order is not None
-        self._order.set_epoch(epoch)
-        samples, bounds = self._order.steps()
+        samples, bounds = self._order.first_chunk(epoch)
         core.set_epoch_steps(epoch, samples, bounds)
 
     def state_dict(self) -> Dict[str, Any]:
@@ -575,6 +594,8 @@ class Loader:
         version 3). After a completed epoch it points at the start of the next one. The same
         on every rank after the same number of steps."""
         state = self._require_core().state()
+        if self._order is not None:  # a sampler's epoch, streamed in chunks: the epoch's position
+            state = self._order.epoch_state(state)
         if self._exhausted:
             state = {"seed": state["seed"], "epoch": int(state["epoch"]) + 1, "position": 0,
                      "skipped": [], "order": state["order"], "bucketing": None,
