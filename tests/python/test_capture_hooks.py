@@ -178,6 +178,9 @@ def test_a_sample_saved_by_a_forked_child_is_refused(store, tmp_path):
     os.waitpid(pid, 0)
     assert f"a child forked by the captured process {os.getpid()}" in got, got
     assert not store.has("child.pt")
+    # The captured process was told: it refuses to commit a dataset without that sample.
+    with pytest.raises(libshard.InvalidArgumentError, match="child.pt"):
+        store.close(True)
 
 
 def test_after_close_a_save_says_the_capture_ended(store, tmp_path):
