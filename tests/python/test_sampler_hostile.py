@@ -305,3 +305,20 @@ def test_read_ahead_sampler_streams_an_endless_batch_sampler(ds):
         assert EndlessBatches.drawn <= k + 1 + 4 * 2 + 1
         if k == 200:
             break
+
+
+def test_a_resume_at_or_past_the_end_of_a_chunked_epoch(ds, small_chunks):
+    order = [(3 * i) % N for i in range(28)]  # 28 steps: 4 chunks of 7
+    loader = libshard.Loader(ds, sampler=Seq(order))
+    it = iter(loader)
+    for _ in range(28):
+        next(it)
+    state = loader.state_dict()
+    assert state["position"] == 28 and state["epoch"] == 0
+    again = libshard.Loader(ds, sampler=Seq(order))
+    again.load_state_dict(state)
+    assert list(again) == []  # nothing left of epoch 0
+    assert again.state_dict()["epoch"] == 1
+    bogus = dict(state, position=40)
+    with pytest.raises(libshard.InvalidArgumentError, match="past"):
+        libshard.Loader(ds, sampler=Seq(order)).load_state_dict(bogus)

@@ -280,10 +280,11 @@ class SamplerOrder:
         assert chunk is not None
         # Position p is "after step p": it belongs to the chunk whose steps reach it.
         while len(chunk[1]) - 1 < position - self.offset and not self.ended:
-            self.offset += len(chunk[1]) - 1
+            self.chunk_steps = len(chunk[1]) - 1  # read() tells an ended epoch by it
             nxt = self._read_chunk()
             if nxt is None:
-                break
+                break  # past the epoch's end: the loader refuses the position
+            self.offset += self.chunk_steps
             chunk = nxt
         self.chunk_steps = len(chunk[1]) - 1
         self._pending = (epoch, chunk)
