@@ -280,6 +280,10 @@ class Loader:
     def closed(self) -> bool: ...
 
 # bindings/src/follow.cc (libshard._follow)
+def dataset_settings(settings: Dict[str, Any]) -> Tuple[str, int]:
+    """(cache_dir, cache_size) from DatasetOptionTable's keys (cache, cache_size)."""
+    ...
+
 class Follower:
     def __init__(self, path: str, verify_checksums: bool = True, cache_dir: str = "",
                  cache_size: int = 0) -> None: ...
