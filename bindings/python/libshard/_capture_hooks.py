@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import builtins
 import errno
+import inspect
 import gzip
 import io
 import os
@@ -721,7 +722,17 @@ def _install_signals() -> None:
 
 # -- installing -------------------------------------------------------------------------------
 def _patch(owner: Any, attr: str, value: Any) -> None:
-    _saved.append((owner, attr, getattr(owner, attr)))
+    original = getattr(owner, attr)
+    _saved.append((owner, attr, original))
+    # Code that scans a module's members for texts (inspect.getmembers + getdoc, as the example
+    # generator picks its prompts) must see the same texts under capture as without it: a hook
+    # carries the documentation of a Python function it replaces (torch.save), and none where
+    # it replaces a builtin (os._exit), which such a scan passes over as a non-function.
+    if callable(value) and not isinstance(value, type):
+        try:
+            value.__doc__ = original.__doc__ if inspect.isfunction(original) else None
+        except (AttributeError, TypeError):
+            pass
     setattr(owner, attr, value)
 
 
