@@ -521,9 +521,16 @@ def cache_corpus():
     escape["manifest.json"] = escape["manifest.json"].replace(b'"shard-00001.bin"', b'"../shard-00001.bin"')
     c.add("deepspec_escape.bin", cache_blob(0, escape))
 
-    cols = {"input_ids": ("int64", [3], [bytes(range(i, i + 24)) for i in range(5)]),
-            "aux_hidden_states": ("bfloat16", [3, 2], [bytes([i]) * 12 for i in range(5)]),
-            "position_mask": ("bool", [3, 1], [b"\x01\x00\x01"] * 5)}
+    # An EAGLE-3 cache AutoModel's reader reads (its five common tensors and the full
+    # target_probs, draft_vocab_size 8), its top-k form, a DSpark cache, and what AutoModel's own
+    # reader refuses (a format_version it does not read, a target_probs_topk the shards contradict,
+    # a missing or mistyped draft_vocab_size, a byte-order mark, a shard without a tensor).
+    common = {"input_ids": ("int64", [3], [bytes(range(i, i + 24)) for i in range(5)]),
+              "attention_mask": ("int64", [3], [bytes(24)] * 5),
+              "loss_mask": ("int64", [3], [bytes([1]) * 24] * 5),
+              "aux_hidden_states": ("bfloat16", [3, 2], [bytes([i]) * 12 for i in range(5)]),
+              "position_mask": ("bool", [3, 1], [b"\x01\x00\x01"] * 5)}
+    cols = {**common, "target_probs": ("float32", [3, 8], [bytes([i]) * 96 for i in range(5)])}
     am = automodel_files(cols, shard_size=2, extra={"draft_vocab_size": 8, "target_probs_topk": None})
     c.add("automodel.bin", cache_blob(1, am))
     c.add("automodel_auto.bin", cache_blob(3, am))
@@ -532,6 +539,44 @@ def cache_corpus():
     c.add("automodel_shard_size.bin", cache_blob(1, wrong))
     zero = automodel_files({"x": ("uint8", [0], [b""] * 3)}, shard_size=3)
     c.add("automodel_zero_rows.bin", cache_blob(1, zero))
+    topk_cols = {**common,
+                 "target_probs_values": ("float32", [3, 2], [bytes([i]) * 24 for i in range(5)]),
+                 "target_probs_indices": ("int32", [3, 2], [bytes(24)] * 5)}
+    topk = automodel_files(topk_cols, shard_size=2, extra={"draft_vocab_size": 8,
+                                                           "target_probs_topk": 2})
+    c.add("automodel_topk.bin", cache_blob(1, topk))
+
+    def edited(files, **changes):
+        m = json.loads(files["manifest.json"])
+        for k, v in changes.items():
+            if v is ...:
+                m.pop(k, None)
+            else:
+                m[k] = v
+        return {**files, "manifest.json": json.dumps(m, sort_keys=True).encode()}
+
+    c.add("automodel_version3.bin", cache_blob(1, edited(am, format_version=3)))
+    c.add("automodel_version1.bin", cache_blob(1, edited(am, format_version=1)))
+    c.add("automodel_topk_contradicted.bin", cache_blob(1, edited(am, target_probs_topk=4)))
+    c.add("automodel_lossless_over_topk.bin", cache_blob(1, edited(topk, target_probs_topk=None)))
+    c.add("automodel_topk_width.bin", cache_blob(1, edited(topk, target_probs_topk=3)))
+    c.add("automodel_topk_string.bin", cache_blob(1, edited(am, target_probs_topk="2")))
+    c.add("automodel_no_vocab.bin", cache_blob(1, edited(am, draft_vocab_size=...)))
+    c.add("automodel_vocab_width.bin", cache_blob(1, edited(am, draft_vocab_size=9)))
+    c.add("automodel_bom.bin", cache_blob(1, {**am, "manifest.json": b"\xef\xbb\xbf" +
+                                             am["manifest.json"]}))
+    no_mask = {k: v for k, v in cols.items() if k != "attention_mask"}
+    c.add("automodel_missing_tensor.bin", cache_blob(1, automodel_files(
+        no_mask, shard_size=2, extra={"draft_vocab_size": 8, "target_probs_topk": None})))
+    dspark_cols = {"input_ids": common["input_ids"], "loss_mask": common["loss_mask"],
+                   "target_hidden_states": ("bfloat16", [3, 4], [bytes([i]) * 24 for i in range(5)]),
+                   "target_last_hidden_states": ("bfloat16", [3, 2], [bytes(12)] * 5)}
+    dspark = automodel_files(dspark_cols, shard_size=2, format_version=1, extra={"complete": True})
+    c.add("automodel_dspark.bin", cache_blob(1, dspark))
+    c.add("automodel_dspark_version2.bin", cache_blob(1, edited(dspark, format_version=2)))
+    c.add("automodel_dspark_incomplete.bin", cache_blob(1, edited(dspark, complete=False)))
+    c.add("deepspec_bom.bin", cache_blob(0, {**ds, "manifest.json": b"\xef\xbb\xbf" +
+                                            ds["manifest.json"]}))
 
     pt = (PT / "metadata.pt").read_bytes()
     ts = {"dataset.json": b'{"version": 1, "last_hidden_states_prenorm": false}',
@@ -545,6 +590,9 @@ def cache_corpus():
     out = dict(ts)
     out["manifest.jsonl"] = ts["manifest.jsonl"].replace(b"samples/b.pt", b"samples/../../b.pt")
     c.add("torchspec_escape.bin", cache_blob(2, out))
+    bom = dict(ts)
+    bom["dataset.json"] = b"\xef\xbb\xbf" + ts["dataset.json"]
+    c.add("torchspec_bom.bin", cache_blob(2, bom))
     return c
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make check`: the quick suites of the library, against a built tree, in a few minutes on 2 cores:
 #   - C++: every GoogleTest suite labelled `check` (tests/CMakeLists.txt: all but the scale ones);
-#   - Python: the suites of the library's own behaviour listed below (PYTHON_SUITES).
+#   - Python: the suites of the library's own behaviour that declare themselves quick (below).
 # Left to `make test` (scripts/test.sh, which runs these first, then the rest): the scale suites,
 # the S3 server suites, the Writer's multi-process, kill -9 and torchrun runs, the address-space
 # limit run, write-path fault injection, multi-process loading, the LIBSHARD_PLANES_KERNEL child
@@ -14,18 +14,18 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Chosen by their times (pytest --durations and ctest, 2 cores): each takes seconds, and together
-# they cover the library from Python broadly: units and errors, the CLI, pack and its messages,
-# datasets, the Loader, batching and collation, codecs, the Writer's API and refusals, upgrades,
-# hostile datasets and sources.
-PYTHON_SUITES=(
-  test_units.py test_errors.py test_version.py test_docs.py test_option_table.py
-  test_cli_entry.py test_cli.py test_pack_messages.py test_pack_writers.py test_producer_files.py
-  test_dataset.py test_loader.py test_partial_verify.py test_sample_key.py test_shared_fs.py
-  test_bucketing.py test_collate.py test_native_collate.py test_cuda.py test_cuda_release.py
-  test_codecs.py test_writer_library.py test_writer_refusals.py test_upgrade.py
-  test_hostile_datasets.py test_hostile_sources.py
-)
+# Which suites are quick is declared in each file, so a new suite lands in the right set by what
+# it says of itself, not by a list kept here:
+#   - C++: every GoogleTest suite is labelled `check` unless its source has a line
+#     `// suite: full` (tests/CMakeLists.txt reads it; the scale suites have it);
+#   - Python: the files of tests/python with a line `# suite: check` (after the docstring),
+#     chosen by their times (pytest --durations, 2 cores): each takes seconds, and together they
+#     cover the library from Python broadly (units and errors, the CLI, pack and its messages,
+#     datasets, the Loader, batching and collation, codecs, the Writer's API and refusals,
+#     upgrades, hostile datasets and sources). Every other file is left to `make test`.
+PYTHON_SUITES=()
+while IFS= read -r f; do PYTHON_SUITES+=("$f"); done < <(
+  cd "$ROOT/tests/python" && grep -l -m1 -E '^# suite: check([^a-z_]|$)' test_*.py | LC_ALL=C sort)
 
 if [ "${1:-}" = --list-python ]; then
   printf '%s\n' "${PYTHON_SUITES[@]}"

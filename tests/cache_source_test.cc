@@ -442,26 +442,59 @@ std::string Safetensors(const std::vector<std::tuple<std::string, std::string, S
   return Le(header.size(), 8) + header + data;
 }
 
-// n samples of S = 3 tokens: input_ids int64 [S], aux_hidden_states bf16 [S, 6], shard_size B.
+// n samples of S = 3 tokens of an EAGLE-3 cache, shard_size B: the tensors AutoModel's reader
+// reads, input_ids int64 [S], aux_hidden_states bf16 [S, 6], attention_mask and loss_mask int64
+// [S], position_mask bool [S, 1], and the full target_probs f32 [S, 32] (draft_vocab_size 32,
+// target_probs_topk null). `topk` > 0: target_probs_values f32 + target_probs_indices i32
+// [S, topk] instead.
 struct AutoModel {
   uint64_t n = 5, shard_size = 2;
+  uint64_t topk = 0;
   std::string manifest_extra = R"(, "draft_vocab_size": 32, "target_probs_topk": null)";
+  struct Column {
+    const char* name;
+    const char* dtype;
+    Shape row;
+    size_t bytes;
+  };
+  std::vector<Column> Columns() const {
+    std::vector<Column> c = {{"input_ids", "I64", {3}, 3 * 8},
+                             {"aux_hidden_states", "BF16", {3, 6}, 3 * 6 * 2},
+                             {"attention_mask", "I64", {3}, 3 * 8},
+                             {"loss_mask", "I64", {3}, 3 * 8},
+                             {"position_mask", "BOOL", {3, 1}, 3}};
+    if (topk == 0) {
+      c.push_back({"target_probs", "F32", {3, 32}, 3 * 32 * 4});
+    } else {
+      c.push_back({"target_probs_values", "F32", {3, topk}, 3 * topk * 4});
+      c.push_back({"target_probs_indices", "I32", {3, topk}, 3 * topk * 4});
+    }
+    return c;
+  }
   std::string Row(uint64_t i, int field) const {
-    return field == 0 ? Pattern(3 * 8, static_cast<int>(i)) : Pattern(3 * 6 * 2, static_cast<int>(i) + 50);
+    return Pattern(Columns()[field].bytes, static_cast<int>(i) + 50 * field);
+  }
+  uint64_t RowBytes() const {
+    uint64_t b = 0;
+    for (const Column& c : Columns()) b += c.bytes;
+    return b;
   }
   Files Build() const {
     Files f;
+    const std::vector<Column> cols = Columns();
     for (uint64_t k = 0; k * shard_size < n; ++k) {
       const uint64_t rows = std::min(shard_size, n - k * shard_size);
-      std::string ids, aux;
-      for (uint64_t r = 0; r < rows; ++r) {
-        ids += Row(k * shard_size + r, 0);
-        aux += Row(k * shard_size + r, 1);
+      std::vector<std::tuple<std::string, std::string, Shape, std::string>> tensors;
+      for (size_t c = 0; c < cols.size(); ++c) {
+        std::string data;
+        for (uint64_t r = 0; r < rows; ++r) data += Row(k * shard_size + r, static_cast<int>(c));
+        Shape shape = {rows};
+        shape.insert(shape.end(), cols[c].row.begin(), cols[c].row.end());
+        tensors.emplace_back(cols[c].name, cols[c].dtype, shape, data);
       }
       char name[40];
       std::snprintf(name, sizeof name, "shard-%06llu.safetensors", static_cast<unsigned long long>(k));
-      f[name] = Safetensors({{"input_ids", "I64", Shape{rows, 3}, ids},
-                             {"aux_hidden_states", "BF16", Shape{rows, 3, 6}, aux}});
+      f[name] = Safetensors(tensors);
     }
     f["manifest.json"] = R"({"format_version": 2, "num_samples": )" + std::to_string(n) +
                          R"(, "shard_size": )" + std::to_string(shard_size) + manifest_extra + "}";
@@ -480,14 +513,14 @@ TEST(AutoModelCacheTest, ServesRowIOfEveryTensorAsSampleI) {
   for (uint64_t i = 0; i < 5; ++i) {
     auto f = c.OpenSample(i);
     ASSERT_TRUE(f.ok()) << f.status().ToString();
-    ASSERT_EQ((*f)->tensors().size(), 2u);
+    ASSERT_EQ((*f)->tensors().size(), 6u);
     EXPECT_EQ((*f)->tensors()[0].name, "input_ids");
     EXPECT_EQ((*f)->tensors()[0].shape, (Shape{3}));
     EXPECT_EQ((*f)->tensors()[1].dtype, DType::kBFloat16);
     EXPECT_EQ((*f)->tensors()[1].shape, (Shape{3, 6}));
-    EXPECT_EQ(Read(**f, 0), a.Row(i, 0));
-    EXPECT_EQ(Read(**f, 1), a.Row(i, 1));
-    EXPECT_EQ(c.samples()[i].bytes, 24u + 36u);
+    EXPECT_EQ((*f)->tensors()[5].shape, (Shape{3, 32}));
+    for (int t = 0; t < 6; ++t) EXPECT_EQ(Read(**f, t), a.Row(i, t)) << t;
+    EXPECT_EQ(c.samples()[i].bytes, a.RowBytes());
   }
   EXPECT_EQ(std::get<int64_t>(c.attributes().at("automodel.draft_vocab_size")), 32);
   EXPECT_EQ(std::get<std::string>(c.attributes().at("automodel.target_probs_topk")), "null");
@@ -498,7 +531,8 @@ TEST(AutoModelCacheTest, LeavesOutAManifestKeyTooLargeForAnAttribute) {
   AutoModel a;
   std::string ids;
   for (int k = 0; k < 20000; ++k) ids += (k ? "," : "") + std::to_string(k);
-  a.manifest_extra = R"(, "selected_token_ids": [)" + ids + "]";
+  a.manifest_extra =
+      R"(, "draft_vocab_size": 32, "target_probs_topk": null, "selected_token_ids": [)" + ids + "]";
   auto r = OpenCache(Memory(a.Build()), SourceFormat::kAutoModel);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)->attributes().count("automodel.selected_token_ids"), 0u);
@@ -551,6 +585,115 @@ TEST(AutoModelCacheTest, RefusesADamagedShardHeader) {
   f["shard-000001.safetensors"].replace(8, 1, "[");
   ExpectRefused(f, SourceFormat::kAutoModel, StatusCode::kCorruption, "safetensors header",
                 "shard-000001.safetensors");
+}
+
+// What AutoModel 0.7's own readers (eagle3_cache.py, dspark_cache.py, offline_cache.py) refuse,
+// pack refuses too, naming the file, the field and both values: a cache libshard.automodel would
+// refuse at open must not become a dataset.
+TEST(AutoModelCacheTest, RefusesAFormatVersionItsReaderDoesNotRead) {
+  for (const char* v : {"3", "1", "0"}) {
+    ExpectRefused(Edit(AutoModel().Build(), "manifest.json", R"("format_version": 2)",
+                       std::string(R"("format_version": )") + v),
+                  SourceFormat::kAutoModel, StatusCode::kUnsupported,
+                  std::string("format_version ") + v + ", but the shards hold an EAGLE-3 cache, "
+                  "whose AutoModel reader reads format_version 2 only",
+                  "manifest.json");
+  }
+  // A DSpark cache (its four tensors) reads format_version 1 only.
+  Files f;
+  f["shard-000000.safetensors"] = Safetensors(
+      {{"input_ids", "I64", Shape{1, 2}, std::string(16, 'a')},
+       {"loss_mask", "I64", Shape{1, 2}, std::string(16, 'b')},
+       {"target_hidden_states", "BF16", Shape{1, 2, 4}, std::string(16, 'c')},
+       {"target_last_hidden_states", "BF16", Shape{1, 2, 2}, std::string(8, 'd')}});
+  f["manifest.json"] = R"({"format_version": 1, "num_samples": 1, "shard_size": 1})";
+  EXPECT_TRUE(OpenCache(Memory(f), SourceFormat::kAutoModel).ok());
+  ExpectRefused(Edit(f, "manifest.json", R"("format_version": 1)", R"("format_version": 2)"),
+                SourceFormat::kAutoModel, StatusCode::kUnsupported,
+                "format_version 2, but the shards hold a DSpark cache, whose AutoModel reader "
+                "reads format_version 1 only");
+  ExpectRefused(Edit(f, "shard-000000.safetensors", "target_last_hidden_states",
+                     std::string(std::strlen("target_last_hidden_states"), 'z')),
+                SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "no tensor 'target_last_hidden_states', which AutoModel's DSpark reader reads");
+  // Neither layout's tensors, and a version neither reader reads.
+  Files other;
+  other["shard-000000.safetensors"] = Safetensors({{"x", "U8", Shape{1, 4}, "abcd"}});
+  other["manifest.json"] = R"({"format_version": 7, "num_samples": 1, "shard_size": 1})";
+  ExpectRefused(other, SourceFormat::kAutoModel, StatusCode::kUnsupported,
+                "format_version 7, and the shards hold neither an EAGLE-3");
+}
+
+TEST(AutoModelCacheTest, RefusesAMissingOrMistypedDraftVocabSizeOrTopK) {
+  AutoModel a;
+  a.manifest_extra = R"(, "target_probs_topk": null)";
+  ExpectRefused(a.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "draft_vocab_size is missing, not a positive integer", "manifest.json");
+  a.manifest_extra = R"(, "draft_vocab_size": "32", "target_probs_topk": null)";
+  ExpectRefused(a.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                R"(draft_vocab_size is "32", not a positive integer)");
+  a.manifest_extra = R"(, "draft_vocab_size": 32, "target_probs_topk": "8")";
+  ExpectRefused(a.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                R"(target_probs_topk is "8", not null or an integer)");
+}
+
+TEST(AutoModelCacheTest, RefusesATopKTheShardsContradict) {
+  // The manifest says top-8, the shards hold the full distribution.
+  AutoModel a;
+  a.manifest_extra = R"(, "draft_vocab_size": 32, "target_probs_topk": 8)";
+  ExpectRefused(a.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "no tensor 'target_probs_values', which AutoModel's EAGLE-3 reader reads from "
+                "every shard (manifest.json's target_probs_topk 8 with draft_vocab_size 32 says "
+                "the cache stores the top-8 target_probs_values + target_probs_indices)",
+                "shard-000000.safetensors");
+  // The manifest says the full distribution, the shards hold top-k.
+  AutoModel t;
+  t.topk = 4;
+  ExpectRefused(t.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "no tensor 'target_probs', which AutoModel's EAGLE-3 reader reads from every "
+                "shard (manifest.json's target_probs_topk null with draft_vocab_size 32 says the "
+                "cache stores the full target_probs); the shard holds input_ids [n, 3]");
+  // Top-k of another k.
+  t.manifest_extra = R"(, "draft_vocab_size": 32, "target_probs_topk": 5)";
+  ExpectRefused(t.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "target_probs_values [n, 3, 4] is 4 wide, but manifest.json's target_probs_topk "
+                "5 with draft_vocab_size 32 says the cache stores the top-5");
+  t.manifest_extra = R"(, "draft_vocab_size": 32, "target_probs_topk": 4)";
+  EXPECT_TRUE(OpenCache(Memory(t.Build()), SourceFormat::kAutoModel).ok());
+  // The full distribution of another width.
+  a.manifest_extra = R"(, "draft_vocab_size": 40, "target_probs_topk": null)";
+  ExpectRefused(a.Build(), SourceFormat::kAutoModel, StatusCode::kCorruption,
+                "target_probs [n, 3, 32] is 32 wide, but manifest.json's target_probs_topk null "
+                "with draft_vocab_size 40 says the cache stores the full target_probs (40 wide)");
+  // A k at or past the vocabulary's width does not compress (eagle3_cache.is_compressed): the
+  // full target_probs, as its reader reads it.
+  for (const char* k : {"32", "33", "0", "-1"}) {
+    a.manifest_extra = std::string(R"(, "draft_vocab_size": 32, "target_probs_topk": )") + k;
+    EXPECT_TRUE(OpenCache(Memory(a.Build()), SourceFormat::kAutoModel).ok()) << k;
+  }
+}
+
+TEST(AutoModelCacheTest, RefusesAShardWithoutATensorItsReaderReads) {
+  for (const char* name : {"attention_mask", "loss_mask", "position_mask", "input_ids"}) {
+    Files f = AutoModel().Build();
+    const std::string renamed = std::string(std::strlen(name), 'z');
+    f = Edit(f, "shard-000001.safetensors", std::string("\"") + name + "\"",
+             "\"" + renamed + "\"");
+    ExpectRefused(f, SourceFormat::kAutoModel, StatusCode::kCorruption,
+                  std::string("no tensor '") + name + "', which AutoModel's EAGLE-3 reader reads",
+                  "shard-000001.safetensors");
+  }
+}
+
+TEST(CacheManifestTest, RefusesAByteOrderMarkAsTheOwnersJsonReadersDo) {
+  Files f = AutoModel().Build();
+  f["manifest.json"] = "\xEF\xBB\xBF" + f["manifest.json"];
+  ExpectRefused(f, SourceFormat::kAutoModel, StatusCode::kCorruption, "byte-order mark",
+                "manifest.json");
+  Files d = DeepSpec().Build();
+  d["manifest.json"] = "\xEF\xBB\xBF" + d["manifest.json"];
+  ExpectRefused(d, SourceFormat::kDeepSpec, StatusCode::kCorruption, "byte-order mark",
+                "manifest.json");
 }
 
 // ---------------------------------------------------------------------------------------------

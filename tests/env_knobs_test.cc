@@ -5,6 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include "libshard/dataset.h"
+#include "libshard/follow.h"
+#include "libshard/schema.h"
+#include "libshard/storage.h"
+#include "libshard/upgrade.h"
+#include "libshard/writer.h"
+
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -85,6 +94,52 @@ TEST_F(EnvKnobsTest, BadValueIsAnErrorNamingTheVariable) {
     ::unsetenv(name);
     EXPECT_TRUE(ReadEnvKnobs().ok());
   }
+}
+
+// A bad variable is refused by every entry point of the library that takes a location, whether
+// or not it reads that variable (storage::OpenStorage reads the whole table first), naming it.
+TEST_F(EnvKnobsTest, EveryEntryPointRefusesABadVariableNamingIt) {
+  const fs::path dir = fs::temp_directory_path() / ("env_knobs_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string missing = (dir / "absent").string();
+  Schema schema;
+  schema.fields.push_back({"input_ids", DType::kInt64, 1, 0});
+  schema.length_field = 0;
+  for (const auto& s : EnvKnobTable().specs()) {
+    const char* bad = nullptr;
+    switch (s.type) {
+      case OptionType::kCount: bad = "many"; break;
+      case OptionType::kBytes: bad = "lots"; break;
+      case OptionType::kBool: bad = "maybe"; break;
+      case OptionType::kNumber: bad = "soon"; break;
+      case OptionType::kChoice: bad = "bogus"; break;
+      default: continue;  // a path: any text is one
+    }
+    const std::string name(s.name);
+    ::setenv(name.c_str(), bad, 1);
+    const std::string want = "environment variable '" + name + "'";
+    auto expect = [&](const Status& st, const char* entry) {
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << entry << ": " << st.ToString();
+      EXPECT_NE(st.message().find(want), std::string::npos) << entry << ": " << st.ToString();
+    };
+    expect(Dataset::Open(missing).status(), "Dataset::Open");
+    expect(DatasetFollower::Open(missing).status(), "DatasetFollower::Open");
+    expect(Writer::Create((dir / name).string(), schema).status(), "Writer::Create");
+    expect(Writer::Resume(missing).status(), "Writer::Resume");
+    expect(UpgradeIndex(missing).status(), "UpgradeIndex");
+    expect(DescribeStorage("s3://bucket/prefix").status(), "DescribeStorage");
+    EXPECT_FALSE(fs::exists(dir / name / "manifest.json"));
+    ::unsetenv(name.c_str());
+  }
+  fs::remove_all(dir);
+}
+
+TEST_F(EnvKnobsTest, OrDefaultsKeepsTheGoodVariablesWhenOneIsBad) {
+  ::setenv("LIBSHARD_S3_CONNECTIONS", "3", 1);
+  ::setenv("LIBSHARD_ENGINE", "sideways", 1);
+  const EnvKnobs k = EnvKnobsOrDefaults();
+  EXPECT_EQ(k.s3_connections, 3u);
+  EXPECT_EQ(k.engine, "");
 }
 
 TEST_F(EnvKnobsTest, EveryVariableTheLibraryReadsIsInTheTable) {

@@ -8,6 +8,7 @@
 //   - the global order (step k of rank r is global unit k·W + r) is the same for any world size;
 //   - a resume at any step's position on another world size delivers exactly the rest.
 // The grid is sampled (fixed seed) to keep the wall time a few seconds on two cores.
+// suite: full (tens of seconds: not in make check; make test runs it)
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -3,6 +3,9 @@
 // snapshots release the GIL; a snapshot is a libshard._core.Dataset.
 #include "libshard/follow.h"
 
+#include "libshard/dataset.h"
+#include "libshard/option_table.h"
+
 #include <pybind11/stl.h>
 
 #include <memory>
@@ -10,6 +13,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "options.h"
 
 namespace libshard::python {
 namespace {
@@ -72,6 +76,23 @@ class PyFollower {
 }  // namespace
 
 void RegisterFollow(py::module_& m) {
+  // The cache settings of a followed dataset, read by DatasetOptionTable as libshard.open reads
+  // them (cache_size None or 0: no bound), so follow mode takes the same values and gives the
+  // same errors.
+  m.def(
+      "dataset_settings",
+      [](const py::dict& settings) {
+        const OptionTable<DatasetOptions>& table = DatasetOptionTable();
+        DatasetOptions options;
+        for (const auto& [k, v] : settings) {
+          const std::string key = py::str(k);
+          ThrowIfError(table.Set(options, key, ToOptionValue(table.what(), key, v)));
+        }
+        return py::make_tuple(options.cache_dir, options.cache_size);
+      },
+      py::arg("settings"),
+      "(cache_dir, cache_size) from DatasetOptionTable's keys (cache, cache_size), as "
+      "Dataset.open reads them.");
   py::class_<PyFollower>(m, "Follower",
                          "A dataset followed while it is being written; see "
                          "libshard.open(path, follow=True).")

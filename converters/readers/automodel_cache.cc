@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "readers/cache_manifest.h"
 #include "readers/safetensors_source.h"
@@ -32,6 +34,21 @@ std::optional<uint64_t> ShardNumber(const std::string& name) {
   return k;
 }
 
+// The two layouts of AutoModel 0.7's offline caches, as its readers read them: the format_version
+// each reads (offline_cache.read_manifest refuses any other) and the tensors it reads from every
+// shard (its disk keys; a shard without one fails at the first item).
+struct Layout {
+  const char* name;      // the reader's cache name
+  const char* producer;  // what writes it
+  int64_t format_version;
+};
+constexpr Layout kEagle3{"EAGLE-3", "precompute_eagle3", 2};
+constexpr Layout kDSpark{"DSpark", "precompute_dspark", 1};
+constexpr const char* kEagle3Common[] = {"input_ids", "attention_mask", "loss_mask",
+                                         "aux_hidden_states", "position_mask"};
+constexpr const char* kDSparkKeys[] = {"input_ids", "loss_mask", "target_hidden_states",
+                                       "target_last_hidden_states"};
+
 class AutoModelCache final : public CacheSource {
  public:
   static Result<std::unique_ptr<CacheSource>> Open(std::unique_ptr<CacheDir> dir,
@@ -42,6 +59,13 @@ class AutoModelCache final : public CacheSource {
  private:
   explicit AutoModelCache(std::unique_ptr<CacheDir> dir) : CacheSource(std::move(dir)) {}
   Status ReadShard(uint64_t k, const SourceOptions& options);
+  // What AutoModel's own reader of the cache's layout refuses, refused here too, naming the file,
+  // the field and both values: a format_version it does not read, a manifest field it needs
+  // missing or of another type, a target_probs_topk the shards contradict, a shard without a
+  // tensor it reads.
+  Status CheckReaderRules(const CacheJson& m) const;
+  // The row shape of tensor `name` in shard k, or nullptr.
+  const SourceTensor* Find(size_t k, std::string_view name) const;
 
   struct Column {
     SourceTensor row;       // one sample's slice: dim 0 dropped
@@ -145,6 +169,7 @@ Result<std::unique_ptr<CacheSource>> AutoModelCache::Open(std::unique_ptr<CacheD
         (list.empty() ? "none" : list) + "); the cache is incomplete or mixes two runs");
   }
   for (uint64_t k = 0; k < expected; ++k) LIBSHARD_RETURN_IF_ERROR(cache->ReadShard(k, options));
+  LIBSHARD_RETURN_IF_ERROR(cache->CheckReaderRules(m));
   // Every row holds at least one byte of its shard: num_samples is backed by the files.
   cache->samples_.resize(*num_samples);
   for (uint64_t i = 0; i < *num_samples; ++i) {
@@ -159,6 +184,119 @@ Result<std::unique_ptr<CacheSource>> AutoModelCache::Open(std::unique_ptr<CacheD
                      &cache->omitted_keys_);
   LIBSHARD_RETURN_IF_ERROR(cache->IndexKeys());
   return std::unique_ptr<CacheSource>(std::move(cache));
+}
+
+const SourceTensor* AutoModelCache::Find(size_t k, std::string_view name) const {
+  for (const Column& c : shards_[k].columns)
+    if (c.row.name == name) return &c.row;
+  return nullptr;
+}
+
+std::string RowShape(const SourceTensor& t) {
+  std::string out = "[n";
+  for (uint64_t d : t.shape) out += ", " + std::to_string(d);
+  return out + "]";
+}
+
+Status AutoModelCache::CheckReaderRules(const CacheJson& m) const {
+  const std::string manifest = dir_->Name("manifest.json");
+  const int64_t version = m["format_version"].get<int64_t>();  // an integer: checked at open
+  // The layout, by the tensors the shards hold (the manifest says only its version).
+  auto holds = [&](std::string_view name) { return !shards_.empty() && Find(0, name) != nullptr; };
+  const Layout* layout = nullptr;
+  if (holds("aux_hidden_states") || holds("target_probs") || holds("target_probs_values"))
+    layout = &kEagle3;
+  else if (holds("target_hidden_states") || holds("target_last_hidden_states"))
+    layout = &kDSpark;
+  else if (version == kEagle3.format_version)
+    layout = &kEagle3;
+  else if (version == kDSpark.format_version)
+    layout = &kDSpark;
+  if (layout == nullptr)
+    return Status::Unsupported(
+        manifest + ": format_version " + std::to_string(version) + ", and the shards hold "
+        "neither an EAGLE-3 cache's tensors nor a DSpark cache's; NeMo AutoModel 0.7 reads EAGLE-3 "
+        "caches of format_version 2 and DSpark caches of format_version 1 (regenerate the cache "
+        "with the current AutoModel and pack it again)");
+  if (version != layout->format_version)
+    return Status::Unsupported(
+        manifest + ": format_version " + std::to_string(version) + ", but the shards hold " +
+        (layout == &kEagle3 ? "an " : "a ") + layout->name + " cache, whose AutoModel reader "
+        "reads format_version " + std::to_string(layout->format_version) + " only (and refuses " +
+        std::to_string(version) + "); regenerate the cache with the current " + layout->producer +
+        " and pack it again");
+
+  // The tensors the reader reads from every shard, and why.
+  std::vector<std::string> keys;
+  std::string why;
+  int64_t vocab = 0, topk = 0;
+  bool compressed = false;
+  if (layout == &kEagle3) {
+    for (const char* k : kEagle3Common) keys.emplace_back(k);
+    auto v = m.find("draft_vocab_size");
+    if (v == m.end() || !v->is_number_integer() || v->get<int64_t>() <= 0)
+      return Status::Corruption(
+          manifest + ": draft_vocab_size is " +
+          (v == m.end() ? std::string("missing") : v->dump()) +
+          ", not a positive integer; AutoModel's EAGLE-3 reader needs it (the width of "
+          "target_probs); the manifest is damaged or incomplete");
+    vocab = v->get<int64_t>();
+    auto t = m.find("target_probs_topk");
+    if (t != m.end() && !t->is_null() && !t->is_number_integer())
+      return Status::Corruption(manifest + ": target_probs_topk is " + t->dump() +
+                                ", not null or an integer (the k of a top-k cache); the "
+                                "manifest is damaged");
+    topk = (t == m.end() || t->is_null()) ? 0 : t->get<int64_t>();
+    // eagle3_cache.is_compressed: a positive k below the vocabulary's width.
+    compressed = topk > 0 && topk < vocab;
+    const std::string said = "manifest.json's target_probs_topk " +
+                             (t == m.end() ? std::string("(absent)") : t->dump()) +
+                             " with draft_vocab_size " + std::to_string(vocab);
+    if (compressed) {
+      keys.emplace_back("target_probs_values");
+      keys.emplace_back("target_probs_indices");
+      why = said + " says the cache stores the top-" + std::to_string(topk) +
+            " target_probs_values + target_probs_indices";
+    } else {
+      keys.emplace_back("target_probs");
+      why = said + " says the cache stores the full target_probs";
+    }
+  } else {
+    for (const char* k : kDSparkKeys) keys.emplace_back(k);
+  }
+  for (size_t k = 0; k < shards_.size(); ++k) {
+    const std::string shard = dir_->Name(shards_[k].file);
+    for (const std::string& key : keys) {
+      if (Find(k, key) != nullptr) continue;
+      std::string held;
+      for (const Column& c : shards_[k].columns)
+        held += (held.empty() ? "" : ", ") + c.row.name + " " + RowShape(c.row);
+      return Status::Corruption(
+          shard + ": no tensor '" + key + "', which AutoModel's " + layout->name +
+          " reader reads from every shard" + (why.empty() ? std::string() : " (" + why + ")") +
+          "; the shard holds " + (held.empty() ? std::string("nothing") : held) +
+          ": the manifest and the shards disagree, or the cache is damaged");
+    }
+    if (layout != &kEagle3) continue;
+    // The width of the stored distribution, as the manifest declares it.
+    auto width = [&](const char* name, int64_t want) -> Status {
+      const SourceTensor* t = Find(k, name);
+      const int64_t got = t->shape.empty() ? -1 : static_cast<int64_t>(t->shape.back());
+      if (got == want) return Status::OK();
+      return Status::Corruption(
+          shard + ": " + name + " " + RowShape(*t) + " is " + std::to_string(got) +
+          " wide, but " + why + " (" + std::to_string(want) + " wide): the manifest and the "
+          "shards disagree (a cache made with another " +
+          (compressed ? "target_probs_topk" : "draft_vocab_size") + "?)");
+    };
+    if (compressed) {
+      LIBSHARD_RETURN_IF_ERROR(width("target_probs_values", topk));
+      LIBSHARD_RETURN_IF_ERROR(width("target_probs_indices", topk));
+    } else {
+      LIBSHARD_RETURN_IF_ERROR(width("target_probs", vocab));
+    }
+  }
+  return Status::OK();
 }
 
 Result<std::unique_ptr<SourceFile>> AutoModelCache::OpenSample(uint64_t i) const {

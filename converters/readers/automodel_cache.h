@@ -24,7 +24,15 @@
 // mark of a precompute still running or interrupted); the shard files are exactly
 // 0..ceil(N/B)-1 (what the owner's validate_contiguous_shards requires); every shard's
 // safetensors header (readers/safetensors_source.h); every tensor of shard k has dim 0 equal to
-// its row count and every row at least one byte (so N is backed by the files' bytes).
+// its row count and every row at least one byte (so N is backed by the files' bytes). And what
+// the owner's reader of the cache's layout (EAGLE-3 or DSpark, told by the shards' tensors)
+// refuses, so that a cache libshard.automodel would refuse never becomes a dataset: a
+// format_version it does not read (EAGLE-3: 2, DSpark: 1); EAGLE-3's draft_vocab_size missing or
+// not a positive integer, a target_probs_topk that is not null or an integer; a shard without a
+// tensor the reader reads (its disk keys: for EAGLE-3 the full target_probs, or the top-k values
+// and indices when 0 < target_probs_topk < draft_vocab_size); a stored distribution whose width
+// is not the manifest's (target_probs: draft_vocab_size; values and indices: target_probs_topk).
+// Each refusal names the file, the field and both values.
 #pragma once
 
 #include <memory>

@@ -7,6 +7,12 @@
 namespace libshard::convert {
 
 Result<CacheJson> ParseCacheJson(std::string_view text, const std::string& what) {
+  // The caches' own readers load their manifests with Python's json, which refuses a text that
+  // starts with a UTF-8 byte-order mark ("Unexpected UTF-8 BOM"); the JSON parser here would skip
+  // it, and pack a cache its owner cannot read.
+  if (text.starts_with("\xEF\xBB\xBF"))
+    return Status::Corruption(what + ": starts with a UTF-8 byte-order mark, which the cache's "
+                              "own reader (Python's json) refuses; write it without one");
   if (JsonTooDeepAt(text, kMaxCacheJsonNesting) != std::string_view::npos)
     return Status::Corruption(what + ": JSON nested deeper than " +
                               std::to_string(kMaxCacheJsonNesting) +

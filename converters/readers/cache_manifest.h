@@ -24,8 +24,9 @@ using CacheJson = nlohmann::ordered_json;
 inline constexpr size_t kMaxCacheJsonNesting = 32;
 
 // Parses `text` (named `what` in messages) as JSON: Corruption for invalid JSON, for nesting
-// deeper than kMaxCacheJsonNesting, and for an object with a duplicate key at any depth (a
-// duplicate would silently collapse).
+// deeper than kMaxCacheJsonNesting, for an object with a duplicate key at any depth (a
+// duplicate would silently collapse), and for a leading UTF-8 byte-order mark (the caches' own
+// readers, Python's json, refuse one).
 Result<CacheJson> ParseCacheJson(std::string_view text, const std::string& what);
 
 // Reads and parses the JSON object `rel` of `dir`: ResourceExhausted past `max_bytes`, Corruption

@@ -169,6 +169,15 @@ Result<std::unique_ptr<SourceFile>> TorchSpecFolder::OpenSample(uint64_t i) cons
     return Status::Corruption(name + ": its data_id does not match manifest.jsonl's '" +
                               PrintableBytes(row.data_id) +
                               "' (TorchSpec's reader refuses it too)");
+  // TorchSpec's OfflineDataset.load refuses a sample without these tensors.
+  for (const char* needed : {"input_ids", "hidden_states"}) {
+    bool found = false;
+    for (const SourceTensor& t : pt->tensors()) found = found || t.name == needed;
+    if (!found)
+      return Status::Corruption(name + ": no tensor '" + needed + "', which TorchSpec's reader "
+                                "needs in every sample (it refuses this one: \"Offline sample has "
+                                "missing tensors\"); the sample is damaged or not TorchSpec's");
+  }
   for (const SourceTensor& t : pt->tensors()) {
     if (t.name != "input_ids") continue;
     if (NumElements(t.shape) != row.seq_len)

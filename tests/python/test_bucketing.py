@@ -1,6 +1,7 @@
 """Padded token budgets and length-aware batching through libshard.Loader (issue 16): the
 budget never exceeded, padding cut, exact-once and equal steps across ranks, resume on another
 world size, and the guards of a resume whose epoch was batched otherwise."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

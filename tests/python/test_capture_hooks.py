@@ -178,9 +178,39 @@ def test_a_sample_saved_by_a_forked_child_is_refused(store, tmp_path):
     os.waitpid(pid, 0)
     assert f"a child forked by the captured process {os.getpid()}" in got, got
     assert not store.has("child.pt")
+    # The captured process was told: it refuses to commit a dataset without that sample.
+    with pytest.raises(libshard.InvalidArgumentError, match="child.pt"):
+        store.close(True)
 
 
 def test_after_close_a_save_says_the_capture_ended(store, tmp_path):
     store.close(True)
     with pytest.raises(libshard.UnsupportedError, match="has ended"):
         torch.save(sample(), tmp_path / "out" / "late.pt")
+
+
+def test_the_hooks_leave_what_introspection_sees_as_it_was(tmp_path):
+    """A generator that picks texts by scanning modules (the example generator takes the
+    docstrings of the standard library's functions and classes) sees the same texts under
+    capture: a hook is a Python function where the original is a builtin, so it must carry no
+    documentation (an os._exit hook with a docstring once shifted every prompt by one)."""
+    import inspect
+    import io as io_mod
+
+    def texts():
+        out = []
+        for mod in (os, builtins, io_mod, torch):
+            for name, obj in sorted(inspect.getmembers(mod), key=lambda kv: kv[0]):
+                if inspect.isfunction(obj) or inspect.isclass(obj):
+                    out.append((mod.__name__, name, inspect.getdoc(obj)))
+        return [t for t in out if t[2]]
+
+    before = texts()
+    s = make_store(tmp_path)
+    hooks.install(s)
+    try:
+        during = texts()
+    finally:
+        hooks.uninstall()
+        s.close(True)
+    assert during == before

@@ -7,6 +7,7 @@ torch.load of the source. Self-contained (no libshard Python package needed): ru
 
 The binary: $LIBSHARD_CLI, else the newest <repo>/build*/converters/libshard.
 """
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

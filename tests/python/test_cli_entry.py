@@ -7,6 +7,7 @@ bytes for arguments that are not UTF-8, and the same signals (Python's SIGINT ha
 ignored SIGPIPE would otherwise make Ctrl-C wait and `libshard info | head` fail differently).
 scripts/test_wheel.sh runs the installed console script of a repaired wheel.
 """
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 torch.save EAGLE-3 files reads back bit-exact through the Loader (whole, max_len, fields=),
 `--store-dtype float8_e4m3fn` within the §4.3.5 error bound, `info` shows each field's codec and
 stored vs raw bytes, `verify --against` checks and reports the error."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

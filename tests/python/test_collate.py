@@ -1,5 +1,6 @@
 """pad_collate and pack_collate on hand-made samples: shapes, padding, lengths, cu_seqlens,
 dtypes and the errors for batches they cannot form."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Marked ``cuda``: every test here skips on a machine without a usable CUDA device
 selects them; ``scripts/gpu_check.sh`` runs them on a GPU machine). They compare what reaches the
 GPU bit for bit with ``torch.load`` of the source files.
 """
+# suite: check (make check runs this file: scripts/check.sh)
 from __future__ import annotations
 
 import gc

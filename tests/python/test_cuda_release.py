@@ -5,6 +5,7 @@ the hook is installed by hand with stand-in events, to check what needs no GPU: 
 memory is handed to the hook and not reused while the hook holds it, it is reused once the event
 completed, and memory held behind slow events stays bounded by lag_steps.
 """
+# suite: check (make check runs this file: scripts/check.sh)
 from __future__ import annotations
 
 import ctypes

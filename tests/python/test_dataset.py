@@ -1,5 +1,6 @@
 """libshard.open / libshard.Dataset: bit-exact against torch.load, indexing, provenance, pickling,
 DataLoader integration, tensor lifetime."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 the benchmarks' and examples' READMEs points at a file that exists (and, for an `#anchor` into
 Markdown, at a heading that exists), and the README stays a short guide whose first commands are
 `make demo` and `make test`."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """Bad input raises the right exception with a message that says what and where."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

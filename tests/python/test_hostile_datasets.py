@@ -2,6 +2,7 @@
 never crashes, hangs or raises UnicodeDecodeError. Anything that could crash or hang without the
 fix runs in a child process with a generous timeout, so a regression fails the test instead of
 the session."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

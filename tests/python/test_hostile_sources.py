@@ -5,6 +5,7 @@ in bounded memory; never a crash, a hang, an OOM or a dataset that does not open
 Every pack runs in a child process with a liveness timeout and an address-space limit, so a
 regression fails the test instead of hanging the session or exhausting the machine; its peak RSS
 comes from wait4."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

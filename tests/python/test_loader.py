@@ -1,5 +1,6 @@
 """libshard.Loader in one process: order, epochs, batching, collate, resume, lifetime, memory,
 the GIL, stats."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 what the Python pad_collate / pack_collate give for the same samples (same keys in the same
 order, dtypes, shapes and bytes), with batch_size, max_tokens, single samples, fields=, max_len=,
 padding values, every dtype, resume and return_index."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

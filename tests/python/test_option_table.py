@@ -1,6 +1,7 @@
 """Loader options decided once, in the C++ library (issue 22): the option table behind the
 bindings, the generated stubs, the Python signature's defaults, an empty field selection, a C++
 caller and a Python caller getting the same batches, and the one rank resolver."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -214,6 +214,7 @@ def _automodel(root: Path, n: int = 10, shard_size: int = 4, seed: int = 2) -> P
     S, V = 7, 20
     cols = {
         "input_ids": ("int64", [S], [bits(torch.randint(0, 999, (S,), generator=g)) for _ in range(n)]),
+        "attention_mask": ("int64", [S], [bits(torch.ones(S, dtype=torch.long)) for _ in range(n)]),
         "loss_mask": ("int64", [S], [bits((torch.rand(S, generator=g) > .5).long()) for _ in range(n)]),
         "aux_hidden_states": ("bfloat16", [S, 3 * H],
                               [bits(torch.randn(S, 3 * H, generator=g).bfloat16()) for _ in range(n)]),
@@ -310,3 +311,91 @@ def test_torchspec_sample_of_another_id_is_refused(tmp_path):
     assert row["file"] in r.stderr and "data_id" in r.stderr, r.stderr
     r = run("pack", str(cache), "-o", str(tmp_path / "skip"), "--on-error", "skip")
     assert len(libshard.open(str(tmp_path / "skip"))) == 6
+
+
+# ------------------------------------------------------------------------------------------------
+# What the owners' own readers refuse, pack refuses (naming the file, the field and both values):
+# a cache its trainer cannot read must not become a dataset (libshard.automodel would refuse at
+# open what libshard.open serves). AutoModel's reader itself: tests/python/test_trainer_automodel.py.
+
+def _edit_manifest(cache: Path, **changes) -> None:
+    m = json.loads((cache / "manifest.json").read_text())
+    for k, v in changes.items():
+        if v is ...:
+            m.pop(k, None)
+        else:
+            m[k] = v
+    (cache / "manifest.json").write_text(json.dumps(m, indent=2, sort_keys=True))
+
+
+AUTOMODEL_REFUSALS = {
+    "format_version it does not read": (
+        {"format_version": 3}, ["manifest.json", "format_version 3", "EAGLE-3",
+                                "reads format_version 2 only"]),
+    "a DSpark version for EAGLE-3 shards": (
+        {"format_version": 1}, ["manifest.json", "format_version 1", "reads format_version 2"]),
+    "no draft_vocab_size": (
+        {"draft_vocab_size": ...}, ["manifest.json", "draft_vocab_size is missing"]),
+    "a topk the shards contradict": (
+        {"target_probs_topk": 6}, ["shard-000000.safetensors", "target_probs_values",
+                                   "[n, 7, 4] is 4 wide", "target_probs_topk 6"]),
+    "a lossless manifest over top-k shards": (
+        {"target_probs_topk": None}, ["shard-000000.safetensors", "no tensor 'target_probs'",
+                                      "target_probs_topk null"]),
+    "a topk that does not compress": (
+        {"target_probs_topk": 20}, ["no tensor 'target_probs'", "target_probs_topk 20",
+                                    "draft_vocab_size 20"]),
+    "a topk of another type": (
+        {"target_probs_topk": "4"}, ["manifest.json", "target_probs_topk is \"4\""]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(AUTOMODEL_REFUSALS))
+def test_automodel_cache_its_reader_refuses_is_refused(tmp_path, case):
+    changes, wants = AUTOMODEL_REFUSALS[case]
+    cache = _automodel(tmp_path / "cache")
+    run("pack", str(cache), "-o", str(tmp_path / "ok"), "-q")  # the cache as written packs
+    _edit_manifest(cache, **changes)
+    out = tmp_path / "out"
+    r = run("pack", str(cache), "-o", str(out), ok=False)
+    assert r.returncode == 1, r.stderr
+    for want in wants:
+        assert want in r.stderr, (want, r.stderr)
+    assert not (out / "manifest.json").exists()
+
+
+def test_automodel_shard_without_a_tensor_its_reader_reads_is_refused(tmp_path):
+    cache = _automodel(tmp_path / "cache")
+    shard = cache / "shard-000001.safetensors"
+    raw = shard.read_bytes()
+    shard.write_bytes(raw.replace(b'"position_mask"', b'"positionXmask"', 1))
+    r = run("pack", str(cache), "-o", str(tmp_path / "out"), ok=False)
+    assert "shard-000001.safetensors" in r.stderr and "no tensor 'position_mask'" in r.stderr, \
+        r.stderr
+
+
+@pytest.mark.parametrize("file", ["manifest.json", "dataset.json", "manifest.jsonl"])
+def test_a_manifest_with_a_byte_order_mark_is_refused(tmp_path, file):
+    """The owners read their manifests with Python's json, which refuses a UTF-8 BOM."""
+    cache = (_automodel(tmp_path / "cache") if file == "manifest.json"
+             else _torchspec(tmp_path / "cache"))
+    (cache / file).write_bytes(b"\xef\xbb\xbf" + (cache / file).read_bytes())
+    r = run("pack", str(cache), "-o", str(tmp_path / "out"), ok=False)
+    assert r.returncode == 1 and file in r.stderr and "byte-order mark" in r.stderr, r.stderr
+    d = _deepspec(tmp_path / "ds")
+    (d / "manifest.json").write_bytes(b"\xef\xbb\xbf" + (d / "manifest.json").read_bytes())
+    r = run("pack", str(d), "-o", str(tmp_path / "out2"), ok=False)
+    assert r.returncode == 1 and "byte-order mark" in r.stderr, r.stderr
+
+
+def test_torchspec_sample_without_hidden_states_is_refused(tmp_path):
+    """TorchSpec's OfflineDataset.load refuses a record without input_ids and hidden_states."""
+    cache = _torchspec(tmp_path / "cache", n=3)
+    for line in (cache / "manifest.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        rec = torch.load(cache / row["file"], weights_only=True)
+        rec.pop("hidden_states")
+        torch.save(rec, cache / row["file"])
+    r = run("pack", str(cache), "-o", str(tmp_path / "out"), ok=False)
+    assert r.returncode == 1 and "no tensor 'hidden_states'" in r.stderr, r.stderr
+    assert "samples/" in r.stderr

@@ -4,6 +4,7 @@ Python ("part='4/4'", "'max_decompressed'", "'append'"), the flags from `libshar
 resume an interrupted write (a dataset another writer holds, an unfinished write opened, an
 interrupted s3:// write) names libshard.Writer / resume=True to Python and `libshard pack
 --resume` to the CLI (libshard/caller.h)."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
 """libshard.pack from Python: one writer per dataset, and what resume says about a finished one."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ by prefix (max_len) and by field and prefix. A read that serves the damaged fiel
 CorruptionError naming the sample (a raw sample's served fields are checked whole, so damage past
 the max_len prefix is found too); a read of a raw sample that does not serve it gives exactly the
 undamaged data; an encoded sample is read whole, so every read of it fails."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

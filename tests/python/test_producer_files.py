@@ -2,6 +2,7 @@
 `safetensors` package in those producers' layouts): per-request `[tokens, layers, hidden]` with
 `token_ids`, kept stacked or split into EAGLE-3's `aux_hidden_state` + `hidden_state`
 (`--split-layers`); speculators' `hs_{i}.safetensors` with fp8 hidden states and their scales."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ C++ (SourceFileInfo::path, MergeOptions::by_key) and the CLI (--by-key); source(
 name. Dataset.provenance() is the dataset's, as C++ Dataset::provenance(); a sample's own is
 Dataset.source_file(i), which provenance(i) is the former spelling of. Read from the frozen
 golden datasets of every index version."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 file system takes it (alignment from statx STATX_DIOALIGN) and buffered where it refuses O_DIRECT
 at open or only at the first read (some NFS/FUSE mounts), the loader's stats saying which.
 LIBSHARD_IO_REFUSE_DIRECT stands in for such a file system on the test's tmpfs or disk."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -162,3 +162,65 @@ def test_a_dataset_of_another_source_is_refused(tmp_path):
     packed = cli_pack(src, tmp_path / "packed")
     with pytest.raises(ValueError, match="was not packed from a NeMo AutoModel cache"):
         la.CachedEagle3Dataset(packed)
+
+
+# What AutoModel's own reader refuses, `libshard pack` refuses: a cache the trainer cannot read
+# never becomes a dataset that libshard.open serves and libshard.automodel refuses at open.
+def _edit(cache: Path, **changes) -> None:
+    import json
+    path = cache / "manifest.json"
+    m = json.loads(path.read_text())
+    for k, v in changes.items():
+        if v is ...:
+            m.pop(k, None)
+        else:
+            m[k] = v
+    path.write_text(json.dumps(m, indent=2, sort_keys=True))
+
+
+def _bom(cache: Path) -> None:
+    path = cache / "manifest.json"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+
+
+OWNER_REFUSES = {
+    "format_version 3": (None, lambda c: _edit(c, format_version=3), "format_version 3"),
+    "format_version 1": (None, lambda c: _edit(c, format_version=1), "format_version 1"),
+    "no draft_vocab_size": (None, lambda c: _edit(c, draft_vocab_size=...), "draft_vocab_size"),
+    "top-k manifest, full shards": (None, lambda c: _edit(c, target_probs_topk=5),
+                                    "target_probs_values"),
+    "full manifest, top-k shards": (5, lambda c: _edit(c, target_probs_topk=None),
+                                    "no tensor 'target_probs'"),
+    "top-k at the vocabulary width": (5, lambda c: _edit(c, target_probs_topk=VOCAB),
+                                      "no tensor 'target_probs'"),
+    "a byte-order mark": (None, _bom, "byte-order mark"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OWNER_REFUSES))
+def test_pack_refuses_what_automodels_own_reader_refuses(tmp_path, case):
+    topk, damage, want = OWNER_REFUSES[case]
+    cache = _eagle3_cache(tmp_path / "cache", topk=topk)
+    damage(cache)
+    with pytest.raises(Exception):  # AutoModel's reader: at open or at the first item
+        eagle3_cache.CachedEagle3Dataset(str(cache))[0]
+    cli = conftest._cli()
+    if cli is None:
+        pytest.skip("the libshard command-line tool is not built")
+    r = subprocess.run([cli, "pack", str(cache), "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert want in r.stderr and str(cache) in r.stderr, r.stderr
+
+
+def test_dspark_incomplete_is_refused_by_both(tmp_path):
+    cache = _dspark_cache(tmp_path / "cache")
+    _edit(cache, complete=False)
+    with pytest.raises(ValueError, match="incomplete"):
+        dspark_cache.CachedDSparkDataset(str(cache))
+    cli = conftest._cli()
+    if cli is None:
+        pytest.skip("the libshard command-line tool is not built")
+    r = subprocess.run([cli, "pack", str(cache), "-o", str(tmp_path / "out")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "marked incomplete" in r.stderr, r.stderr

@@ -1,4 +1,5 @@
 """Byte sizes in Python options are parsed by the library's one parser (libshard_support/units.h)."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

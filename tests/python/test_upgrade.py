@@ -2,6 +2,7 @@
 libshard before index version 3) rewritten as version 3 with field checksums (FORMAT.md §3.9)
 from Python, the data unchanged, twice a no-op; every sample is checked first, so a damaged one
 fails the upgrade and nothing changes; `libshard info` reports the version."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The version has one source, project(VERSION) in CMakeLists.txt: `libshard --version`, the
 Python package's __version__ and the manifest's created_by all say the same."""
+# suite: check (make check runs this file: scripts/check.sh)
 import json
 import re
 import subprocess

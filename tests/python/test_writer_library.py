@@ -2,6 +2,7 @@
 tables behind the bindings, the CLI and the stubs (errors in Python's words, not the CLI's), one
 schema inference for ``libshard pack`` and ``libshard.Writer``, and the join of a multi-rank
 write (JoinParts) called through the bindings."""
+# suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ usable, and the committed dataset holds exactly the samples that were accepted. 
 need materialising (non-contiguous, neg bit) and tensors that require grad are accepted, like
 non-contiguous tensors always were.
 """
+# suite: check (make check runs this file: scripts/check.sh)
 from __future__ import annotations
 
 from typing import Callable, Dict, List, Tuple

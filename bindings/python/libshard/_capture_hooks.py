@@ -20,15 +20,26 @@ are served (the store says from where); a raw ``open(path, "rb")``, a removal, a
 an append to a captured sample are refused, naming the file and what to do; writing a captured
 sample again keeps the first (the store says so once). Everything else (other files, other
 directories, file descriptors) goes to the original functions untouched.
+
+How a file can end (docs/guide/capture.md, "How a file can end"): a file opened on a sample
+path is held in memory (:class:`CaptureFile`: seekable, truncatable, no file descriptor) and
+captured when closed, also when the generator never closes it (capture closes what is still open
+when it ends); renaming its path while it is open moves it; opening the same path twice for
+writing is refused; ``os.truncate`` applies to it as to a file. ``os._exit`` ends the capture as
+a normal exit with that status would; SIGTERM and SIGHUP (at their defaults) stop the generator
+as an exception would, so what it wrote is journaled. A forked child's sample writes are
+refused there and told to the captured process, which then does not commit.
 """
 
 from __future__ import annotations
 
 import builtins
 import errno
+import inspect
 import gzip
 import io
 import os
+import signal
 import stat as stat_mod
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -53,6 +64,8 @@ _remove = os.remove
 _unlink = os.unlink
 _rename = os.rename
 _replace = os.replace
+_truncate = os.truncate
+_exit = os._exit
 _torch_save = torch.save
 _torch_load = torch.load
 
@@ -77,20 +90,31 @@ def _parent_exists(s: CaptureStore, rel: str, path: Any) -> None:
 
 # -- files opened on a sample path ------------------------------------------------------------
 class CaptureFile(io.RawIOBase):
-    """What ``open(sample_path, "wb")`` returns under capture: it holds what is written and,
-    when closed, captures the sample (a ``torch.save`` object handed to it, or the bytes written),
-    or writes the file to disk when its content is not a sample."""
+    """What ``open(sample_path, "wb")`` returns under capture: it holds what is written (in
+    memory, seekable and truncatable as the file would be) and, when closed, captures the sample
+    (a ``torch.save`` object handed to it, or the bytes written), or writes the file to disk when
+    its content is not a sample. The store knows every one that is open (:meth:`CaptureStore.
+    opened`): one the generator never closes (an exit without close, a reference cycle, an
+    ``os._exit``, a signal) is closed, and so captured, when capture ends. Renaming its path
+    while it is open moves it (:func:`_rename_like`); it has no file descriptor."""
 
-    def __init__(self, store: CaptureStore, rel: str, name: Any, mode: str) -> None:
+    def __init__(self, store: CaptureStore, rel: Optional[str], name: Any, mode: str) -> None:
         super().__init__()
         self._store = store
-        self._rel = rel
+        self._rel = rel  # None: renamed out of the captured tree, goes to disk at `name`
         self.name = name
         self.mode = mode
-        self._chunks: List[bytes] = []
+        self._buf = io.BytesIO()
         self._sample: Optional[Sample] = None
+        self._obj: Any = None      # the torch.save object the sample came from
+        self._framed = False       # a wrapper (gzip) wrote bytes before that object
         self._call = ""
         self._real: Any = None
+        store.opened(self)
+
+    @property
+    def rel(self) -> Optional[str]:
+        return self._rel
 
     def writable(self) -> bool:
         return True
@@ -99,38 +123,81 @@ class CaptureFile(io.RawIOBase):
         return False
 
     def seekable(self) -> bool:
-        return False
+        return self._real.seekable() if self._real is not None else True
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation(
+            f"{PREFIX}{os.fspath(self.name)!r}: a sample file being captured is held in memory "
+            "and has no file descriptor (os.fsync, os.write, mmap or sendfile of it cannot "
+            "work); write it through the file object, or leave it to disk with --exclude GLOB")
 
     def write(self, b: Any) -> int:
         if self.closed:
             raise ValueError("I/O operation on closed file.")
         if self._real is not None:
             return self._real.write(b)
-        data = bytes(b)
+        data = memoryview(b).cast("B")
         if self._sample is None:  # after a torch.save object: a wrapper's framing (gzip)
-            self._chunks.append(data)
-        return len(data)
+            self._buf.write(data)
+        return data.nbytes
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if self._real is not None:
+            return self._real.seek(offset, whence)
+        return self._buf.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._real.tell() if self._real is not None else self._buf.tell()
+
+    def truncate(self, size: Optional[int] = None) -> int:
+        """As a file's: the bytes past ``size`` are dropped (the position stays); truncating a
+        file a ``torch.save`` object went to, to zero bytes, drops that object."""
+        if self._real is not None:
+            return self._real.truncate(size)
+        if self._sample is not None and size is not None:
+            if size != 0:
+                raise UnsupportedError(
+                    f"{PREFIX}truncate({size}) of {os.fspath(self.name)!r}: a torch.save object "
+                    "was written to it, which capture holds as a sample, not as bytes; write "
+                    "the file whole, or leave it to disk with --exclude GLOB")
+            self._sample = None
+        return self._buf.truncate(size)
+
+    def retarget(self, name: Any, rel: Optional[str]) -> None:
+        """The open file's path was renamed to ``name`` (``rel`` under the captured tree, or None
+        when it left it: then it goes to disk there when closed)."""
+        self.name, self._rel = name, rel
 
     def attach(self, obj: Any, call: str) -> bool:
         """``torch.save(obj, self)``: True when ``obj`` is a sample (captured at close); False
         when it is not, after which the file writes through to disk."""
-        if self._store.has(self._rel):  # a rewrite: the store keeps the first
+        if self._rel is not None and self._store.has(self._rel):  # a rewrite: keeps the first
             self._sample, self._call = Sample({}, {}, None, "torch"), call
             return True
         sample = from_torch_save(obj, _where(call, self.name))
-        if self._store.is_sample(self._rel, sample):
-            self._sample, self._call = sample, call
-            self._chunks.clear()
+        if self._rel is not None and self._store.is_sample(self._rel, sample):
+            self._sample, self._obj, self._call = sample, obj, call
+            self._framed = self._buf.tell() > 0
+            self._buf = io.BytesIO()
             return True
         self._to_disk()
         return False
 
     def _to_disk(self) -> None:
         mode = self.mode if "b" in self.mode else self.mode + "b"
+        if self._sample is not None and self._obj is not None and self._framed:
+            raise UnsupportedError(
+                f"{PREFIX}{os.fspath(self.name)!r}: a torch.save object written through a "
+                "wrapper (gzip) to a sample path, then renamed out of the captured directory, "
+                "cannot be written to disk as the wrapper would have; rename the finished file "
+                "instead, or leave it to disk with --exclude GLOB")
         self._real = _open(self.name, mode.replace("x", "w") if "x" in mode else mode)
-        for c in self._chunks:
-            self._real.write(c)
-        self._chunks.clear()
+        if self._sample is not None and self._obj is not None:  # held as a sample: its bytes
+            _torch_save(self._obj, self._real)
+            self._sample = self._obj = None
+        else:
+            self._real.write(self._buf.getbuffer())
+        self._buf = io.BytesIO()
 
     def close(self) -> None:
         if self.closed:
@@ -138,15 +205,18 @@ class CaptureFile(io.RawIOBase):
         try:
             if self._real is not None:
                 self._real.close()
+            elif self._rel is None:  # renamed out of the captured tree: an ordinary file
+                self._to_disk()
+                self._real.close()
             elif self._sample is not None:
                 self._store.capture(self._rel, self._sample, self._call)
             elif self._store.has(self._rel):
                 self._store.rewritten(self._rel, "write")
-            elif self._chunks:
-                data = b"".join(self._chunks)
+            elif self._buf.getbuffer().nbytes:
+                data = self._buf.getvalue()
                 sample = from_bytes(data, f"bytes written to {os.fspath(self.name)!r}")
                 if self._store.is_sample(self._rel, sample):
-                    self._chunks.clear()
+                    self._buf = io.BytesIO()
                     self._store.capture(self._rel, sample, "write")
                 else:
                     self._to_disk()
@@ -155,9 +225,30 @@ class CaptureFile(io.RawIOBase):
                 self._to_disk()
                 self._real.close()
         finally:
-            self._chunks.clear()
-            self._sample = None
+            self._buf = io.BytesIO()
+            self._sample = self._obj = None
+            self._store.closed_file(self)
             super().close()
+
+    def close_left_open(self) -> str:
+        """Closes a file the generator left open when capture ends: captured as ``close`` would,
+        or, when its bytes are no sample (cut short: the generator stopped while writing it),
+        written to disk as they are, as the file system would have kept them. Returns what
+        became of it."""
+        if self.closed:
+            return ""
+        data = self._buf.getvalue()
+        try:
+            self.close()
+            return "captured" if self._rel is not None and self._store.has(self._rel) else \
+                "written to disk"
+        except Exception as e:  # noqa: BLE001 - reported, and the bytes kept on disk
+            try:
+                with _open(self.name, "wb") as f:
+                    f.write(data)
+            except OSError as disk:
+                return f"lost: not a sample ({e}) and not writable to disk ({disk})"
+            return f"written to disk as it was ({len(data)} bytes): not a readable sample ({e})"
 
 
 def _capture_file_of(f: Any) -> Optional[CaptureFile]:
@@ -183,6 +274,10 @@ def _open_hook(file: Any, mode: str = "r", buffering: int = -1, encoding: Option
         return _open(file, mode, buffering, encoding, errors, newline, closefd, opener)
     writing = any(c in mode for c in "wxa+")
     call = f"open({os.fspath(file)!r}, {mode!r})"
+    if writing and (s.has(rel) or s.selects(rel)):
+        s.check_process(call, rel)  # a forked child cannot add to this process's dataset
+        if s.open_files(rel):
+            raise s.refuse_open_twice(rel, call)
     if s.has(rel):
         if "x" in mode:
             raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), os.fspath(file))
@@ -222,6 +317,9 @@ def _save_hook(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
             rel = s.rel(f)
             if rel is not None and s.selects(rel):
                 call = _where("torch.save", f)
+                s.check_process(call, rel)
+                if s.open_files(rel):
+                    raise s.refuse_open_twice(rel, call)
                 if s.has(rel):
                     s.rewritten(rel, call)
                     return None
@@ -278,6 +376,9 @@ def _safetensors_hooks() -> List[Tuple[Any, str, Callable[..., Any]]]:
                 tensors = args[0] if args else kwargs.get("tensors", kwargs.get("tensor_dict"))
                 metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
                 call = _where(name, filename)
+                s.check_process(call, rel)
+                if s.open_files(rel):
+                    raise s.refuse_open_twice(rel, call)
                 if s.has(rel):
                     s.rewritten(rel, call)
                     return None
@@ -516,14 +617,38 @@ def _rename_like(orig: Callable[..., Any], name: str) -> Callable[..., Any]:
             return orig(src, dst, *args, **kwargs)
         call = f"os.{name}({os.fspath(src)!r}, {os.fspath(dst)!r})"
         srel, drel = s.rel(src), s.rel(dst)
+        moving = s.open_files(srel)
+        if moving:
+            # A file still open under a sample path, renamed into place (a write to a temporary
+            # name, then a rename, before the close): it moves; what it holds is captured (or
+            # written to disk, outside the captured tree) when it is closed.
+            to = drel if drel is not None and s.selects(drel) else None
+            if to is not None:
+                s.check_process(call, to)
+                if s.has(to) or s.open_files(to):
+                    raise s.refuse_open_twice(to, call)
+            for cf in moving:
+                cf.retarget(dst, to)
+            return None
         if s.has(srel) or s.is_dir(srel):
             raise s.refuse(srel or "", call, "capture cannot move a captured sample (its key is "
                                              "its path)")
         if drel is not None and s.selects(drel) and not _is_dir_on_disk(os.fspath(src)):
+            s.check_process(call, drel)
             _parent_exists(s, drel, dst)
             with _open(src, "rb") as fh:  # FileNotFoundError for a missing source, as the OS
                 data = fh.read()
-            sample = from_bytes(data, f"{call}: {os.fspath(src)!r}")
+            try:
+                sample = from_bytes(data, f"{call}: {os.fspath(src)!r}")
+            except Exception:  # noqa: BLE001 - not (yet) a sample: renamed on disk, see below
+                sample = None
+            if sample is None:
+                # A file renamed into place before it is complete (still open and buffered, its
+                # writer not done): renamed on disk as asked; capture reads it again when it
+                # ends, and captures it then, or says it is on disk (CaptureStore.close).
+                orig(src, dst, *args, **kwargs)
+                s.renamed_early(drel, call)
+                return None
             if s.is_sample(drel, sample):
                 s.capture(drel, sample, f"os.{name}")
                 _remove(src)
@@ -532,18 +657,98 @@ def _rename_like(orig: Callable[..., Any], name: str) -> Callable[..., Any]:
     return rename
 
 
+def _truncate_hook(path: Any, length: int) -> None:
+    s = _active
+    rel = None if s is None or isinstance(path, int) else s.rel(path)
+    if rel is not None:
+        files = s.open_files(rel)
+        if files:  # a sample file still being written: truncated as the file would be
+            for cf in files:
+                cf.truncate(length)
+            return None
+        if s.has(rel):
+            raise s.refuse(rel, f"os.truncate({os.fspath(path)!r}, {length})",
+                           "capture cannot change a captured sample in place; write the file "
+                           "whole, or leave it to disk with --exclude GLOB")
+    return _truncate(path, length)
+
+
+# -- how the process ends -----------------------------------------------------------------------
+_on_exit: Optional[Callable[[int], None]] = None
+_exiting = False
+_signals: List[Tuple[int, Any]] = []  # (signal, the handler before ours)
+
+
+def _exit_hook(code: int) -> None:
+    """``os._exit(code)`` in the captured process: the ending capture would have had at a
+    normal exit (its files left open closed and captured; committed on status 0, the journal
+    kept otherwise), then the exit. In a forked child, or re-entered, the plain ``os._exit``."""
+    global _exiting
+    s = _active
+    if s is not None and not _exiting and os.getpid() == s.pid and _on_exit is not None:
+        _exiting = True
+        try:
+            _on_exit(int(code) if isinstance(code, int) else 1)
+        except BaseException:  # noqa: BLE001 - the exit must happen
+            pass
+    _exit(code)
+
+
+def _signal_handler(signum: int, frame: Any) -> None:
+    """SIGTERM / SIGHUP (whose default would end the process at once, leaving what is written
+    but not yet journaled nowhere): the generator stops as at an exception, its files are
+    captured and journaled, the dataset is left uncommitted for a rerun, and the status says
+    the signal (128 + its number). A second signal ends the process at once."""
+    signal.signal(signum, signal.SIG_DFL)
+    name = signal.Signals(signum).name
+    s = _active
+    if s is not None and os.getpid() == s.pid:
+        s.log(f"{name}: stopping the generator; the samples it wrote are journaled for a "
+              "rerun to continue (a second signal ends the process at once)")
+    raise SystemExit(128 + signum)
+
+
+def _install_signals() -> None:
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            if signal.getsignal(sig) is signal.SIG_DFL:
+                _signals.append((sig, signal.signal(sig, _signal_handler)))
+        except (ValueError, OSError):
+            pass
+
+
 # -- installing -------------------------------------------------------------------------------
 def _patch(owner: Any, attr: str, value: Any) -> None:
-    _saved.append((owner, attr, getattr(owner, attr)))
+    original = getattr(owner, attr)
+    _saved.append((owner, attr, original))
+    # Code that scans a module's members for texts (inspect.getmembers + getdoc, as the example
+    # generator picks its prompts) must see the same texts under capture as without it: a hook
+    # carries the documentation of a Python function it replaces (torch.save), and none where
+    # it replaces a builtin (os._exit), which such a scan passes over as a non-function.
+    if callable(value) and not isinstance(value, type):
+        try:
+            value.__doc__ = original.__doc__ if inspect.isfunction(original) else None
+        except (AttributeError, TypeError):
+            pass
     setattr(owner, attr, value)
 
 
-def install(store: CaptureStore) -> None:
-    """Routes the generator's sample writes and queries to ``store`` (one store a process)."""
-    global _active
+def install(store: CaptureStore, on_exit: Optional[Callable[[int], None]] = None) -> None:
+    """Routes the generator's sample writes and queries to ``store`` (one store a process).
+    ``on_exit(status)``: how capture ends, called by ``os._exit`` in this process (a normal
+    exit runs it from ``atexit``); SIGTERM and SIGHUP, left at their defaults by then, end the
+    generator as an exception would."""
+    global _active, _on_exit, _exiting
     if _active is not None:
         raise RuntimeError("libshard.capture is already installed in this process")
     _active = store
+    _on_exit, _exiting = on_exit, False
+    _patch(os, "_exit", _exit_hook)
+    _patch(os, "truncate", _truncate_hook)
+    _install_signals()
     import torch.serialization as ts
     _patch(builtins, "open", _open_hook)
     _patch(io, "open", _open_hook)
@@ -566,8 +771,12 @@ def install(store: CaptureStore) -> None:
 
 def uninstall() -> None:
     """Restores every original (tests; the command keeps them until the process ends)."""
-    global _active
+    global _active, _on_exit
     while _saved:
         owner, attr, value = _saved.pop()
         setattr(owner, attr, value)
-    _active = None
+    while _signals:
+        sig, before = _signals.pop()
+        if signal.getsignal(sig) is _signal_handler:
+            signal.signal(sig, before)
+    _active, _on_exit = None, None

@@ -22,20 +22,49 @@ Thread-safe: generators save from thread pools; samples reach the Writer one at 
 from __future__ import annotations
 
 import collections
+import ctypes
+import functools
+import gc
 import os
 import stat as stat_mod
 import sys
 import threading
 import time
+import weakref
 import zlib
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from . import _core
-from ._capture_sample import PREFIX, Sample
+from ._capture_sample import PREFIX, Sample, from_bytes
 from ._core import InvalidArgumentError, UnsupportedError
 from ._writer import Writer
 
-_REAL_STAT = os.stat  # bound before any hook is installed
+# Bound before any hook is installed: the store's own file operations bypass the hooks.
+_REAL_STAT = os.stat
+_REAL_SCANDIR = os.scandir
+_REAL_UNLINK = os.unlink
+_REAL_OPEN = open
+
+#: Seconds ``close`` waits for a generator thread that is in the middle of a capture (an
+#: ``os._exit`` from another thread) before it leaves the journal as it is.
+CLOSE_WAIT_SECONDS = 60.0
+#: Files ``close`` looks at under ``under`` for sample files that went to disk around the hooks.
+SWEEP_LIMIT = 200_000
+
+
+def _after_fork_in_child(ref: "weakref.ref[CaptureStore]") -> None:
+    """In a child the captured process forked: the Writer's threads are the parent's, so its
+    C++ writer must never be stopped, flushed or destroyed here (that would wait on threads that
+    do not exist in this process, or write the parent's files). It is set aside for good: kept
+    alive (one reference more, so no destructor runs) and detached from the Writer."""
+    store = ref()
+    writer = getattr(store, "writer", None)
+    core = getattr(writer, "_core", None)
+    if core is None:
+        return
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(core))
+    writer._core = None
+    writer._closed = True
 
 
 class CaptureStore:
@@ -74,6 +103,19 @@ class CaptureStore:
         self.closed = False
         self.pid = os.getpid()
         self._dataset: Any = None
+        self._started_ns = time.time_ns()
+        # Files opened on sample paths and not closed yet (CaptureFile), by the generator.
+        self._open: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # Sample writes refused in forked children, told to this process through a pipe that
+        # every fork inherits (non-blocking: a child never waits on it).
+        self._notes_r, self._notes_w = os.pipe()
+        os.set_blocking(self._notes_r, False)
+        os.set_blocking(self._notes_w, False)
+        self.left_open: List[Tuple[str, str]] = []  # (path, what became of it)
+        self.around: List[str] = []  # sample files on disk written around the hooks
+        self._early: Dict[str, str] = {}  # rel -> the rename that put it there unfinished
+        os.register_at_fork(after_in_child=functools.partial(_after_fork_in_child,
+                                                             weakref.ref(self)))
         try:
             self._dev = _REAL_STAT(self.under).st_dev
         except OSError:
@@ -139,6 +181,88 @@ class CaptureStore:
             (mode, ino, self._dev, nlink, os.getuid(), os.getgid(), size, int(t), int(t), int(t)),
             {"st_atime": t, "st_mtime": t, "st_ctime": t,
              "st_atime_ns": ns, "st_mtime_ns": ns, "st_ctime_ns": ns})
+
+    def log(self, message: str) -> None:
+        self._log(message)
+
+    def renamed_early(self, rel: str, call: str) -> None:
+        """``call`` renamed a file into the sample path ``rel`` that held no readable sample
+        yet (its writer not done with it): on disk for now, captured when capture ends."""
+        with self._lock:
+            self._early[rel] = call
+
+    def _capture_renamed_early(self) -> None:
+        for rel, call in sorted(self._early.items()):
+            path = self.full(rel)
+            if rel in self._sizes:
+                continue
+            try:
+                with _REAL_OPEN(path, "rb") as fh:
+                    data = fh.read()
+                sample = from_bytes(data, f"{call}: {path!r}")
+            except Exception as e:  # noqa: BLE001 - left on disk, and said
+                self._log(f"{call} put {path} in place before it was complete, and it is still "
+                          f"no readable sample ({e}); it stays on disk, not in {self.out}")
+                self.to_disk[rel] = "renamed into place, not a readable sample"
+                continue
+            if self.is_sample(rel, sample):
+                self.capture(rel, sample, call)
+                _REAL_UNLINK(path)
+
+    # -- files open on sample paths ---------------------------------------------------------
+    def opened(self, f: Any) -> None:
+        self._open.add(f)
+
+    def closed_file(self, f: Any) -> None:
+        self._open.discard(f)
+
+    def open_files(self, rel: Optional[str]) -> List[Any]:
+        """The files open on ``rel`` in this process (not closed yet)."""
+        if rel is None:
+            return []
+        return [f for f in list(self._open) if not f.closed and f.rel == rel]
+
+    def refuse_open_twice(self, rel: str, call: str) -> UnsupportedError:
+        return UnsupportedError(
+            f"{PREFIX}{call}: {self.full(rel)} is already open for writing in this process and "
+            "not closed yet; capture takes a sample file written whole through one file object: "
+            "close the first one before writing the file again")
+
+    # -- processes --------------------------------------------------------------------------
+    def check_process(self, call: str, rel: str) -> None:
+        """UnsupportedError when a forked child writes a sample: its writes cannot reach this
+        process's dataset. The captured process is told (it then refuses to commit)."""
+        if os.getpid() == self.pid:
+            return
+        note = f"{os.getpid()}\t{self.full(rel)}\t{call}\n".encode("utf-8", "surrogateescape")
+        try:
+            os.write(self._notes_w, note[:512])
+        except OSError:
+            pass  # the pipe is full: the captured process knows of some already
+        raise UnsupportedError(
+            f"{PREFIX}{call}: {self.full(rel)}: written from process {os.getpid()}, a child "
+            f"forked by the captured process {self.pid}; capture writes the samples of the "
+            "process it started, so this sample cannot reach the dataset (and the capture will "
+            "not commit): save samples in that process, start the workers with the 'spawn' "
+            "method and run each writing process under capture (torchrun ... -m "
+            "libshard.capture, one part per rank), or leave these files to disk with --exclude")
+
+    def _forked_writes(self) -> List[str]:
+        out = b""
+        while True:
+            try:
+                chunk = os.read(self._notes_r, 65536)
+            except (BlockingIOError, OSError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        lines = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            pid, _, rest = line.partition("\t")
+            path, _, call = rest.partition("\t")
+            lines.append(f"{path} (process {pid}: {call})")
+        return lines
 
     # -- capturing ----------------------------------------------------------------------------
     def _check_open(self, what: str) -> None:
@@ -252,16 +376,99 @@ class CaptureStore:
         return self._dataset or None
 
     # -- the end ------------------------------------------------------------------------------
+    def _close_left_open(self) -> None:
+        """Closes the sample files the generator left open (an exit without close, a file in a
+        reference cycle, an ``os._exit``, a signal): each is captured, or written to disk as it
+        is when it holds no readable sample, and listed (:attr:`left_open`)."""
+        gc.collect()  # files only a reference cycle still held close (and are captured) now
+        for f in sorted(list(self._open), key=lambda f: os.fspath(f.name)):
+            what = f.close_left_open()
+            if what:
+                self.left_open.append((os.fspath(f.name), what))
+        if self.left_open:
+            self._log(f"{len(self.left_open)} sample file(s) were still open when the generator "
+                      "ended (never closed): " + "; ".join(
+                          f"{p}: {w}" for p, w in self.left_open[:10]) +
+                      ("; ..." if len(self.left_open) > 10 else ""))
+
+    def _sweep(self) -> None:
+        """Sample files (by pack's rule) that appeared on disk under ``under`` during the run
+        without passing the hooks (os.open/os.write, io.FileIO, mmap, a child process, a C
+        extension): on disk, not in the dataset; said, naming them."""
+        seen = 0
+        stack = [self.under]
+        while stack and seen < SWEEP_LIMIT:
+            d = stack.pop()
+            try:
+                it = _REAL_SCANDIR(d)
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    seen += 1
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            stack.append(e.path)
+                            continue
+                        if not e.is_file(follow_symlinks=False) or \
+                                e.stat(follow_symlinks=False).st_mtime_ns < self._started_ns:
+                            continue
+                    except OSError:
+                        continue
+                    rel = self.rel(e.path)
+                    if rel and rel not in self._sizes and rel not in self.to_disk and \
+                            self.selects(rel):
+                        self.around.append(e.path)
+        if self.around:
+            self.around.sort()
+            self._log(
+                f"{len(self.around)} sample file(s) were written to disk under {self.under} "
+                "around capture's hooks (through os.open/os.write, io.FileIO, mmap, a child "
+                "process or a C extension), so they are on disk and NOT in "
+                f"{self.out}: {', '.join(self.around[:5])}{', ...' if len(self.around) > 5 else ''}"
+                f"; write them with open/torch.save/safetensors' save_file, or add them with "
+                f"`libshard pack {self.under} -o {self.out} --append` once capture ended")
+
     def close(self, success: bool) -> Optional[Dict[str, Any]]:
-        """Commits (``success``: the generator finished) and joins the parts as a Writer does;
+        """Ends the capture: the files the generator left open are closed (captured), then it
+        commits (``success``: the generator finished) and joins the parts as a Writer does;
         otherwise leaves what is journaled for a rerun to continue. Returns the Writer's summary
-        when committed."""
-        with self._lock:
+        when committed. Never commits when a forked child's sample writes were refused (they
+        are not in the dataset): InvalidArgumentError naming them, the journal kept. In a
+        forked child it does nothing (the captured process ends the capture)."""
+        if os.getpid() != self.pid:
+            return None
+        if not self._lock.acquire(timeout=CLOSE_WAIT_SECONDS):
+            self._log(f"a generator thread is still writing a sample into {self.out} after "
+                      f"{CLOSE_WAIT_SECONDS:.0f} s; the journal keeps what was journaled, "
+                      "uncommitted: rerun the same command to continue")
+            raise UnsupportedError(f"{PREFIX}{self.out}: not committed (a generator thread was "
+                                   "still writing when the process ended)")
+        try:
             if self.closed:
                 return self.writer.summary
+            failure: Optional[BaseException] = None
+            try:
+                self._close_left_open()
+                self._capture_renamed_early()
+            except BaseException as e:  # noqa: BLE001 - the journal is kept, then raised
+                failure = e
             self.closed = True
             self._readback.clear()
-            if success:
+            forked = self._forked_writes()
+            if forked:
+                failure = failure or InvalidArgumentError(
+                    f"{PREFIX}{len(forked)} sample file(s) were written by processes forked from "
+                    f"the captured one and refused there, so they are not in {self.out}: "
+                    f"{'; '.join(forked[:5])}{'; ...' if len(forked) > 5 else ''}. The dataset "
+                    "is left uncommitted (its journal kept): write the samples from the "
+                    "captured process, or run each writing process under capture (torchrun ... "
+                    "-m libshard.capture), then rerun")
+            try:
+                self._sweep()
+            except OSError:
+                pass
+            if success and failure is None:
                 self.writer.close()
                 return self.writer.summary
             try:
@@ -269,4 +476,10 @@ class CaptureStore:
             except _core.Error as e:  # the generator's own failure is what the user needs
                 print(f"{PREFIX}{self.out}: {e}", file=sys.stderr)
             self.writer.abort()
+            if failure is not None:
+                if success:
+                    raise failure
+                self._log(str(failure).removeprefix(PREFIX))
             return None
+        finally:
+            self._lock.release()

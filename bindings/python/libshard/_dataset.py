@@ -176,16 +176,17 @@ class Dataset(torch.utils.data.Dataset):
         it and not taken are passed over (those not yet read are never read; those read stay
         available to a late request for 64 more entries, or until their memory is needed).
         A sample with no held entry is read synchronously, as without prefetch; nothing
-        announced and never asked for blocks anything. An index out of range raises
-        ``InvalidArgumentError`` and announces nothing.
+        announced and never asked for blocks anything. An index out of range, a value that is
+        not an index (a float, a string, a bool: named with its type and position), or more
+        than 2^24 indices in one call (announce an endless stream in parts, as
+        :class:`libshard.ReadAheadSampler` does) raises ``InvalidArgumentError`` and announces
+        nothing.
         """
-        if isinstance(indices, np.ndarray):
-            values = indices
-        elif isinstance(indices, torch.Tensor):
-            values = indices.detach().cpu().numpy()
-        else:
-            values = np.fromiter((operator.index(i) for i in indices), dtype=np.int64)
-        self._engine().announce(np.ascontiguousarray(values, dtype=np.int64).reshape(-1))
+        # Each value checked as an index (a float, string or bool is refused, never truncated or
+        # parsed), at most MAX_ANNOUNCE of them (libshard/_sampler_order.py).
+        from ._sampler_order import indices_array
+        values = indices_array(indices, f"{self._path}: prefetch")
+        self._engine().announce(values)
 
     def _default_read_ahead_budget(self, nbytes: int) -> None:
         """Sets the read-ahead's ``memory_budget`` to ``nbytes`` where its settings give none
@@ -366,7 +367,7 @@ def open(path: PathLike, *, verify: bool = True, metadata: bool = True,  # noqa:
     :class:`libshard.FollowedDataset`."""
     if follow:
         if read_ahead is not None:
-            raise InvalidArgumentError(
+            raise _core.InvalidArgumentError(
                 f"libshard.open({os.fspath(path)!r}, follow=True): read_ahead does not apply to "
                 "a dataset being written; read it with libshard.Loader(path, follow=True), or "
                 "open it with read_ahead once it is complete")

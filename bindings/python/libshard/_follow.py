@@ -5,10 +5,20 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 from . import _core
 from ._dataset import Dataset, PathLike
+
+
+def dataset_settings(cache: Optional[PathLike],
+                     cache_size: Union[int, str, None]) -> Tuple[str, int]:
+    """(cache directory, cache size in bytes) as ``libshard.open`` reads ``cache=`` and
+    ``cache_size=`` (the library's DatasetOptionTable: None or 0 is no bound, sizes as ints or
+    "500GiB", the same errors), for the follower of a dataset being written."""
+    settings = {"cache": None if cache is None else os.fspath(cache), "cache_size": cache_size}
+    cache_dir, size = _core.dataset_settings(settings)
+    return str(cache_dir), int(size)
 
 
 class FollowedDataset(Dataset):
@@ -27,12 +37,10 @@ class FollowedDataset(Dataset):
     def __init__(self, path: PathLike, *, verify: bool = True, metadata: bool = True,
                  cache: Optional[PathLike] = None,
                  cache_size: Union[int, str, None] = None) -> None:
-        from ._units import parse_bytes
         self._path = os.fspath(path)
         self._verify = bool(verify)
         self._metadata = bool(metadata)
-        self._cache = "" if cache is None else os.fspath(cache)
-        self._cache_size = 0 if cache_size is None else parse_bytes(cache_size, "cache_size")
+        self._cache, self._cache_size = dataset_settings(cache, cache_size)
         self._follower = _core.Follower(self._path, self._verify, self._cache, self._cache_size)
         self._core = None
         self._snapshot_size = -1
@@ -128,12 +136,15 @@ class FollowedDataset(Dataset):
         if not expect:
             return
         if not self.complete:
+            waiting = self._follower.progress()["waiting_for"]
             raise _core.InvalidArgumentError(
-                f"expect={expect!r}: {self._path} is still being written, and its attributes "
-                "are recorded when its writer closes it; check Dataset(path).attributes once it "
-                "is complete, or drop expect")
-        _core.check_attributes(_core.Dataset.open(self._path, False, self._cache,
-                                                  self._cache_size), dict(expect))
+                f"expect={expect!r}: {self._path} is still being written (or not started: "
+                f"waiting for {waiting}), and its attributes are recorded when its writer "
+                "closes it; check Dataset(path).attributes once it is complete, or drop expect")
+        # Opened as libshard.open opens it (the same cache settings), so a complete dataset is
+        # checked exactly as Dataset.check checks one.
+        settings = {"cache": self._cache or None, "cache_size": self._cache_size or None}
+        _core.check_attributes(_core.Dataset.open(self._path, False, settings), dict(expect))
 
     def __repr__(self) -> str:
         p = self._follower.progress()

@@ -371,11 +371,16 @@ class Loader:
     AUTO_BUCKET_WINDOW = 4096
 
     def _new_core(self, options: Dict[str, Any]) -> "_core.Loader":
+        if self._order is not None and options.get("resume"):
+            # The position within the chunk of the sampler's epoch that holds it.
+            resume = json.loads(_state_text(options["resume"]))
+            resume["position"], _ = self._order.begin(int(resume["epoch"]),
+                                                      int(resume["position"]))
+            options = {**options, "resume": json.dumps(resume)}
         if self._follow:
-            from ._units import parse_bytes
-            core = _core.Loader.follow(
-                self._path, options, False, "" if self._cache is None else os.fspath(self._cache),
-                0 if self._cache_size is None else parse_bytes(self._cache_size, "cache_size"))
+            from ._follow import dataset_settings
+            cache_dir, cache_size = dataset_settings(self._cache, self._cache_size)
+            core = _core.Loader.follow(self._path, options, False, cache_dir, cache_size)
         else:
             core = _core.Loader(self._dataset._core, options)
         core.set_metadata(self._metadata)
@@ -463,6 +468,8 @@ class Loader:
         """Steps (samples or batches) this rank gets per epoch. Follow mode: a ``TypeError``
         while the dataset is being written (the first epoch's length is not known yet)."""
         core = self._require_core()
+        if self._order is not None:  # a sampler's epoch is streamed
+            return self._order.steps_per_epoch(int(core.batches_per_epoch()))
         if not core.batches_per_epoch_known():
             raise TypeError(
                 f"len() of Loader({self._dataset.path!r}, follow=True) is not known while the "
@@ -493,7 +500,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -511,6 +518,18 @@ class Loader:
             # decides how long the step's arena memory stays in use.
             del step
 
+    def _next_raw(self, core: "_core.Loader") -> Any:
+        """The core's next step; with a sampler, the next chunk of its epoch is given to the core
+        when the current one is served (libshard/_sampler_order.py)."""
+        raw = core.next()
+        while raw is None and self._order is not None:
+            chunk = self._order.next_chunk(json.loads(core.state()).get("skipped", []))
+            if chunk is None:
+                break
+            core.set_epoch_steps(self._order.epoch, *chunk)
+            raw = core.next()
+        return raw
+
     def _native_steps(self, core: "_core.Loader") -> Iterator[Dict[str, Any]]:
         """Batches collated in C++: one dict per step, keyed as pad_collate / pack_collate."""
         if self._native not in ("pad", "pack"):
@@ -523,7 +542,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -558,7 +577,7 @@ class Loader:
         while True:
             if release is not None:
                 release.step()
-            raw = core.next()
+            raw = self._next_raw(core)
             if raw is None:
                 self._exhausted = True
                 return
@@ -621,8 +640,7 @@ class Loader:
         (a pending resume of that epoch continues after its position)."""
         core = self._require_core()
         assert self._order is not None
-        self._order.set_epoch(epoch)
-        samples, bounds = self._order.steps()
+        samples, bounds = self._order.first_chunk(epoch)
         core.set_epoch_steps(epoch, samples, bounds)
 
     def state_dict(self) -> Dict[str, Any]:
@@ -636,7 +654,12 @@ class Loader:
         ``steps_digest`` (a sampler's order); ``follow_window`` (the follow epoch). After a
         completed epoch it points at the start of the next one. The same on every rank after
         the same number of steps."""
-        return json.loads(self._require_core().state(self._exhausted))
+        state = json.loads(self._require_core().state(self._exhausted))
+        if self._order is not None and not self._exhausted:
+            # A sampler's epoch is streamed in chunks (libshard/_sampler_order.py): the position
+            # and the skipped samples counted from the epoch's start.
+            state = self._order.epoch_state(state)
+        return state
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world

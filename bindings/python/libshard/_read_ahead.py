@@ -29,6 +29,7 @@ from typing import Any, Callable, Deque, Iterator, List, Optional, Sequence
 import torch.utils.data
 
 from ._core import InvalidArgumentError
+from ._sampler_order import batch_indices
 
 Announce = Callable[[Any, List[int]], None]
 
@@ -185,10 +186,13 @@ class ReadAheadSampler(torch.utils.data.Sampler[List[int]]):
 
     @staticmethod
     def _checked(batch: Sequence[Any], k: int) -> List[int]:
+        """Batch ``k`` as a list of indices, each checked (a float, string or bool is refused,
+        named with its type and position, never truncated or parsed), at most MAX_BATCH of
+        them (an endless iterable as a batch is refused, not collected)."""
         if isinstance(batch, (int, torch.Tensor)) and not isinstance(batch, bool) and (
                 not isinstance(batch, torch.Tensor) or batch.dim() == 0):
             raise InvalidArgumentError(
                 f"ReadAheadSampler: the sampler yielded a single index ({batch!r}) as batch {k}: "
                 "give batch_size= to batch a sampler of single indices (the DataLoader must "
                 "batch for the read-ahead)")
-        return [int(i) for i in batch]
+        return list(batch_indices(batch, f"ReadAheadSampler: batch {k} of the sampler"))

@@ -48,15 +48,46 @@ def location(path: PathLike) -> str:
     return p if is_url(p) else os.path.abspath(p)
 
 
+def _missing_field_error() -> type:
+    from ._core import InvalidArgumentError
+
+    class MissingFieldError(InvalidArgumentError, KeyError):
+        """A field a trainer needs is not in the dataset (or in its manifest): a libshard
+        ``InvalidArgumentError`` (a ``ValueError``) whose message names the field, the dataset
+        and what to do; also a ``KeyError``, as the trainers' own readers raise for a missing
+        key, so code that catches that keeps working."""
+
+        __str__ = BaseException.__str__  # the message as written (KeyError would quote it)
+
+    MissingFieldError.__module__ = "libshard"
+    return MissingFieldError
+
+
+#: Raised by the trainer modules for every missing field, at open and per batch.
+MissingFieldError = _missing_field_error()
+
+
+def missing_field(where: str, fields: Iterable[str], has: Iterable[str], needs: str) -> Exception:
+    """The :data:`MissingFieldError` for ``fields`` absent from ``where`` (the dataset, a sample
+    of it, or its manifest), saying what is there and who needs them for what."""
+    fields = list(fields)
+    named = repr(fields[0]) if len(fields) == 1 else repr(fields)
+    return MissingFieldError(f"{where}: no field{'s' if len(fields) > 1 else ''} {named} "
+                             f"(it has {sorted(has)}); {needs}")
+
+
 def require_fields(dataset: Any, needed: Iterable[str], trainer: str, what: str) -> None:
-    """KeyError naming the fields ``trainer`` needs that ``dataset`` (a libshard.Dataset) lacks,
-    and what the dataset has, at open: not a bare KeyError at the first read."""
+    """:data:`MissingFieldError` naming the fields ``trainer`` needs that ``dataset`` (a
+    libshard.Dataset) lacks, and what the dataset has, at open: not a bare KeyError at the
+    first read."""
     schema = dataset.schema
+    needed = list(needed)
     missing = [name for name in needed if name not in schema]
     if missing:
-        raise KeyError(f"{dataset.path}: the dataset has no field{'s' if len(missing) > 1 else ''} "
-                       f"{missing} (it has {schema.names}); {trainer} needs {list(needed)} "
-                       f"for {what}: pack the files {trainer} writes")
+        raise MissingFieldError(
+            f"{dataset.path}: the dataset has no field{'s' if len(missing) > 1 else ''} "
+            f"{missing} (it has {schema.names}); {trainer} needs {needed} for {what}: pack the "
+            f"files {trainer} writes")
 
 
 _noted: Set[str] = set()

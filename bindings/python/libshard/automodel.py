@@ -49,6 +49,8 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 import torch
 
+from . import _trainer_common as common
+from ._core import InvalidArgumentError
 from ._dataset import Dataset
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -79,12 +81,23 @@ def manifest(data: Union[Dataset, PathLike]) -> Dict[str, Any]:
         data = Dataset(data, verify=False, metadata=False)
     attrs = data.attributes
     if attrs.get("source_format") != "automodel":
-        raise ValueError(f"{data.path} was not packed from a NeMo AutoModel cache (its "
+        raise InvalidArgumentError(f"{data.path} was not packed from a NeMo AutoModel cache (its "
                          f"source_format attribute is {attrs.get('source_format')!r}); pack the "
                          "cache directory with `libshard pack CACHE -o OUT`")
     m = {k[len(_PREFIX):]: _decode(v) for k, v in attrs.items() if k.startswith(_PREFIX)}
     m["num_samples"] = len(data)
     return m
+
+
+def _manifest_field(data: Dataset, m: Dict[str, Any], name: str, cache_name: str) -> Any:
+    """``m[name]`` of the AutoModel manifest ``data`` was packed from, or the libshard error
+    naming the field and the dataset (AutoModel's reader raises a bare KeyError)."""
+    if name not in m:
+        raise common.missing_field(
+            f"{data.path} (the {cache_name} cache's manifest.json, recorded as its "
+            f"automodel.* attributes)", [name], m,
+            f"AutoModel's {cache_name} reader needs it: pack a cache whose manifest has it")
+    return m[name]
 
 
 class _Served:
@@ -98,7 +111,7 @@ class _Served:
         self._data = Dataset(path, verify=verify, metadata=False)
         m = manifest(self._data)
         if m.get("format_version") != format_version:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self._data.path} was packed from a {cache_name} cache of format_version "
                 f"{m.get('format_version')!r}; this AutoModel reads {format_version}. Regenerate "
                 "the cache with the current AutoModel and pack it again.")
@@ -106,7 +119,7 @@ class _Served:
         self.cache_name = cache_name
         self.manifest = m
         self.num_samples = len(self._data)
-        self.shard_size = int(m["shard_size"])
+        self.shard_size = int(_manifest_field(self._data, m, "shard_size", cache_name))
         self._open_handles: Dict[int, Any] = {}
         self._shard_indices = []
         return m
@@ -128,10 +141,18 @@ class _Served:
         item = self._data[index]
         missing = [k for k in self._disk_keys if k not in item]
         if missing:
-            raise KeyError(f"sample {index} of {self._data.path} (packed from "
-                           f"{self._data.source(index)}) has no field {missing[0]!r}; its fields "
-                           f"are {sorted(item)}")
+            raise common.missing_field(
+                f"sample {index} of {self._data.path} (packed from {self._data.source(index)})",
+                missing, item,
+                f"AutoModel's {self.cache_name} reader reads {list(self._disk_keys)}")
         return {k: item[k] for k in self._disk_keys}
+
+    def _require_disk_keys(self) -> None:
+        """The fields AutoModel's reader reads from every shard, checked at open against the
+        dataset's schema: a missing one is named there, not at the first item."""
+        common.require_fields(self._data, self._disk_keys,
+                              f"AutoModel's {self.cache_name} reader",
+                              "its items (pack the cache AutoModel's precompute wrote)")
 
 
 class CachedEagle3Dataset(_Served, eagle3_cache.CachedEagle3Dataset):
@@ -146,11 +167,13 @@ class CachedEagle3Dataset(_Served, eagle3_cache.CachedEagle3Dataset):
         m = self._open(path, verify, eagle3_cache._CACHE_NAME, eagle3_cache._FORMAT_VERSION)
         m = {**eagle3_cache.MANIFEST_DEFAULTS, **m}
         self.manifest = m
-        self.draft_vocab_size = int(m["draft_vocab_size"])
+        self.draft_vocab_size = int(_manifest_field(self._data, m, "draft_vocab_size",
+                                                    self.cache_name))
         self._compressed = eagle3_cache.is_compressed(m.get("target_probs_topk"),
                                                       self.draft_vocab_size)
         self._disk_keys = eagle3_cache._COMMON_KEYS + (
             eagle3_cache._TOPK_PROBS_KEYS if self._compressed else eagle3_cache._LOSSLESS_PROBS_KEYS)
+        self._require_disk_keys()
         self._verify = verify
 
     def __reduce__(self):
@@ -176,6 +199,7 @@ class CachedDSparkDataset(_Served, dspark_cache.CachedDSparkDataset):
         self.manifest = {**getattr(dspark_cache, "MANIFEST_DEFAULTS", {}), **m}
         dspark_cache.ensure_manifest_complete(self.manifest, self.cache_dir)
         self._disk_keys = dspark_cache.CACHE_KEYS
+        self._require_disk_keys()
         self._verify = verify
 
     def __reduce__(self):

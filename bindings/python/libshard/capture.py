@@ -161,7 +161,10 @@ def _log(message: str) -> None:
 
 def _finish(store: CaptureStore, state: Dict[str, Any]) -> None:
     """Run at exit, after the interpreter joined the generator's threads (atexit runs after
-    threading's shutdown): commit on success, else keep the journal."""
+    threading's shutdown): commit on success, else keep the journal. Nothing in a child the
+    generator forked (the captured process ends the capture)."""
+    if os.getpid() != store.pid:
+        return
     success = state["exit"] == 0
     try:
         summary = store.close(success)
@@ -208,7 +211,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, _core.Error) as e:
         parser.exit(2, f"{PREFIX}{e}\n")
     state: Dict[str, Any] = {"exit": 1, "quiet": ns.quiet}
-    install(store)
+    # os._exit(status) ends the capture as a normal exit with that status would.
+    install(store, on_exit=lambda code: _finish(store, {**state, "exit": code}))
     atexit.register(_finish, store, state)
     if module:
         sys.argv = [module, *script_args]

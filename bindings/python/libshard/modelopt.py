@@ -76,7 +76,8 @@ class OfflineDataset(OfflineSupervisedDataset):
       read_ahead: the settings of the read-ahead :meth:`prefetch` starts (in each process that
         reads; ``libshard.Dataset(read_ahead=...)``).
 
-    Raises KeyError at open, naming the field and ModelOpt, when the dataset lacks a field
+    Raises ``libshard.InvalidArgumentError`` (a ``ValueError``, also a ``KeyError``) at open,
+    naming the field, the dataset and ModelOpt, when the dataset lacks a field
     ModelOpt's reader needs (``loss_mask`` with ``answer_only_loss`` and no tokenizer).
     """
 

@@ -111,8 +111,9 @@ def refs(path: PathLike, *, run_id: str = "offline", strategy: str = "eagle3",
     directory, for the packed dataset at ``path`` (a directory, or an ``s3://`` URL read through
     the node-local ``cache`` as :func:`libshard.open` does): the same ids, keys, strategy and
     metadata, in the same order (:func:`order`); only ``feature_store_uri`` names the libshard
-    sample instead of the file. Reads the index only. KeyError naming the fields when the
-    dataset lacks one SpecForge's reader needs."""
+    sample instead of the file. Reads the index only. ``libshard.InvalidArgumentError`` (a
+    ``ValueError``, also a ``KeyError``) naming the fields and the dataset when it lacks one
+    SpecForge's reader needs."""
     root = common.location(path)
     ds = Dataset(root, verify=False, cache=cache, cache_size=cache_size)
     common.require_fields(ds, list(feature_keys), "SpecForge's offline EAGLE-3 reader",
@@ -222,8 +223,9 @@ class FeatureStore(_sf_store.FeatureStore):
             raw_key = sample_ref.feature_keys.get(n, n)
             raw_key = raw_key.split("/")[-1] if "/" in raw_key else raw_key
             if raw_key not in raw:
-                raise KeyError(f"{path}: sample {index} ({self.dataset(path).source(index)}) has "
-                               f"no field {raw_key!r} for feature {n!r}")
+                raise common.missing_field(
+                    f"{path}: sample {index} ({self.dataset(path).source(index)})", [raw_key],
+                    raw, f"the ref {sample_ref.sample_id} asks for it as the feature {n!r}")
             tensors[n] = raw[raw_key]
         handle = FeatureHandle(sample_id=sample_ref.sample_id, generation=0,
                                lease_token=f"{sample_ref.sample_id}:0:{next(self._counter)}")
@@ -276,7 +278,9 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
         raise ValueError(f"no offline feature samples in {path!r}")
     missing = [n for n in ("input_ids", "loss_mask") if n not in ds.schema]
     if missing:
-        raise KeyError(f"{path} cannot derive an EAGLE vocab mapping; missing {missing}")
+        raise common.missing_field(path, missing, ds.schema.names,
+                                   "SpecForge's count_effective_feature_tokens needs them to "
+                                   "derive an EAGLE vocab mapping")
     position = {sample: pos for pos, sample in enumerate(order(ds))}
     totals: Dict[int, int] = {}
     first: Dict[int, int] = {}

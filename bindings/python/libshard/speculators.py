@@ -80,7 +80,8 @@ class LibshardTransfer(HiddenStatesTransfer):
         (``libshard.Dataset(read_ahead=...)``).
 
     Opening checks the schema speculators needs (``hidden_states``, ``token_ids``, and
-    ``hidden_states_scales`` for fp8): KeyError naming the field, not at the first read.
+    ``hidden_states_scales`` for fp8): ``libshard.InvalidArgumentError`` (a ``ValueError``,
+    also a ``KeyError``) naming the field and the dataset, not at the first read.
     """
 
     def __init__(self, path: PathLike, dequantize_dtype: torch.dtype = torch.bfloat16,
@@ -278,6 +279,11 @@ class _ArrowRows:
 
     @staticmethod
     def _column(table: Any, name: str):
+        if name not in table.column_names:
+            raise common.missing_field(
+                "speculators' training data (the Arrow split its dataset reads)", [name],
+                table.column_names, "its CollateFn packs it into every batch: regenerate the "
+                "data with speculators' data preparation")
         col = table.column(name).combine_chunks()
         return col.offsets.to_numpy(), col.values.to_numpy(zero_copy_only=False)
 

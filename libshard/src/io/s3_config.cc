@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "io/aws_ini.h"
 #include "io/s3_internal.h"
@@ -78,24 +79,39 @@ Result<S3Config> LoadS3Config() {
       c.region = r;
       break;
     }
-  std::string endpoint;
-  for (std::string e : {Env("AWS_ENDPOINT_URL_S3"), Env("AWS_ENDPOINT_URL"),
-                        prof["s3.endpoint_url"], prof["endpoint_url"]})
+  // Each setting's error names where its value was read from (the variable or the profile's
+  // key that is actually set), not another place that could have set it.
+  const std::string in_profile = " of profile '" + profile + "' in " + conf_path;
+  std::string endpoint, endpoint_from;
+  using Setting = std::pair<std::string, std::string>;  // (value, where it was read from)
+  for (const auto& [e, from] : {Setting{Env("AWS_ENDPOINT_URL_S3"), "AWS_ENDPOINT_URL_S3"},
+                                Setting{Env("AWS_ENDPOINT_URL"), "AWS_ENDPOINT_URL"},
+                                Setting{prof["s3.endpoint_url"], "s3.endpoint_url" + in_profile},
+                                Setting{prof["endpoint_url"], "endpoint_url" + in_profile}})
     if (!e.empty()) {
       endpoint = e;
+      endpoint_from = from;
       break;
     }
   const bool custom = !endpoint.empty();
   if (!custom) endpoint = "https://s3." + c.region + ".amazonaws.com";
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   if (endpoint.find("://") == std::string::npos)
-    return Status::InvalidArgument("S3 endpoint '" + endpoint +
-                                   "' needs a scheme (http:// or https://)");
+    return Status::InvalidArgument("S3 endpoint '" + endpoint + "' (" +
+                                   (custom ? endpoint_from : "AWS_REGION / AWS_DEFAULT_REGION") +
+                                   ") needs a scheme (http:// or https://)");
   c.endpoint = endpoint;
   LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
-  std::string style = knobs.s3_addressing;
-  if (style.empty()) style = Lower(prof["s3.addressing_style"]);
-  if (style.empty()) style = Lower(prof["s3_addressing_style"]);
+  std::string style = knobs.s3_addressing;  // a word of the table's: checked there
+  std::string style_from = "LIBSHARD_S3_ADDRESSING";
+  if (style.empty()) {
+    style = Lower(prof["s3.addressing_style"]);
+    style_from = "s3.addressing_style" + in_profile;
+  }
+  if (style.empty()) {
+    style = Lower(prof["s3_addressing_style"]);
+    style_from = "s3_addressing_style" + in_profile;
+  }
   if (style == "path") {
     c.path_style = true;
   } else if (style == "virtual") {
@@ -103,8 +119,7 @@ Result<S3Config> LoadS3Config() {
   } else if (style.empty() || style == "auto") {
     c.path_style = custom;
   } else {
-    return Status::InvalidArgument("LIBSHARD_S3_ADDRESSING=" + style +
-                                   ": use path, virtual or auto");
+    return Status::InvalidArgument(style_from + " = '" + style + "': use path, virtual or auto");
   }
   c.max_attempts = static_cast<uint32_t>(knobs.s3_max_attempts);
   c.stall_seconds = static_cast<uint32_t>(knobs.s3_stall_seconds);

@@ -104,10 +104,13 @@ ReadScheduler::~ReadScheduler() {
 Status ReadScheduler::OpenFiles() {
   IoMode mode = options_.io_mode;
   LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  // Where the mode was set, for the error that names it.
+  std::string mode_from = "io_mode=direct";
   if (const std::string& env = knobs.io_mode; mode == IoMode::kAuto && !env.empty()) {
     Result<IoMode> parsed = ParseIoMode(env);
     if (!parsed.ok()) return parsed.status().WithContext("LIBSHARD_IO_MODE");
     mode = *parsed;
+    mode_from = "LIBSHARD_IO_MODE=direct";
   }
   direct_io_ = !dataset_->shards().empty() && mode != IoMode::kBuffered;
   buffered_shards_ = 0;
@@ -119,8 +122,9 @@ Status ReadScheduler::OpenFiles() {
       const Status& st = opened.status();
       if (mode != IoMode::kDirect || st.code() != StatusCode::kUnsupported) return st;
       return Status(st.code(),
-                    st.message() + " (io_mode=direct or LIBSHARD_IO_MODE=direct); use io_mode "
-                                   "auto or buffered (LIBSHARD_IO_MODE=buffered)",
+                    st.message() + " (" + mode_from + "); use " +
+                        (mode_from[0] == 'i' ? "io_mode auto or buffered"
+                                             : "LIBSHARD_IO_MODE=auto or buffered, or unset it"),
                     st.sys_errno());
     }
     if (!opened->direct) {

@@ -5,12 +5,17 @@
 #include <string>
 
 #include "objstore/object_store.h"
+#include "util/env_knobs.h"
 
 namespace libshard::storage {
 
 Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location,
                                                    const DatasetOptions& options) {
   if (location.empty()) return Status::InvalidArgument("empty dataset location");
+  // Every entry point of the library that names a location (open, follow, write, pack, merge,
+  // join, upgrade, lock) comes here first: a bad LIBSHARD_* variable is refused, naming it, by
+  // all of them alike, whatever the location and whether or not that entry point reads it.
+  LIBSHARD_RETURN_IF_ERROR(ReadEnvKnobs().status());
   // A location without a scheme is a local directory; a scheme is an object store's, any store
   // of the store table (objstore/store_table.cc).
   const std::string_view scheme = objstore::UrlScheme(location);

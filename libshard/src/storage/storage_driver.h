@@ -89,7 +89,8 @@ class StorageDriver {
 // The driver of `location`: an object store's for "scheme://" of a store of the store table,
 // else (no "scheme://") the local directory's. `options` are a reader's (Open, Follow: the
 // cache's among them); a writer passes none. InvalidArgument naming the URL for a malformed one;
-// Unsupported for a scheme no store takes.
+// Unsupported for a scheme no store takes; InvalidArgument naming the variable when a LIBSHARD_*
+// environment variable is bad (ReadEnvKnobs: every entry point refuses one alike).
 Result<std::unique_ptr<StorageDriver>> OpenStorage(std::string_view location,
                                                    const DatasetOptions& options = {});
 

@@ -136,8 +136,18 @@ Result<EnvKnobs> ReadEnvKnobs() {
 }
 
 EnvKnobs EnvKnobsOrDefaults() {
-  Result<EnvKnobs> k = ReadEnvKnobs();
-  return k.ok() ? *k : EnvKnobs{};
+  // Variable by variable: a bad one takes its default (the entry points refused it already,
+  // storage::OpenStorage), the others keep their values.
+  EnvKnobs k;
+  for (const OptionSpec<EnvKnobs>& s : EnvKnobTable().specs()) {
+    const std::string name(s.name);
+    const char* v = std::getenv(name.c_str());
+    if (v == nullptr || *v == '\0') continue;
+    EnvKnobs one = k;
+    if (EnvKnobTable().SetFromText(one, s.name, v).ok()) k = std::move(one);
+  }
+  if (k.cache_block_size % 4096 != 0) k.cache_block_size = EnvKnobs{}.cache_block_size;
+  return k;
 }
 
 std::string EnvKnobsMarkdown() {

@@ -50,8 +50,10 @@ const OptionTable<EnvKnobs>& EnvKnobTable();
 // Every variable of the table that is set, parsed; InvalidArgument naming the first bad one:
 // "environment variable 'LIBSHARD_CACHE_MIN_FREE' ...". Reads the environment on every call.
 Result<EnvKnobs> ReadEnvKnobs();
-// The same, for code with no error path (a kernel choice made once): the defaults where a
-// variable is bad (Dataset::Open and Loader::Create report it).
+// The same, for code with no error path (a kernel choice made once): each bad variable takes its
+// default, the others their values. Every entry point of the library refuses a bad variable
+// first (storage::OpenStorage, Loader::Create), so this differs from ReadEnvKnobs only when the
+// environment changed since.
 EnvKnobs EnvKnobsOrDefaults();
 
 // The table as docs/guide/environment.md shows it (a Markdown table).
