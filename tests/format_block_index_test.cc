@@ -1,4 +1,4 @@
-// The index, versions 2 and 3 (FORMAT.md §3.8, §3.9; format/index.h): round trips through
+// The index of sample blocks, versions 2 to 4 (FORMAT.md §3.8, §3.9, §3.10; format/index.h): round trips through
 // EncodeIndex and the three-step parser, what is stored per sample (the size target), and forged
 // or damaged bytes refused with the file, block and sample named.
 #include <gtest/gtest.h>
@@ -307,8 +307,8 @@ TEST_F(IndexDamageTest, ReservedAndUnknownValuesAreRefused) {
     bytes_ = saved;
   }
   {
-    format::PutU32(bytes_.data() + 8, 4);
-    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 4"});
+    format::PutU32(bytes_.data() + 8, 5);
+    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 5"});
   }
 }
 
