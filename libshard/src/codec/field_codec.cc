@@ -112,6 +112,7 @@ Status Decoder::DecodeRows(std::span<const std::byte> head, uint64_t region_size
     return Status::InvalidArgument("destination holds " + std::to_string(dst.size()) +
                                    " bytes; " + std::to_string((row_end - row_begin) * row_bytes) +
                                    " are decoded");
+  if (info.chunk_count == 0) return Status::OK();  // rows without elements: nothing to decode
   const std::vector<ChunkPlace> places = ChunkPlaces(head, info, g);
   const uint8_t* base = (info.flags & kFlagChannelBase)
                             ? reinterpret_cast<const uint8_t*>(head.data()) + info.chunks_offset -
