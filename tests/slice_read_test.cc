@@ -23,6 +23,7 @@
 #include "format/index.h"
 #include "format_test_helpers.h"
 #include "libshard/dataset.h"
+#include "libshard/merge.h"
 #include "libshard/upgrade.h"
 #include "libshard/writer.h"
 #include "loader/read_layout.h"
@@ -388,6 +389,39 @@ TEST(SliceReadTest, OlderIndexesReadFieldsWholeUntilUpgraded) {
       ExpectRowRangeRead(**ds, i, RowRange{5, 40});
     }
   }
+}
+
+// Merge and append keep index version 4: the parts' block tables are copied as they are stored
+// (FORMAT.md §7), so the merged dataset's slices read by row blocks; a part without them makes
+// the merge version 3 (then `libshard upgrade`).
+TEST(SliceReadTest, MergeKeepsTheRowBlocksOfItsParts) {
+  TempDir tmp;
+  Written a = WriteSliceDataset(tmp / "a", 2, FastOptions(), false);
+  Written b = WriteSliceDataset(tmp / "b", 3, FastOptions(), false);
+  ASSERT_NE(a.ds, nullptr);
+  ASSERT_NE(b.ds, nullptr);
+  MergeOptions m;
+  ASSERT_TRUE(MergeDatasets((tmp / "ab").string(), {(tmp / "a").string(), (tmp / "b").string()},
+                            m).ok());
+  auto ab = Dataset::Open((tmp / "ab").string());
+  ASSERT_TRUE(ab.ok());
+  EXPECT_EQ((*ab)->index_version(), 4u);
+  EXPECT_TRUE((*ab)->has_row_blocks());
+  for (uint64_t i = 0; i < 5; ++i) {
+    const Dataset& from = i < 2 ? *a.ds : *b.ds;
+    EXPECT_EQ(*DatasetAccess::BlockTableBytes(**ab, i),
+              *DatasetAccess::BlockTableBytes(from, i < 2 ? i : i - 2));
+    ExpectRowRangeRead(**ab, i, RowRange{40, 90});
+  }
+  a.ds.reset();
+  RewriteIndexAsV3(tmp / "a");
+  ASSERT_TRUE(MergeDatasets((tmp / "ab3").string(),
+                            {(tmp / "a").string(), (tmp / "b").string()}, m).ok());
+  auto ab3 = Dataset::Open((tmp / "ab3").string());
+  ASSERT_TRUE(ab3.ok());
+  EXPECT_EQ((*ab3)->index_version(), 3u);
+  EXPECT_TRUE((*ab3)->has_field_checksums());
+  ExpectRowRangeRead(**ab3, 3, RowRange{40, 90});
 }
 
 // ---- The loader's row-range layout (loader/read_layout.h) ----

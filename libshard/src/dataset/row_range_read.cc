@@ -98,6 +98,7 @@ Result<Sample> Dataset::Read(uint64_t i, const ReadRequest& request) const {
     return Status::InvalidArgument(path() + ": sample " + std::to_string(i) +
                                    " out of range (dataset has " + std::to_string(size()) +
                                    " samples)");
+  if (!request.rows && request.fields.empty()) return Read(i);  // the whole sample: one read
   LIBSHARD_ASSIGN_OR_RETURN(std::vector<size_t> fields, RequestFields(*this, request));
   const RowRange rows = request.rows.value_or(RowRange{});
   if (rows.start > rows.stop)
