@@ -184,7 +184,7 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
         const TensorView* t = s->Find(want.input.tensors[f].name);
         ASSERT_NE(t, nullptr);
         EXPECT_EQ(t->shape, want.input.tensors[f].shape);
-        if (codecs[f] != 6)  // lossless: bit for bit
+        if (codecs[f] != 6 && t->nbytes > 0)  // lossless: bit for bit
           EXPECT_EQ(std::memcmp(t->data, want.bytes[f].data(), t->nbytes), 0) << t->name;
       }
       for (RowRange rows : {RowRange{0, 1}, RowRange{1, 4}, RowRange{3, 7}, RowRange{5, 100}})

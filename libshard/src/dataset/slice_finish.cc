@@ -83,8 +83,8 @@ Result<Sample> DatasetImpl::FinishSlice(const SlicePlan& plan,
                                ") of its " + std::to_string(fs.outer) + " x " +
                                std::to_string(fs.seq) + " (dims up to seq_dim)";
   };
-  static constexpr std::byte kNone[kAlign] alignas(kAlign) = {};
-  std::byte* const empty = const_cast<std::byte*>(kNone);  // never written: 0 bytes
+  alignas(kAlign) static constexpr std::byte kNone[kAlign] = {};
+  const std::byte* const empty = kNone;  // the data of a tensor of 0 bytes
 
   std::vector<TensorView> views;
   views.reserve(plan.fields.size());
@@ -102,7 +102,8 @@ Result<Sample> DatasetImpl::FinishSlice(const SlicePlan& plan,
     }
     for (const FieldSlice& fs : plan.fields) {
       const Field& field = schema().fields[fs.field];
-      std::byte* data = fs.nbytes == 0 ? empty : CutInPlace(payload + fs.region_offset, fs);
+      const std::byte* data =
+          fs.nbytes == 0 ? empty : CutInPlace(payload + fs.region_offset, fs);
       views.push_back(TensorView{field.name, field.dtype, fs.shape, data, fs.nbytes});
     }
   } else {
