@@ -1,5 +1,8 @@
 // libFuzzer target for the field codecs (FORMAT.md §4.3): the decoder on arbitrary regions, and
-// encode -> (mutate) -> decode of arbitrary bf16/fp16 tensors.
+// encode -> (mutate) -> decode of arbitrary bf16/fp16 tensors; and row blocks (§3.10.2): rows
+// [a, b) decoded from a region's head and the chunks covering them (Decoder::DecodeRows) equal
+// those rows of the whole decode, a region's blocks (CodedFieldBlocks) place its chunks from the
+// index alone (PlaceCodedBlocks) where ChunkPlaces finds them, and forged blocks are refused.
 //
 // Input: 8 header bytes, then a payload.
 //   byte 0: bits 0-1 codec (1..4); bit 2 float16 instead of bfloat16; bit 3 round-trip mode;
@@ -12,7 +15,9 @@
 //   byte 4: chunk_elems / 8 (round trip)   bytes 5-6: u16 position, byte 7: xor mask (mutation)
 // Decode mode: the payload is the region. Round-trip mode: the payload is the tensor's bytes
 // (rows clamped to what it holds); lossless codecs must give back every bit, fp8 must decode and
-// agree with its codes (fp8-planes' codes and scales: codec 3's); then one byte of the region is xored and decoded again.
+// agree with its codes (fp8-planes' codes and scales: codec 3's), rows [byte 3 mod rows, byte 1)
+// decode from the head and the covering chunks alone (chunk rows byte 4 / 8 + 1: row blocks);
+// then one byte of the region is xored and decoded again.
 // Every decode must succeed or fail with Corruption, within the destination's bounds.
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +26,7 @@
 
 #include "codec/field_codec.h"
 #include "codec/float8.h"
+#include "codec/row_blocks.h"
 #include "fuzz_util.h"
 
 namespace {
@@ -36,8 +42,25 @@ void CheckStatus(const Status& st) {
   if (!st.ok() && st.code() != StatusCode::kCorruption) __builtin_trap();
 }
 
+// DecodeRows of rows [a, b) with the region's first `head` bytes as its head and the rest as
+// its body: succeeds or fails with Corruption (or InvalidArgument when the head read is shorter
+// than the region's tables say), within bounds.
+void DecodeRowsOf(codec::Decoder& d, std::span<const std::byte> region, CodecId id,
+                  const codec::FieldGeometry& g, uint64_t a, uint64_t b, size_t head) {
+  if (a >= b || b > g.rows) return;
+  head = std::min(head, region.size());
+  std::vector<std::byte> out((b - a) * g.row_elems * DTypeSize(g.dtype));
+  const Status st = d.DecodeRows(region.first(head), region.size(), region.subspan(head), head,
+                                 id, g, a, b, out);
+  if (!st.ok() && st.code() != StatusCode::kCorruption &&
+      st.code() != StatusCode::kInvalidArgument)
+    __builtin_trap();
+}
+
 void DecodeAll(codec::Decoder& d, std::span<const std::byte> region, CodecId id,
                const codec::FieldGeometry& g, uint64_t max_rows) {
+  DecodeRowsOf(d, region, id, g, max_rows % std::max<uint64_t>(g.rows, 1), g.rows,
+               region.size() / 2);
   for (uint64_t rows : {UINT64_MAX, max_rows}) {
     std::vector<std::byte> out(codec::DecodedBytes(g, rows));
     CheckStatus(d.Decode(region, id, g, rows, out));
@@ -118,6 +141,51 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::byte> prefix(codec::DecodedBytes(g, max_rows));
   if (!decoder.Decode(region, id, g, max_rows, prefix).ok()) __builtin_trap();
   if (!Same(prefix.data(), out.data(), prefix.size())) __builtin_trap();
+  // Row blocks (FORMAT.md §3.10.2): chunks of byte 4 / 8 + 1 rows are the blocks; rows [a, b)
+  // decode from the head and the chunks covering them alone, placed from the blocks.
+  if (g.rows >= 2) {
+    codec::EncodeOptions blocked = options;
+    blocked.chunk_rows = std::max<uint64_t>(1, data[4] / 8 + 1);
+    std::vector<std::byte> r2;
+    if (!codec::Encode(id, g, raw, blocked, &r2).ok()) __builtin_trap();
+    std::vector<std::byte> whole(raw.size());
+    if (!decoder.Decode(r2, id, g, UINT64_MAX, whole).ok()) __builtin_trap();
+    auto blocks = codec::CodedFieldBlocks(r2, id, g);
+    if (!blocks.ok()) __builtin_trap();
+    if (blocks->block_rows > 0) {
+      auto places = codec::PlaceCodedBlocks(id, g, r2.size(), *blocks);
+      if (!places.ok()) __builtin_trap();
+      const uint64_t a = max_rows % g.rows, b = std::min<uint64_t>(g.rows, a + 1 + data[7] % g.rows);
+      const uint64_t c0 = a / blocks->block_rows, c1 = (b - 1) / blocks->block_rows;
+      const uint64_t body_at = places->chunk_offset[c0];
+      const auto body = std::span<const std::byte>(r2).subspan(
+          body_at, places->chunk_offset[c1 + 1] - body_at);
+      const uint64_t row_bytes = g.row_elems * DTypeSize(g.dtype);
+      std::vector<std::byte> rows((b - a) * row_bytes);
+      if (!decoder.DecodeRows(std::span<const std::byte>(r2).first(places->head_size), r2.size(),
+                              body, body_at, id, g, a, b, rows)
+               .ok())
+        __builtin_trap();
+      if (!Same(rows.data(), whole.data() + a * row_bytes, rows.size())) __builtin_trap();
+      // A forged coded size: refused from the index alone, or by the head read, which no longer
+      // agrees with it (what the reader checks, dataset/slice_finish.cc).
+      format::FieldBlocks forged = *blocks;
+      forged.coded_sizes[data[5] % forged.coded_sizes.size()] += 1 + data[6];
+      auto moved = codec::PlaceCodedBlocks(id, g, r2.size(), forged);
+      if (moved.ok()) {
+        auto info = codec::ParseRegionHead(std::span<const std::byte>(r2).first(moved->head_size),
+                                           r2.size(), id, g);
+        bool agrees = info.ok() && info->chunks_offset == moved->head_size;
+        if (agrees) {
+          const auto placed = codec::ChunkPlaces(
+              std::span<const std::byte>(r2).first(moved->head_size), *info, g);
+          for (size_t c = 0; c < placed.size(); ++c)
+            agrees = agrees && placed[c].coded_size == forged.coded_sizes[c];
+        }
+        if (agrees) __builtin_trap();
+      }
+    }
+  }
   if (!region.empty()) {
     const size_t pos = (data[5] | (data[6] << 8)) % region.size();
     region[pos] ^= std::byte{data[7] == 0 ? uint8_t{1} : data[7]};

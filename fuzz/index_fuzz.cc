@@ -1,6 +1,7 @@
-// libFuzzer target for the binary index (FORMAT.md §3), every version. Versions 2 and 3 (§3.8,
-// §3.9): Index::ParseHeader, Parse and ParseBlock of every block, every accessor on what they
-// accept, and a round trip through EncodeIndex (merge, append and upgrade re-encode parsed
+// libFuzzer target for the binary index (FORMAT.md §3), every version. Versions 2 to 4 (§3.8,
+// §3.9, §3.10): Index::ParseHeader, Parse and ParseBlock of every block, every accessor on what
+// they accept, every sample's block table (Index::CheckTable; with checksums recomputed, the
+// table parser behind it: ParseBlockTable), and a round trip through EncodeIndex (merge, append and upgrade re-encode parsed
 // indexes, so whatever the parser accepts must encode to an index it accepts again). Version 1
 // (read only, format/legacy/): IndexV1View::Parse, every accessor on what it accepts, and what
 // `libshard upgrade` does with it (EncodeIndex, parsed again).
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "format/block_table.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index.h"
@@ -37,10 +39,15 @@ void ResealV2(std::vector<std::byte>& bytes, const format::IndexLayout& layout) 
   const uint64_t s = format::GetU32(bytes.data() + format::kHeaderShardCount);
   const uint64_t d = format::GetU32(bytes.data() + format::kHeaderDimsPerSample);
   const uint64_t dir = format::kIndexHeaderSize + 32 * f + 16 * d + 40 * s;
+  // Version 4 (§3.10.1): the last block ends where the tables part starts.
+  const uint64_t last_end =
+      format::GetU32(bytes.data() + format::kHeaderVersion) >= format::kIndexVersion4
+          ? format::GetU64(bytes.data() + format::kHeaderTablesOffset)
+          : size;
   for (uint64_t j = 0; j < k; ++j) {
     std::byte* e = bytes.data() + dir + 16 * j;
     const uint64_t begin = format::GetU64(e);
-    const uint64_t end = j + 1 < k ? format::GetU64(e + 16) : size;
+    const uint64_t end = j + 1 < k ? format::GetU64(e + 16) : last_end;
     if (begin <= end && end <= size)
       format::PutU64(e + 8, format::Xxh3(bytes.data() + begin, end - begin));
   }
@@ -95,6 +102,26 @@ int FuzzV2(std::vector<std::byte>& bytes, bool reseal) {
       if (!format::DecodeMetadata(v->Metadata(*block, i), &m).ok()) __builtin_trap();
       if (samples.back().dims.size() != v->dims_per_sample()) __builtin_trap();
       if (samples.back().record.length != v->length(i)) __builtin_trap();
+      if (!v->has_block_tables()) continue;
+      // §3.10: the table's range was checked with its record, so it lies in the file.
+      const format::Index::TableRef ref = v->Table(*block, i);
+      if (ref.offset + ref.size > bytes.size()) __builtin_trap();
+      const std::span<const std::byte> tbytes(bytes.data() + ref.offset, ref.size);
+      const format::IndexSample& s = samples.back();
+      auto table = v->CheckTable(i, ref, tbytes, s.dims, s.record.flags);
+      if (!table.ok() && table.status().code() != StatusCode::kCorruption) __builtin_trap();
+      if (reseal) {  // past the table checksum, to the parser behind it
+        std::vector<uint16_t> codecs;
+        for (const format::FieldCodec& c : v->codecs()) codecs.push_back(c.codec);
+        (void)format::ParseBlockTable(tbytes, format::SampleFieldRows(v->schema(), s.dims, codecs),
+                                      (s.record.flags & format::kFlagZstd) != 0);
+      }
+      if (table.ok()) {
+        samples.back().block_table = format::EncodeBlockTable(*table);
+        if (*samples.back().block_table != std::string(reinterpret_cast<const char*>(tbytes.data()),
+                                                       tbytes.size()))
+          __builtin_trap();  // the encoding is canonical
+      }
     }
   }
   if (!all_blocks) return 0;

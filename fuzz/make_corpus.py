@@ -234,11 +234,11 @@ def index_corpus():
     for name, idx in golden_indexes():
         c.add(name + ".lsi", b"\x00" + idx)
         c.add(name + ".raw.lsi", b"\x01" + idx)
-    # Version 2 and 3 indexes (FORMAT.md §3.8, §3.9); flag 0 lets the target reseal their
-    # checksums.
+    # Version 2, 3 and 4 indexes (FORMAT.md §3.8, §3.9, §3.10); flag 0 lets the target reseal
+    # their checksums.
     data = ROOT / "tests" / "data"
-    for g in sorted([*data.glob("golden_v2*"), *data.glob("golden_v3*"),
-                     data / "golden_by_hand_v3"]):
+    for g in sorted([*data.glob("golden_v2*"), *data.glob("golden_v3*"), *data.glob("golden_v4*"),
+                     data / "golden_by_hand_v3", data / "golden_by_hand_v4"]):
         for f in sorted(g.glob("index*.lsi")):
             c.add(g.name + ".lsi", b"\x00" + f.read_bytes())
             c.add(g.name + ".raw.lsi", b"\x01" + f.read_bytes())
@@ -311,8 +311,9 @@ def journal_corpus():
         c.add(f"{name}_torn.lsj", b"\x01" + j[:-5])
     j = journal_from_index(golden_indexes()[0][1], 2)
     c.add("header_only.lsj", b"\x01" + j[: j.find(b"LSJE", 4)])
-    # The writers' own journals: before field checksums, and with them (header flags bit 0, §6).
-    for name in ("golden_v1_journal", "golden_v3_journal"):
+    # The writers' own journals: before field checksums, with them (header flags bit 0, §6), and
+    # with block tables (bit 1).
+    for name in ("golden_v1_journal", "golden_v3_journal", "golden_v4_journal"):
         j = (ROOT / "tests" / "data" / name / "_journal.lsj").read_bytes()
         c.add(f"{name}.lsj", b"\x01" + j)
         c.add(f"{name}.fix.lsj", b"\x00" + j)
@@ -450,6 +451,13 @@ def codec_corpus():
     c.add("roundtrip_codec6_specials", bytes([0x20 | 8 | 3, 9, 7, 4, 2, 3, 0, 0x80]) +
           struct.pack("<72H", *specials))
     c.add("roundtrip_wide_codec6", bytes([0x20 | 0x80 | 8 | 3, 3, 80, 2, 64, 9, 1, 0x04]) +
+          struct.pack(f"<{len(wide)}H", *wide))
+    # Row blocks (FORMAT.md §3.10.2): 40 rows in chunks of byte 4 / 8 + 1 = 4 rows; rows
+    # [byte 3 mod 40 = 13, + 1 + byte 7 mod 40 = 23) decoded from the head and chunks 3..8.
+    for codec, sel in ((1, 0), (2, 1), (5, 0x20 | 1), (3, 2), (6, 0x20 | 3)):
+        c.add(f"roundtrip_rows_codec{codec}",
+              bytes([sel | 8, 40, 4, 13, 24, 2, 5, 22]) + struct.pack(f"<{len(hidden)}H", *hidden))
+    c.add("roundtrip_rows_wide_codec5", bytes([0x20 | 0x80 | 8 | 1, 3, 80, 1, 0, 1, 9, 1]) +
           struct.pack(f"<{len(wide)}H", *wide))
     return c
 

@@ -122,7 +122,7 @@ step "ASan+UBSan suites" sanitizer_suite address build-asan '.'
 step "TSan loader suites" sanitizer_suite thread build-tsan \
   'Loader|Arena|Engine|File|Concurrency|Prefaulter|CallerOrder|ReadAhead|Follow|S3Client|S3CacheHeal|S3Uploader|CacheHostile|CacheEvict|ObjectStore' \
   loader_test loader_diagnostics_test io_engine_test io_file_test arena_test dataset_test \
-  dataset_v2_test prefaulter_test caller_order_test read_ahead_test follow_test \
+  dataset_block_index_test prefaulter_test caller_order_test read_ahead_test follow_test \
   follow_order_test s3_client_test s3_cache_heal_test s3_uploader_test cache_hostile_test \
   cache_evict_test object_store_test cache_store_faults_test writer_concurrency_test
 

@@ -29,7 +29,7 @@ using format::PutU64;
 class DatasetTest : public ::testing::Test {
  protected:
   // These tests edit index bytes at version 1 offsets (FORMAT.md §3.1-§3.7); version 2 has its
-  // own (dataset_v2_test.cc).
+  // own (dataset_block_index_test.cc).
   void SetUp() override {
     WriteStandard(dir_.path(), kSamples, FastOptions());
     RewriteIndexAsV1(dir_.path());
@@ -269,16 +269,16 @@ TEST_F(DatasetTest, FifoInPlaceOfADatasetFileIsRefused) {
   }
 }
 
-TEST_F(DatasetTest, IndexVersion4IsUnsupported) {
-  EditIndex([&](std::string& s) { PutU32(At(s, 8), 4); });
-  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 4"});
+TEST_F(DatasetTest, IndexVersion5IsUnsupported) {
+  EditIndex([&](std::string& s) { PutU32(At(s, 8), 5); });
+  ExpectError(Open().status(), StatusCode::kUnsupported, {Index().string(), "version 5"});
 }
 
-TEST_F(DatasetTest, ManifestVersion4IsUnsupported) {
+TEST_F(DatasetTest, ManifestVersion5IsUnsupported) {
   std::string m = ReadFileToString(dir_ / "manifest.json");
-  m.replace(m.find("\"version\": 1"), 12, "\"version\": 4");
+  m.replace(m.find("\"version\": 1"), 12, "\"version\": 5");
   WriteStringToFile(dir_ / "manifest.json", m);
-  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 4"});
+  ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 5"});
 }
 
 TEST_F(DatasetTest, ManifestVersionMustMatchTheIndex) {

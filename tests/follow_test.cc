@@ -195,7 +195,7 @@ TEST(DatasetFollowerTest, ABadSampleInAGoodEntryIsCorruption) {
   s.record.offset += 100;  // not aligned
   const std::string entry =
       format::EncodeJournalSamples(EagleSchema(), 1, std::span<const format::IndexSample>(&s, 1),
-                                   {}, true);
+                                   {}, true, /*block_tables=*/true);
   testing::WriteStringToFile(Journal(dir / "ds"),
                              testing::ReadFileToString(Journal(dir / "ds")) + entry);
   auto f = DatasetFollower::Open((dir / "ds").string());

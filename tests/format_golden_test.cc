@@ -1,6 +1,6 @@
-// Format stability: datasets checked in under tests/data/golden_v1*/, golden_v2*/ and golden_v3*/
-// must keep reading, and the writer must keep producing the same bytes as golden_v3 (index
-// version 3, FORMAT.md §3.9; versions 1 and 2 are frozen: readers keep reading them forever).
+// Format stability: datasets checked in under tests/data/golden_v1*/ to golden_v4*/ must keep
+// reading, and the writer must keep producing the same bytes as golden_v4 (index version 4,
+// FORMAT.md §3.10; versions 1 to 3 are frozen: readers keep reading them forever).
 //
 // golden_v1 and golden_v1_zstd were written before the shard-uid revision (FORMAT.md §4.1: shard
 // uid 0, index flags 0); they are frozen and never regenerated: readers must keep accepting them
@@ -10,12 +10,18 @@
 // writer produced before index version 2; they are frozen too. golden_v2, golden_v2_zstd,
 // golden_v2_codecs, golden_v2_append and golden_v1_journal are what it produced before index
 // version 3 (field checksums); frozen as well. golden_v3, golden_v3_zstd, golden_v3_codecs,
-// golden_v3_append and golden_v3_journal (a journal whose header flags say that its samples
-// carry field checksums, §6) are the writer's output now. golden_by_hand is not: it is written
+// golden_v3_planes2, golden_v3_append and golden_v3_journal (a journal whose header flags say
+// that its samples carry field checksums, §6) are what it produced before index version 4 (row
+// blocks); frozen too. golden_v4, golden_v4_zstd, golden_v4_planes2, golden_v4_fp8_planes (codec
+// 6, `--compress auto --store-dtype float8_e4m3fn`), golden_v4_append and golden_v4_journal (its
+// samples carry block tables, §6) are the writer's output now, written with 64-byte row blocks
+// (codec::ScopedWriterRowBlockBytes) so that these small samples have several blocks a field
+// (§3.10.5 with a smaller target: the format allows any block_rows). golden_by_hand is not: it is written
 // from FORMAT.md alone by tests/data/make_golden_by_hand.py, so the reader is checked against the
-// spec independently of the writer; golden_by_hand_v2 (tests/data/make_golden_v2_by_hand.py) is
-// the same dataset with an index of version 2, written from FORMAT.md §3.8 alone, and
-// golden_by_hand_v3 (the same script) with one of version 3 (§3.9).
+// spec independently of the writer; golden_by_hand_v2 (tests/data/make_golden_blocked_by_hand.py)
+// is the same dataset with an index of version 2, written from FORMAT.md §3.8 alone,
+// golden_by_hand_v3 (the same script) with one of version 3 (§3.9), and golden_by_hand_v4 with
+// one of version 4 (§3.10: row blocks of two rows).
 //
 // golden_v2_codecs is golden_v2 written with field codecs chosen by `--compress auto` (FORMAT.md
 // §4.3: zstd per field for every non-16-bit dtype, planes for bfloat16/float16). golden_v3_codecs
@@ -26,9 +32,11 @@
 // golden_v3_fp8_entropy (codec 4, lossy fp8 hidden states) is frozen: see
 // CheckedInDatasetsStillRead.
 //
-// Regenerate golden_v3, golden_v3_zstd, golden_v3_planes2, golden_v3_append and golden_v3_journal
-// (only when the format changes, never to make a failing test pass):
+// Regenerate golden_v4, golden_v4_zstd, golden_v4_planes2, golden_v4_fp8_planes, golden_v4_append
+// and golden_v4_journal (only when the format changes, never to make a failing test pass):
 //   LIBSHARD_REGENERATE_GOLDEN=1 build/tests/format_golden_test --gtest_filter='*Regenerate*'
+// No golden directory holds a writer's lock file (.libshard.lock, FORMAT.md §2.1): Regenerate
+// removes it, and a test that writes to a golden copies it first (GoldensHoldNoLockFile).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,6 +44,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codec/row_blocks.h"
+#include "dataset/dataset_access.h"
 #include "format/bytes.h"
 #include "format/legacy/index_v1.h"
 #include "format/journal.h"
@@ -74,10 +84,13 @@ OwnedSample GoldenSample(uint64_t i) {
 }
 
 constexpr uint64_t kGoldenSamples = 4;
+// The golden writer's row blocks (FORMAT.md §3.10.5 with a smaller target): several a field.
+constexpr uint64_t kGoldenRowBlockBytes = 64;
 
-WriterOptions GoldenOptions(bool zstd, bool codecs = false) {
+WriterOptions GoldenOptions(bool zstd, bool codecs = false, bool fp8 = false) {
   WriterOptions o;
   if (codecs) o.field_codecs = FieldCodecPolicy::kAuto;  // golden_v2_codecs (FORMAT.md §4.3)
+  o.store_fp8 = fp8;  // golden_v4_fp8_planes: codec 6 with field compression (§4.3.8)
   o.fsync = false;
   o.shard_uid_seed = 0x601d;  // reproducible shard uids
   o.shard_size = 2 * 4096;  // several shards
@@ -87,9 +100,11 @@ WriterOptions GoldenOptions(bool zstd, bool codecs = false) {
   return o;
 }
 
-void WriteGolden(const std::filesystem::path& dir, bool zstd, bool codecs = false) {
+void WriteGolden(const std::filesystem::path& dir, bool zstd, bool codecs = false,
+                 bool fp8 = false) {
   std::filesystem::remove_all(dir);
-  auto w = Writer::Create(dir.string(), GoldenSchema(), GoldenOptions(zstd, codecs));
+  codec::ScopedWriterRowBlockBytes blocks(kGoldenRowBlockBytes);
+  auto w = Writer::Create(dir.string(), GoldenSchema(), GoldenOptions(zstd, codecs, fp8));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   for (uint64_t i = 0; i < kGoldenSamples; ++i)
     ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
@@ -97,6 +112,7 @@ void WriteGolden(const std::filesystem::path& dir, bool zstd, bool codecs = fals
 }
 
 void ExpectGoldenContents(const std::filesystem::path& dir, bool zstd) {
+  SCOPED_TRACE(dir.filename().string());
   auto ds = Dataset::Open(dir.string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ((*ds)->schema(), GoldenSchema());
@@ -111,6 +127,10 @@ void ExpectGoldenContents(const std::filesystem::path& dir, bool zstd) {
     EXPECT_EQ(*(*ds)->source(i), want.input.source);
     EXPECT_EQ((*ds)->length(i), 2 + 3 * i);
     any_compressed |= ((*ds)->location(i).flags & kSampleFlagZstd) != 0;
+    // Row ranges (FORMAT.md §3.10): whatever the version, the rows of the whole read.
+    for (RowRange rows : {RowRange{0, 1}, RowRange{1, 4}, RowRange{3, 7}, RowRange{5, 100},
+                          RowRange{2, 2}, RowRange{50, 60}})
+      ExpectRowRangeRead(**ds, i, rows);
   }
   EXPECT_EQ(any_compressed, zstd);
 }
@@ -126,18 +146,50 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
   ExpectGoldenContents(kGoldenDir / "golden_v3_zstd", true);
   ExpectGoldenContents(kGoldenDir / "golden_v3_codecs", false);
   ExpectGoldenContents(kGoldenDir / "golden_v3_planes2", false);
+  ExpectGoldenContents(kGoldenDir / "golden_v4", false);
+  ExpectGoldenContents(kGoldenDir / "golden_v4_zstd", true);
+  ExpectGoldenContents(kGoldenDir / "golden_v4_planes2", false);
   // `auto` before codec 5 chose codec 2 where it now chooses codec 5.
   std::vector<uint8_t> auto_before = ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false);
   ASSERT_EQ(std::count(auto_before.begin(), auto_before.end(), 5), 2);  // hidden, half
   std::replace(auto_before.begin(), auto_before.end(), uint8_t{5}, uint8_t{2});
-  for (const char* name : {"golden_v2_codecs", "golden_v3_codecs", "golden_v3_planes2"}) {
+  for (const char* name :
+       {"golden_v2_codecs", "golden_v3_codecs", "golden_v3_planes2", "golden_v4_planes2"}) {
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
     EXPECT_EQ((*ds)->field_codecs(),
-              std::string_view(name) == "golden_v3_planes2"
+              std::string_view(name).ends_with("planes2")
                   ? ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto, false)
                   : auto_before)
         << name;
+  }
+  // golden_v4_fp8_planes: codec 6 (fp8-planes, lossy) for the 16-bit float sequence fields of
+  // rank 2 or more (hidden, half), the auto codecs for the others; the lossless fields read bit
+  // for bit, and row ranges (decoding only the chunks they cover) are the rows of the whole read.
+  {
+    auto ds = Dataset::Open((kGoldenDir / "golden_v4_fp8_planes").string());
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    const std::vector<uint8_t> codecs = (*ds)->field_codecs();
+    EXPECT_EQ(codecs, ChooseFieldCodecs(GoldenSchema(), FieldCodecPolicy::kAuto,
+                                        /*store_fp8=*/true));
+    EXPECT_EQ(std::count(codecs.begin(), codecs.end(), 6), 2);
+    EXPECT_TRUE((*ds)->has_row_blocks());
+    ASSERT_EQ((*ds)->size(), kGoldenSamples);
+    for (uint64_t i = 0; i < kGoldenSamples; ++i) {
+      OwnedSample want = GoldenSample(i);
+      auto s = (*ds)->Read(i);  // sample, field and block checksums verified
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      EXPECT_TRUE((*ds)->Verify(i).ok());
+      for (size_t f = 0; f < want.input.tensors.size(); ++f) {
+        const TensorView* t = s->Find(want.input.tensors[f].name);
+        ASSERT_NE(t, nullptr);
+        EXPECT_EQ(t->shape, want.input.tensors[f].shape);
+        if (codecs[f] != 6 && t->nbytes > 0)  // lossless: bit for bit
+          EXPECT_EQ(std::memcmp(t->data, want.bytes[f].data(), t->nbytes), 0) << t->name;
+      }
+      for (RowRange rows : {RowRange{0, 1}, RowRange{1, 4}, RowRange{3, 7}, RowRange{5, 100}})
+        ExpectRowRangeRead(**ds, i, rows);
+    }
   }
   // golden_v3_fp8_entropy: an EAGLE-3 directory (tests/python/conftest.py write_eagle_dir(root, 6))
   // packed with `--compress auto --store-dtype float8_e4m3fn` before codec 6, so its hidden
@@ -156,24 +208,34 @@ TEST(FormatGoldenTest, CheckedInDatasetsStillRead) {
       EXPECT_EQ(h->dtype, DType::kBFloat16);
     }
   }
-  // Field checksums (§3.9): in every version 3 golden, equal to what the bytes give, and in no
-  // older one; Verify checks both levels.
+  // Field checksums (§3.9): in every version 3 and 4 golden, equal to what the bytes give, and
+  // in no older one; row blocks (§3.10) in every version 4 golden; Verify checks every level.
   for (const char* name : {"golden_v1", "golden_v1_zstd", "golden_v1_uids", "golden_v2",
                            "golden_v2_zstd", "golden_v2_codecs", "golden_v3", "golden_v3_zstd",
-                           "golden_v3_codecs", "golden_v3_planes2", "golden_v3_append"}) {
+                           "golden_v3_codecs", "golden_v3_planes2", "golden_v3_append",
+                           "golden_v4", "golden_v4_zstd", "golden_v4_planes2",
+                           "golden_v4_fp8_planes", "golden_v4_append"}) {
     SCOPED_TRACE(name);
     auto ds = Dataset::Open((kGoldenDir / name).string());
     ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-    const bool v3 = std::string_view(name).starts_with("golden_v3");
-    EXPECT_EQ((*ds)->index_version(), v3 ? 3u : std::string_view(name)[8] - '0');
-    EXPECT_EQ((*ds)->has_field_checksums(), v3);
+    const uint32_t version = static_cast<uint32_t>(std::string_view(name)[8] - '0');
+    EXPECT_EQ((*ds)->index_version(), version);
+    EXPECT_EQ((*ds)->has_field_checksums(), version >= 3);
+    EXPECT_EQ((*ds)->has_row_blocks(), version >= 4);
+    uint64_t tables = 0;
     for (uint64_t i = 0; i < (*ds)->size(); ++i) {
       EXPECT_TRUE((*ds)->Verify(i).ok()) << i;
       auto computed = (*ds)->ComputeFieldChecksums(i);
       ASSERT_TRUE(computed.ok()) << computed.status().ToString();
       EXPECT_EQ(computed->size(), GoldenSchema().fields.size());
-      if (v3) EXPECT_EQ(*computed, *(*ds)->field_checksums(i)) << i;
+      if (version >= 3) EXPECT_EQ(*computed, *(*ds)->field_checksums(i)) << i;
+      auto table = internal::DatasetAccess::BlockTableBytes(**ds, i);
+      ASSERT_TRUE(table.ok()) << table.status().ToString();
+      EXPECT_EQ(table->has_value(), version >= 4);
+      if (table->has_value() && !(*table)->empty()) ++tables;
     }
+    // Every version 4 golden but the whole-sample zstd one has samples with row blocks.
+    if (version >= 4) EXPECT_EQ(tables > 0, std::string_view(name) != "golden_v4_zstd");
   }
 }
 
@@ -210,13 +272,23 @@ void ExpectSameFiles(const std::filesystem::path& golden, const std::filesystem:
 TEST(FormatGoldenTest, WriterStillProducesTheSameBytes) {
   TempDir dir;
   WriteGolden(dir.path(), false);
-  ExpectSameFiles(kGoldenDir / "golden_v3", dir.path());
+  ExpectSameFiles(kGoldenDir / "golden_v4", dir.path());
   TempDir zstd;
   WriteGolden(zstd.path(), true);
-  ExpectSameFiles(kGoldenDir / "golden_v3_zstd", zstd.path());
+  ExpectSameFiles(kGoldenDir / "golden_v4_zstd", zstd.path());
   TempDir codecs;
   WriteGolden(codecs.path(), false, /*codecs=*/true);
-  ExpectSameFiles(kGoldenDir / "golden_v3_planes2", codecs.path());
+  ExpectSameFiles(kGoldenDir / "golden_v4_planes2", codecs.path());
+  TempDir fp8;
+  WriteGolden(fp8.path(), false, /*codecs=*/true, /*fp8=*/true);
+  ExpectSameFiles(kGoldenDir / "golden_v4_fp8_planes", fp8.path());
+}
+
+// No checked-in golden holds a writer's lock file: a test that opens one for writing copies it
+// first, and Regenerate removes the lock its writes leave.
+TEST(FormatGoldenTest, GoldensHoldNoLockFile) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(kGoldenDir))
+    EXPECT_NE(e.path().filename(), ".libshard.lock") << e.path();
 }
 
 // ---- golden_by_hand: written from FORMAT.md alone by tests/data/make_golden_by_hand.py (struct
@@ -245,7 +317,7 @@ MetaValue ExpectedMetaValue(const nlohmann::json& e) {
 }
 
 // golden_by_hand_v2 holds the same samples and shard with an index of version 2 written from
-// FORMAT.md §3.8 alone (tests/data/make_golden_v2_by_hand.py); both must read exactly as
+// FORMAT.md §3.8 alone (tests/data/make_golden_blocked_by_hand.py); both must read exactly as
 // expected.json says.
 void ExpectHandWrittenDataset(const std::filesystem::path& dir) {
   SCOPED_TRACE(dir.filename().string());
@@ -332,6 +404,18 @@ void ExpectHandWrittenDataset(const std::filesystem::path& dir) {
       ASSERT_TRUE(computed.ok()) << computed.status().ToString();
       EXPECT_EQ(*computed, *sums);
     }
+    // Index version 4 (FORMAT.md §3.10): the block table the script wrote, and row ranges read
+    // by its blocks.
+    EXPECT_EQ((*ds)->has_row_blocks(), w.contains("block_table"));
+    if (w.contains("block_table")) {
+      auto table = internal::DatasetAccess::BlockTableBytes(**ds, i);
+      ASSERT_TRUE(table.ok()) << table.status().ToString();
+      ASSERT_TRUE(table->has_value());
+      EXPECT_EQ(ToHex(format::AsBytes(**table), (*table)->size()),
+                w["block_table"].get<std::string>());
+    }
+    for (RowRange rows : {RowRange{0, 1}, RowRange{1, 3}, RowRange{2, 5}, RowRange{4, 9}})
+      ExpectRowRangeRead(**ds, i, rows);
   }
 }
 
@@ -339,6 +423,7 @@ TEST(FormatGoldenTest, HandWrittenDatasetReads) {
   ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand");
   ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v2");
   ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v3");
+  ExpectHandWrittenDataset(kGoldenDir / "golden_by_hand_v4");
 }
 
 // ---- golden_v1_journal: `_journal.lsj` of an interrupted write (FORMAT.md §6): the golden
@@ -351,6 +436,7 @@ void WriteInterruptedGolden(const std::filesystem::path& dir) {
   std::filesystem::remove_all(dir);
   WriterOptions o = GoldenOptions(false);
   o.journal_every_bytes = 1;  // a journal entry after every sample
+  codec::ScopedWriterRowBlockBytes blocks(kGoldenRowBlockBytes);
   auto w = Writer::Create(dir.string(), GoldenSchema(), o);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   for (uint64_t i = 0; i < kJournalSamples; ++i)
@@ -389,6 +475,7 @@ void ExpectSameEntry(const format::IndexSample& got, const format::IndexSample& 
   EXPECT_EQ(got.metadata, want.metadata);
   EXPECT_EQ(got.source_path, want.source_path);
   EXPECT_EQ(got.field_checksums, want.field_checksums);
+  if (got.block_table && want.block_table) EXPECT_EQ(*got.block_table, *want.block_table);
 }
 
 TEST(FormatGoldenTest, CheckedInJournalParses) {
@@ -427,11 +514,66 @@ TEST(FormatGoldenTest, CheckedInJournalWithFieldChecksumsParses) {
   }
 }
 
+// A journal of this revision (header flags bits 0 and 1, FORMAT.md §6): its samples carry the
+// field checksums and block tables that golden_v4 records for them.
+TEST(FormatGoldenTest, CheckedInJournalWithBlockTablesParses) {
+  const std::string journal = ReadFileToString(kGoldenDir / "golden_v4_journal" / "_journal.lsj");
+  auto j = format::ParseJournal(
+      {reinterpret_cast<const std::byte*>(journal.data()), journal.size()}, "_journal.lsj");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE(j->field_checksums);
+  EXPECT_TRUE(j->block_tables);
+  ASSERT_EQ(j->samples.size(), kJournalSamples);
+  auto ds = Dataset::Open((kGoldenDir / "golden_v4").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  for (uint64_t i = 0; i < kJournalSamples; ++i) {
+    SCOPED_TRACE("sample " + std::to_string(i));
+    EXPECT_EQ(j->samples[i].field_checksums, *(*ds)->field_checksums(i));
+    auto table = internal::DatasetAccess::BlockTableBytes(**ds, i);
+    ASSERT_TRUE(table.ok() && table->has_value());
+    EXPECT_EQ(j->samples[i].block_table, **table);
+    format::JournalHeader h;
+    h.schema = j->schema;
+    h.field_checksums = h.block_tables = true;
+    EXPECT_TRUE(format::CheckJournalSample(h, j->samples[i]).ok());
+  }
+}
+
 TEST(FormatGoldenTest, WriterStillProducesTheSameJournal) {
   TempDir dir;
   WriteInterruptedGolden(dir / "ds");
   EXPECT_EQ(ReadFileToString(dir / "ds" / "_journal.lsj"),
-            ReadFileToString(kGoldenDir / "golden_v3_journal" / "_journal.lsj"));
+            ReadFileToString(kGoldenDir / "golden_v4_journal" / "_journal.lsj"));
+}
+
+// The journal of a write interrupted before row blocks (golden_v3_journal: field checksums, no
+// block tables) resumes, and the finished index is then of version 3 (not every sample has a
+// table, §3.10.1), with field checksums, reading as golden_v3 does.
+TEST(FormatGoldenTest, JournalWithoutBlockTablesResumesAsVersion3) {
+  TempDir dir;
+  WriteInterruptedGolden(dir / "ds");
+  std::filesystem::copy_file(kGoldenDir / "golden_v3_journal" / "_journal.lsj",
+                             dir / "ds" / "_journal.lsj",
+                             std::filesystem::copy_options::overwrite_existing);
+  {
+    codec::ScopedWriterRowBlockBytes blocks(kGoldenRowBlockBytes);
+    auto w = Writer::Resume((dir / "ds").string(), GoldenOptions(false));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (uint64_t i = (*w)->samples_written(); i < kGoldenSamples; ++i)
+      ASSERT_TRUE((*w)->Append(GoldenSample(i).input).ok());
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto ds = Dataset::Open((dir / "ds").string());
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ((*ds)->index_version(), 3u);
+  EXPECT_TRUE((*ds)->has_field_checksums());
+  EXPECT_FALSE((*ds)->has_row_blocks());
+  ASSERT_EQ((*ds)->size(), kGoldenSamples);
+  for (uint64_t i = 0; i < kGoldenSamples; ++i) {
+    auto s = (*ds)->Read(i);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ExpectSampleEq(*s, GoldenSample(i));
+  }
 }
 
 // The journal of a write interrupted before field checksums (golden_v1_journal, no header flag)
@@ -467,6 +609,7 @@ constexpr uint64_t kAppendedSamples = 2;
 
 void WriteAppendedGolden(const std::filesystem::path& dir) {
   WriteGolden(dir, false);
+  codec::ScopedWriterRowBlockBytes blocks(kGoldenRowBlockBytes);
   auto w = Writer::OpenForAppend(dir.string(), GoldenOptions(false));
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   for (uint64_t i = kGoldenSamples; i < kGoldenSamples + kAppendedSamples; ++i)
@@ -516,11 +659,27 @@ TEST(FormatGoldenTest, CheckedInAppendedDatasetReads) {
 TEST(FormatGoldenTest, WriterStillProducesTheSameAppend) {
   TempDir dir;
   WriteAppendedGolden(dir / "ds");
-  ExpectSameFiles(kGoldenDir / "golden_v3_append", dir / "ds");
+  ExpectSameFiles(kGoldenDir / "golden_v4_append", dir / "ds");
+}
+
+// Append keeps index version 4: the old samples' block tables are carried over as stored.
+TEST(FormatGoldenTest, AppendKeepsTheRowBlocks) {
+  auto before = Dataset::Open((kGoldenDir / "golden_v4").string());
+  auto after = Dataset::Open((kGoldenDir / "golden_v4_append").string());
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_EQ((*after)->index_version(), 4u);
+  for (uint64_t i = 0; i < kGoldenSamples; ++i) {
+    auto a = internal::DatasetAccess::BlockTableBytes(**before, i);
+    auto b = internal::DatasetAccess::BlockTableBytes(**after, i);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << i;
+  }
+  for (uint64_t i = 0; i < (*after)->size(); ++i)
+    for (RowRange rows : {RowRange{1, 3}, RowRange{4, 9}}) ExpectRowRangeRead(**after, i, rows);
 }
 
 TEST(FormatGoldenTest, CheckedInV2AppendedDatasetReads) {
- for (const char* name : {"golden_v2_append", "golden_v3_append"}) {
+ for (const char* name : {"golden_v2_append", "golden_v3_append", "golden_v4_append"}) {
   SCOPED_TRACE(name);
   auto ds = Dataset::Open((kGoldenDir / name).string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
@@ -570,20 +729,22 @@ TEST(FormatGoldenTest, AppendOntoVersion1WritesTheCurrentVersion) {
 
 TEST(FormatGoldenTest, Regenerate) {
   if (!std::getenv("LIBSHARD_REGENERATE_GOLDEN")) GTEST_SKIP() << "set LIBSHARD_REGENERATE_GOLDEN=1";
-  WriteGolden(kGoldenDir / "golden_v3", false);
-  std::filesystem::remove(kGoldenDir / "golden_v3" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v3_zstd", true);
-  std::filesystem::remove(kGoldenDir / "golden_v3_zstd" / ".libshard.lock");
-  WriteGolden(kGoldenDir / "golden_v3_planes2", false, /*codecs=*/true);
-  std::filesystem::remove(kGoldenDir / "golden_v3_planes2" / ".libshard.lock");
-  WriteAppendedGolden(kGoldenDir / "golden_v3_append");
-  std::filesystem::remove(kGoldenDir / "golden_v3_append" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v4", false);
+  std::filesystem::remove(kGoldenDir / "golden_v4" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v4_zstd", true);
+  std::filesystem::remove(kGoldenDir / "golden_v4_zstd" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v4_planes2", false, /*codecs=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v4_planes2" / ".libshard.lock");
+  WriteGolden(kGoldenDir / "golden_v4_fp8_planes", false, /*codecs=*/true, /*fp8=*/true);
+  std::filesystem::remove(kGoldenDir / "golden_v4_fp8_planes" / ".libshard.lock");
+  WriteAppendedGolden(kGoldenDir / "golden_v4_append");
+  std::filesystem::remove(kGoldenDir / "golden_v4_append" / ".libshard.lock");
   // Only the journal of the interrupted write is kept (its shard temporaries are not format).
   TempDir tmp;
   WriteInterruptedGolden(tmp / "ds");
-  std::filesystem::create_directories(kGoldenDir / "golden_v3_journal");
+  std::filesystem::create_directories(kGoldenDir / "golden_v4_journal");
   std::filesystem::copy_file(tmp / "ds" / "_journal.lsj",
-                             kGoldenDir / "golden_v3_journal" / "_journal.lsj",
+                             kGoldenDir / "golden_v4_journal" / "_journal.lsj",
                              std::filesystem::copy_options::overwrite_existing);
 }
 

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libshard/dataset.h"
@@ -101,6 +103,58 @@ inline void ExpectSampleEq(const Sample& got, const OwnedSample& want) {
         << "tensor '" << w.name << "' bytes differ";
   }
   EXPECT_EQ(got.metadata(), want.input.metadata);
+}
+
+// The bytes and shape of `t` (a whole tensor of `field`) cut to rows [rows.start, rows.stop)
+// along its seq_dim (clipped to its length), as a row-range read must give them.
+inline std::pair<std::vector<std::byte>, Shape> CutRows(const TensorView& t, const Field& field,
+                                                        RowRange rows) {
+  if (field.seq_dim < 0)
+    return {std::vector<std::byte>(t.data, t.data + t.nbytes), t.shape};
+  const auto s = static_cast<size_t>(field.seq_dim);
+  uint64_t outer = 1, token = DTypeSize(field.dtype);
+  for (size_t d = 0; d < s; ++d) outer *= t.shape[d];
+  for (size_t d = s + 1; d < t.shape.size(); ++d) token *= t.shape[d];
+  const uint64_t seq = t.shape[s];
+  const uint64_t begin = std::min(rows.start, seq), end = std::min(rows.stop, seq);
+  std::vector<std::byte> out;
+  for (uint64_t o = 0; o < outer; ++o)
+    out.insert(out.end(), t.data + (o * seq + begin) * token, t.data + (o * seq + end) * token);
+  Shape shape = t.shape;
+  shape[s] = end - begin;
+  return {std::move(out), std::move(shape)};
+}
+
+// Dataset::Read(i, {rows}) gives, bit for bit, Read(i) cut to `rows` (every field, 64-byte
+// aligned views), and says which rows of how many it served.
+inline void ExpectRowRangeRead(const Dataset& ds, uint64_t i, RowRange rows) {
+  SCOPED_TRACE("sample " + std::to_string(i) + " rows [" + std::to_string(rows.start) + ", " +
+               std::to_string(rows.stop) + ")");
+  auto whole = ds.Read(i);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ReadRequest req;
+  req.rows = rows;
+  auto cut = ds.Read(i, req);
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  ASSERT_EQ(cut->tensors().size(), whole->tensors().size());
+  for (size_t f = 0; f < ds.schema().fields.size(); ++f) {
+    const Field& field = ds.schema().fields[f];
+    const TensorView* w = whole->Find(field.name);
+    const TensorView* g = cut->Find(field.name);
+    ASSERT_NE(w, nullptr);
+    ASSERT_NE(g, nullptr);
+    auto [bytes, shape] = CutRows(*w, field, rows);
+    EXPECT_EQ(g->shape, shape) << field.name;
+    EXPECT_EQ(g->dtype, w->dtype) << field.name;
+    ASSERT_EQ(g->nbytes, bytes.size()) << field.name;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(g->data) % kTensorAlignment, 0u) << field.name;
+    EXPECT_TRUE(bytes.empty() || std::memcmp(g->data, bytes.data(), bytes.size()) == 0)
+        << field.name << ": the rows differ from the whole read's";
+  }
+  EXPECT_EQ(cut->length(), ds.length(i));
+  const uint64_t len = ds.schema().length_field >= 0 ? ds.length(i) : RowRange::kEnd;
+  EXPECT_EQ(cut->rows(), (RowRange{std::min(rows.start, len), std::min(rows.stop, len)}));
+  EXPECT_EQ(cut->metadata(), whole->metadata());
 }
 
 // Writes samples [0, n) of StandardSample into `dir`.

@@ -1,7 +1,8 @@
 // Tests for the loader's read planning (libshard/src/loader/read_layout.cc): whole reads, partial
-// reads for `fields` and `max_len` (4 KiB aligned and covering exactly the selected tensors),
-// compressed samples always read whole, the `whole` flag, and BuildSample over a partial read
-// giving the same tensors as Dataset::Read.
+// reads for `fields` and `max_len` of a dataset without row blocks (index version 3: 4 KiB
+// aligned and covering exactly the selected tensors), compressed samples always read whole, the
+// `whole` flag, and BuildSample over a partial read giving the same tensors as Dataset::Read.
+// Row-range reads with row blocks (index version 4): slice_read_test.cc.
 #include "loader/read_layout.h"
 
 #include <fcntl.h>
@@ -26,7 +27,8 @@ namespace {
 namespace fs = std::filesystem;
 constexpr uint64_t kPage = 4096;
 
-// Samples long enough that hidden_state spans several pages and starts past the first page.
+// Samples long enough that hidden_state spans several pages and starts past the first page; an
+// index of version 3 (no row blocks), whose partial reads are these tests' subject.
 std::shared_ptr<Dataset> WriteDataset(const fs::path& dir, uint64_t n, bool zstd) {
   WriterOptions o = testing::FastOptions();
   if (zstd) o.compression = Compression::kZstd;
@@ -40,6 +42,7 @@ std::shared_ptr<Dataset> WriteDataset(const fs::path& dir, uint64_t n, bool zstd
   }
   auto summary = (*w)->Finish();
   EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  testing::RewriteIndexAsV3(dir);
   auto ds = Dataset::Open(dir.string());
   EXPECT_TRUE(ds.ok()) << ds.status().ToString();
   return ds.ok() ? *ds : nullptr;

@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "options.h"
@@ -115,6 +117,7 @@ void RegisterDataset(py::module_& m) {
       .def_property_readonly("total_raw_bytes", &Dataset::total_raw_bytes)
       .def_property_readonly("index_version", &Dataset::index_version)
       .def_property_readonly("has_field_checksums", &Dataset::has_field_checksums)
+      .def_property_readonly("has_row_blocks", &Dataset::has_row_blocks)
       .def_property_readonly("shards",
                              [](const Dataset& d) {
                                py::list out;
@@ -170,6 +173,25 @@ void RegisterDataset(py::module_& m) {
             return SampleToPython(ValueOrThrow(std::move(sample)));
           },
           "Reads sample i (GIL released) as (index, fields, metadata); see SampleToPython.")
+      .def(
+          "read_rows",
+          [](const Dataset& d, int64_t i, std::optional<uint64_t> start,
+             std::optional<uint64_t> stop, const std::vector<std::string>& fields) {
+            const uint64_t index = CheckIndex(d, i);
+            ReadRequest request;
+            if (start || stop) request.rows = RowRange{start.value_or(0), stop.value_or(RowRange::kEnd)};
+            request.fields = fields;
+            Result<Sample> sample = [&] {
+              py::gil_scoped_release release;
+              return d.Read(index, request);
+            }();
+            return SampleToPython(ValueOrThrow(std::move(sample)));
+          },
+          py::arg("i"), py::arg("start") = py::none(), py::arg("stop") = py::none(),
+          py::arg("fields") = std::vector<std::string>(),
+          "Dataset::Read(i, ReadRequest): rows [start, stop) of the fields with a sequence "
+          "dimension (None: from 0 / to the end), of `fields` (empty: all); (index, fields, "
+          "metadata) as read().")
       .def("verify", [](const Dataset& d, int64_t i) {
         const uint64_t index = CheckIndex(d, i);
         Status status = [&] {

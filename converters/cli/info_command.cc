@@ -276,7 +276,7 @@ void PrintText(const nlohmann::json& j) {
   const unsigned index_version = j["index_version"].get<unsigned>();
   const bool field_sums = j.value("field_checksums", false);
   std::printf("index        version %u%s\n", index_version,
-              index_version < 2 ? " (`libshard upgrade` rewrites it as version 3, which opens "
+              index_version < 2 ? " (`libshard upgrade` rewrites it as version 4, which opens "
                                   "millions of samples at once and checks partial reads)"
               : !field_sums     ? " without field checksums (a verified read of some fields or "
                                   "a prefix reads whole samples; `libshard upgrade` adds them)"

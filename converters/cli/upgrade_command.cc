@@ -19,9 +19,10 @@ int RunUpgrade(const UpgradeArgs& a) {
   Result<bool> upgraded = UpgradeIndex(a.dir, Caller::kCli);
   if (!upgraded.ok()) return Fail("upgrade", upgraded.status());
   if (!a.quiet)
-    std::printf(*upgraded ? "%s: every sample checked; index rewritten as version 3 with field "
-                            "checksums (shards untouched)\n"
-                          : "%s: index is already version 3 with field checksums; nothing to do\n",
+    std::printf(*upgraded ? "%s: every sample checked; index rewritten as version 4 with field "
+                            "checksums and row blocks (shards untouched)\n"
+                          : "%s: index is already version 4 with field checksums and row blocks; "
+                            "nothing to do\n",
                 a.dir.c_str());
   return kExitOk;
 }
@@ -31,9 +32,9 @@ int RunUpgrade(const UpgradeArgs& a) {
 Command AddUpgradeCommand(CLI::App& app) {
   auto args = std::make_shared<UpgradeArgs>();
   CLI::App* c = app.add_subcommand(
-      "upgrade", "Rewrite a dataset's index in the current format (version 3: compact, with a "
-                 "checksum per field so partial reads are checked); reads and checks every "
-                 "sample, never touches the shards");
+      "upgrade", "Rewrite a dataset's index in the current format (version 4: compact, with a "
+                 "checksum per field and per row block so partial reads and row ranges are "
+                 "checked); reads and checks every sample, never touches the shards");
   c->add_option("DIR", args->dir, "Dataset directory")->required();
   c->add_flag("-q,--quiet", args->quiet, "No summary");
   return {c, [args] { return RunUpgrade(*args); }};

@@ -671,8 +671,8 @@ def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
     shutil.copytree(golden, ds)
     run("unpack", ds, "-o", tmp_path / "before")
     p = run("upgrade", ds)
-    assert "rewritten as version 3 with field checksums" in p.stdout
-    assert json.loads((ds / "manifest.json").read_text())["version"] == 3
+    assert "rewritten as version 4 with field checksums" in p.stdout
+    assert json.loads((ds / "manifest.json").read_text())["version"] == 4
     assert not (ds / "index.lsi").exists() and (ds / "index.a.lsi").exists()
     assert "sample and field checksums" in run("verify", ds).stdout
     run("unpack", ds, "-o", tmp_path / "after")
@@ -683,7 +683,7 @@ def test_upgrade_rewrites_a_version_1_index_and_keeps_the_shards(tmp_path):
         assert (tmp_path / "before" / rel).read_bytes() == (tmp_path / "after" / rel).read_bytes(), rel
     for shard in golden.glob("*.lss"):
         assert (ds / shard.name).read_bytes() == shard.read_bytes()
-    assert "already version 3" in run("upgrade", ds).stdout
+    assert "already version 4" in run("upgrade", ds).stdout
     p = run("upgrade", tmp_path / "missing", check=False)
     assert p.returncode == 1 and "missing" in p.stderr
 

@@ -1,10 +1,12 @@
-"""Every byte the loader serves is checked (docs/FORMAT.md §3.9), whatever the selection: one byte
-flipped in each field, at its first, middle and last row, of a dataset stored raw, with
+"""Every byte the loader serves is checked (docs/FORMAT.md §3.9, §3.10), whatever the selection:
+one byte flipped in each field, at its first, middle and last row, of a dataset stored raw, with
 whole-sample zstd and with field codecs, then read whole, by the damaged field, by another field,
-by prefix (max_len) and by field and prefix. A read that serves the damaged field fails with a
-CorruptionError naming the sample (a raw sample's served fields are checked whole, so damage past
-the max_len prefix is found too); a read of a raw sample that does not serve it gives exactly the
-undamaged data; an encoded sample is read whole, so every read of it fails."""
+by prefix (max_len) and by field and prefix. Every read either fails with a CorruptionError naming
+the sample or gives exactly the undamaged data: the damaged byte is never served. A read that
+serves it fails (a whole read, a read of the damaged field; these samples' fields are one row
+block each, so a checked prefix reads the field whole and finds damage past the prefix too);
+whole-sample zstd samples are read whole, so every read of them fails. With row blocks, a prefix
+of a long sample reads the prefix plus a block (test_a_checked_prefix_of_a_long_sample...)."""
 # suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def reads(name: str, other: str) -> dict:
 def test_a_flipped_byte_is_never_served(datasets, tmp_path, storage, field_index, position):
     clean = datasets[storage]
     ds_clean = libshard.open(clean)
-    assert ds_clean.has_field_checksums and ds_clean.index_version == 3
+    assert ds_clean.has_field_checksums and ds_clean.index_version == 4
     names = ds_clean.schema.names
     name = names[field_index]
     other = names[(field_index + 1) % len(names)]
@@ -105,12 +107,17 @@ def test_a_flipped_byte_is_never_served(datasets, tmp_path, storage, field_index
     flip(shard, loc["offset"] + at)
 
     for read, options in reads(name, other).items():
-        serves = storage != "raw" or read != "other"
-        if serves:
-            with pytest.raises(libshard.CorruptionError, match=f"sample {DAMAGED}"):
-                read_all(damaged, **options)
-        else:
-            assert read_all(damaged, **options) == read_all(clean, **options), read
+        # Certainly served (and so refused): a whole read, any read of a zstd sample, and a raw
+        # read of the damaged field (one row block: read and checked whole, prefix or not).
+        serves = read == "whole" or storage == "zstd" or (
+            storage == "raw" and read in ("field", "field+prefix", "prefix"))
+        try:
+            got = read_all(damaged, **options)
+        except libshard.CorruptionError as e:
+            assert f"sample {DAMAGED}" in str(e), (read, str(e))
+            continue
+        assert not serves, f"{read}: the damaged byte was served unchecked"
+        assert got == read_all(clean, **options), read
         # Unchecked, nothing is refused (the bytes are served as stored).
         if storage == "raw":
             assert len(read_all(damaged, verify=False, **options)) == 4
@@ -153,3 +160,55 @@ def test_a_dataset_without_field_checksums_reads_partial_samples_whole(tmp_path)
     with pytest.raises(libshard.CorruptionError, match="sample 1"):
         read_all(ds_dir, fields=[names[0]])
     assert len(read_all(ds_dir, fields=[names[0]], verify=False)) == len(ds)
+
+
+@pytest.fixture(scope="module")
+def long_src(tmp_path_factory) -> Path:
+    """Samples whose hidden states span several ~1 MiB row blocks (2048 tokens x 4 KiB rows)."""
+    out = tmp_path_factory.mktemp("long_src")
+    gen = torch.Generator().manual_seed(11)
+    for i in range(2):
+        torch.save({"input_ids": torch.arange(2048 + i, dtype=torch.int64),
+                    "hidden_state": torch.randn(1, 2048 + i, 2048, generator=gen).to(torch.bfloat16)},
+                   out / f"data_{i}.ckpt")
+    return out
+
+
+@pytest.mark.parametrize("compress", ["none", "auto"])
+def test_a_checked_prefix_of_a_long_sample_reads_the_prefix_plus_a_block(long_src, tmp_path,
+                                                                           compress):
+    """With row blocks (index version 4), a verified max_len prefix reads each field's prefix plus
+    at most one block, raw or compressed, not the rest of the field; damage past that block is
+    not served (the read gives the undamaged rows), damage within the prefix is refused."""
+    clean = pack_dir(long_src, tmp_path / "clean", compress=compress)
+    ds = libshard.open(clean)
+    assert ds.has_row_blocks and ds.index_version == 4
+    max_len = 64  # 256 KiB of hidden_state: inside its first 1 MiB block (256 rows)
+
+    def bytes_read(path, **options) -> int:
+        loader = libshard.Loader(path, shuffle=False, memory_budget="256MiB", **options)
+        for _ in loader:
+            pass
+        return loader.stats()["bytes_read"]
+
+    whole = bytes_read(clean)
+    prefix = bytes_read(clean, max_len=max_len)
+    assert prefix < whole / 4, (prefix, whole)
+    # At most a block (1 MiB) and a page or two of rounding per field, per sample.
+    assert prefix <= 2 * (2 * (1 << 20) + 3 * 4096 + max_len * 2048 * 2 + max_len * 8), prefix
+
+    loc = ds.location(1)
+    shard = Path(ds.shards[loc["shard"]]["path"]).name
+    for where, refused in [("past", False), ("within", True)]:
+        damaged = tmp_path / f"damaged_{where}"
+        shutil.copytree(clean, damaged)
+        # A byte of the stored bytes near their end (hidden_state's last rows) or of its first
+        # rows (raw: the region starts 64-aligned after input_ids; coded: within its first chunk).
+        ids_bytes = (2049 * 8 + 63) // 64 * 64
+        at = loc["stored_size"] - 100 if where == "past" else ids_bytes + 5000
+        flip(damaged / shard, loc["offset"] + at)
+        if refused:
+            with pytest.raises(libshard.CorruptionError, match="sample 1"):
+                read_all(damaged, max_len=max_len)
+        else:
+            assert read_all(damaged, max_len=max_len) == read_all(clean, max_len=max_len)

@@ -16,6 +16,7 @@
 
 #include "format/bytes.h"
 #include "format/checksum.h"
+#include "format/index.h"
 #include "format/legacy/index_v1.h"
 #include "format/manifest.h"
 #include "libshard/dataset.h"
@@ -264,6 +265,52 @@ std::string ReadFileToString(const std::filesystem::path& file) {
 void WriteStringToFile(const std::filesystem::path& file, const std::string& data) {
   std::ofstream out(file, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
+}
+
+namespace {
+
+// The dataset in `dir` with its index re-encoded by `encode` (samples as a writer holds them),
+// under the name `index.lsi`, with version `version` in the manifest.
+template <typename Encode>
+void RewriteIndex(const std::filesystem::path& dir, uint32_t version, const char* what,
+                  Encode encode) {
+  auto ds = Dataset::Open(dir.string());
+  if (!ds.ok()) throw std::runtime_error(std::string(what) + ": " + ds.status().ToString());
+  std::vector<format::IndexShard> shards;
+  for (const ShardInfo& s : (*ds)->shards())
+    shards.push_back({std::filesystem::path(s.path).filename().string(), s.size, s.samples, s.uid});
+  std::vector<format::IndexSample> samples;
+  for (uint64_t i = 0; i < (*ds)->size(); ++i) {
+    auto e = internal::SampleEntryFromDataset(**ds, i);
+    if (!e.ok()) throw std::runtime_error(std::string(what) + ": " + e.status().ToString());
+    samples.push_back(std::move(*e));
+  }
+  std::vector<format::FieldCodec> codecs;
+  for (uint8_t c : (*ds)->field_codecs()) codecs.push_back(format::FieldCodec{c, {}});
+  const std::string index = encode((*ds)->schema(), shards, samples, codecs);
+  const std::filesystem::path mp = dir / format::kManifestName;
+  auto m = format::ParseManifest(ReadFileToString(mp), mp.string());
+  if (!m.ok()) throw std::runtime_error(std::string(what) + ": " + m.status().ToString());
+  ds->reset();
+  std::filesystem::remove(dir / m->index_file);
+  m->index_version = version;
+  m->index_file = "index.lsi";
+  m->index_size = index.size();
+  m->index_xxh3 = format::GetU64(format::AsBytes(index) + format::kIndexChecksumOffset);
+  WriteStringToFile(dir / "index.lsi", index);
+  WriteStringToFile(mp, format::EncodeManifest(*m));
+}
+
+}  // namespace
+
+void RewriteIndexAsV3(const std::filesystem::path& dir) {
+  RewriteIndex(dir, format::kIndexVersion3, "RewriteIndexAsV3",
+               [](const Schema& schema, const std::vector<format::IndexShard>& shards,
+                  std::vector<format::IndexSample>& samples,
+                  const std::vector<format::FieldCodec>& codecs) {
+                 for (format::IndexSample& s : samples) s.block_table.reset();
+                 return format::EncodeIndex(schema, shards, samples, codecs);
+               });
 }
 
 void RewriteIndexAsV1(const std::filesystem::path& dir) {

@@ -88,5 +88,9 @@ void WriteStringToFile(const std::filesystem::path& file, const std::string& dat
 // version 2 index writers produce, manifest updated, shards untouched: for the tests of the
 // version 1 reader. Throws std::runtime_error on failure.
 void RewriteIndexAsV1(const std::filesystem::path& dir);
+// Rewrites it with an index of version 3 (field checksums, no row blocks: FORMAT.md §3.9), as
+// written before index version 4: for the tests of what readers do with a dataset without row
+// blocks. Throws std::runtime_error on failure.
+void RewriteIndexAsV3(const std::filesystem::path& dir);
 
 }  // namespace libshard::testing

@@ -164,6 +164,74 @@ class Dataset(torch.utils.data.Dataset):
                              "samples")
         return sample_to_dict(ra.get(i + n if i < 0 else i), metadata=self._metadata)
 
+    def read(self, index: int, *, rows: Union[slice, Tuple[int, int], None] = None,
+             fields: Optional[Iterable[str]] = None) -> Dict[str, Any]:
+        """Reads sample ``index``, or part of it: ``ds.read(i)`` is ``ds[i]``.
+
+        ``rows``: only rows ``[start, stop)`` along the sequence dimension (``seq_dim``) of every
+        field that has one (a sequence-parallel rank's token slice); fields without one are read
+        whole. A ``(start, stop)`` pair of non-negative ints (``start <= stop``), or a
+        ``slice`` (step 1; negative bounds count from the sample's length, as for a list).
+        Rows past a field's length are clipped away: the window served is
+        ``range(*slice(start, stop).indices(ds.lengths[index]))``, and a window wholly past the
+        end gives empty tensors. The tensors are bit for bit ``ds[index][name]`` sliced along
+        ``seq_dim`` (``[start:stop]`` on that dimension).
+
+        ``fields``: the names to read (the dict has these keys, in this order); None: all.
+
+        With row blocks (:attr:`has_row_blocks`, index version 4) a row range reads its rows plus
+        less than one ~1 MiB block at each end of each field, checked block by block, stored raw
+        or compressed (``--compress auto``, codecs). A dataset written before them, or a sample
+        stored with ``--compress zstd`` (whole-sample zstd), is read field by field or whole and
+        checked so; the dataset says so once on stderr, and :func:`upgrade` adds row blocks.
+        Raises ``InvalidArgumentError`` for a bad window or an unknown field name, and the errors
+        of ``ds[index]``.
+        """
+        i = operator.index(index)
+        n = len(self._core)
+        if not -n <= i < n:
+            raise IndexError(f"sample index {index} is out of range: dataset {self._path} has {n} "
+                             "samples")
+        if i < 0:
+            i += n
+        if isinstance(fields, str):
+            raise TypeError("fields= takes a list of field names, not a string")
+        names = [] if fields is None else [str(f) for f in fields]
+        if rows is None:
+            if not names:
+                return self[i]
+            return sample_to_dict(self._core.read_rows(i, None, None, names),
+                                  metadata=self._metadata)
+        start, stop = self._row_window(i, rows)
+        return sample_to_dict(self._core.read_rows(i, start, stop, names),
+                              metadata=self._metadata)
+
+    def _row_window(self, i: int, rows: Union[slice, Tuple[int, int]]) -> Tuple[int, Optional[int]]:
+        """``rows`` as (start, stop) for the library (stop None: to the end)."""
+        if isinstance(rows, slice):
+            if rows.step not in (None, 1):
+                raise _core.InvalidArgumentError(
+                    f"rows={rows!r}: a row range has step 1 (read the rows, then step)")
+            start = None if rows.start is None else operator.index(rows.start)
+            stop = None if rows.stop is None else operator.index(rows.stop)
+            if (start is not None and start < 0) or (stop is not None and stop < 0):
+                length = int(self.lengths[i])
+                start, stop, _ = slice(start, stop).indices(length)
+            start = 0 if start is None else start
+            if stop is not None and stop < start:
+                stop = start  # an empty slice, as a list's
+            return start, stop
+        try:
+            start, stop = rows
+        except (TypeError, ValueError):
+            raise _core.InvalidArgumentError(
+                f"rows={rows!r}: give (start, stop) or a slice") from None
+        start, stop = operator.index(start), operator.index(stop)
+        if start < 0 or stop < 0:
+            raise _core.InvalidArgumentError(
+                f"rows={rows!r}: (start, stop) are rows from 0; use a slice for negative bounds")
+        return start, stop
+
     # -- read-ahead ------------------------------------------------------------------------
     def prefetch(self, indices: Iterable[int]) -> None:
         """Announces that the samples ``indices`` (an iterable of ints, a numpy array or a
@@ -264,10 +332,18 @@ class Dataset(torch.utils.data.Dataset):
     @property
     def index_version(self) -> int:
         """The index's format version: 1, 2 (loaded lazily, block by block: a rank of a large
-        world opens millions of samples at once) or 3 (version 2 with a checksum per field, so
-        reads of some fields or of a prefix are checked). :func:`upgrade` rewrites 1 and 2 as
-        3."""
+        world opens millions of samples at once), 3 (version 2 with a checksum per field, so
+        reads of some fields or of a prefix are checked) or 4 (version 3 with row blocks, so
+        row ranges are checked while reading only their blocks). :func:`upgrade` rewrites 1 to
+        3 as 4."""
         return self._core.index_version
+
+    @property
+    def has_row_blocks(self) -> bool:
+        """Whether the index records row blocks (docs/FORMAT.md §3.10, index version 4): a row
+        range (:meth:`read` with ``rows=``) then reads its rows plus at most a block at each end
+        of each field, checked, raw or compressed. :func:`upgrade` adds them."""
+        return self._core.has_row_blocks
 
     @property
     def has_field_checksums(self) -> bool:
@@ -348,8 +424,8 @@ class Dataset(torch.utils.data.Dataset):
 
 
 def upgrade(path: PathLike) -> bool:
-    """Rewrites the index of the dataset at ``path`` as index version 3 with field checksums
-    (docs/FORMAT.md §3.9), as ``libshard upgrade`` does: every sample is read and checked first
+    """Rewrites the index of the dataset at ``path`` as index version 4, with field checksums
+    and row blocks (docs/FORMAT.md §3.9, §3.10), as ``libshard upgrade`` does: every sample is read and checked first
     (a damaged one raises CorruptionError naming it, and nothing changes), then the new index is
     committed under the dataset lock, crash-safe (the dataset opens, old or new, at any point),
     shard files untouched. Returns True when it was rewritten, False when it already was

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,7 @@ const OptionTable<DatasetOptions>& DatasetOptionTable();
 class ShardFiller;
 namespace internal {
 class DatasetAccess;  // the loader's access to a Dataset (libshard/src/dataset/dataset_access.h)
+struct SlicePlan;     // a row-range read's plan (libshard/src/dataset/slice_plan.h)
 }  // namespace internal
 namespace remote {
 class RemoteDataset;  // an s3:// dataset, over the cached copy of one (libshard/src/remote/)
@@ -95,6 +97,17 @@ std::string_view FieldCodecName(uint8_t codec);
 inline constexpr bool SampleNeedsDecode(uint32_t flags) {
   return (flags & (kSampleFlagZstd | kSampleFlagFieldCodecs)) != 0;
 }
+
+// What Dataset::Read(i, request) reads of a sample.
+struct ReadRequest {
+  // Rows [start, stop) along seq_dim of every field that has one (sample.h; clipped to each
+  // field's length; start > stop is an error); fields without a sequence dimension are read
+  // whole. nullopt: every row.
+  std::optional<RowRange> rows;
+  // The fields to read, by name, in the order given (a name not in the schema is an error);
+  // empty: every field, in schema order.
+  std::vector<std::string> fields;
+};
 
 // Where field f of sample i lies inside the decoded payload.
 struct TensorLocation {
@@ -153,6 +166,18 @@ class Dataset {
 
   // Reads sample i with pread into an owned 4 KiB-aligned buffer and returns views over it.
   virtual Result<Sample> Read(uint64_t i) const = 0;
+  // Reads what `request` asks of sample i: some fields, and of the fields with a sequence
+  // dimension only rows [start, stop) (a sequence-parallel rank's token slice). The tensors are
+  // bit for bit those of Read(i) sliced along seq_dim; Sample::rows() and Sample::length() say
+  // which rows they are of how many. With row blocks (FORMAT.md §3.10: index version 4) it reads
+  // the rows plus less than one block (~1 MiB) at each end of each field, checking every block
+  // read, stored raw or under a field codec. A sample stored with whole-sample zstd, and every
+  // sample of an index of version 1 to 3, is read field by field (version 3) or whole, and checked
+  // so; the dataset says so once on stderr (`libshard upgrade` adds row blocks).
+  Result<Sample> Read(uint64_t i, const ReadRequest& request) const;
+  // Whether the index records row blocks (FORMAT.md §3.10, index version 4), so that a row-range
+  // read costs the rows plus at most a block at each end of each field, checked.
+  virtual bool has_row_blocks() const { return false; }
   // Reads only sample i's stored bytes and checks them against the index: the sample checksum,
   // then (has_field_checksums()) every field checksum (FORMAT.md §3.9).
   virtual Status Verify(uint64_t i) const = 0;
@@ -191,6 +216,33 @@ class Dataset {
   // places in the decoded payload.
   virtual Status FieldRegions(uint64_t i, std::vector<uint64_t>* offsets,
                               std::vector<uint64_t>* sizes) const = 0;
+
+  // Row-range reads (FORMAT.md §3.10; dataset/slice_plan.h). PlanSlice: which bytes of sample i's
+  // stored extent a read of `fields` (all when empty) cut to `rows` reads, and how they are
+  // checked (`verify`) and served. FinishSlice: checks the bytes read (extents[k] holds the
+  // plan's k-th extent, at an address congruent to its stored offset modulo 64), decodes into
+  // `decoded` (plan.decoded_bytes, 64-byte aligned) and returns the Sample, its views over those
+  // buffers, kept alive by `memory`. Unsupported by default (a dataset that cannot slice).
+  virtual Result<std::shared_ptr<const internal::SlicePlan>> PlanSlice(
+      uint64_t i, std::span<const size_t> fields, RowRange rows, bool verify) const;
+  virtual Result<Sample> FinishSlice(const internal::SlicePlan& plan,
+                                     std::span<std::byte* const> extents, std::byte* decoded,
+                                     std::shared_ptr<const void> memory) const;
+  // Sample i's block table as the index stores it (FORMAT.md §3.10.2; "" for none), nullopt
+  // when the index records none (version 1 to 3): what merge and append copy.
+  virtual Result<std::optional<std::string>> BlockTableBytes(uint64_t i) const {
+    return std::optional<std::string>();
+  }
+  // Sample i read whole and its sample checksum checked, then its field checksums and block
+  // table computed from its bytes (FORMAT.md §3.9, §3.10.6): what `libshard upgrade` records.
+  virtual Status ComputeChecks(uint64_t i, std::vector<uint64_t>* field_checksums,
+                               std::string* block_table) const;
+  // Whether Read checks what it reads (DatasetOptions::verify_checksums).
+  virtual bool checks_reads() const { return true; }
+  // Reads `size` bytes at `offset` of sample i's stored extent into `dst` (pread; Read(i,
+  // request) reads a plan's extents so). Unsupported by default.
+  virtual Status ReadStoredRange(uint64_t i, uint64_t offset, uint64_t size,
+                                 std::byte* dst) const;
 
   // For loaders: decodes `stored` (exactly location(i).stored_size bytes) into `raw` (at least
   // raw_size bytes, 64-byte aligned). A no-op check when the sample is stored uncompressed and

@@ -61,6 +61,17 @@ struct SampleInput {
   SourceFileInfo source;
 };
 
+// Rows [start, stop) along the sequence dimension (Field::seq_dim) of every field that has one:
+// the token slice a sequence-parallel rank reads, or a prefix (Dataset::Read with a
+// ReadRequest, FORMAT.md §3.10). A field's rows past its own length are not there: a range is
+// clipped to each field's length (a range wholly past the end gives empty tensors).
+struct RowRange {
+  static constexpr uint64_t kEnd = UINT64_MAX;
+  uint64_t start = 0;
+  uint64_t stop = kEnd;  // exclusive; kEnd: to the end
+  bool operator==(const RowRange&) const = default;
+};
+
 // A read-only view of one tensor of a sample. `data` is at least 64-byte aligned.
 struct TensorView {
   std::string_view name;  // valid while the Dataset lives
@@ -89,12 +100,27 @@ class Sample {
   const Metadata& metadata() const { return metadata_; }
   // Holding a copy keeps every tensor's memory valid (used by the Python and LibTorch adapters).
   const std::shared_ptr<const void>& memory_owner() const { return memory_; }
+  // The sample's length (its length field's rows, Dataset::length; 0 without a length field),
+  // also when only some of its rows were read, so that positions stay global.
+  uint64_t length() const { return length_; }
+  // The rows served along every sequence field's seq_dim: [0, length()) for a whole read,
+  // [0, max_len) for a loader's max_len cut, the requested range clipped to length() for a
+  // row-range read (Dataset::Read with ReadRequest::rows): tensor row k is sample row
+  // rows().start + k.
+  RowRange rows() const { return rows_; }
+  // Set by the readers that make the Sample.
+  void set_rows(RowRange rows, uint64_t length) {
+    rows_ = rows;
+    length_ = length;
+  }
 
  private:
   uint64_t index_ = 0;
   std::vector<TensorView> tensors_;
   Metadata metadata_;
   std::shared_ptr<const void> memory_;
+  RowRange rows_{0, 0};
+  uint64_t length_ = 0;
 };
 
 }  // namespace libshard

@@ -74,6 +74,9 @@ struct EncodedSample {
   std::vector<uint64_t> field_stored_sizes;
   // Per field, the field checksum (FORMAT.md §3.9).
   std::vector<uint64_t> field_checksums;
+  // The sample's block table (FORMAT.md §3.10.2: row-block checksums; "" when no field has
+  // several blocks).
+  std::string block_table;
   Metadata metadata;
   SourceFileInfo source;
 };

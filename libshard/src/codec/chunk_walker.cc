@@ -55,7 +55,9 @@ Status EncodeRegion(const CodecEntry& codec, const FieldGeometry& g, const uint8
     return Status::InvalidArgument("a row of " + std::to_string(coded_row) +
                                    " bytes exceeds the largest chunk plane (2^31 - 1 bytes); "
                                    "store this field raw");
-  uint64_t chunk_rows = std::max<uint64_t>(1, options.chunk_elems / g.row_elems);
+  uint64_t chunk_rows = options.chunk_rows > 0
+                            ? options.chunk_rows
+                            : std::max<uint64_t>(1, options.chunk_elems / g.row_elems);
   chunk_rows = std::min({chunk_rows, kMaxChunkPlaneBytes / coded_row, g.rows,
                          uint64_t{std::numeric_limits<uint32_t>::max()}});
   const uint64_t chunk_count = (g.rows + chunk_rows - 1) / chunk_rows;
@@ -99,21 +101,33 @@ Status EncodeRegion(const CodecEntry& codec, const FieldGeometry& g, const uint8
 
 Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
                                const FieldGeometry& g) {
+  return ParseRegionHead(region, region.size(), id, g);
+}
+
+Result<RegionInfo> ParseRegionHead(std::span<const std::byte> region, uint64_t region_size,
+                                   CodecId id, const FieldGeometry& g) {
   uint64_t elements = 0, bytes = 0;
   LIBSHARD_ASSIGN_OR_RETURN(const CodecEntry* codec, CheckGeometry(id, g, &elements, &bytes));
   if (!codec->has_region) return Status::InvalidArgument("a raw field has no codec region");
+  if (region.size() > region_size)
+    return Status::InvalidArgument("region head of " + std::to_string(region.size()) +
+                                   " bytes is larger than its region of " +
+                                   std::to_string(region_size));
   RegionInfo info;
   info.codec = id;
   if (elements == 0) {
-    if (!region.empty())
+    if (region_size != 0)
       return Status::Corruption("codec region of a tensor without elements holds " +
-                                std::to_string(region.size()) + " bytes; it must be empty");
+                                std::to_string(region_size) + " bytes; it must be empty");
     return info;
   }
   const std::string what = RegionContext(*codec);
-  if (region.size() < kRegionHeaderSize)
-    return Status::Corruption(what + " of " + std::to_string(region.size()) +
+  if (region_size < kRegionHeaderSize)
+    return Status::Corruption(what + " of " + std::to_string(region_size) +
                               " bytes is shorter than its 32-byte header");
+  if (region.size() < kRegionHeaderSize)
+    return Status::InvalidArgument(what + ": the head read holds " +
+                                   std::to_string(region.size()) + " bytes, not its header");
   RegionHeader h;
   if (!RegionHeader::DecodeFrom(region.data(), &h))
     return Status::Corruption(what + ": bad magic (not \"LSFC\")");
@@ -148,9 +162,13 @@ Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
     if (!CheckedAdd(table_end, row_elems, &table_end))
       return Status::Corruption(what + ": channel base table overflows");
   }
-  if (table_end > region.size())
+  if (table_end > region_size)
     return Status::Corruption(what + ": chunk table ends at byte " + std::to_string(table_end) +
-                              ", past the region's " + std::to_string(region.size()) + " bytes");
+                              ", past the region's " + std::to_string(region_size) + " bytes");
+  if (table_end > region.size())
+    return Status::InvalidArgument(what + ": the head read holds " +
+                                   std::to_string(region.size()) + " bytes; its tables end at " +
+                                   std::to_string(table_end));
   uint64_t total = table_end;
   for (uint64_t c = 0; c < info.chunk_count; ++c) {
     const ChunkEntry e =
@@ -177,11 +195,39 @@ Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
     if (!CheckedAdd(total, rc * fixed_row + coded, &total))
       return Status::Corruption(what + ": chunk sizes overflow");
   }
-  if (total != region.size())
+  if (total != region_size)
     return Status::Corruption(what + ": chunks end at byte " + std::to_string(total) +
-                              " but the region holds " + std::to_string(region.size()));
+                              " but the region holds " + std::to_string(region_size));
   info.chunks_offset = static_cast<size_t>(table_end);
   return info;
+}
+
+std::vector<ChunkPlace> ChunkPlaces(std::span<const std::byte> head, const RegionInfo& info,
+                                    const FieldGeometry& g) {
+  std::vector<ChunkPlace> out(info.chunk_count);
+  if (info.chunk_count == 0) return out;
+  const uint64_t fixed_row = FindCodec(info.codec)->fixed_row_bytes(g);
+  uint64_t pos = info.chunks_offset;
+  for (uint64_t c = 0; c < info.chunk_count; ++c) {
+    const ChunkEntry e =
+        ChunkEntry::DecodeFrom(head.data() + kRegionHeaderSize + kChunkEntrySize * c);
+    const uint64_t rc = std::min<uint64_t>(info.chunk_rows, g.rows - c * info.chunk_rows);
+    out[c].offset = pos;
+    out[c].size = rc * fixed_row + e.coded_size;  // ParseRegionHead checked the sum
+    out[c].coded_size = e.coded_size;
+    pos += out[c].size;
+  }
+  return out;
+}
+
+uint64_t FixedRowBytes(CodecId id, const FieldGeometry& g) {
+  const CodecEntry* codec = FindCodec(id);
+  return codec == nullptr ? 0 : codec->fixed_row_bytes(g);
+}
+
+bool MayHaveChannelBase(CodecId id) {
+  const CodecEntry* codec = FindCodec(id);
+  return codec != nullptr && (codec->flags & kFlagChannelBase) != 0;
 }
 
 }  // namespace libshard::codec

@@ -55,6 +55,7 @@ Status Encode(CodecId id, const FieldGeometry& g, std::span<const std::byte> raw
 
 struct Decoder::State {
   DecodeScratch scratch;
+  std::vector<std::byte> rows_scratch;  // DecodeRows: a chunk starting before the rows wanted
 };
 
 Decoder::Decoder() : state_(std::make_unique<State>()) {}
@@ -93,6 +94,73 @@ Status Decoder::Decode(std::span<const std::byte> region, CodecId id, const Fiel
                       [&](const ChunkView& c) {
                         return codec.decode_chunk(s, g, c, out + c.row0 * row_bytes);
                       });
+}
+
+Status Decoder::DecodeRows(std::span<const std::byte> head, uint64_t region_size,
+                           std::span<const std::byte> body, uint64_t body_offset, CodecId id,
+                           const FieldGeometry& g, uint64_t row_begin, uint64_t row_end,
+                           std::span<std::byte> dst) {
+  if (row_begin >= row_end || row_end > g.rows)
+    return Status::InvalidArgument("rows [" + std::to_string(row_begin) + ", " +
+                                   std::to_string(row_end) + ") are not rows of the " +
+                                   std::to_string(g.rows) + " of the tensor");
+  LIBSHARD_RETURN_IF_ERROR(ActivePlaneKernel().status());
+  LIBSHARD_ASSIGN_OR_RETURN(RegionInfo info, ParseRegionHead(head, region_size, id, g));
+  const CodecEntry& codec = *FindCodec(id);  // ParseRegionHead checked the id
+  const uint64_t row_bytes = g.row_elems * DTypeSize(g.dtype);
+  if (dst.size() != (row_end - row_begin) * row_bytes)
+    return Status::InvalidArgument("destination holds " + std::to_string(dst.size()) +
+                                   " bytes; " + std::to_string((row_end - row_begin) * row_bytes) +
+                                   " are decoded");
+  if (info.chunk_count == 0) return Status::OK();  // rows without elements: nothing to decode
+  const std::vector<ChunkPlace> places = ChunkPlaces(head, info, g);
+  const uint8_t* base = (info.flags & kFlagChannelBase)
+                            ? reinterpret_cast<const uint8_t*>(head.data()) + info.chunks_offset -
+                                  g.row_elems
+                            : nullptr;
+  const uint64_t fixed_row = codec.fixed_row_bytes(g);
+  DecodeScratch& s = state_->scratch;
+  auto* out = reinterpret_cast<uint8_t*>(dst.data());
+  for (uint64_t c = row_begin / info.chunk_rows; c < info.chunk_count; ++c) {
+    const uint64_t row0 = c * info.chunk_rows;
+    if (row0 >= row_end) break;
+    const ChunkPlace& place = places[c];
+    if (place.offset < body_offset || place.offset - body_offset > body.size() ||
+        place.size > body.size() - (place.offset - body_offset))
+      return Status::InvalidArgument(ChunkContext(codec, c) + ": bytes [" +
+                                     std::to_string(place.offset) + ", +" +
+                                     std::to_string(place.size) + ") are not in the bytes read [" +
+                                     std::to_string(body_offset) + ", +" +
+                                     std::to_string(body.size()) + ")");
+    ChunkView v;
+    v.index = c;
+    v.row0 = row0;
+    v.rows = std::min<uint64_t>(info.chunk_rows, g.rows - row0);
+    v.need = std::min<uint64_t>(v.rows, row_end - row0);
+    v.n = static_cast<size_t>(v.rows * g.row_elems);
+    v.mode = ChunkEntry::DecodeFrom(head.data() + kRegionHeaderSize + kChunkEntrySize * c).mode;
+    v.fixed = body.data() + (place.offset - body_offset);
+    v.coded = v.fixed + fixed_row * v.rows;
+    v.coded_size = place.coded_size;
+    v.base = base;
+    Status st;
+    if (row0 >= row_begin) {
+      st = codec.decode_chunk(s, g, v, out + (row0 - row_begin) * row_bytes);
+    } else {
+      // The chunk starts before the rows wanted: its first v.need rows into a scratch of at most
+      // one chunk (chunk_rows <= the tensor's rows, which the index's dims give), then the rows
+      // from row_begin.
+      std::vector<std::byte>& tmp = state_->rows_scratch;
+      tmp.resize(static_cast<size_t>(v.need * row_bytes));
+      st = codec.decode_chunk(s, g, v, reinterpret_cast<uint8_t*>(tmp.data()));
+      if (st.ok()) {
+        const uint64_t skip = row_begin - row0;
+        std::memcpy(out, tmp.data() + skip * row_bytes, (v.need - skip) * row_bytes);
+      }
+    }
+    if (!st.ok()) return st.WithContext(ChunkContext(codec, c));
+  }
+  return Status::OK();
 }
 
 Status Decoder::DecodeFp8(std::span<const std::byte> region, CodecId id, const FieldGeometry& g,

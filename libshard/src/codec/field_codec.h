@@ -79,6 +79,9 @@ struct EncodeOptions {
   // bf16) measured best in ratio and decode speed among 2^16, 2^18 and 2^20 (bench/codec_bench.py);
   // it is 256 tokens at H = 4096, the granularity of a prefix (max_len) decode.
   uint64_t chunk_elems = uint64_t{1} << 20;
+  // Rows per chunk when > 0, instead of chunk_elems (clamped to the tensor's rows): the writer's
+  // row blocks (FORMAT.md §3.10.5), so that a region's chunks are its blocks.
+  uint64_t chunk_rows = 0;
   // Planes, planes2, fp8-entropy and fp8-planes: code each value relative to a per-channel base
   // exponent (§4.3.4, §4.3.5, §4.3.7, §4.3.8), when a row has at least 64 elements.
   bool channel_base = true;
@@ -101,6 +104,27 @@ struct RegionInfo {
 // Checks a region's header and chunk table against the codec and geometry the index gives.
 Result<RegionInfo> ParseRegion(std::span<const std::byte> region, CodecId id,
                                const FieldGeometry& geometry);
+// ParseRegion of a region of `region_size` bytes of which `head` holds the first bytes, at least
+// its header, chunk table and channel base table (a reader of some rows reads only these and the
+// chunks covering them, FORMAT.md §3.10.2). The sizes in the table must add up to region_size.
+Result<RegionInfo> ParseRegionHead(std::span<const std::byte> head, uint64_t region_size,
+                                   CodecId id, const FieldGeometry& geometry);
+
+// Where chunk c of a checked region lies: [offset, offset + size) of the region, of which the
+// last coded_size bytes are its coded part.
+struct ChunkPlace {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint32_t coded_size = 0;
+};
+// Every chunk's place in the region whose head ParseRegionHead checked into `info`.
+std::vector<ChunkPlace> ChunkPlaces(std::span<const std::byte> head, const RegionInfo& info,
+                                    const FieldGeometry& geometry);
+// The bytes of a chunk's fixed part per row for codec `id` (FORMAT.md §4.3.2's table), and
+// whether the codec may carry a channel base table; for a reader that places chunks from the
+// index alone (FORMAT.md §3.10.2). Precondition: CodecAccepts(id, geometry.dtype).
+uint64_t FixedRowBytes(CodecId id, const FieldGeometry& geometry);
+bool MayHaveChannelBase(CodecId id);
 
 // Bytes of the decoded first `rows` rows (clamped to geometry.rows) in the field's dtype.
 uint64_t DecodedBytes(const FieldGeometry& geometry, uint64_t rows);
@@ -119,6 +143,17 @@ class Decoder {
   // dtype. Only the chunks covering those rows are read.
   Status Decode(std::span<const std::byte> region, CodecId id, const FieldGeometry& geometry,
                 uint64_t max_rows, std::span<std::byte> dst);
+
+  // Decodes rows [row_begin, row_end) (row_begin < row_end <= geometry.rows) of a region of
+  // `region_size` bytes, from its head (as ParseRegionHead takes it) and `body`, the region's
+  // bytes [body_offset, body_offset + body.size()), which must cover every chunk holding those
+  // rows (InvalidArgument otherwise), into `dst` of exactly (row_end - row_begin) rows. A chunk
+  // that starts before row_begin is decoded up to row_end into a scratch of one chunk, and its
+  // rows from row_begin copied.
+  Status DecodeRows(std::span<const std::byte> head, uint64_t region_size,
+                    std::span<const std::byte> body, uint64_t body_offset, CodecId id,
+                    const FieldGeometry& geometry, uint64_t row_begin, uint64_t row_end,
+                    std::span<std::byte> dst);
 
   // fp8 codecs only: the stored float8_e4m3fn bytes (rows · row_elems) and the per-row float32
   // scales (rows), for the first min(max_rows, rows) rows, without dequantizing.

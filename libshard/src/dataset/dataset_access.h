@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -40,6 +42,27 @@ class DatasetAccess {
                                std::span<std::byte> raw, std::span<const size_t> fields,
                                uint64_t max_len) {
     return d.DecodeSelected(i, stored, raw, fields, max_len);
+  }
+  // Row-range reads (FORMAT.md §3.10, dataset/slice_plan.h): the plan of a read of `fields`
+  // (all when empty) cut to `rows`, checked when `verify`; then its Sample from the extents read.
+  static Result<std::shared_ptr<const SlicePlan>> PlanSlice(const Dataset& d, uint64_t i,
+                                                            std::span<const size_t> fields,
+                                                            RowRange rows, bool verify) {
+    return d.PlanSlice(i, fields, rows, verify);
+  }
+  static Result<Sample> FinishSlice(const Dataset& d, const SlicePlan& plan,
+                                    std::span<std::byte* const> extents, std::byte* decoded,
+                                    std::shared_ptr<const void> memory) {
+    return d.FinishSlice(plan, extents, decoded, std::move(memory));
+  }
+  // Sample i's block table as the index stores it; nullopt without row blocks (merge, append).
+  static Result<std::optional<std::string>> BlockTableBytes(const Dataset& d, uint64_t i) {
+    return d.BlockTableBytes(i);
+  }
+  // Sample i read whole and checked, its field checksums and block table computed (upgrade).
+  static Status ComputeChecks(const Dataset& d, uint64_t i, std::vector<uint64_t>* sums,
+                              std::string* table) {
+    return d.ComputeChecks(i, sums, table);
   }
   // A Sample of views over decoded payload bytes kept alive by `memory` (Dataset::MakeSample).
   static Result<Sample> MakeSample(const Dataset& d, uint64_t i, const std::byte* base,

@@ -5,6 +5,7 @@
 // and makes Samples of them.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "dataset/index_reader.h"
+#include "dataset/slice_plan.h"
 #include "format/metadata_codec.h"
 #include "format/payload.h"
 #include "io/file.h"
@@ -104,8 +106,27 @@ class DatasetImpl final : public Dataset {
     return m;
   }
 
+  using Dataset::Read;  // Read(i, request) too (row_range_read.cc)
   Result<Sample> Read(uint64_t i) const override;
   Status Verify(uint64_t i) const override;
+  bool has_row_blocks() const override { return index_->has_block_tables(); }
+  Result<std::shared_ptr<const SlicePlan>> PlanSlice(uint64_t i, std::span<const size_t> fields,
+                                                     RowRange rows, bool verify) const override;
+  Result<Sample> FinishSlice(const SlicePlan& plan, std::span<std::byte* const> extents,
+                             std::byte* decoded,
+                             std::shared_ptr<const void> memory) const override;
+  Result<std::optional<std::string>> BlockTableBytes(uint64_t i) const override {
+    if (!index_->has_block_tables()) return std::optional<std::string>();
+    LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
+    Result<std::string> bytes = index_->BlockTableBytes(i);
+    if (!bytes.ok()) return bytes.status().WithContext(dir_);
+    return std::optional<std::string>(std::move(bytes).value());
+  }
+  Status ComputeChecks(uint64_t i, std::vector<uint64_t>* field_checksums,
+                       std::string* block_table) const override;
+  Status ReadStoredRange(uint64_t i, uint64_t offset, uint64_t size,
+                         std::byte* dst) const override;
+  bool checks_reads() const override { return options_.verify_checksums; }
   bool has_field_checksums() const override { return index_->has_field_checksums(); }
   Result<std::vector<uint64_t>> field_checksums(uint64_t i) const override {
     LIBSHARD_RETURN_IF_ERROR(CheckIndex(i));
@@ -173,6 +194,13 @@ class DatasetImpl final : public Dataset {
   // raw payload for a whole-sample zstd sample (FieldRegions).
   Status Regions(uint64_t i, const format::SampleRecord& r, const std::vector<uint64_t>& dims,
                  std::vector<uint64_t>* offsets, std::vector<uint64_t>* sizes) const;
+  // Writes "libshard: DIR: text" on stderr the first time it is called with `said` (a row range
+  // read in a way the caller may not expect: whole samples, whole fields).
+  void SayOnce(std::atomic<bool>* said, const std::string& text) const;
+  // The stored bytes of sample i (record r) as read, checked against its block table: every
+  // field's blocks recomputed and compared with the index's (FORMAT.md §3.10; Verify).
+  Status CheckBlockTable(uint64_t i, const format::SampleRecord& r,
+                         const std::vector<uint64_t>& dims, const std::byte* stored) const;
   // Checks the field checksums of `fields` (all when empty) over `bytes`, the sample's stored
   // bytes (or decoded payload for zstd) starting at byte `base_offset` of them (FORMAT.md §3.9).
   Status CheckFieldChecksums(uint64_t i, const format::SampleRecord& r,
@@ -193,6 +221,9 @@ class DatasetImpl final : public Dataset {
   DatasetProvenance provenance_;
   std::vector<io::File> shard_files_;
   uint64_t stored_bytes_ = 0;
+  // Row-range reads said once that they read whole samples or fields (SayOnce).
+  mutable std::atomic<bool> said_zstd_{false};
+  mutable std::atomic<bool> said_no_blocks_{false};
 };
 
 }  // namespace libshard::internal

@@ -163,6 +163,19 @@ class CurrentIndexReader final : public IndexReader {
     index_.FieldChecksums(*block, i, sums);
     return Status::OK();
   }
+  bool has_block_tables() const override { return index_.has_block_tables(); }
+  Result<format::BlockTable> BlockTable(uint64_t i) const override {
+    LIBSHARD_ASSIGN_OR_RETURN(const format::IndexBlock* block, Block(i));
+    const format::Index::TableRef ref = index_.Table(*block, i);
+    std::vector<uint64_t> dims;
+    index_.Dims(*block, i, &dims);
+    LIBSHARD_ASSIGN_OR_RETURN(std::vector<std::byte> bytes, ReadTable(ref));
+    return index_.CheckTable(i, ref, bytes, dims, index_.Record(*block, i).flags);
+  }
+  Result<std::string> BlockTableBytes(uint64_t i) const override {
+    LIBSHARD_ASSIGN_OR_RETURN(format::BlockTable table, BlockTable(i));
+    return format::EncodeBlockTable(table);  // the bytes as stored: the encoding is canonical
+  }
 
  private:
   // One block's state: loaded (and checked) at most once; a failure is kept and returned to
@@ -185,6 +198,18 @@ class CurrentIndexReader final : public IndexReader {
     }
     if (!slot.block) return slot.error;
     return &*slot.block;
+  }
+
+  // A sample's block table bytes (FORMAT.md §3.10.1), bounded by the tables part (CheckRecord).
+  Result<std::vector<std::byte>> ReadTable(const format::Index::TableRef& ref) const {
+    if (ref.size == 0) return std::vector<std::byte>();
+    auto bytes = ReadRange(file_, ref.offset, ref.size);
+    if (!bytes.ok())
+      return bytes.status().WithContext(
+          path_ + ": reading a block table (" + std::to_string(ref.size) + " bytes at offset " +
+          std::to_string(ref.offset) + "; the index changed after the dataset was opened, "
+          "reopen it)");
+    return bytes;
   }
 
   void Load(uint64_t b, Slot* slot) const {

@@ -51,8 +51,21 @@ class IndexReader {
   virtual bool has_field_checksums() const = 0;
   // Precondition: has_field_checksums().
   virtual Status FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const = 0;
-  // Everything about sample i, as a writer holds it (append, merge, upgrade).
+  // Everything about sample i, as a writer holds it (append, merge, upgrade), but its block
+  // table (BlockTableBytes).
   virtual Result<format::IndexSample> Entry(uint64_t i) const = 0;
+  // Whether every sample has a block table (FORMAT.md §3.10: version 4).
+  virtual bool has_block_tables() const { return false; }
+  // Sample i's block table, read with pread when asked (never kept) and checked: its checksum,
+  // and its words against the sample's dims and codecs (§3.10.3); a table without blocks when
+  // the sample has none. Precondition: has_block_tables().
+  virtual Result<format::BlockTable> BlockTable(uint64_t i) const {
+    return Status::Unsupported("the index has no block tables");
+  }
+  // The same table's bytes as stored, after its checksum is checked ("" for none).
+  virtual Result<std::string> BlockTableBytes(uint64_t i) const {
+    return Status::Unsupported("the index has no block tables");
+  }
 };
 
 }  // namespace libshard::internal

@@ -176,7 +176,9 @@ Result<Sample> DatasetImpl::MakeSample(uint64_t i, const std::byte* base, uint64
                                base + (off - base_offset), nbytes});
   }
   LIBSHARD_ASSIGN_OR_RETURN(Metadata meta, metadata(i));
-  return Sample(i, std::move(views), std::move(meta), std::move(memory));
+  Sample sample(i, std::move(views), std::move(meta), std::move(memory));
+  sample.set_rows(RowRange{0, r.length}, r.length);
+  return sample;
 }
 
 }  // namespace libshard::internal

@@ -166,6 +166,7 @@ Status PartFollower::Complete(std::vector<format::IndexSample>* out) {
   header.schema = ds.schema();
   header.codecs = ds.field_codecs();
   header.field_checksums = ds.has_field_checksums();
+  header.block_tables = ds.has_row_blocks();  // FORMAT.md §6: journal header flag bit 1
   LIBSHARD_RETURN_IF_ERROR(SetHeader(std::move(header), where));
   if (ds.size() < samples_)
     return Status::Corruption(where + ": the committed dataset has " + std::to_string(ds.size()) +

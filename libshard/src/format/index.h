@@ -1,8 +1,9 @@
-// The index, versions 2 and 3 (FORMAT.md §3.8, §3.9): encoder for writers (index_encode.cc), and
-// a parser in three steps for readers that never read more than they use: the 128-byte header
-// (ParseHeader), then the head and the lengths (Parse; index_parse.cc), then each sample block
-// when first used (ParseBlock; index_block.cc). Bytes only; the caller does the reading
-// (dataset/). Version 1 is read by legacy/index_v1.h.
+// The index, versions 2, 3 and 4 (FORMAT.md §3.8, §3.9, §3.10): encoder for writers
+// (index_encode.cc), and a parser in steps for readers that never read more than they use: the
+// 128-byte header (ParseHeader), then the head and the lengths (Parse; index_parse.cc), then each
+// sample block when first used (ParseBlock; index_block.cc), then (version 4) a sample's block
+// table when a slice first needs it (CheckTable, with format/block_table.h). Bytes only; the
+// caller does the reading (dataset/). Version 1 is read by legacy/index_v1.h.
 #pragma once
 
 #include <array>
@@ -12,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "format/block_table.h"
 #include "format/index_common.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -38,7 +40,11 @@ inline constexpr uint64_t kHeaderLengthWidth = 72;
 inline constexpr uint64_t kHeaderColumnWidths = 73;  // u8[10]
 inline constexpr uint64_t kHeaderReserved83 = 83;
 inline constexpr uint64_t kHeaderDimsPerSample = 84;
-inline constexpr uint64_t kHeaderReserved = 88;  // ..119
+// Version 4 (§3.10.1); reserved (0) in versions 2 and 3.
+inline constexpr uint64_t kHeaderTablesOffset = 88;
+inline constexpr uint64_t kHeaderTableOffsetWidth = 96;
+inline constexpr uint64_t kHeaderTableSizeWidth = 97;
+inline constexpr uint64_t kHeaderReserved = 98;  // ..119
 
 // The base columns of a record, in order (§3.8.6).
 enum BaseColumn : size_t {
@@ -64,10 +70,11 @@ struct FieldCodec {
 // Dim kinds (§3.8.3).
 enum class DimKind : uint8_t { kConstant = 0, kLength = 1, kColumn = 2 };
 
-// Encodes a complete index of `index_version` 2 or 3 (§3.8, §3.9). `codecs` is empty (every field
-// raw) or one per field; a sample's `field_stored_sizes` then holds, for each field with a
-// non-raw codec, its stored region's size (entries of raw fields are ignored). Version 3 records
-// the samples' `field_checksums` (header flags bit 1) when every sample has one per field.
+// Encodes a complete index of `index_version` 2, 3 or 4 (§3.8, §3.9, §3.10). `codecs` is empty
+// (every field raw) or one per field; a sample's `field_stored_sizes` then holds, for each field
+// with a non-raw codec, its stored region's size (entries of raw fields are ignored). Version 3
+// records the samples' `field_checksums` (header flags bit 1) when every sample has one per
+// field. Version 4 is written when every sample also has a `block_table`; otherwise version 3.
 // Shard sample counts are recomputed from the records. Preconditions (the writer's
 // invariants): the schema is valid; every sample has the schema's dims and a valid layout;
 // `block_samples` is a power of two in 1..kMaxBlockSamples.
@@ -117,6 +124,10 @@ class Index {
   const Schema& schema() const { return schema_; }
   // Whether every record carries field checksums (§3.9: version 3, header flags bit 1).
   bool has_field_checksums() const { return field_checksums_; }
+  // Whether every record points at a block table (§3.10: version 4).
+  bool has_block_tables() const { return version_ >= kIndexVersion4; }
+  // Version 4: where the tables part starts (§3.10.1).
+  uint64_t tables_offset() const { return tables_offset_; }
   const std::vector<IndexShard>& shards() const { return shards_; }
   const std::vector<FieldCodec>& codecs() const { return codecs_; }
   uint64_t checksum() const { return checksum_; }
@@ -149,9 +160,23 @@ class Index {
   void FieldStoredSizes(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* out) const;
   // Per field, the field checksum (§3.9). Precondition: has_field_checksums().
   void FieldChecksums(const IndexBlock& block, uint64_t i, std::vector<uint64_t>* out) const;
+  // Where sample i's block table lies in the file (§3.10.1; size 0: none) and its checksum, as
+  // ParseBlock checked them. Precondition: has_block_tables().
+  struct TableRef {
+    uint64_t offset = 0;  // within the file
+    uint64_t size = 0;
+    uint64_t checksum = 0;
+  };
+  TableRef Table(const IndexBlock& block, uint64_t i) const;
+  // Checks sample i's table bytes (`ref.size` of them, read at `ref.offset`) against its checksum
+  // and its dims and codecs (§3.10.3), and parses them. Corruption naming the file and the
+  // sample.
+  Result<BlockTable> CheckTable(uint64_t i, const TableRef& ref, std::span<const std::byte> bytes,
+                                std::span<const uint64_t> dims, uint32_t sample_flags) const;
   std::string SourcePath(const IndexBlock& block, uint64_t i) const;
   std::span<const std::byte> Metadata(const IndexBlock& block, uint64_t i) const;
-  // Everything about sample i, as a writer holds it (for append, merge and upgrade).
+  // Everything about sample i, as a writer holds it (for append, merge and upgrade), but its
+  // block table, which is not in the block (the caller reads it: Table()).
   IndexSample Entry(const IndexBlock& block, uint64_t i) const;
 
  private:
@@ -177,6 +202,10 @@ class Index {
   std::vector<uint8_t> stored_width_;       // per field
   std::vector<uint64_t> stored_column_;     // per field: offset within the record
   uint64_t checksum_column_ = 0;            // the first field checksum column (§3.9)
+  uint64_t table_column_ = 0;               // version 4: table_offset, table_size, checksum
+  uint8_t table_offset_width_ = 0;
+  uint8_t table_size_width_ = 0;
+  uint64_t tables_offset_ = 0;              // version 4: the tables part; else file_size_
   std::vector<IndexShard> shards_;
   std::vector<DimInfo> dims_;
   std::vector<uint64_t> blocks_;  // (offset, checksum) pairs

@@ -1,5 +1,6 @@
 // The index (index.h): sample blocks, checked on first use (ParseBlock, FORMAT.md §3.8.7), the
-// records read from them, and the stored layout of a sample (§3.8.4).
+// records read from them, the stored layout of a sample (§3.8.4), and where a sample's block
+// table lies and its check (§3.10.1, §3.10.3).
 #include "format/index.h"
 
 #include <algorithm>
@@ -36,7 +37,7 @@ bool ComputeStoredLayout(std::span<const FieldCodec> codecs, std::span<const uin
 }
 
 uint64_t Index::block_size(uint64_t b) const {
-  const uint64_t end = b + 1 < block_count() ? blocks_[2 * (b + 1)] : file_size_;
+  const uint64_t end = b + 1 < block_count() ? blocks_[2 * (b + 1)] : tables_offset_;
   return end - blocks_[2 * b];
 }
 
@@ -122,6 +123,40 @@ void Index::FieldChecksums(const IndexBlock& block, uint64_t i,
   out->resize(schema_.fields.size());
   const std::byte* p = RecordPtr(block, i) + checksum_column_;
   for (size_t f = 0; f < out->size(); ++f) (*out)[f] = GetU32(p + kFieldChecksumWidth * f);
+}
+
+Index::TableRef Index::Table(const IndexBlock& block, uint64_t i) const {
+  const std::byte* p = RecordPtr(block, i) + table_column_;
+  TableRef ref;
+  ref.size = GetUN(p + table_offset_width_, table_size_width_);
+  if (ref.size == 0) return ref;
+  ref.offset = tables_offset_ + GetUN(p, table_offset_width_);  // checked by CheckRecord
+  ref.checksum = GetU32(p + table_offset_width_ + table_size_width_);
+  return ref;
+}
+
+Result<BlockTable> Index::CheckTable(uint64_t i, const TableRef& ref,
+                                     std::span<const std::byte> bytes,
+                                     std::span<const uint64_t> dims, uint32_t sample_flags) const {
+  auto bad = [&](const std::string& what) {
+    return Status::Corruption(file_ + ": sample " + std::to_string(i) + ": block table (" +
+                              std::to_string(ref.size) + " bytes at offset " +
+                              std::to_string(ref.offset) + "): " + what + kDamaged);
+  };
+  if (bytes.size() != ref.size)
+    return Status::InvalidArgument(file_ + ": CheckTable needs the table's " +
+                                   std::to_string(ref.size) + " bytes");
+  const uint64_t sum = bytes.empty() ? 0 : BlockTableChecksum(bytes);  // none: all 0 (§3.10.1)
+  if (sum != ref.checksum)
+    return bad("checksum mismatch: stored " + Hex16(ref.checksum).substr(8) + ", computed " +
+               Hex16(sum).substr(8) + " (the index changed or is damaged)");
+  std::vector<uint16_t> codecs;
+  if (any_codec_)
+    for (const FieldCodec& c : codecs_) codecs.push_back(c.codec);
+  const std::vector<FieldRows> rows = SampleFieldRows(schema_, dims, codecs);
+  Result<BlockTable> t = ParseBlockTable(bytes, rows, (sample_flags & kFlagZstd) != 0);
+  if (!t.ok()) return bad(t.status().message());
+  return t;
 }
 
 std::string Index::SourcePath(const IndexBlock& block, uint64_t i) const {
@@ -230,6 +265,24 @@ Status Index::CheckRecord(const IndexBlock& block, uint64_t k, std::string* prev
     if (prev_path->find('\0') != std::string::npos) return bad("source path contains a NUL byte");
   } else {
     prev_path->clear();
+  }
+  if (has_block_tables()) {  // §3.10.1: the table's place, checked; its bytes when first used
+    const std::byte* t = p + table_column_;
+    const uint64_t toff = GetUN(t, table_offset_width_);
+    const uint64_t tsize = GetUN(t + table_offset_width_, table_size_width_);
+    const uint64_t tsum = GetU32(t + table_offset_width_ + table_size_width_);
+    uint64_t tend = 0;
+    if (tsize == 0 && (toff != 0 || tsum != 0))
+      return bad("a sample without a block table has a table offset or checksum");
+    if (tsize % 4 != 0 || tsize > kMaxBlockTableBytes)
+      return bad("block table size " + std::to_string(tsize) +
+                 " is not a whole number of words within the limit");
+    if ((flags & kFlagZstd) && tsize != 0)
+      return bad("a sample stored with whole-sample zstd has a block table");
+    if (!CheckedAdd(toff, tsize, &tend) || tend > file_size_ - tables_offset_)
+      return bad("block table [" + std::to_string(toff) + ", +" + std::to_string(tsize) +
+                 ") lies outside the tables part (" + std::to_string(file_size_ - tables_offset_) +
+                 " bytes)");
   }
   uint64_t mbegin = 0, mend = 0;
   AreaRange(block, k, kColMetaEnd, &mbegin, &mend);

@@ -24,9 +24,9 @@ Result<uint32_t> PeekIndexVersion(std::span<const std::byte> bytes, const std::s
     return Status::Corruption(file + ": offset 0: bad magic (not a libshard index)" +
                               std::string(kDamaged));
   const uint32_t version = GetU32(bytes.data() + kHeaderVersion);
-  if (version != kIndexVersion1 && version != kIndexVersion2 && version != kIndexVersion3)
+  if (version < kIndexVersion1 || version > kIndexVersion4)
     return Status::Unsupported(file + ": offset 8: index version " + std::to_string(version) +
-                               " is not supported (this libshard reads versions 1 to 3); the "
+                               " is not supported (this libshard reads versions 1 to 4); the "
                                "dataset was written by a newer libshard, upgrade libshard");
   return version;
 }

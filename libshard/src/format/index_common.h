@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,10 +18,12 @@ namespace libshard::format {
 inline constexpr char kIndexMagic[8] = {'L', 'S', 'H', 'D', 'I', 'D', 'X', '\0'};
 inline constexpr uint32_t kIndexVersion1 = 1;
 inline constexpr uint32_t kIndexVersion2 = 2;
-// Version 3 (§3.9) is version 2 with a checksum per field; format/index.h reads and writes both.
+// Version 3 (§3.9) is version 2 with a checksum per field; version 4 (§3.10) is version 3 with a
+// block table per sample (row-block checksums). format/index.h reads all three and writes 3 and 4.
 inline constexpr uint32_t kIndexVersion3 = 3;
-// The version new indexes are written in.
-inline constexpr uint32_t kIndexVersion = kIndexVersion3;
+inline constexpr uint32_t kIndexVersion4 = 4;
+// The version new indexes are written in (3 when a sample lacks what version 4 records, §7).
+inline constexpr uint32_t kIndexVersion = kIndexVersion4;
 inline constexpr uint64_t kIndexHeaderSize = 128;
 inline constexpr uint64_t kIndexChecksumOffset = 120;
 inline constexpr uint64_t kMaxShardNameBytes = 255;
@@ -62,6 +65,10 @@ struct IndexSample {
   // dataset written before field checksums). An index records them only when every sample has
   // them.
   std::vector<uint64_t> field_checksums;
+  // Index version 4 (§3.10): the sample's block table, as stored (§3.10.2; "" for a sample
+  // without row blocks); nullopt when unknown (a sample of a dataset written before row blocks).
+  // An index of version 4 is written only when every sample has one (and field checksums).
+  std::optional<std::string> block_table;
 };
 
 // True for a plain file name: 1..255 bytes, no '/', no NUL, not "." or "..".

@@ -1,10 +1,11 @@
-// The index (index.h): the encoder (FORMAT.md §3.8, §3.9).
+// The index (index.h): the encoder (FORMAT.md §3.8, §3.9, §3.10).
 #include "format/index.h"
 
 #include <algorithm>
 #include <bit>
 #include <unordered_set>
 
+#include "format/block_table.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/index_internal.h"
@@ -29,6 +30,20 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
   bool field_sums = index_version >= kIndexVersion3;  // §3.9: only when every sample has them
   for (const IndexSample& s : samples)
     field_sums = field_sums && s.field_checksums.size() == f_count;
+  // §3.10: version 4 only when every sample has a block table (and field checksums).
+  bool tables = field_sums && index_version >= kIndexVersion4;
+  for (const IndexSample& s : samples) tables = tables && s.block_table.has_value();
+  // Each sample's table offset within the tables part: sample order, back to back.
+  std::vector<uint64_t> table_at(tables ? n : 0);
+  uint64_t tables_size = 0;
+  uint8_t table_offset_width = 0, table_size_width = 0;
+  for (uint64_t i = 0; i < table_at.size(); ++i) {
+    const uint64_t size = samples[i].block_table->size();
+    table_at[i] = size == 0 ? 0 : tables_size;
+    tables_size += size;
+    table_offset_width = std::max(table_offset_width, WidthOf(table_at[i]));
+    table_size_width = std::max(table_size_width, WidthOf(size));
+  }
   const uint64_t d = schema.DimsPerSample();
   std::vector<FieldCodec> codec(f_count);
   for (size_t f = 0; f < f_count && f < codecs.size(); ++f) codec[f] = codecs[f];
@@ -218,6 +233,13 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
       if (field_sums)
         for (size_t f = 0; f < f_count; ++f)
           PutUN(&out, s.field_checksums[f], kFieldChecksumWidth);
+      if (tables) {
+        const std::string& t = *s.block_table;
+        PutUN(&out, table_at[first + k], table_offset_width);
+        PutUN(&out, t.size(), table_size_width);
+        PutUN(&out, t.empty() ? 0 : BlockTableChecksum({AsBytes(t), t.size()}),
+              kFieldChecksumWidth);
+      }
     }
     out.append(path_areas[b]);
     out.append(meta_areas[b]);
@@ -226,8 +248,15 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
     PutU64(e + 8, Xxh3(AsBytes(out) + begin, out.size() - begin));
   }
 
+  // Tables (§3.10.1).
+  const uint64_t tables_offset = out.size();
+  if (tables)
+    for (const IndexSample& s : samples) out.append(*s.block_table);
+
   IndexHeader header;
-  header.version = index_version >= kIndexVersion3 ? kIndexVersion3 : kIndexVersion2;
+  header.version = tables                               ? kIndexVersion4
+                   : index_version >= kIndexVersion3 ? kIndexVersion3
+                                                       : kIndexVersion2;
   header.flags = (uids ? kIndexFlagShardUids : 0) | (field_sums ? kIndexFlagFieldChecksums : 0);
   header.sample_count = n;
   header.field_count = static_cast<uint32_t>(f_count);
@@ -241,6 +270,11 @@ std::string EncodeIndex(const Schema& schema, const std::vector<IndexShard>& sha
   header.length_width = length_width;
   header.column_widths = width;
   header.dims_per_sample = static_cast<uint32_t>(d);
+  if (tables) {
+    header.tables_offset = tables_offset;
+    header.table_offset_width = table_offset_width;
+    header.table_size_width = table_size_width;
+  }
   auto* h = reinterpret_cast<std::byte*>(out.data());
   header.EncodeTo(h);  // checksum 0: the checksum's own bytes count as zero (§3.8.2)
   header.checksum = Xxh3WithHole({h, head_size}, kIndexChecksumOffset);

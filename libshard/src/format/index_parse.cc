@@ -32,6 +32,7 @@ struct HeadCounts {
   uint64_t base_width = 0;
   uint64_t fields_at = 0, dims_at = 0, shards_at = 0, directory_at = 0, strings_at = 0;
   uint64_t head_size = 0, lengths_size = 0;
+  uint64_t tables_offset = 0;  // version 4: where the tables part starts; else the file size
 };
 
 Status HeaderCorrupt(const std::string& file, uint64_t offset, const std::string& what) {
@@ -42,9 +43,9 @@ Status HeaderCorrupt(const std::string& file, uint64_t offset, const std::string
 Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t file_size,
                                     const std::string& file) {
   LIBSHARD_ASSIGN_OR_RETURN(uint32_t index_version, PeekIndexVersion(bytes, file));
-  if (index_version != kIndexVersion2 && index_version != kIndexVersion3)
+  if (index_version < kIndexVersion2 || index_version > kIndexVersion4)
     return HeaderCorrupt(file, kHeaderVersion,
-                         "index version " + std::to_string(index_version) + " is not 2 or 3");
+                         "index version " + std::to_string(index_version) + " is not 2, 3 or 4");
   const IndexHeader h = IndexHeader::DecodeFrom(bytes.data());
   auto bad = [&](uint64_t at, const std::string& what) { return HeaderCorrupt(file, at, what); };
   if (h.file_size != file_size)
@@ -55,7 +56,19 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
       kKnownIndexFlags | (index_version >= kIndexVersion3 ? kIndexFlagFieldChecksums : 0);
   if (h.flags & ~known)
     return bad(kHeaderFlags, "unknown header flags 0x" + Hex16(h.flags & ~known).substr(8));
+  if (index_version >= kIndexVersion4 && !(h.flags & kIndexFlagFieldChecksums))
+    return bad(kHeaderFlags, "index version 4 without field checksums (flags bit 1)");
   if (h.reserved83 != 0) return bad(kHeaderReserved83, "reserved header byte is not zero");
+  if (index_version < kIndexVersion4) {  // §3.10.1: reserved before version 4
+    if (h.tables_offset != 0) return bad(kHeaderTablesOffset, "reserved header byte is not zero");
+    if (h.table_offset_width != 0)
+      return bad(kHeaderTableOffsetWidth, "reserved header byte is not zero");
+    if (h.table_size_width != 0)
+      return bad(kHeaderTableSizeWidth, "reserved header byte is not zero");
+  } else if (h.table_offset_width > 8 || h.table_size_width > 8) {
+    return bad(h.table_offset_width > 8 ? kHeaderTableOffsetWidth : kHeaderTableSizeWidth,
+               "table column width exceeds 8");
+  }
   for (size_t k = 0; k < h.reserved.size(); ++k)
     if (h.reserved[k] != 0) return bad(kHeaderReserved + k, "reserved header byte is not zero");
   HeadCounts c;
@@ -94,6 +107,13 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
     c.base_width += wd;
   }
   if (c.field_sums) c.base_width += kFieldChecksumWidth * uint64_t{c.f};  // §3.9: every record
+  if (index_version >= kIndexVersion4)  // §3.10.1: table_offset, table_size, table_checksum
+    c.base_width += h.table_offset_width + h.table_size_width + kFieldChecksumWidth;
+  c.tables_offset = index_version >= kIndexVersion4 ? h.tables_offset : file_size;
+  if (c.tables_offset > file_size)
+    return bad(kHeaderTablesOffset, "tables_offset " + std::to_string(c.tables_offset) +
+                                        " is past the end of the file (" +
+                                        std::to_string(file_size) + " bytes)");
   // Counts are bounded above, so these products and sums fit in 64 bits except via strings_size.
   c.k = (c.n + c.b - 1) / c.b;
   c.fields_at = kIndexHeaderSize;
@@ -105,7 +125,7 @@ Result<HeadCounts> CheckHeaderBytes(std::span<const std::byte> bytes, uint64_t f
   if (!CheckedAdd(c.strings_at, c.strings_size, &c.head_size) ||
       !CheckedAlignUp(c.head_size, 8, &c.head_size) ||
       !CheckedAdd(c.head_size, AlignUp(c.n * c.length_width, 8), &total) ||
-      !CheckedAdd(total, c.n * c.base_width, &total) || total > file_size)
+      !CheckedAdd(total, c.n * c.base_width, &total) || total > c.tables_offset)
     return bad(kHeaderSampleCount, "the head and the records of " + std::to_string(c.n) +
                                        " samples cannot fit in the file's " +
                                        std::to_string(file_size) + " bytes (strings " +
@@ -292,6 +312,12 @@ class IndexParser {
     }
     v_.checksum_column_ = col;  // §3.9: F field checksums
     if (v_.field_checksums_) col += kFieldChecksumWidth * uint64_t{c_.f};
+    v_.table_column_ = col;  // §3.10.1: table_offset, table_size, table_checksum
+    if (v_.has_block_tables()) {
+      v_.table_offset_width_ = c_.header.table_offset_width;
+      v_.table_size_width_ = c_.header.table_size_width;
+      col += v_.table_offset_width_ + v_.table_size_width_ + kFieldChecksumWidth;
+    }
     v_.record_width_ = col;
     return Status::OK();
   }
@@ -336,18 +362,21 @@ class IndexParser {
       const uint64_t at = c_.directory_at + kBlockEntrySize * b;
       const uint64_t offset = GetU64(h_ + at);
       const uint64_t count = std::min<uint64_t>(c_.b, c_.n - b * c_.b);
-      if ((b == 0 && offset != v_.blocks_begin_) || offset < expect || offset > v_.file_size_)
+      if ((b == 0 && offset != v_.blocks_begin_) || offset < expect || offset > v_.tables_offset_)
         return Corrupt(at, "block " + std::to_string(b) + " offset " + std::to_string(offset) +
                                " is out of order or outside the file");
       expect = offset + count * v_.record_width_;  // bounded: count * R <= 2^16 * 2^16ish
-      if (expect > v_.file_size_ || expect < offset)
+      if (expect > v_.tables_offset_ || expect < offset)
         return Corrupt(at, "block " + std::to_string(b) + " at offset " + std::to_string(offset) +
                                " has no room for its " + std::to_string(count) + " records");
       v_.blocks_[2 * b] = offset;
       v_.blocks_[2 * b + 1] = GetU64(h_ + at + 8);
     }
-    if (c_.k == 0 && v_.blocks_begin_ != v_.file_size_)
-      return Corrupt(kHeaderFileSize, "bytes after the lengths of an empty index");
+    if (c_.k == 0 && v_.blocks_begin_ != v_.tables_offset_)
+      return Corrupt(v_.has_block_tables() ? kHeaderTablesOffset : kHeaderFileSize,
+                     "bytes after the lengths of an empty index");
+    if (c_.k == 0 && v_.tables_offset_ != v_.file_size_)
+      return Corrupt(kHeaderTablesOffset, "a tables part in an index without samples");
     return Status::OK();
   }
 
@@ -383,6 +412,7 @@ Result<Index> Index::Parse(std::vector<std::byte> head, std::vector<std::byte> l
   v.block_samples_ = c.b;
   v.version_ = c.index_version;
   v.field_checksums_ = c.field_sums;
+  v.tables_offset_ = c.tables_offset;
   LIBSHARD_RETURN_IF_ERROR(IndexParser(&v, c).Run());
   return v;
 }

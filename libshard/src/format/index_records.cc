@@ -25,6 +25,9 @@ void IndexHeader::EncodeTo(std::byte* p) const {
     p[kHeaderColumnWidths + c] = std::byte{column_widths[c]};
   p[kHeaderReserved83] = std::byte{reserved83};
   PutU32(p + kHeaderDimsPerSample, dims_per_sample);
+  PutU64(p + kHeaderTablesOffset, tables_offset);
+  p[kHeaderTableOffsetWidth] = std::byte{table_offset_width};
+  p[kHeaderTableSizeWidth] = std::byte{table_size_width};
   for (size_t k = 0; k < reserved.size(); ++k) p[kHeaderReserved + k] = std::byte{reserved[k]};
   PutU64(p + kIndexChecksumOffset, checksum);
 }
@@ -47,6 +50,9 @@ IndexHeader IndexHeader::DecodeFrom(const std::byte* p) {
     h.column_widths[c] = std::to_integer<uint8_t>(p[kHeaderColumnWidths + c]);
   h.reserved83 = std::to_integer<uint8_t>(p[kHeaderReserved83]);
   h.dims_per_sample = GetU32(p + kHeaderDimsPerSample);
+  h.tables_offset = GetU64(p + kHeaderTablesOffset);
+  h.table_offset_width = std::to_integer<uint8_t>(p[kHeaderTableOffsetWidth]);
+  h.table_size_width = std::to_integer<uint8_t>(p[kHeaderTableSizeWidth]);
   for (size_t k = 0; k < h.reserved.size(); ++k)
     h.reserved[k] = std::to_integer<uint8_t>(p[kHeaderReserved + k]);
   h.checksum = GetU64(p + kIndexChecksumOffset);

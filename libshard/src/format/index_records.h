@@ -30,6 +30,9 @@ struct IndexHeader {
   std::array<uint8_t, kBaseColumns> column_widths{};
   uint8_t reserved83 = 0;  // must be 0
   uint32_t dims_per_sample = 0;
+  uint64_t tables_offset = 0;        // version 4 (§3.10.1); 0 before
+  uint8_t table_offset_width = 0;    // version 4; 0 before
+  uint8_t table_size_width = 0;      // version 4; 0 before
   std::array<uint8_t, kIndexChecksumOffset - kHeaderReserved> reserved{};  // must be 0
   uint64_t checksum = 0;
 

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "format/block_table.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/metadata_codec.h"
@@ -19,6 +20,7 @@ constexpr char kJournalMagic[8] = {'L', 'S', 'H', 'D', 'J', 'N', 'L', '\0'};
 constexpr uint32_t kJournalVersion1 = 1;  // every field raw
 constexpr uint32_t kJournalVersion2 = 2;  // field codecs (§6)
 constexpr uint32_t kJournalFlagFieldChecksums = 1u << 0;  // §6 header flags
+constexpr uint32_t kJournalFlagBlockTables = 1u << 1;     // only with bit 0
 
 bool AnyCodec(std::span<const uint8_t> codecs) {
   for (uint8_t c : codecs)
@@ -54,13 +56,14 @@ uint64_t EntryAt(std::span<const std::byte> bytes, uint32_t kind, std::string_vi
 }  // namespace
 
 std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs,
-                                bool field_checksums) {
+                                bool field_checksums, bool block_tables) {
   const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
   w.Bytes(std::string_view(kJournalMagic, 8));
   w.U32(v2 ? kJournalVersion2 : kJournalVersion1);
-  w.U32(field_checksums ? kJournalFlagFieldChecksums : 0);
+  w.U32((field_checksums ? kJournalFlagFieldChecksums : 0) |
+        (field_checksums && block_tables ? kJournalFlagBlockTables : 0));
   w.U32(static_cast<uint32_t>(schema.fields.size()));
   w.I32(schema.length_field);
   for (const Field& f : schema.fields) {
@@ -77,7 +80,8 @@ std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> c
 
 std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
                                  std::span<const IndexSample> samples,
-                                 std::span<const uint8_t> codecs, bool field_checksums) {
+                                 std::span<const uint8_t> codecs, bool field_checksums,
+                                 bool block_tables) {
   const bool v2 = AnyCodec(codecs);
   std::string p;
   ByteWriter w(&p);
@@ -105,6 +109,11 @@ std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
     w.Bytes(s.metadata);
     w.U32(static_cast<uint32_t>(s.source_path.size()));
     w.Bytes(s.source_path);
+    if (field_checksums && block_tables) {
+      const std::string_view table = s.block_table ? *s.block_table : std::string_view();
+      w.U32(static_cast<uint32_t>(table.size()));
+      w.Bytes(table);
+    }
   }
   return Entry(kKindSamples, p);
 }
@@ -125,10 +134,13 @@ Result<uint64_t> ParseJournalHeaderEntry(std::span<const std::byte> bytes, const
   if (journal_version != kJournalVersion1 && journal_version != kJournalVersion2)
     return Status::Unsupported(file + ": journal version " + std::to_string(journal_version) +
                                " is not supported");
-  if (flags & ~kJournalFlagFieldChecksums)
+  if ((flags & ~(kJournalFlagFieldChecksums | kJournalFlagBlockTables)) != 0)
     return Status::Unsupported(file + ": journal flags " + std::to_string(flags) +
                                " are not known to this libshard (written by a newer one)");
+  if ((flags & kJournalFlagBlockTables) && !(flags & kJournalFlagFieldChecksums))
+    return uint64_t{0};  // bit 1 only with bit 0: not a header this libshard wrote
   h.field_checksums = (flags & kJournalFlagFieldChecksums) != 0;
+  h.block_tables = (flags & kJournalFlagBlockTables) != 0;
   if (f_count == 0 || f_count > kMaxFields) return uint64_t{0};
   bool ok = true;
   for (uint32_t f = 0; ok && f < f_count; ++f) {
@@ -164,7 +176,8 @@ uint64_t ParseJournalSamplesEntry(std::span<const std::byte> bytes, const Journa
   const uint64_t dims_per_sample = header.schema.DimsPerSample();
   // Each described sample takes at least this many bytes; bounds `count` before reserving.
   const uint64_t min_size = kRecordPrefix + 16 * f_count + 8 * dims_per_sample + 8 +
-                            (header.field_checksums ? 8 * f_count : 0);
+                            (header.field_checksums ? 8 * f_count : 0) +
+                            (header.block_tables ? 4 : 0);
   if (count > p.remaining() / min_size) return 0;
   std::vector<IndexSample> batch;
   batch.reserve(count);
@@ -195,6 +208,12 @@ uint64_t ParseJournalSamplesEntry(std::span<const std::byte> bytes, const Journa
     }
     ok = ok && p.U32(&meta_size) && p.Bytes(meta_size, &meta) && p.U32(&path_size) &&
          p.Bytes(path_size, &path);
+    if (ok && header.block_tables) {
+      uint32_t table_size = 0;
+      std::string_view table;
+      ok = p.U32(&table_size) && p.Bytes(table_size, &table);
+      if (ok) s.block_table = std::string(table);
+    }
     if (!ok) break;
     s.metadata = std::string(meta);
     s.source_path = std::string(path);
@@ -258,6 +277,14 @@ Status CheckJournalSample(const JournalHeader& header, const IndexSample& s) {
   if (!CheckedAdd(r.offset, r.stored_size, &end)) return bad("extent overflows");
   if (header.field_checksums && s.field_checksums.size() != schema.fields.size())
     return bad("field checksums do not match the schema");
+  if (header.block_tables) {  // §3.10.2, against the dims
+    if (!s.block_table) return bad("block table missing");
+    std::vector<uint16_t> codecs(header.codecs.begin(), header.codecs.end());
+    Result<BlockTable> t =
+        ParseBlockTable({AsBytes(*s.block_table), s.block_table->size()},
+                        SampleFieldRows(schema, s.dims, codecs), (r.flags & kFlagZstd) != 0);
+    if (!t.ok()) return bad(t.status().message());
+  }
   if (s.source_path.size() > kMaxSourcePathBytes ||
       s.source_path.find('\0') != std::string::npos)
     return bad("source path too long or holds a NUL byte");
@@ -287,6 +314,7 @@ Result<JournalContents> ParseJournal(std::span<const std::byte> bytes, const std
   out.schema = std::move(header.schema);
   out.codecs = std::move(header.codecs);
   out.field_checksums = header.field_checksums;
+  out.block_tables = header.block_tables;
   out.valid_size = pos;
   return out;
 }

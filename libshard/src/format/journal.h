@@ -17,22 +17,25 @@ inline constexpr char kJournalName[] = "_journal.lsj";
 // The header entry (kind 1) for `schema`. `codecs` is empty (every field raw: a version 1
 // journal) or one codec id per field (a version 2 journal, §6).
 // `field_checksums`: header flags bit 0, every samples entry then carries each sample's field
-// checksums (§6, §3.9).
+// checksums (§6, §3.9). `block_tables` (only with field_checksums): header flags bit 1, every
+// samples entry then carries each sample's block table (§6, §3.10).
 std::string EncodeJournalHeader(const Schema& schema, std::span<const uint8_t> codecs = {},
-                                bool field_checksums = false);
+                                bool field_checksums = false, bool block_tables = false);
 // A samples entry (kind 2) describing `samples`, the first of which is sample `first`; `codecs`
-// as given to the header (each sample's field_stored_sizes is then per field), and so is
-// `field_checksums` (each sample's field_checksums then has one per field).
+// as given to the header (each sample's field_stored_sizes is then per field), and so are
+// `field_checksums` (each sample's field_checksums then has one per field) and `block_tables`
+// (each sample's block_table, "" when it has none).
 std::string EncodeJournalSamples(const Schema& schema, uint64_t first,
                                  std::span<const IndexSample> samples,
                                  std::span<const uint8_t> codecs = {},
-                                 bool field_checksums = false);
+                                 bool field_checksums = false, bool block_tables = false);
 
 // The header entry's contents (§6).
 struct JournalHeader {
   Schema schema;
   std::vector<uint8_t> codecs;  // empty for a version 1 journal (every field raw)
   bool field_checksums = false;  // header flags bit 0: the samples carry field checksums
+  bool block_tables = false;     // header flags bit 1: the samples carry block tables
   bool operator==(const JournalHeader&) const = default;
 };
 
@@ -54,14 +57,15 @@ uint64_t ParseJournalSamplesEntry(std::span<const std::byte> bytes, const Journa
 // Checks one journaled sample as a record of an index is checked (§3.3, §3.8.7, §5): offset
 // aligned and past the shard header, known flags, dims giving the canonical layout (tensor
 // offsets and sizes, raw_size, length), the stored layout of the header's codecs, the limits,
-// metadata and source path. Corruption saying what is wrong (the caller names the file and the
-// sample).
+// metadata and source path, and (block_tables) the block table against the dims (§3.10.2).
+// Corruption saying what is wrong (the caller names the file and the sample).
 [[nodiscard]] Status CheckJournalSample(const JournalHeader& header, const IndexSample& sample);
 
 struct JournalContents {
   Schema schema;
   std::vector<uint8_t> codecs;  // empty for a version 1 journal (every field raw)
   bool field_checksums = false;  // header flags bit 0: the samples carry field checksums
+  bool block_tables = false;     // header flags bit 1: the samples carry block tables
   std::vector<IndexSample> samples;
   uint64_t valid_size = 0;  // bytes up to the end of the last good entry
 };

@@ -48,7 +48,8 @@ void ReadScheduler::FinishRead(Item* item) {
     return;
   }
   const bool compressed = SampleNeedsDecode(item->location.flags);
-  if (Verifies(*item) || compressed) {
+  // A row-range read is checked, decoded and cut on a worker (Complete: FinishSliceRead).
+  if (Verifies(*item) || compressed || item->layout.slice) {
     {
       std::lock_guard<std::mutex> lock(queue_->mu);
       tasks_.push_back(item);
@@ -70,6 +71,8 @@ bool ReadScheduler::Verifies(const Item& item) const {
 
 Status ReadScheduler::VerifyAndDecode(Item* item) {
   const SampleLocation& loc = item->location;
+  // A row-range read: its checks and decoding are FinishSliceRead's, which Complete runs.
+  if (item->layout.slice) return Status::OK();
   std::span<const std::byte> stored(item->read_slot.get(), loc.stored_size);
   if (Verifies(*item) && item->layout.check_fields) {
     // A partial read of a raw sample: the field checksum of every field served (FORMAT.md §3.9).
@@ -120,7 +123,20 @@ void ReadScheduler::Complete(Item* item, Status status) {
   if (status.ok()) {
     const SampleLocation& loc = item->location;
     Result<Sample> built = Status::Internal("unset");
-    if (item->raw_slot != nullptr) {
+    if (item->layout.slice) {
+      // Row blocks (FORMAT.md §3.10): every block read is checked here, on a worker thread.
+      std::shared_ptr<const void> memory =
+          item->raw_slot != nullptr
+              ? std::shared_ptr<const void>(std::make_shared<std::pair<std::shared_ptr<std::byte>,
+                                                                       std::shared_ptr<std::byte>>>(
+                    item->read_slot, item->raw_slot))
+              : std::shared_ptr<const void>(item->read_slot);
+      built = FinishSliceRead(*dataset_, loc, item->layout, item->read_slot.get(),
+                              item->raw_slot.get(), std::move(memory));
+      if (!built.ok() && built.status().code() == StatusCode::kCorruption)
+        diagnostics_->OnChecksumFailure();
+      if (!built.ok()) built = built.status().WithContext(ItemWhere(*item));
+    } else if (item->raw_slot != nullptr) {
       built = BuildSample(*dataset_, item->sample, item->raw_slot.get(), 0, loc.raw_size,
                           item->raw_slot, field_indices_, options_.max_len);
     } else if (item->layout.whole) {
@@ -142,7 +158,9 @@ void ReadScheduler::Complete(Item* item, Status status) {
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_->mu);
-    if (item->raw_slot != nullptr && item->read_slot != nullptr) {
+    // A row-range read's Sample may view both slots (raw rows in place, decoded fields): its
+    // read slot stays counted until the item is taken.
+    if (item->raw_slot != nullptr && item->read_slot != nullptr && !item->layout.slice) {
       queue_->pipeline_bytes -= SlotBytes(item->layout.read_length);
       item->slot_bytes -= SlotBytes(item->layout.read_length);
       drop = std::move(item->read_slot);

@@ -327,11 +327,13 @@ Status ReadScheduler::SchedulerStep() {
     }
     Item* item = issuing_;
     const uint64_t off = item->next_sub;
-    const uint64_t len = std::min(read_size_, item->layout.read_length - off);
+    // Within one extent of a row-range read (read_layout.h), else from layout.file_offset.
+    const ReadLayout::SubRead sub = item->layout.SubReadAt(off, read_size_);
+    const uint64_t len = sub.length;
     const uint64_t id = next_read_id_++;
     io::ReadRequest r;
     r.file = item->location.shard;
-    r.offset = item->layout.file_offset + off;
+    r.offset = sub.file_offset;
     r.length = len;
     r.dst = item->read_slot.get() + off;
     r.tag = id;
@@ -360,7 +362,7 @@ Status ReadScheduler::SchedulerStep() {
       read = it->second;
       inflight_.erase(it);
     }
-    OnSubReadDone(read.item, c, read.offset - read.item->layout.file_offset, read.length);
+    OnSubReadDone(read.item, c, read.item->layout.SlotOffsetOf(read.offset), read.length);
   }
   return Status::OK();
 }
@@ -408,7 +410,7 @@ Result<bool> ReadScheduler::StartNextItem() {
       PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len, partial_check_);
   const bool compressed = SampleNeedsDecode(item->location.flags);
   const uint64_t read_bytes = item->layout.read_length;
-  const uint64_t raw_bytes = compressed ? std::max<uint64_t>(item->location.raw_size, 1) : 0;
+  const uint64_t raw_bytes = item->layout.decoded_bytes;  // compressed, or a row-range read
 
   Status too_large;  // or any error known before the read
   if (!located.ok()) {

@@ -1,5 +1,6 @@
 #include "writer/commit.h"
 
+#include "dataset/dataset_access.h"
 #include "io/filesystem.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
@@ -84,6 +85,8 @@ Result<format::IndexSample> SampleEntryFromDataset(const Dataset& ds, uint64_t i
   if (ds.has_field_checksums()) {
     LIBSHARD_ASSIGN_OR_RETURN(s.field_checksums, ds.field_checksums(i));
   }
+  // FORMAT.md §3.10: carried over as stored, so that merge and append keep index version 4.
+  LIBSHARD_ASSIGN_OR_RETURN(s.block_table, DatasetAccess::BlockTableBytes(ds, i));
   return s;
 }
 

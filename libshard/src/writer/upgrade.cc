@@ -1,6 +1,7 @@
 // UpgradeIndex (FORMAT.md §3.8.8).
 #include "libshard/upgrade.h"
 
+#include "dataset/dataset_access.h"
 #include "format/index.h"
 #include "format/manifest.h"
 #include "io/filesystem.h"
@@ -27,8 +28,10 @@ Result<bool> UpgradeIndex(const std::string& dir, Caller caller) {
   const std::string mp = internal::JoinPath(dir, format::kManifestName);
   LIBSHARD_ASSIGN_OR_RETURN(std::string text, internal::ReadWholeFile(mp, 256u << 20));
   LIBSHARD_ASSIGN_OR_RETURN(format::Manifest manifest, format::ParseManifest(text, mp));
-  // Current: version 3 with field checksums (FORMAT.md §3.9).
-  if (manifest.index_version >= format::kIndexVersion && ds->has_field_checksums()) return false;
+  // Current: version 4, with field checksums and row blocks (FORMAT.md §3.9, §3.10).
+  if (manifest.index_version >= format::kIndexVersion && ds->has_field_checksums() &&
+      ds->has_row_blocks())
+    return false;
 
   std::vector<format::IndexShard> shards;
   for (const ShardInfo& s : ds->shards())
@@ -38,8 +41,12 @@ Result<bool> UpgradeIndex(const std::string& dir, Caller caller) {
   samples.reserve(ds->size());
   for (uint64_t i = 0; i < ds->size(); ++i) {
     LIBSHARD_ASSIGN_OR_RETURN(format::IndexSample s, internal::SampleEntryFromDataset(*ds, i));
-    // Read whole, its sample checksum checked, then each field's computed (FORMAT.md §3.9).
-    LIBSHARD_ASSIGN_OR_RETURN(s.field_checksums, ds->ComputeFieldChecksums(i));
+    // Read whole, its sample checksum checked, then its field checksums and row blocks computed
+    // (FORMAT.md §3.9, §3.10.6).
+    std::string table;
+    LIBSHARD_RETURN_IF_ERROR(internal::DatasetAccess::ComputeChecks(*ds, i, &s.field_checksums,
+                                                                    &table));
+    s.block_table = std::move(table);
     samples.push_back(std::move(s));
   }
   internal::CommitRequest req;

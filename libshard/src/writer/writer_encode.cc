@@ -1,5 +1,5 @@
-// WriterImpl::Encode: a sample's payload, its field codecs or zstd frame, checksums
-// (FORMAT.md §3.8, §3.9, §4.2, §4.3).
+// WriterImpl::Encode: a sample's payload, its field codecs or zstd frame, checksums and row
+// blocks (FORMAT.md §3.8, §3.9, §3.10, §4.2, §4.3).
 #include "libshard/writer.h"
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "codec/field_codec.h"
+#include "codec/row_blocks.h"
+#include "format/block_table.h"
 #include "format/index.h"
 #include "io/direct_io.h"
 #include "io/file.h"
@@ -136,6 +138,18 @@ Result<EncodedSample> WriterImpl::Encode(const SampleInput& sample) const {
     }
   }
   out.checksum = format::Xxh3(out.stored_buffer.get(), out.stored_size);
+  // Row blocks of the raw fields (FORMAT.md §3.10.2, §3.10.5); EncodeFields made those of the
+  // coded fields. A whole-sample zstd sample has none: it is read whole.
+  if (codecs_.empty() && !(out.flags & format::kFlagZstd)) {
+    const std::vector<format::FieldRows> rows = format::SampleFieldRows(schema_, out.dims, {});
+    format::BlockTable table;
+    table.fields.resize(f_count);
+    for (size_t f = 0; f < f_count; ++f)
+      table.fields[f] = codec::RawFieldBlocks(
+          {raw.get() + layout.offsets[f], layout.sizes[f]}, rows[f],
+          codec::WriterBlockRows(rows[f].rows, rows[f].row_bytes()));
+    out.block_table = format::EncodeBlockTable(table);
+  }
   if (schema_.length_field >= 0) {
     uint64_t start = 0;
     for (int32_t f = 0; f < schema_.length_field; ++f) start += schema_.fields[f].rank;
@@ -155,22 +169,39 @@ Status WriterImpl::EncodeFields(const format::PayloadLayout& layout,
   if (regions.size() < f_count) regions.resize(f_count);
   out->field_stored_sizes.assign(f_count, 0);
   std::vector<uint64_t> stored_sizes(f_count, 0);
-  const codec::EncodeOptions eo;
+  // Row blocks (FORMAT.md §3.10.5): a coded field's chunks are its blocks.
+  const std::vector<format::FieldRows> rows = format::SampleFieldRows(schema_, dims, {});
+  format::BlockTable table;
+  table.fields.resize(f_count);
   size_t dim = 0;
   for (size_t f = 0; f < f_count; ++f) {
     const Field& field = schema_.fields[f];
     std::span<const uint64_t> shape(dims.data() + dim, field.rank);
     dim += field.rank;
-    if (codecs_[f] == 0) continue;
+    const uint32_t block_rows = codec::WriterBlockRows(rows[f].rows, rows[f].row_bytes());
+    if (codecs_[f] == 0) {
+      table.fields[f] =
+          codec::RawFieldBlocks({raw + layout.offsets[f], layout.sizes[f]}, rows[f], block_rows);
+      continue;
+    }
     LIBSHARD_ASSIGN_OR_RETURN(codec::FieldGeometry g,
                               codec::GeometryOf(field.dtype, shape, field.seq_dim));
+    codec::EncodeOptions eo;
+    eo.chunk_rows = block_rows > 0 ? block_rows : std::max<uint64_t>(g.rows, 1);
     regions[f].clear();
     Status st = codec::Encode(static_cast<codec::CodecId>(codecs_[f]), g,
                               {raw + layout.offsets[f], layout.sizes[f]}, eo, &regions[f]);
     if (!st.ok()) return st.WithContext("field '" + field.name + "'");
+    if (!regions[f].empty()) {
+      Result<format::FieldBlocks> blocks = codec::CodedFieldBlocks(
+          regions[f], static_cast<codec::CodecId>(codecs_[f]), g);
+      if (!blocks.ok()) return blocks.status().WithContext("field '" + field.name + "'");
+      table.fields[f] = std::move(blocks).value();
+    }
     stored_sizes[f] = regions[f].size();
     out->field_stored_sizes[f] = regions[f].size();
   }
+  out->block_table = format::EncodeBlockTable(table);
   std::vector<format::FieldCodec> fc;
   for (uint8_t c : codecs_) fc.push_back(format::FieldCodec{c, {}});
   std::vector<uint64_t> offsets;

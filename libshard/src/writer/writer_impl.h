@@ -101,6 +101,8 @@ class WriterImpl final : public Writer {
   std::vector<uint8_t> codecs_;
   // The journal's header flag (FORMAT.md §6): its sample entries carry field checksums.
   bool journal_field_checksums_ = false;
+  // The journal's header flag (FORMAT.md §6): its sample entries carry block tables (§3.10).
+  bool journal_block_tables_ = false;
   std::vector<format::IndexShard> shards_;
   std::vector<format::IndexSample> samples_;
   std::vector<SourceFileInfo> existing_sources_;

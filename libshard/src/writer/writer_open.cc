@@ -102,9 +102,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   // The journal appears whole or not at all (written aside, fsynced and renamed): a job stopped
   // while writing its header (a full disk, an I/O error, a kill) leaves no journal, so
   // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
-  w->journal_field_checksums_ = true;  // new indexes are version 3 (FORMAT.md §3.9)
-  const std::string header =
-      format::EncodeJournalHeader(schema, w->codecs_, w->journal_field_checksums_);
+  w->journal_field_checksums_ = true;  // new indexes are version 4 (FORMAT.md §3.9, §3.10)
+  w->journal_block_tables_ = true;
+  const std::string header = format::EncodeJournalHeader(
+      schema, w->codecs_, w->journal_field_checksums_, w->journal_block_tables_);
   LIBSHARD_RETURN_IF_ERROR(
       internal::WriteFileAtomically(dir, format::kJournalName, header, options.fsync));
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,
@@ -144,6 +145,7 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
   // The journal's codecs, whatever the options say: the resumed write continues the same job.
   w->codecs_ = journal.codecs;
   w->journal_field_checksums_ = journal.field_checksums;
+  w->journal_block_tables_ = journal.block_tables;
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root;
   LIBSHARD_ASSIGN_OR_RETURN(io::OpenedFile journal_file,

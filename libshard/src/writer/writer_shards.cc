@@ -79,7 +79,7 @@ Status WriterImpl::Checkpoint() {
   if (options_.fsync && shard_.file.valid()) LIBSHARD_RETURN_IF_ERROR(shard_.file.Sync());
   const std::string entry = format::EncodeJournalSamples(
       schema_, journaled_, std::span<const format::IndexSample>(samples_).subspan(journaled_),
-      codecs_, journal_field_checksums_);
+      codecs_, journal_field_checksums_, journal_block_tables_);
   LIBSHARD_RETURN_IF_ERROR(journal_.PWriteAll(entry.data(), entry.size(), journal_size_));
   if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(journal_.Sync());
   journal_size_ += entry.size();
@@ -149,6 +149,7 @@ Status WriterImpl::AppendEncoded(EncodedSample sample) {
   s.tensor_sizes = std::move(sample.tensor_sizes);
   s.field_stored_sizes = std::move(sample.field_stored_sizes);
   s.field_checksums = std::move(sample.field_checksums);
+  s.block_table = std::move(sample.block_table);
   LIBSHARD_RETURN_IF_ERROR(format::EncodeMetadata(sample.metadata, &s.metadata));
   s.source_path = std::move(sample.source.path);
   samples_.push_back(std::move(s));

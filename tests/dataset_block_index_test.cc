@@ -1,4 +1,4 @@
-// Dataset over an index of version 2 (FORMAT.md §3.8): Open reads the head and the lengths; each
+// Dataset over an index of sample blocks (versions 2 to 4, as written today; FORMAT.md §3.8): Open reads the head and the lengths; each
 // sample block is read and checked on first use, thread-safely; a block damaged, truncated or
 // rewritten after Open fails the samples in it with a Corruption (to Read, to the loader), never a
 // crash; `libshard upgrade` (UpgradeIndex) rewrites a version 1 index without touching shards.
@@ -24,7 +24,7 @@ namespace {
 
 constexpr uint64_t kSamples = format::kDefaultBlockSamples + 300;  // two blocks
 
-class DatasetV2Test : public ::testing::Test {
+class DatasetBlockIndexTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     written_ = std::make_unique<TempDir>();
@@ -62,9 +62,9 @@ class DatasetV2Test : public ::testing::Test {
   uint64_t block1_ = 0;
 };
 
-std::unique_ptr<TempDir> DatasetV2Test::written_;
+std::unique_ptr<TempDir> DatasetBlockIndexTest::written_;
 
-TEST_F(DatasetV2Test, ReadsBackEverySample) {
+TEST_F(DatasetBlockIndexTest, ReadsBackEverySample) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   ASSERT_EQ(ds->size(), kSamples);
@@ -80,7 +80,7 @@ TEST_F(DatasetV2Test, ReadsBackEverySample) {
   }
 }
 
-TEST_F(DatasetV2Test, ADamagedBlockFailsOnlyItsSamplesAndOnlyWhenUsed) {
+TEST_F(DatasetBlockIndexTest, ADamagedBlockFailsOnlyItsSamplesAndOnlyWhenUsed) {
   FlipByte(Index(), block1_ + 3);
   auto ds = OpenOrDie();  // blocks are not read at Open
   ASSERT_TRUE(ds);
@@ -102,7 +102,7 @@ TEST_F(DatasetV2Test, ADamagedBlockFailsOnlyItsSamplesAndOnlyWhenUsed) {
               StatusCode::kCorruption, where);
 }
 
-TEST_F(DatasetV2Test, IndexTruncatedAfterOpenFailsTheBlocksNotReadYet) {
+TEST_F(DatasetBlockIndexTest, IndexTruncatedAfterOpenFailsTheBlocksNotReadYet) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   ASSERT_TRUE(ds->Read(0).ok());  // block 0 is now in memory
@@ -115,7 +115,7 @@ TEST_F(DatasetV2Test, IndexTruncatedAfterOpenFailsTheBlocksNotReadYet) {
   ExpectError(Dataset::Open(Dir()).status(), StatusCode::kCorruption, {"truncated"});
 }
 
-TEST_F(DatasetV2Test, IndexRewrittenAfterOpenIsCaughtByTheBlockChecksum) {
+TEST_F(DatasetBlockIndexTest, IndexRewrittenAfterOpenIsCaughtByTheBlockChecksum) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   const char junk[16] = "not an index...";
@@ -124,7 +124,7 @@ TEST_F(DatasetV2Test, IndexRewrittenAfterOpenIsCaughtByTheBlockChecksum) {
               {Index().string(), "block 1", "checksum mismatch"});
 }
 
-TEST_F(DatasetV2Test, DamagedHeadOrLengthsFailOpen) {
+TEST_F(DatasetBlockIndexTest, DamagedHeadOrLengthsFailOpen) {
   FlipByte(Index(), 130);
   ExpectError(Dataset::Open(Dir()).status(), StatusCode::kCorruption,
               {Index().string(), "index checksum mismatch"});
@@ -137,7 +137,7 @@ TEST_F(DatasetV2Test, DamagedHeadOrLengthsFailOpen) {
 // A codec id this reader does not know (FORMAT.md §4.3.1 defines 0..5) is refused at Open rather
 // than its stored regions handed out as raw tensors. (Codecs 1..5 are decoded:
 // codec_dataset_test.cc.)
-TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
+TEST_F(DatasetBlockIndexTest, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
   std::string s = ReadFileToString(Index());
   auto* p = reinterpret_cast<std::byte*>(s.data());
   const uint64_t field2 = 128 + 32 * 2;
@@ -153,7 +153,7 @@ TEST_F(DatasetV2Test, AFieldCodecThisReaderCannotDecodeIsUnsupported) {
               {Index().string(), "field 2", "codec 7", "upgrade libshard"});
 }
 
-TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {
+TEST_F(DatasetBlockIndexTest, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {
   FlipByte(Index(), block1_ + 3);
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
@@ -177,7 +177,7 @@ TEST_F(DatasetV2Test, TheLoaderReportsADamagedBlockAsAnErrorOfTheSample) {
   ExpectError(error, StatusCode::kCorruption, {"sample 4096", "block 1", "checksum mismatch"});
 }
 
-TEST_F(DatasetV2Test, ConcurrencyOfFirstUseOfBlocks) {
+TEST_F(DatasetBlockIndexTest, ConcurrencyOfFirstUseOfBlocks) {
   auto ds = OpenOrDie();
   ASSERT_TRUE(ds);
   std::atomic<uint64_t> failures{0};
@@ -219,11 +219,12 @@ TEST(UpgradeTest, RewritesAVersion1IndexAndLeavesShardsAlone) {
   EXPECT_TRUE(*upgraded);
   EXPECT_FALSE(std::filesystem::exists(dir / "ds" / "index.lsi"));
   const std::string index = ReadFileToString(dir / "ds" / "index.a.lsi");
-  EXPECT_EQ(format::GetU32(format::AsBytes(index) + 8), 3u);
+  EXPECT_EQ(format::GetU32(format::AsBytes(index) + 8), 4u);
   EXPECT_LT(index.size(), std::filesystem::file_size(golden / "index.lsi"));
   auto ds = Dataset::Open((dir / "ds").string());
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
-  EXPECT_EQ((*ds)->index_version(), 3u);
+  EXPECT_EQ((*ds)->index_version(), 4u);
+  EXPECT_TRUE((*ds)->has_row_blocks());
   EXPECT_TRUE((*ds)->has_field_checksums());
   ASSERT_EQ((*ds)->size(), before.size());
   for (uint64_t i = 0; i < (*ds)->size(); ++i) {

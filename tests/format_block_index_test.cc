@@ -1,4 +1,4 @@
-// The index, versions 2 and 3 (FORMAT.md §3.8, §3.9; format/index.h): round trips through
+// The index of sample blocks, versions 2 to 4 (FORMAT.md §3.8, §3.9, §3.10; format/index.h): round trips through
 // EncodeIndex and the three-step parser, what is stored per sample (the size target), and forged
 // or damaged bytes refused with the file, block and sample named.
 #include <gtest/gtest.h>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "format/block_table.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/legacy/index_v1.h"
@@ -307,8 +308,8 @@ TEST_F(IndexDamageTest, ReservedAndUnknownValuesAreRefused) {
     bytes_ = saved;
   }
   {
-    format::PutU32(bytes_.data() + 8, 4);
-    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 4"});
+    format::PutU32(bytes_.data() + 8, 5);
+    ExpectError(ParseAll(bytes_).status(), StatusCode::kUnsupported, {"idx", "version 5"});
   }
 }
 
@@ -365,6 +366,234 @@ TEST(IndexV3Test, FieldChecksumColumnsAreCheckedLikeTheOthers) {
   format::PutU64(bytes.data() + 16, uint64_t{1} << 40);
   ExpectError(Index::ParseHeader({bytes.data(), 128}, bytes.size(), "idx").status(),
               StatusCode::kCorruption, {"idx", "offset 16", "cannot fit"});
+}
+
+// ---- Index version 4 (FORMAT.md §3.10): a block table per sample in the tables part ----
+
+// Each sample's block table as the libshard writer's rule gives it (§3.10.5): hidden_state and
+// aux_hidden_state in ~1 MiB row blocks, input_ids and loss_mask (under 1 MiB) without blocks.
+std::string Eagle3Table(const IndexSample& s, uint64_t seed) {
+  const auto rows = format::SampleFieldRows(Eagle3Schema(), s.dims, {});
+  format::BlockTable t;
+  t.fields.resize(rows.size());
+  std::mt19937_64 rng(seed);
+  for (size_t f = 0; f < rows.size(); ++f) {
+    const uint64_t br = std::max<uint64_t>(1, format::kRowBlockBytes / rows[f].row_bytes());
+    if (br >= rows[f].rows) continue;
+    t.fields[f].block_rows = static_cast<uint32_t>(br);
+    for (uint64_t b = 0; b < format::BlockCount(rows[f].rows, t.fields[f].block_rows); ++b)
+      t.fields[f].checksums.push_back(static_cast<uint32_t>(rng()));
+  }
+  return format::EncodeBlockTable(t);
+}
+
+std::vector<IndexSample> EagleSamplesWithTables(uint64_t n,
+                                                std::vector<format::IndexShard>* shards) {
+  std::vector<IndexSample> samples = EagleSamples(n, shards);
+  for (uint64_t i = 0; i < n; ++i) samples[i].block_table = Eagle3Table(samples[i], i);
+  return samples;
+}
+
+// Reads sample i's table from the index bytes, checked (§3.10.3).
+Result<format::BlockTable> TableOf(const Index& v, const std::vector<std::byte>& b, uint64_t i) {
+  LIBSHARD_ASSIGN_OR_RETURN(format::IndexBlock block, Block(v, b, v.block_of(i)));
+  const Index::TableRef ref = v.Table(block, i);
+  std::vector<uint64_t> dims;
+  v.Dims(block, i, &dims);
+  return v.CheckTable(i, ref, {b.data() + ref.offset, ref.size}, dims,
+                      v.Record(block, i).flags);
+}
+
+TEST(IndexV4Test, BlockTablesRoundTripAndCostAFewBytesASample) {
+  std::vector<format::IndexShard> shards;
+  const auto samples = EagleSamplesWithTables(2000, &shards);
+  const auto bytes = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples));
+  auto v = ParseAll(bytes);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->version(), 4u);
+  EXPECT_TRUE(v->has_field_checksums());
+  EXPECT_TRUE(v->has_block_tables());
+  ExpectEntriesEqual(*v, bytes, samples);
+  uint64_t table_bytes = 0;
+  for (uint64_t i = 0; i < samples.size(); i += 7) {
+    auto t = TableOf(*v, bytes, i);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(format::EncodeBlockTable(*t), *samples[i].block_table) << i;
+  }
+  for (const IndexSample& s : samples) table_bytes += s.block_table->size();
+  EXPECT_EQ(bytes.size() - v->tables_offset(), table_bytes);
+  // The records grow by the three table columns only (FORMAT.md §3.10.4): about 9 bytes.
+  auto v3 = samples;
+  for (IndexSample& s : v3) s.block_table.reset();
+  auto p3 = ParseAll(ToBytes(format::EncodeIndex(Eagle3Schema(), shards, v3)));
+  ASSERT_TRUE(p3.ok());
+  EXPECT_EQ(p3->version(), 3u);  // not every sample has a table: version 3
+  EXPECT_LE(v->record_width() - p3->record_width(), 10u);
+  EXPECT_GE(v->record_width() - p3->record_width(), 4u);
+}
+
+TEST(IndexV4Test, ASampleWithoutATableHasNoneAndTheOthersKeepTheirs) {
+  std::vector<format::IndexShard> shards;
+  auto samples = EagleSamplesWithTables(40, &shards);
+  samples[3].block_table = "";  // no field with blocks
+  const auto bytes = ToBytes(format::EncodeIndex(Eagle3Schema(), shards, samples, {}, 16));
+  auto v = ParseAll(bytes);
+  ASSERT_TRUE(v.ok());
+  auto t3 = TableOf(*v, bytes, 3);
+  ASSERT_TRUE(t3.ok()) << t3.status().ToString();
+  EXPECT_TRUE(t3->empty());
+  auto t4 = TableOf(*v, bytes, 4);
+  ASSERT_TRUE(t4.ok());
+  EXPECT_EQ(format::EncodeBlockTable(*t4), *samples[4].block_table);
+}
+
+class IndexV4DamageTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    samples_ = EagleSamplesWithTables(60, &shards_);
+    bytes_ = ToBytes(format::EncodeIndex(Eagle3Schema(), shards_, samples_, {}, 16));
+    auto v = ParseAll(bytes_);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    tables_ = v->tables_offset();
+    width_ = v->record_width();
+  }
+  // Re-seals block b's checksum and then the head's (a forged but self-consistent index).
+  void Reseal(uint64_t b) {
+    auto v = ParseAll(bytes_);  // the head may be refused; the directory is at a fixed place
+    const uint64_t dir = 128 + 32 * 4 + 16 * 8 + 40 * shards_.size();
+    const uint64_t off = format::GetU64(bytes_.data() + dir + 16 * b);
+    const uint64_t end = format::GetU64(bytes_.data() + dir + 16 * (b + 1));
+    format::PutU64(bytes_.data() + dir + 16 * b + 8, format::Xxh3(bytes_.data() + off, end - off));
+    auto l = Index::ParseHeader({bytes_.data(), 128}, bytes_.size(), "idx");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    format::PutU64(bytes_.data() + 120, format::Xxh3WithHole({bytes_.data(), l->head_size}, 120));
+  }
+  // Record k of block b: its table columns (the last of the record).
+  std::byte* TableColumns(const Index& v, uint64_t b, uint64_t k) {
+    const uint64_t w = std::to_integer<uint8_t>(bytes_[96]) + std::to_integer<uint8_t>(bytes_[97]);
+    return bytes_.data() + v.block_offset(b) + (k + 1) * width_ - w - 4;
+  }
+  std::vector<format::IndexShard> shards_;
+  std::vector<IndexSample> samples_;
+  std::vector<std::byte> bytes_;
+  uint64_t tables_ = 0;
+  uint64_t width_ = 0;
+};
+
+TEST_F(IndexV4DamageTest, HeaderFieldsOfVersion4AreChecked) {
+  const std::vector<std::byte> saved = bytes_;
+  format::PutU64(bytes_.data() + 88, bytes_.size() + 1);  // before the checksum: refused first
+  ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "offset 88", "past the end"});
+  bytes_ = saved;
+  bytes_[96] = std::byte{9};
+  ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "offset 96", "width"});
+  bytes_ = saved;
+  format::PutU32(bytes_.data() + 12, 1);  // version 4 without field checksums
+  ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption,
+              {"idx", "offset 12", "version 4 without field checksums"});
+  bytes_ = saved;
+  bytes_[110] = std::byte{1};  // still reserved
+  ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "offset 110", "reserved"});
+  bytes_ = saved;
+  bytes_[200] ^= std::byte{1};  // tables_offset and the widths are in the head: its checksum
+  ExpectError(ParseAll(bytes_).status(), StatusCode::kCorruption, {"idx", "index checksum"});
+}
+
+TEST_F(IndexV4DamageTest, Version3HeadersKeepTheBytesReserved) {
+  auto v3 = samples_;
+  for (IndexSample& s : v3) s.block_table.reset();
+  auto bytes = ToBytes(format::EncodeIndex(Eagle3Schema(), shards_, v3, {}, 16));
+  for (uint64_t at : {88, 95, 96, 97}) {
+    auto forged = bytes;
+    forged[at] = std::byte{1};
+    ExpectError(ParseAll(forged).status(), StatusCode::kCorruption,
+                {"idx", "offset " + std::to_string(at < 96 ? 88 : at), "reserved"});
+  }
+}
+
+TEST_F(IndexV4DamageTest, ATableOutsideTheTablesPartIsRefusedWithItsRecord) {
+  auto v = ParseAll(bytes_);
+  ASSERT_TRUE(v.ok());
+  const uint8_t ow = std::to_integer<uint8_t>(bytes_[96]);
+  std::byte* col = TableColumns(*v, 1, 2);  // sample 18
+  for (uint8_t k = 0; k < ow; ++k) col[k] = std::byte{0xff};  // offset past the part
+  Reseal(1);
+  auto again = ParseAll(bytes_);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ExpectError(Block(*again, bytes_, 1).status(), StatusCode::kCorruption,
+              {"idx", "sample 18", "outside the tables part"});
+}
+
+TEST_F(IndexV4DamageTest, ATableSizeMustBeWordsAndZeroMeansNone) {
+  auto v = ParseAll(bytes_);
+  ASSERT_TRUE(v.ok());
+  const uint8_t ow = std::to_integer<uint8_t>(bytes_[96]), sw = std::to_integer<uint8_t>(bytes_[97]);
+  {
+    std::byte* col = TableColumns(*v, 2, 0);  // sample 32: size 1 byte less
+    uint64_t size = 0;
+    for (uint8_t k = 0; k < sw; ++k) size |= uint64_t{std::to_integer<uint8_t>(col[ow + k])} << (8 * k);
+    ASSERT_GT(size, 0u);
+    --size;
+    for (uint8_t k = 0; k < sw; ++k) col[ow + k] = std::byte{static_cast<uint8_t>(size >> (8 * k))};
+    Reseal(2);
+    auto again = ParseAll(bytes_);
+    ASSERT_TRUE(again.ok());
+    ExpectError(Block(*again, bytes_, 2).status(), StatusCode::kCorruption,
+                {"idx", "sample 32", "whole number of words"});
+  }
+  SetUp();
+  {
+    v = ParseAll(bytes_);
+    std::byte* col = TableColumns(*v, 2, 0);
+    for (uint8_t k = 0; k < sw; ++k) col[ow + k] = std::byte{0};  // size 0, checksum kept
+    Reseal(2);
+    auto again = ParseAll(bytes_);
+    ASSERT_TRUE(again.ok());
+    ExpectError(Block(*again, bytes_, 2).status(), StatusCode::kCorruption,
+                {"idx", "sample 32", "without a block table has a table offset or checksum"});
+  }
+}
+
+// A table's bytes are covered by its checksum (FORMAT.md §3.10.1) and checked against the dims
+// when used; a damaged table fails its sample's slices, not the index.
+TEST_F(IndexV4DamageTest, ADamagedTableFailsWhenUsedNamingTheSample) {
+  bytes_[tables_ + 5] ^= std::byte{1};  // sample 0's table (the first in the part)
+  auto v = ParseAll(bytes_);
+  ASSERT_TRUE(v.ok()) << "tables are not read at open";
+  EXPECT_TRUE(Block(*v, bytes_, 0).ok()) << "nor with their records";
+  ExpectError(TableOf(*v, bytes_, 0).status(), StatusCode::kCorruption,
+              {"idx", "sample 0", "block table", "checksum mismatch"});
+  EXPECT_TRUE(TableOf(*v, bytes_, 1).ok());
+}
+
+// The table parser (§3.10.2) on forged words: every rule refused with the field named.
+TEST(BlockTableTest, ForgedTablesAreRefused) {
+  const std::vector<format::FieldRows> rows = {{100, 1, 8, false}, {100, 64, 2, true}};
+  auto words = [](std::initializer_list<uint32_t> w) {
+    std::string s;
+    for (uint32_t x : w) s.append(reinterpret_cast<const char*>(&x), 4);  // little-endian host
+    return s;
+  };
+  auto parse = [&](const std::string& t, bool zstd = false) {
+    return format::ParseBlockTable({format::AsBytes(t), t.size()}, rows, zstd);
+  };
+  // Field 0: 50 rows a block (2 checksums); field 1: 40 rows a chunk (3 chunks: head + 3 pairs).
+  const std::string good = words({50, 11, 12, 40, 99, 5, 21, 6, 22, 7, 23});
+  auto t = parse(good);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->fields[0].checksums, (std::vector<uint32_t>{11, 12}));
+  EXPECT_EQ(t->fields[1].head_checksum, 99u);
+  EXPECT_EQ(t->fields[1].coded_sizes, (std::vector<uint32_t>{5, 6, 7}));
+  EXPECT_EQ(format::EncodeBlockTable(*t), good);
+  ExpectError(parse(words({100, 1, 0})).status(), StatusCode::kCorruption,
+              {"field 0", "block_rows 100"});
+  ExpectError(parse(words({50, 11})).status(), StatusCode::kCorruption, {"field 0", "2 blocks"});
+  ExpectError(parse(good + words({0})).status(), StatusCode::kCorruption, {"past its last field"});
+  ExpectError(parse(words({0, 0})).status(), StatusCode::kCorruption, {"without a field"});
+  ExpectError(parse(good.substr(0, 5)).status(), StatusCode::kCorruption, {"whole number"});
+  ExpectError(parse(good, /*zstd=*/true).status(), StatusCode::kCorruption, {"whole-sample zstd"});
+  ExpectError(parse(words({0xffffffffu})).status(), StatusCode::kCorruption, {"field 0"});
+  EXPECT_TRUE(parse("").ok());  // no table: no blocks
 }
 
 TEST_F(IndexDamageTest, TruncatedOrExtendedFileIsRefused) {
