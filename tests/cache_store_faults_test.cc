@@ -96,7 +96,7 @@ class CacheHostileStoreTest : public ::testing::Test {
   // Every sample through the streaming loader, in order.
   void ExpectLoaderServesAll(const std::shared_ptr<Dataset>& ds) {
     LoaderOptions o;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     o.memory_budget = 4 << 20;
     o.pin_memory = PinMemory::kOff;
     auto loader = Loader::Create(ds, o);
@@ -197,7 +197,7 @@ TEST_F(CacheHostileStoreTest, TheLoaderHealsOtherVersionsBytesOnceTheRightObject
   {
     // Sample 9's bytes are another version's: the loader fails naming it, serves nothing wrong.
     LoaderOptions o;
-    o.shuffle = false;
+    o.order = Order::Unshuffled();
     o.memory_budget = 4 << 20;
     o.pin_memory = PinMemory::kOff;
     auto loader = Loader::Create(ds, o);
