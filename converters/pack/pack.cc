@@ -242,9 +242,18 @@ Status PackJob::OpenWriter() {
   }
   const WriterOptions wo = MakeWriterOptions();
   std::error_code ec;
+  // What OUT holds must have this job's identity (its --attr and a cache's manifest): refused on
+  // a difference, or set aside with allow_identity_change, and then OUT is written afresh.
+  if ((o_.append || o_.resume) && lock_) {
+    auto aside = CheckWriteIdentity(o_.output, wo);
+    if (!aside.ok())
+      return aside.status().WithContext(F(o_.append ? "append" : "resume") + ": " + o_.output);
+    summary_.set_aside = std::move(*aside);
+  }
+  const bool afresh = !summary_.set_aside.empty();
   const bool has_manifest = fs::exists(fs::path(o_.output) / kManifest, ec);
   const bool has_journal = fs::exists(fs::path(o_.output) / kJournal, ec);
-  if (o_.append) {
+  if (o_.append && !afresh) {
     auto w = Writer::OpenForAppend(target_, wo);
     if (!w.ok()) return w.status().WithContext(F("append") + ": cannot open " + o_.output);
     writer_ = std::move(*w);
