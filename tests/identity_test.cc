@@ -110,6 +110,24 @@ TEST(IdentityTest, DifferencesNameTheKeyAndBothValues) {
             (Attributes{{"target_model", std::string("A")}}));
 }
 
+// Attributes are JSON strings in the manifest and bytes in the digest: bytes JSON cannot hold
+// would be replaced in one and not the other, so they are refused before anything is written.
+TEST(IdentityTest, AttributesMustBeUtf8) {
+  TempDir dir;
+  ExpectError(Writer::Create(dir.path().string(), EagleSchema(),
+                             WithAttrs({{"model", std::string("\xff\xfe")}}))
+                  .status(),
+              StatusCode::kInvalidArgument, {"attribute 'model' is not valid UTF-8"});
+  ExpectError(Writer::Create(dir.path().string(), EagleSchema(),
+                             WithAttrs({{"\xc3", std::string("x")}}))
+                  .status(),
+              StatusCode::kInvalidArgument, {"is not valid UTF-8"});
+  WriteStandard(dir.path(), 1, WithAttrs({{"model", std::string("caf\xc3\xa9")}}));
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_TRUE(ds->identity().recorded);
+}
+
 // ---- the manifest's record --------------------------------------------------------------------
 
 TEST(IdentityTest, WrittenDatasetsRecordTheirIdentity) {

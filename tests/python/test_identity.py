@@ -364,3 +364,24 @@ def test_capture_ranks_of_another_world_size_set_the_old_parts_aside(tmp_path):
     ds = libshard.open(out)
     assert len(ds) == 4
     assert list((out / "parts").glob("rank-00000-of-00003.stale-*"))
+
+
+def test_pack_part_rerun_with_another_n_is_refused(tmp_path):
+    """`pack --part I/N` writes one part per OUT: a rerun of a part with another N (or other
+    attributes) into the same OUT must not pass for that part, or the merged parts would hold a
+    sample twice."""
+    src = tmp_path / "src"
+    conftest.write_eagle_dir(src, 6)
+    part = tmp_path / "part0"
+    cli("pack", str(src), "-o", str(part), "--part", "0/2", "--attr", "seed=1", "-q")
+    assert len(libshard.open(part)) == 3
+    # Part 0 of 3 is a subset of part 0 of 2: the old part is not that part.
+    r = cli("pack", str(src), "-o", str(part), "--part", "0/3", "--attr", "seed=1", "--resume",
+            ok=False)
+    assert r.returncode == 1 and "not among the sources of this run" in r.stderr and \
+        "--part" in r.stderr, r.stderr
+    r = cli("pack", str(src), "-o", str(part), "--part", "0/2", "--attr", "seed=2", "--resume",
+            ok=False)
+    assert "seed=1" in r.stderr and "gives 2" in r.stderr, r.stderr
+    r = cli("pack", str(src), "-o", str(part), "--part", "0/2", "--attr", "seed=1", "--resume")
+    assert "nothing to resume" in r.stdout
