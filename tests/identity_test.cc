@@ -75,7 +75,8 @@ TEST(IdentityTest, CanonicalEncodingIsFormatSection22) {
   want += Le32(2) + "hs" + Le32(8) + "bfloat16" + Le32(3) + Le32(1);
   want += Le32(0) + Le32(2);
   want += Le32(5) + "model" + std::string(1, '\1') + Le32(1) + "m";
-  want += Le32(4) + "seed" + std::string(1, '\0') + std::string("\xfe\xff\xff\xff\xff\xff\xff\xff", 8);
+  want += Le32(4) + "seed" + std::string(1, '\0');
+  want += std::string("\xfe\xff\xff\xff\xff\xff\xff\xff", 8);  // -2
   EXPECT_EQ(CanonicalIdentity(schema, attrs), want);
   EXPECT_EQ(IdentityDigest(schema, attrs), Xxh3(want.data(), want.size()));
   EXPECT_EQ(IdentityDigestText(0xabcULL), "0000000000000abc");
@@ -163,7 +164,8 @@ TEST(IdentityTest, GoldenDatasetsBeforeIdentitiesOpenWithoutOne) {
     // Still computed from what the manifest records.
     EXPECT_EQ(ds->identity().digest, IdentityDigest(ds->schema(), ds->provenance().attributes));
   }
-  for (const char* name : {"golden_v3", "golden_v3_zstd", "golden_v3_planes2", "golden_v3_append"}) {
+  for (const char* name :
+       {"golden_v3", "golden_v3_zstd", "golden_v3_planes2", "golden_v3_append"}) {
     SCOPED_TRACE(name);
     auto ds = OpenOrDie(kGoldenDir / name);
     ASSERT_TRUE(ds);

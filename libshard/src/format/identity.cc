@@ -95,8 +95,9 @@ std::vector<IdentityDifference> IdentityDifferences(const Schema& a_schema, cons
   std::vector<IdentityDifference> out = AttributeDifferences(a, b);
   for (const auto& [key, value] : a)
     if (!b.count(key)) out.push_back({key, QuotedAttribute(value), "(none)"});
-  std::sort(out.begin(), out.end(),
-            [](const IdentityDifference& x, const IdentityDifference& y) { return x.field < y.field; });
+  std::sort(out.begin(), out.end(), [](const IdentityDifference& x, const IdentityDifference& y) {
+    return x.field < y.field;
+  });
   if (!(a_schema == b_schema)) {
     // The first field that differs, by position, or the length field.
     const size_t n = std::max(a_schema.fields.size(), b_schema.fields.size());

@@ -42,8 +42,8 @@ std::string EncodeManifest(const Manifest& m) {
     j["provenance"]["attributes"] = std::move(attributes);
   }
   // What made the dataset (FORMAT.md §2.2): the digest of its schema and attributes.
-  j["provenance"]["identity"] = {{"version", kIdentityVersion},
-                                 {"xxh3", IdentityDigestText(IdentityDigest(m.schema, m.attributes))}};
+  const std::string digest = IdentityDigestText(IdentityDigest(m.schema, m.attributes));
+  j["provenance"]["identity"] = {{"version", kIdentityVersion}, {"xxh3", digest}};
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -176,8 +176,8 @@ Result<Continuation> CheckContinuationLocked(const std::string& dir,
     {
       LIBSHARD_ASSIGN_OR_RETURN(internal::MappedFile map, internal::MappedFile::Map(journal_path));
       format::JournalHeader header;
-      LIBSHARD_ASSIGN_OR_RETURN(uint64_t used,
-                                format::ParseJournalHeaderEntry(map.bytes(), journal_path, &header));
+      LIBSHARD_ASSIGN_OR_RETURN(
+          uint64_t used, format::ParseJournalHeaderEntry(map.bytes(), journal_path, &header));
       if (used == 0)
         return Status::Corruption(journal_path + ": its header is damaged; the interrupted write "
                                   "cannot be continued: delete the directory and write again");

@@ -215,8 +215,9 @@ Result<std::vector<std::string>> BeginPart(const std::string& out, uint32_t rank
       auto lock = DatasetLock::Acquire(path, /*create_directory=*/false, caller);
       if (!lock.ok())
         return lock.status().WithContext(
-            "a write of " + std::to_string(world_size) + " ranks found " + path + " of a write of " +
-            std::to_string(world) + " ranks, which it would set aside; stop that write first");
+            "a write of " + std::to_string(world_size) + " ranks found " + path +
+            " of a write of " + std::to_string(world) +
+            " ranks, which it would set aside; stop that write first");
       part_lock = std::move(*lock);
     }
     LIBSHARD_ASSIGN_OR_RETURN(std::string moved, writer_internal::RenameAside(path));

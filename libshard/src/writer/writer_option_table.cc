@@ -288,7 +288,9 @@ std::vector<Row<ProvenanceOptions>> ProvenanceRows(std::string_view what) {
                     "where the output holds a write or dataset of another identity (other "
                     "attrs), set it aside (moved to OUT.stale-TIME, kept) and start afresh "
                     "instead of refusing"),
-                +[](const V& v) -> std::string { return v.allow_identity_change ? "true" : "false"; },
+                +[](const V& v) -> std::string {
+                  return v.allow_identity_change ? "true" : "false";
+                },
                 {"--allow-identity-change"}));
   t.push_back(R(Text<V>(what, "created_by", "created_by",
                         +[](V& v) -> std::string& { return v.created_by; }, "''",
