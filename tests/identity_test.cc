@@ -295,6 +295,40 @@ TEST(IdentityTest, ResumeWithAllowSetsTheOldWriteAsideAndStartsAfresh) {
   EXPECT_EQ((*old)->existing_sources().size(), 3u);
 }
 
+// ReadIdentity: a write's identity before its commit is the one its manifest then records (what a
+// follower of the write can know early), and a dataset's is Dataset::identity()'s.
+TEST(IdentityTest, ReadIdentityOfAWriteInProgressIsTheCommittedOne) {
+  TempDir dir, empty;
+  const Attributes attrs = {{"target_model", std::string("A")}, {"seed", int64_t{3}}};
+  WriteUnfinished(dir.path(), 2, WithAttrs(attrs));
+  auto during = ReadIdentity(dir.path().string());
+  ASSERT_TRUE(during.ok()) << during.status().ToString();
+  EXPECT_TRUE(during->recorded);
+  EXPECT_EQ(during->attributes, attrs);
+  EXPECT_EQ(during->schema, EagleSchema());
+  {
+    auto w = Writer::Resume(dir.path().string(), FastOptions());
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->Finish().ok());
+  }
+  auto ds = OpenOrDie(dir.path());
+  ASSERT_TRUE(ds);
+  EXPECT_EQ(ds->identity().digest, during->digest);
+  auto after = ReadIdentity(dir.path().string());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->digest, during->digest);
+  EXPECT_TRUE(after->recorded);
+  ExpectError(ReadIdentity(empty.path().string()).status(), StatusCode::kNotFound,
+              {"no identity"});
+  // A journal of a libshard before identities: not recorded.
+  WriteUnfinished(empty.path(), 1, FastOptions());
+  fs::remove(empty / "_identity.json");
+  auto old = ReadIdentity(empty.path().string());
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE(old->recorded);
+  EXPECT_EQ(old->digest, IdentityDigest(EagleSchema(), {}));
+}
+
 // A journal left by a libshard before identities has no _identity.json: its identity is not
 // recorded, so the given attributes are taken (and recorded from then on).
 TEST(IdentityTest, ResumeOfAJournalWithoutIdentityTakesTheGivenOne) {

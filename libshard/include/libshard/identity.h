@@ -19,6 +19,7 @@
 
 #include "libshard/attributes.h"
 #include "libshard/schema.h"
+#include "libshard/status.h"
 
 namespace libshard {
 
@@ -47,6 +48,14 @@ struct DatasetIdentity {
 
   std::string digest_text() const { return IdentityDigestText(digest); }  // 16 hex digits
 };
+
+// The identity of what the local directory `dir` holds: a dataset (its manifest, as
+// Dataset::identity() reads it, without opening the index), or an unfinished write (its journal
+// header's schema and the attributes of its `_identity.json`, FORMAT.md §6; `recorded` false for a
+// journal without one), whose identity is the one its commit will record, so a follower of the
+// write (FORMAT.md §6.1) knows it before the manifest exists. NotFound when `dir` holds neither;
+// Corruption for a damaged manifest, journal header or identity file.
+Result<DatasetIdentity> ReadIdentity(const std::string& dir);
 
 // One difference between an identity recorded and the one a write declares, for messages.
 struct IdentityDifference {

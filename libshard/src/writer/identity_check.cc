@@ -167,6 +167,7 @@ Result<Continuation> CheckContinuationLocked(const std::string& dir,
                               internal::ReadWholeFile(manifest_path, kMaxManifestBytes));
     LIBSHARD_ASSIGN_OR_RETURN(format::Manifest m, format::ParseManifest(text, manifest_path));
     c.found = Continuation::Found::kDataset;
+    c.manifest_identity_recorded = m.identity_recorded;
     c.schema = std::move(m.schema);
     c.recorded = std::move(m.attributes);
     c.recorded_known = true;
@@ -206,6 +207,24 @@ Result<Continuation> CheckContinuationLocked(const std::string& dir,
 }  // namespace libshard::writer_internal
 
 namespace libshard {
+
+Result<DatasetIdentity> ReadIdentity(const std::string& dir) {
+  using writer_internal::Continuation;
+  // CheckContinuationLocked with nothing given reads and checks what `dir` holds and compares
+  // nothing; no lock is needed to read.
+  LIBSHARD_ASSIGN_OR_RETURN(Continuation c,
+                            writer_internal::CheckContinuationLocked(dir, WriterOptions{}));
+  if (c.found == Continuation::Found::kNothing)
+    return Status::NotFound(dir + ": neither a dataset (manifest.json) nor an unfinished write (" +
+                            format::kJournalName + "), so no identity");
+  DatasetIdentity id;
+  id.schema = std::move(c.schema);
+  id.attributes = std::move(c.recorded);
+  id.digest = IdentityDigest(id.schema, id.attributes);
+  id.recorded = c.found == Continuation::Found::kDataset ? c.manifest_identity_recorded
+                                                        : c.recorded_known;
+  return id;
+}
 
 Result<std::vector<std::string>> CheckWriteIdentity(const std::string& dir,
                                                     const WriterOptions& options) {

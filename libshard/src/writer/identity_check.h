@@ -33,7 +33,9 @@ struct Continuation {
   Found found = Found::kNothing;
   Schema schema;           // of what was found (journal header or manifest)
   Attributes recorded;     // its attributes (empty when none are recorded)
-  bool recorded_known = false;  // an identity is recorded (always for a dataset)
+  // Its attributes are known: always for a dataset; for a journal, when _identity.json exists.
+  bool recorded_known = false;
+  bool manifest_identity_recorded = false;  // a dataset's manifest records provenance.identity
   std::string set_aside;   // where it went, when it was set aside (then found is kNothing)
 };
 
