@@ -330,7 +330,27 @@ def manifest_corpus():
     c.add("non_utf8_name.json", text.replace('"input_ids"', '"\\udcff"').encode())
     c.add("raw_non_utf8_name.json", text.encode().replace(b'"input_ids"', b'"\xff\xfe"'))
     c.add("huge_numbers.json", text.replace('"size": 3286', '"size": 1e400').encode())
+    for name, case in identity_manifests().items():
+        c.add(name, case)
     return c
+
+
+def identity_manifests():
+    """provenance.identity (FORMAT.md §2.2): recorded and matching, of another digest (refused),
+    of a later version (ignored), not an object, and attributes with it."""
+    data = ROOT / "tests" / "data"
+    out = {"golden_v3.json": (data / "golden_v3" / "manifest.json").read_bytes(),
+           "identity_by_hand.json": (data / "golden_by_hand_v3" / "manifest.json").read_bytes()}
+    m = json.loads(out["identity_by_hand.json"])
+    m["provenance"]["identity"]["xxh3"] = "0123456789abcdef"
+    out["identity_mismatch.json"] = json.dumps(m).encode()
+    m["provenance"]["identity"]["version"] = 2
+    out["identity_version2.json"] = json.dumps(m).encode()
+    m["provenance"]["identity"] = "0123456789abcdef"
+    out["identity_not_object.json"] = json.dumps(m).encode()
+    m["provenance"]["identity"] = {"version": 1, "xxh3": 7}
+    out["identity_bad_digest.json"] = json.dumps(m).encode()
+    return out
 
 
 def metadata_corpus():

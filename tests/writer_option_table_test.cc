@@ -140,7 +140,7 @@ TEST(WriterConfigTest, PackHasEveryWriterRowUnchanged) {
     EXPECT_EQ(p->doc, w.doc) << w.name;
     EXPECT_EQ(CommandLineSpellingOf(*p).help, cl.help) << w.name;
   }
-  EXPECT_EQ(shared, 9);
+  EXPECT_EQ(shared, 10);
   // The same value sets the same member through either table, and is refused in the same words
   // but for the table's name.
   const std::pair<const char*, OptionValue> values[] = {
@@ -182,8 +182,8 @@ TEST(WriterConfigTest, DeclaredDefaultsAreTheDefaultConfiguration) {
   EXPECT_EQ(FormatWriterConfig(c), FormatWriterConfig(WriterConfig{}));
   EXPECT_EQ(FormatWriterConfig(WriterConfig{}),
             "compress=none store_dtype=none shard_size=4GiB fsync=true journal_every=1GiB "
-            "commit_interval=5 threads=None in_flight_bytes=None attrs={} created_by='' "
-            "source_root=''");
+            "commit_interval=5 threads=None in_flight_bytes=None attrs={} "
+            "allow_identity_change=false created_by='' source_root=''");
   // Every struct that takes a part starts from the part's defaults.
   EXPECT_EQ(FormatWriterConfig(convert::PackOptions{}), FormatWriterConfig(WriterConfig{}));
   WriterConfig from_writer;
@@ -205,6 +205,7 @@ TEST(WriterConfigTest, PrintedConfigurationReadsBack) {
   c.commit_interval_seconds = 0.125;
   c.threads = 3;
   c.in_flight_bytes = uint64_t{5} << 30;
+  c.allow_identity_change = true;
   for (const WriterConfig& want : {c, [] {
          WriterConfig d;
          d.field_codecs = FieldCodecPolicy::kPlanes2;
@@ -225,7 +226,7 @@ TEST(WriterConfigTest, PrintedConfigurationReadsBack) {
       ASSERT_TRUE(t.SetFromText(got, name, pair.substr(eq + 1)).ok()) << pair;
       ++pairs;
     }
-    EXPECT_EQ(pairs, 8u);
+    EXPECT_EQ(pairs, 9u);
     EXPECT_EQ(FormatWriterConfig(got), text);
   }
 }

@@ -72,6 +72,9 @@ py::dict SummaryToPython(const convert::PackSummary& s) {
   dataset["raw_bytes"] = s.dataset.raw_bytes;
   dataset["stored_bytes"] = s.dataset.stored_bytes;
   out["dataset"] = std::move(dataset);
+  py::list set_aside;
+  for (const std::string& p : s.set_aside) set_aside.append(DecodeDatasetString(p));
+  out["set_aside"] = std::move(set_aside);
   return out;
 }
 

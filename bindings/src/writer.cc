@@ -152,6 +152,7 @@ class PyWriter {
   }
 
   std::vector<uint64_t> TakeEncoded() { return Get()->TakeReleased(); }
+  std::vector<std::string> SetAside() { return Get()->writer().set_aside(); }
 
   void Flush() {
     const std::shared_ptr<ParallelWriter> p = Get();
@@ -293,15 +294,18 @@ void RegisterWriter(py::module_& m) {
       .def("existing_keys", &PyWriter::ExistingKeys)
       .def("existing_sources", &PyWriter::ExistingSources)
       .def_property_readonly("schema", &PyWriter::Schema)
+      .def_property_readonly("set_aside", &PyWriter::SetAside)
       .def_property_readonly("blocked_seconds", &PyWriter::BlockedSeconds)
       .def_property_readonly("appended", &PyWriter::Appended);
 
   m.def(
       "merge",
-      [](const std::string& out, const std::vector<std::string>& parts, bool by_key, bool link) {
+      [](const std::string& out, const std::vector<std::string>& parts, bool by_key, bool link,
+         bool allow_identity_change) {
         MergeOptions o;
         o.link = link;
         o.by_key = by_key;
+        o.allow_identity_change = allow_identity_change;
         o.caller = Caller::kPython;
         Status st;
         {
@@ -311,7 +315,36 @@ void RegisterWriter(py::module_& m) {
         ThrowIfError(st);
       },
       py::arg("out"), py::arg("parts"), py::arg("by_key") = false, py::arg("link") = true,
-      "MergeDatasets (libshard/merge.h).");
+      py::arg("allow_identity_change") = false, "MergeDatasets (libshard/merge.h).");
+  m.def(
+      "check_write_identity",
+      [](const std::string& dir, const py::dict& options) {
+        WriterOptions wo = WriterOptions::From(OptionsFromPython(options));
+        wo.caller = Caller::kPython;
+        Result<std::vector<std::string>> r = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          r = CheckWriteIdentity(dir, wo);
+        }
+        return ValueOrThrow(std::move(r));
+      },
+      py::arg("dir"), py::arg("options"),
+      "CheckWriteIdentity (libshard/writer.h): the identity check of a write that continues "
+      "what `dir` holds; returns what it set aside (allow_identity_change).");
+  m.def(
+      "begin_part",
+      [](const std::string& out, uint32_t rank, uint32_t world_size, bool allow_identity_change) {
+        Result<std::vector<std::string>> r = Status::Internal("unset");
+        {
+          py::gil_scoped_release release;
+          r = BeginPart(out, rank, world_size, allow_identity_change, Caller::kPython);
+        }
+        return ValueOrThrow(std::move(r));
+      },
+      py::arg("out"), py::arg("rank"), py::arg("world_size"),
+      py::arg("allow_identity_change") = false,
+      "BeginPart (libshard/merge.h): before rank RANK of WORLD_SIZE writes its part; returns "
+      "what it set aside.");
 
   m.def(
       "check_writer_options", [](const py::dict& options) { (void)OptionsFromPython(options); },
@@ -355,9 +388,11 @@ void RegisterWriter(py::module_& m) {
       "MarkPartEmpty (libshard/merge.h).");
   m.def(
       "join_parts",
-      [](const std::string& out, uint32_t world_size, bool link) {
+      [](const std::string& out, uint32_t world_size, bool link, bool allow_identity_change) {
         JoinOptions o;
         o.link = link;
+        o.allow_identity_change = allow_identity_change;
+        o.caller = Caller::kPython;
         Result<JoinResult> r = Status::Internal("unset");
         {
           py::gil_scoped_release release;
@@ -372,6 +407,7 @@ void RegisterWriter(py::module_& m) {
         return d;
       },
       py::arg("out"), py::arg("world_size"), py::arg("link") = true,
+      py::arg("allow_identity_change") = false,
       "JoinParts (libshard/merge.h, FORMAT.md §7.1): the join of OUT's parts when every rank "
       "has finished.");
 
@@ -392,6 +428,18 @@ void RegisterWriter(py::module_& m) {
       },
       "Dataset::provenance() (libshard/dataset.h): how the dataset was made, as its manifest "
       "records it (FORMAT.md §2.2).");
+  m.def(
+      "dataset_identity",
+      [](const std::shared_ptr<Dataset>& ds) {
+        const DatasetIdentity id = ds->identity();
+        py::dict d;
+        d["xxh3"] = id.digest_text();
+        d["recorded"] = id.recorded;
+        d["attributes"] = AttributesToPython(id.attributes);
+        return d;
+      },
+      "Dataset::identity() (libshard/identity.h): {xxh3: 16 hex digits of the digest of the "
+      "attributes and schema, recorded: whether the manifest records it, attributes}.");
   m.def(
       "check_attributes",
       [](const std::shared_ptr<Dataset>& ds, const py::dict& expected) {

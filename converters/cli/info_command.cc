@@ -266,6 +266,9 @@ Result<nlohmann::json> Describe(const Dataset& ds) {
     else attributes[key] = std::get<std::string>(value);
   }
   j["attributes"] = std::move(attributes);
+  // What made the dataset (identity.h): its attributes and schema, hashed (FORMAT.md §2.2).
+  const DatasetIdentity id = ds.identity();
+  j["identity"] = {{"xxh3", id.digest_text()}, {"recorded", id.recorded}};
   return j;
 }
 
@@ -326,6 +329,14 @@ void PrintText(const nlohmann::json& j) {
               p["last"].get<std::string>().c_str(), p["hashed_sources"].get<unsigned long long>());
   for (const char* k : {"source_root", "created_by", "created_at"}) {
     if (p.contains(k) && p[k].is_string()) std::printf("  %-11s %s\n", k, p[k].get<std::string>().c_str());
+  }
+  if (j.contains("identity")) {
+    const auto& id = j["identity"];
+    std::printf("identity     xxh3 %s%s\n", id["xxh3"].get<std::string>().c_str(),
+                id["recorded"].get<bool>()
+                    ? " (attributes and schema; recorded, writes checked against it)"
+                    : " (attributes and schema; not recorded: written before identities, its "
+                      "writes were not checked)");
   }
   if (j.contains("attributes") && !j["attributes"].empty()) {
     std::printf("attributes\n");

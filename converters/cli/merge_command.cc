@@ -16,6 +16,7 @@ struct MergeArgs {
   std::vector<std::string> parts;
   bool copy = false;
   bool by_key = false;
+  bool allow_identity_change = false;
   bool quiet = false;
 };
 
@@ -24,15 +25,16 @@ int RunMerge(const MergeArgs& a) {
   MergeOptions options;
   options.link = !a.copy;
   options.by_key = a.by_key;
+  options.allow_identity_change = a.allow_identity_change;
   options.caller = Caller::kCli;
   Status st = MergeDatasets(a.output, a.parts, options);
   if (!st.ok()) return Fail("merge", st);
   if (!a.quiet) {
     auto ds = Dataset::Open(a.output);
     if (!ds.ok()) return Fail("merge", ds.status().WithContext("reopening the merged dataset"));
-    std::printf("merged %zu parts into %s: %llu samples, %zu shards\n", a.parts.size(),
-                a.output.c_str(), static_cast<unsigned long long>((*ds)->size()),
-                (*ds)->shards().size());
+    std::printf("merged %zu parts into %s: %llu samples, %zu shards, identity xxh3 %s\n",
+                a.parts.size(), a.output.c_str(), static_cast<unsigned long long>((*ds)->size()),
+                (*ds)->shards().size(), (*ds)->identity().digest_text().c_str());
   }
   return kExitOk;
 }
@@ -49,6 +51,9 @@ Command AddMergeCommand(CLI::App& app) {
   c->add_flag("--by-key", args->by_key,
               "Order the samples by key (source path, byte-wise) instead of part order, as a "
               "libshard.Writer of several ranks does; a key found twice is an error");
+  c->add_flag("--allow-identity-change", args->allow_identity_change,
+              "Merge parts of different identities (other attributes) deliberately; the merged "
+              "dataset records only the attributes they share");
   c->add_flag("-q,--quiet", args->quiet, "No summary");
   return {c, [args] { return RunMerge(*args); }};
 }

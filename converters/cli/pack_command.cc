@@ -89,6 +89,9 @@ void PrintSummary(const convert::PackSummary& s) {
   std::printf("  time     %s (%.2f GB/s)  peak RSS %s\n", convert::FormatDuration(s.seconds).c_str(),
               s.seconds > 0 ? static_cast<double>(s.bytes_in) / s.seconds / 1e9 : 0.0,
               FormatBytes(s.peak_rss_bytes).c_str());
+  for (const std::string& aside : s.set_aside)
+    std::printf("  set aside %s: what OUT held of another identity (kept, not reused)\n",
+                aside.c_str());
   if (!s.omitted_attributes.empty()) {
     std::string keys;
     for (const std::string& k : s.omitted_attributes) keys += (keys.empty() ? "" : ", ") + k;

@@ -242,9 +242,18 @@ Status PackJob::OpenWriter() {
   }
   const WriterOptions wo = MakeWriterOptions();
   std::error_code ec;
+  // What OUT holds must have this job's identity (its --attr and a cache's manifest): refused on
+  // a difference, or set aside with allow_identity_change, and then OUT is written afresh.
+  if ((o_.append || o_.resume) && lock_) {
+    auto aside = CheckWriteIdentity(o_.output, wo);
+    if (!aside.ok())
+      return aside.status().WithContext(F(o_.append ? "append" : "resume") + ": " + o_.output);
+    summary_.set_aside = std::move(*aside);
+  }
+  const bool afresh = !summary_.set_aside.empty();
   const bool has_manifest = fs::exists(fs::path(o_.output) / kManifest, ec);
   const bool has_journal = fs::exists(fs::path(o_.output) / kJournal, ec);
-  if (o_.append) {
+  if (o_.append && !afresh) {
     auto w = Writer::OpenForAppend(target_, wo);
     if (!w.ok()) return w.status().WithContext(F("append") + ": cannot open " + o_.output);
     writer_ = std::move(*w);
@@ -312,6 +321,22 @@ Status PackJob::CheckComplete() {
   std::unordered_set<std::string> handled;
   for (const SourceFileInfo& p : (*w)->existing_sources()) handled.insert(p.path);
   const uint64_t samples = (*w)->samples_written();
+  // A part (--part I/N, N > 1) holds its slice of the sources and nothing else, as a journal must
+  // (OpenWriter): one holding a sample outside it was made with another N or another source
+  // selection, and the parts of this run would hold that sample twice. (A whole dataset may hold
+  // samples appended from elsewhere.)
+  if (o_.part_count > 1) {
+    std::unordered_set<std::string> selected;
+    for (const SourceEntry& e : sources_) selected.insert(e.rel_path);
+    for (const SourceFileInfo& p : (*w)->existing_sources()) {
+      if (selected.count(p.path)) continue;
+      return Status::InvalidArgument(
+          F("resume") + ": " + o_.output + " holds sample '" + p.path + "', which is not among "
+          "the sources of this run, so it was made by another job; resume with the same " +
+          F("src") + ", " + F("files_from") + ", " + F("include") + "/" + F("exclude") + " and " +
+          F("part") + " as the job that made it, or pack into another directory");
+    }
+  }
   // Sources the job left out with --on-error skip were handled too (skipped.txt: "PATH\tWHY").
   if (FILE* f = std::fopen((fs::path(o_.output) / kSkippedReport).c_str(), "r")) {
     std::string line;

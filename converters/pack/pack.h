@@ -69,7 +69,10 @@ struct PackOptions : WriterConfig {
   // journal (or start it when there is none). A finished dataset is left as it is: OK with
   // PackSummary::nothing_to_resume when it holds every selected source, else InvalidArgument
   // telling to --append the sources it lacks. append: add the sources whose relative path is not
-  // yet in the complete dataset `output`.
+  // yet in the complete dataset `output`. Both first check the identity of what `output` holds
+  // against this job's attributes (the --attr given and a cache source's manifest):
+  // CheckWriteIdentity (libshard/writer.h), refused on a difference, or with
+  // allow_identity_change set aside (PackSummary::set_aside) and written afresh.
   bool resume = false;
   bool append = false;
   uint32_t part_index = 0;           // convert only slice part_index of part_count (PartSlice)
@@ -104,6 +107,9 @@ struct PackSummary {
   SourceFormat source_format = SourceFormat::kFiles;  // what the sources were (kAuto resolved)
   // Cache manifest keys too large for a dataset attribute (CacheSource::omitted_keys).
   std::vector<std::string> omitted_attributes;
+  // What --resume / --append found in OUT of another identity and set aside with
+  // allow_identity_change (CheckWriteIdentity, libshard/writer.h): this run then wrote OUT afresh.
+  std::vector<std::string> set_aside;
 };
 
 // Checks the options alone (no file system access): no sources or no output, resume with append,

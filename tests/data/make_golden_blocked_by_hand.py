@@ -73,6 +73,32 @@ def block_table(i, s):
     return words
 
 
+IDENTITY_ATTRIBUTES = {"target_model": "by/hand", "hidden_size": 4, "seed": -7}
+
+
+def canonical_identity(schema, attributes):
+    """§2.2: the canonical encoding of an identity (schema and attributes)."""
+    def string(b):
+        b = b.encode() if isinstance(b, str) else b
+        return struct.pack("<I", len(b)) + b
+
+    out = b"LSID" + struct.pack("<I", 1) + struct.pack("<I", len(schema["fields"]))
+    names = [f["name"] for f in schema["fields"]]
+    for f in schema["fields"]:
+        out += string(f["name"]) + string(f["dtype"]) + struct.pack("<Ii", f["rank"], f["seq_dim"])
+    lf = schema["length_field"]
+    out += struct.pack("<i", -1 if lf is None else names.index(lf))
+    out += struct.pack("<I", len(attributes))
+    for key in sorted(attributes, key=lambda k: k.encode()):
+        value = attributes[key]
+        out += string(key)
+        if isinstance(value, int):
+            out += b"\0" + struct.pack("<q", value)
+        else:
+            out += b"\1" + string(value)
+    return out
+
+
 def main(version):
     OUT = os.path.join(HERE, "golden_by_hand_v%d" % version)
     os.makedirs(OUT, exist_ok=True)
@@ -197,6 +223,13 @@ def main(version):
     if version == 4:
         for i, s in enumerate(samples):
             s["block_table"] = block_table(i, s).hex()
+    if version >= 3:
+        # §2.2: attributes, and the identity's digest of the canonical encoding of the schema and
+        # them, recorded as provenance.identity.
+        manifest["provenance"]["attributes"] = IDENTITY_ATTRIBUTES
+        digest = "%016x" % v1.xxh3(canonical_identity(manifest["schema"], IDENTITY_ATTRIBUTES))
+        manifest["provenance"]["identity"] = {"version": 1, "xxh3": digest}
+        expected["identity"] = digest
 
     shutil.copyfile(os.path.join(SRC, shard_name), os.path.join(OUT, shard_name))
     with open(os.path.join(OUT, "index.lsi"), "wb") as fh:

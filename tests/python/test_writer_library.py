@@ -165,7 +165,7 @@ def test_pack_errors_speak_python_not_the_cli(tmp_path):
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER_ROWS = {"compress", "store_dtype", "shard_size", "fsync", "journal_every",
-               "commit_interval", "threads", "in_flight_bytes", "attrs"}
+               "commit_interval", "threads", "in_flight_bytes", "attrs", "allow_identity_change"}
 
 
 def _flagged_writer_rows():

@@ -201,6 +201,8 @@ class WriterOptions(TypedDict, total=False):
     in_flight_bytes: Union[int, str, None]
     # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes, --attr)
     attrs: Optional[Mapping[str, Union[str, int]]]
+    # where the output holds a write or dataset of another identity (other attrs), set it aside (moved to OUT.stale-TIME, kept) and start afresh instead of refusing (default False; also spelled --allow-identity-change)
+    allow_identity_change: bool
     # free text recorded in the manifest (default '')
     created_by: str
     # recorded in the manifest's provenance summary (default '')
@@ -259,6 +261,8 @@ class PackOptions(TypedDict, total=False):
     in_flight_bytes: Union[int, str, None]
     # what produced the data, recorded in the manifest ({key: str or int}) (default None; also spelled attributes, --attr)
     attrs: Optional[Mapping[str, Union[str, int]]]
+    # where the output holds a write or dataset of another identity (other attrs), set it aside (moved to OUT.stale-TIME, kept) and start afresh instead of refusing (default False; also spelled --allow-identity-change)
+    allow_identity_change: bool
     # keep only these tensors (default None; also spelled --fields)
     fields: Optional[List[str]]
     # raise: stop at the first bad source ('fail' is an alias); skip: leave it out and list it in OUT/skipped.txt (default 'raise'; 'raise' | 'skip' | 'fail'; also spelled --on-error)

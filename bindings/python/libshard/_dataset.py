@@ -6,7 +6,8 @@ import operator
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional,
+                    Tuple, Union)
 
 import numpy as np
 import torch
@@ -64,6 +65,18 @@ class Schema:
             for f in d["fields"])
         lf = d["length_field"]
         return Schema(fields, None if lf < 0 else fields[lf].name)
+
+
+class Identity(NamedTuple):
+    """What made a dataset (``Dataset.identity``; C++ ``Dataset::identity()``, libshard/identity.h):
+    its attributes and its schema, hashed. ``digest`` is 16 hex digits (XXH3-64 of their canonical
+    encoding, FORMAT.md §2.2), what a loader's state carries to know its dataset; ``recorded``:
+    the manifest records it (False for a dataset written before identities: computed all the
+    same, but its writes were not checked against it)."""
+
+    digest: str
+    recorded: bool
+    attributes: Dict[str, Union[str, int]]
 
 
 class Dataset(torch.utils.data.Dataset):
@@ -367,6 +380,13 @@ class Dataset(torch.utils.data.Dataset):
         """What produced the data, as its writer recorded it (``Writer(attrs=...)``,
         ``pack --attr``): e.g. ``target_model``, layer ids, ``hidden_size``; ``{}`` if none."""
         return _core.dataset_attributes(self._core)
+
+    @property
+    def identity(self) -> Identity:
+        """What made the dataset: :class:`Identity` (its attributes and schema, and their digest;
+        docs/guide/loading.md#identity)."""
+        d = _core.dataset_identity(self._core)
+        return Identity(d["xxh3"], bool(d["recorded"]), d["attributes"])
 
     def check(self, expect: Optional[Dict[str, Union[str, int]]]) -> None:
         """Raises ``InvalidArgumentError`` (a ``ValueError``) naming the dataset, the attribute and

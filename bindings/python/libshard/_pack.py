@@ -53,7 +53,13 @@ def pack(src: Optional[PathLike], out: PathLike, *,
         the summary has ``nothing_to_resume`` when it holds every source, else ValueError says
         how many sources are not in it (add them with ``append``).
       append: add the sources not yet in the dataset ``out``. One writer at a time: a pack into an
-        ``out`` another process is writing fails at once, naming that process.
+        ``out`` another process is writing fails at once, naming that process. ``resume`` and
+        ``append`` continue only what has this pack's identity (its ``attrs`` and, for a cache,
+        the cache manifest's keys): another is refused, naming the key and both values.
+      allow_identity_change: (keyword, in ``**options``) with ``resume`` or ``append``, set what
+        ``out`` holds of another identity aside (moved to ``OUT.stale-TIME``, kept, never
+        reused; the summary's ``set_aside`` lists it) and pack ``out`` afresh
+        (``--allow-identity-change``).
       part: "I/N": convert only the I-th of N contiguous slices (merge the parts afterwards).
       allow_varying_dims: allow dimensions other than the sequence dimension to vary.
       progress: print progress lines to stderr.

@@ -232,8 +232,15 @@ class Writer:
       attrs: what produced the data, recorded in the manifest (``{key: str|int}``, e.g.
         ``target_model``, ``hidden_state_layer_ids`` as a str, ``hidden_size``, ``tokenizer``):
         ``Dataset.attributes`` and ``libshard info`` show them, joining parts with other
-        attributes is refused, ``Loader(expect=...)`` checks them. Reopening a committed output
-        with attributes that contradict its own is refused.
+        attributes is refused, ``Loader(expect=...)`` checks them. With the schema they are the
+        dataset's identity (``Dataset.identity``, docs/guide/writing.md#identity): reopening an
+        output (an interrupted write, or a committed one) with an attribute it does not record
+        with the same value is refused, naming the key and both values; attributes not given
+        are kept.
+      allow_identity_change: a deliberate change of identity: what the output (this rank's
+        part) holds of other attributes is set aside instead of refused (moved to
+        ``OUT.stale-TIME``, kept, never reused; listed in ``Writer.set_aside``) and the write
+        starts afresh; joining parts of other attributes then records only those they share.
 
     ``write`` reads the tensors' bytes in place (a contiguous CPU tensor is not copied by Python)
     after it returns, so a tensor must not be modified in place until a later ``write``,
@@ -262,7 +269,8 @@ class Writer:
                  attrs: Optional[Mapping[str, Union[str, int]]] = None,
                  threads: Optional[int] = None, in_flight_bytes: Union[int, str, None] = None,
                  journal_every: Union[int, str] = "1GiB", commit_interval: float = 5.0,
-                 fsync: bool = True, **aliases: Any) -> None:
+                 fsync: bool = True, allow_identity_change: bool = False,
+                 **aliases: Any) -> None:
         # Every call that reads or changes the Writer's state takes this turn (class docstring).
         self._lock = threading.RLock()
         self._core: Optional[Any] = None
@@ -300,6 +308,7 @@ class Writer:
             "journal_every": journal_every,
             "commit_interval": commit_interval,
             "attrs": attrs or None,
+            "allow_identity_change": allow_identity_change,
         }
         self._options = _with_aliases(options, aliases)
         self._options["created_by"] = f"libshard.Writer {_core.__version__}"
@@ -310,16 +319,30 @@ class Writer:
         self._keys: set = set()
         self._copy_stream: Optional[Any] = None
         self.summary: Optional[Dict[str, Any]] = None
+        #: What this Writer set aside (a part of a run of another world size, what the output
+        #: held of another identity with ``allow_identity_change``): paths, kept, never reused.
+        self.set_aside: List[str] = []
+        if self.world_size > 1:
+            # Parts a run of another world size left are set aside (BeginPart, merge.h).
+            self.set_aside += _core.begin_part(self.out, self.rank, self.world_size,
+                                               bool(self._options.get("allow_identity_change")))
         # The directory the write works in: the output itself, or an object-storage URL's
-        # staging directory; what it holds (a journal, a committed dataset) is resumed.
+        # staging directory; what it holds (a journal, a committed dataset) is resumed when it
+        # has this Writer's identity (CheckWriteIdentity: refused otherwise, or set aside with
+        # allow_identity_change, and then this write starts afresh).
         self._work_dir = storage["work_dir"] if self.world_size == 1 else self.path
-        if os.path.exists(os.path.join(self._work_dir, _MANIFEST)) or \
-                os.path.exists(os.path.join(self._work_dir, _JOURNAL)):
+        if self._holds_write():
+            self.set_aside += _core.check_write_identity(self._work_dir, self._options)
+        if self._holds_write():
             self._open(resume=True)
         elif self._given_schema is not None:
             self._open(resume=False, schema=self._given_schema)
 
     # -- opening ------------------------------------------------------------------------------
+    def _holds_write(self) -> bool:
+        return os.path.exists(os.path.join(self._work_dir, _MANIFEST)) or \
+            os.path.exists(os.path.join(self._work_dir, _JOURNAL))
+
     def _open(self, *, resume: bool, schema: Optional[Schema] = None) -> None:
         os.makedirs(self._work_dir, exist_ok=True)
         if self.world_size > 1:  # this rank has samples after all
@@ -541,7 +564,9 @@ class Writer:
             # This rank wrote nothing (so no schema, no part): say so, or the parts never join.
             _core.mark_part_empty(self.out, self.rank, self.world_size, True)
         if join and self.world_size > 1:
-            self.joined = join_parts(self.out, self.world_size)
+            self.joined = join_parts(
+                self.out, self.world_size,
+                allow_identity_change=bool(self._options.get("allow_identity_change")))
 
     @_in_turn
     def abort(self) -> None:
@@ -578,22 +603,28 @@ class Writer:
                 f"samples={len(self._keys)})")
 
 
-def join_parts(out: PathLike, world_size: int) -> bool:
+def join_parts(out: PathLike, world_size: int, *, allow_identity_change: bool = False) -> bool:
     """Joins ``out/parts/rank-*-of-WORLD`` into ``out`` when every rank has finished (ordered by
     key, shards hard-linked). Returns True when ``out`` holds the join of the current parts.
 
     The library's JoinParts (libshard/merge.h; the protocol is FORMAT.md §7.1): safe against
     ranks closing at once (they queue on ``out/parts/.join.lock``), a join already done for the
     same part manifests is not redone, one made before a part changed is replaced, and a crash
-    never leaves a partial dataset in ``out``.
+    never leaves a partial dataset in ``out``. Parts of different identities (other attributes)
+    are refused unless ``allow_identity_change`` (the join then records the attributes they
+    share).
     """
-    return bool(_core.join_parts(os.fspath(out), world_size)["joined"])
+    return bool(_core.join_parts(os.fspath(out), world_size,
+                                 allow_identity_change=allow_identity_change)["joined"])
 
 
 def merge(out: PathLike, parts: Sequence[PathLike], *, by_key: bool = False,
-          link: bool = True) -> None:
+          link: bool = True, allow_identity_change: bool = False) -> None:
     """Builds dataset ``out`` from the datasets ``parts`` (``libshard merge``): shard files are
     hard-linked (copied when ``link`` is False or linking fails), only a new index and manifest
     are written. Order: part by part, or by key with ``by_key`` (a key found twice is an
-    ``InvalidArgumentError``). ``out`` must not hold a dataset yet."""
-    _core.merge(os.fspath(out), [os.fspath(p) for p in parts], by_key=by_key, link=link)
+    ``InvalidArgumentError``). ``out`` must not hold a dataset yet. Parts of different
+    identities (other attributes) are refused, naming the keys and values, unless
+    ``allow_identity_change``: the merged dataset then records only the attributes they share."""
+    _core.merge(os.fspath(out), [os.fspath(p) for p in parts], by_key=by_key, link=link,
+                allow_identity_change=allow_identity_change)

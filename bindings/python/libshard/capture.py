@@ -20,7 +20,9 @@ back, and ``libshard pack`` of a real dump stores the same keys and bytes. What 
 checks before writing (``os.path.exists``, ``Path.exists``, ``os.listdir``, ``glob``,
 ``os.scandir``, ``os.stat``) sees the captured samples, so its own skip-if-done logic resumes a
 killed run: rerun the same command and the Writer continues from its journal (a kill -9 loses no
-journaled sample; the generator redoes the rest). A trainer may read the dataset while it is
+journaled sample; the generator redoes the rest). A rerun continues only a write of its own
+identity (``--attr``, docs/guide/writing.md#identity): other attributes are refused, naming the
+key and both values, and ``--allow-identity-change`` sets the earlier write aside instead. A trainer may read the dataset while it is
 written: ``libshard.Loader(DATASET, follow=True)`` serves each sample once it is journaled (within
 ``--commit-interval`` seconds). Every other file (logs, configs, checkpoints,
 files outside ``OUTPUT_DIR``, files that are not samples) goes to disk as usual.
@@ -210,6 +212,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              writer_options=writer_options(ns), readback_bytes=readback, log=_log)
     except (ValueError, _core.Error) as e:
         parser.exit(2, f"{PREFIX}{e}\n")
+    for aside in store.writer.set_aside:  # --allow-identity-change, or another world size
+        _log(f"set aside {aside}: what {store.out} held of another identity or world size (kept, "
+             "not reused)")
     state: Dict[str, Any] = {"exit": 1, "quiet": ns.quiet}
     # os._exit(status) ends the capture as a normal exit with that status would.
     install(store, on_exit=lambda code: _finish(store, {**state, "exit": code}))

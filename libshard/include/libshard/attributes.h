@@ -27,7 +27,8 @@ std::string AttributesText(const Attributes& attributes);
 [[nodiscard]] Status CheckAttributes(const Attributes& actual, const Attributes& expected,
                                      const std::string& what);
 
-// Keys 1..256 bytes, at most 256 attributes, string values at most 64 KiB (InvalidArgument).
+// Keys 1..256 bytes without NUL, at most 256 attributes, string values at most 64 KiB, keys and
+// string values well-formed UTF-8 (the manifest's JSON holds them; InvalidArgument).
 [[nodiscard]] Status ValidateAttributes(const Attributes& attributes);
 
 }  // namespace libshard

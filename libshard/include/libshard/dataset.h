@@ -17,6 +17,7 @@
 
 #include "libshard/attributes.h"
 #include "libshard/caller.h"
+#include "libshard/identity.h"
 #include "libshard/sample.h"
 #include "libshard/schema.h"
 #include "libshard/status.h"
@@ -63,6 +64,7 @@ struct DatasetProvenance {
   std::string created_by;   // free text ("libshard pack <version>")
   std::string created_at;   // UTC, ISO 8601
   Attributes attributes;    // what produced the data (attributes.h); empty when not recorded
+  bool identity_recorded = false;  // the manifest records provenance.identity (identity.h)
 };
 
 struct ShardInfo {
@@ -131,6 +133,8 @@ class Dataset {
   virtual uint64_t total_stored_bytes() const = 0;
   virtual uint64_t total_raw_bytes() const = 0;
   virtual const DatasetProvenance& provenance() const = 0;
+  // What made the dataset (identity.h): its attributes and schema, and their digest.
+  DatasetIdentity identity() const;
   // Per field, its codec id (FORMAT.md §4.3.1; 0 raw); empty when every field is raw.
   virtual std::vector<uint8_t> field_codecs() const { return {}; }
   // The version of the dataset's index (FORMAT.md §3): 3 as written today, 2 (blocks loaded

@@ -37,6 +37,12 @@ struct MergeOptions {
   bool order_by_source = false;
   // The front end merging: errors give its spelling of what to do (caller.h).
   Caller caller = Caller::kCpp;
+  // Parts of one dataset have one identity (identity.h: attributes and schema): parts whose
+  // attributes differ are refused (InvalidArgument naming the part, each key and both values).
+  // True merges them deliberately; the merged dataset then records only the attributes every
+  // part shares (SharedAttributes). Parts of different schemas are refused either way. Python
+  // merge(allow_identity_change=True), `libshard merge --allow-identity-change`.
+  bool allow_identity_change = false;
 };
 
 [[nodiscard]] Status MergeDatasets(const std::string& out_dir, const std::vector<std::string>& parts,
@@ -65,6 +71,9 @@ std::string PartDirectory(std::string_view out, uint32_t rank, uint32_t world_si
 
 struct JoinOptions {
   bool link = true;  // hard-link the parts' shards (MergeOptions::link)
+  // Join parts of different identities (MergeOptions::allow_identity_change).
+  bool allow_identity_change = false;
+  Caller caller = Caller::kCpp;  // the front end joining (MergeOptions::caller)
 };
 
 struct JoinResult {
@@ -84,5 +93,18 @@ struct JoinResult {
 // parts, parts of different schemas or attributes (InvalidArgument, as MergeDatasets), I/O.
 Result<JoinResult> JoinParts(const std::string& out, uint32_t world_size,
                              const JoinOptions& options = {});
+
+// What rank `rank` of `world_size` calls before it writes its part (libshard.Writer and capture
+// do): removes its `.empty` marker (MarkPartEmpty(..., false)) and, under the join lock, sets
+// aside what a run of another world size left, which this run never writes and never joins:
+// every part `parts/rank-*-of-VVVVV` (V != world_size) is renamed to `NAME.stale-TIME` (kept,
+// never reused; its own lock is taken first, so a part still being written is refused with
+// AlreadyExists naming its writer), its `.empty` markers likewise, and its join stamp removed.
+// When `out` itself holds one writer's dataset or unfinished write (not a join of parts), which
+// the join would replace: InvalidArgument saying so, or with `allow_identity_change` that is set
+// aside too (moved to `OUT.stale-TIME/`, `parts/` kept). Returns the paths set aside.
+Result<std::vector<std::string>> BeginPart(const std::string& out, uint32_t rank,
+                                           uint32_t world_size, bool allow_identity_change = false,
+                                           Caller caller = Caller::kCpp);
 
 }  // namespace libshard

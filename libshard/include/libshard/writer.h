@@ -100,7 +100,9 @@ class Writer {
                                                 const WriterOptions& options = {});
   // Continues an interrupted Create() from its journal (FORMAT.md §6): samples already journaled
   // are kept and `existing_sources()` lists them, so the caller skips those sources. When the
-  // interrupted job had already committed (a manifest exists), this is OpenForAppend.
+  // interrupted job had already committed (a manifest exists), this is OpenForAppend. Both check
+  // the identity first (CheckWriteIdentity): with allow_identity_change, what `dir` held of
+  // another identity is set aside (set_aside()) and a new write of its schema starts.
   static Result<std::unique_ptr<Writer>> Resume(const std::string& dir,
                                                 const WriterOptions& options = {});
   // Opens a complete dataset to add samples in new shards; existing shards are never modified.
@@ -140,6 +142,25 @@ class Writer {
   virtual uint64_t samples_written() const = 0;
   // The source file of every sample already in the dataset (Resume / OpenForAppend), in order.
   virtual const std::vector<SourceFileInfo>& existing_sources() const = 0;
+  // Where Resume / OpenForAppend set aside what the directory held of another identity
+  // (WriterOptions::allow_identity_change; CheckWriteIdentity); empty when nothing was.
+  virtual std::vector<std::string> set_aside() const { return {}; }
 };
+
+// The identity check of a write that continues what `dir` holds (docs/guide/writing.md,
+// "Identity"; FORMAT.md §2.2, §6), which Resume and OpenForAppend make themselves and front ends
+// that choose between them and Create make first (`libshard pack`, libshard.Writer): nothing to
+// check when `dir` holds neither a journal nor a manifest; otherwise the attributes recorded there
+// (the journal's `_identity.json`, the manifest's provenance.attributes) must agree with
+// `options.attributes` (AttributeDifferences, identity.h: each given key recorded with the same
+// value; an unfinished write of a libshard before identities records none and agrees with any).
+// A difference is InvalidArgument naming each key with both values and what to do; with
+// options.allow_identity_change what `dir` holds is set aside instead: every entry but the lock
+// file is moved, names kept, into the new directory `DIR.stale-YYYYMMDDThhmmssZ` beside it
+// (never reused, never deleted), whose path is returned; `dir` then holds nothing to continue.
+// Takes `dir`'s lock for its duration (or uses options.lock). `dir` is local (an object store's
+// write passes its staging directory, StorageInfo::work_dir).
+Result<std::vector<std::string>> CheckWriteIdentity(const std::string& dir,
+                                                    const WriterOptions& options);
 
 }  // namespace libshard

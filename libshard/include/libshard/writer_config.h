@@ -121,13 +121,21 @@ unsigned AutomaticThreads(unsigned threads, WriteDriver driver);
 uint64_t AutomaticInFlightBytes(uint64_t in_flight_bytes, unsigned threads,
                                 uint64_t largest_sample);
 
-// What made the dataset, recorded in its manifest. (The generator's declared identity, checked
-// on resume, append, the join of parts and merge, will be a member here: issue 45.)
+// What made the dataset, recorded in its manifest: its identity (libshard/identity.h: these
+// attributes and the schema; FORMAT.md §2.2), checked by every write that continues or adds to
+// it (docs/guide/writing.md, "Identity").
 struct ProvenanceOptions {
-  // What produced the data (attributes.h). OpenForAppend (and Resume of a committed job) keeps
-  // the dataset's attributes: given ones must agree with them (InvalidArgument otherwise) and may
-  // add keys. The option `attrs`.
+  // What produced the data (attributes.h): the declared part of the dataset's identity. A write
+  // that continues what a directory holds (Resume of its journal, OpenForAppend, and Resume of a
+  // committed job) keeps the attributes recorded there; every key given must be recorded there
+  // with the same value, else InvalidArgument naming the key and both values. The option `attrs`.
   Attributes attributes;
+  // A deliberate change of identity: where a write would continue what a directory holds of
+  // another identity (the attributes differ), that is set aside instead (CheckWriteIdentity,
+  // writer.h: moved to DIR.stale-TIME/, kept, never reused) and the write starts afresh with the
+  // given attributes; MergeOptions/JoinOptions::allow_identity_change combine parts of different
+  // identities. The option `allow_identity_change` (CLI --allow-identity-change).
+  bool allow_identity_change = false;
   std::string created_by;   // free text ("libshard pack <version>"); pack sets its own
   std::string source_root;  // recorded in the manifest's provenance summary; pack: its SRC
 };

@@ -137,7 +137,7 @@ Result<std::shared_ptr<Dataset>> DatasetImpl::Open(const std::string& dir_in,
   ds->options_ = options;
   ds->index_path_ = internal::JoinPath(dir, manifest.index_file);
   ds->provenance_ = {manifest.source_root, manifest.sources, manifest.created_by,
-                     manifest.created_at, manifest.attributes};
+                     manifest.created_at, manifest.attributes, manifest.identity_recorded};
   const std::string& ip = ds->index_path_;
   LIBSHARD_ASSIGN_OR_RETURN(ds->index_, IndexReader::Open(ip, manifest.index_size));
   const IndexReader& index = *ds->index_;

@@ -6,6 +6,7 @@
 
 #include "format/bytes.h"
 #include "format/index_common.h"
+#include "libshard/identity.h"
 #include "libshard_support/text.h"
 
 namespace libshard::format {
@@ -40,6 +41,9 @@ std::string EncodeManifest(const Manifest& m) {
     }
     j["provenance"]["attributes"] = std::move(attributes);
   }
+  // What made the dataset (FORMAT.md §2.2): the digest of its schema and attributes.
+  const std::string digest = IdentityDigestText(IdentityDigest(m.schema, m.attributes));
+  j["provenance"]["identity"] = {{"version", kIdentityVersion}, {"xxh3", digest}};
   return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
@@ -249,6 +253,27 @@ Result<Manifest> ParseManifest(std::string_view text, const std::string& file) {
             st = Status::Corruption("provenance.attributes." + a.key() +
                                     " is neither a string nor an integer");
         }
+      }
+    }
+    // Optional (FORMAT.md §2.2): the identity's digest, which must be that of the schema and the
+    // attributes read above. A version this reader does not know is left unchecked (the
+    // identity then counts as not recorded).
+    if (auto it = prov->find("identity"); st.ok() && it != prov->end()) {
+      ObjectReader ir(*it, "provenance.identity", &st);
+      const uint64_t version = ir.U64("version");
+      const std::string hex = ir.Str("xxh3");
+      if (st.ok() && (hex.size() != 16 ||
+                      hex.find_first_not_of("0123456789abcdef") != std::string::npos))
+        ir.Fail("provenance.identity.xxh3 is not 16 lower-case hex digits");
+      if (st.ok() && version == kIdentityVersion) {
+        const std::string want = IdentityDigestText(IdentityDigest(m.schema, m.attributes));
+        if (hex != want)
+          st = Status::Corruption(
+              "provenance.identity.xxh3 is " + hex + ", but the schema and attributes it records "
+              "give " + want + " (FORMAT.md §2.2): the manifest was edited or damaged after it "
+              "was written; restore it, or remove provenance.identity to open it as a dataset "
+              "whose identity is not recorded");
+        m.identity_recorded = st.ok();
       }
     }
   }

@@ -39,9 +39,14 @@ struct Manifest {
   std::string created_by;
   std::string created_at;
   Attributes attributes;  // provenance.attributes; omitted from the JSON when empty
+  // Parsing: the manifest records provenance.identity (FORMAT.md §2.2) in the version this reader
+  // knows, equal to the digest of `schema` and `attributes` (a different one is Corruption).
+  // Encoding ignores it: EncodeManifest always records the identity of `schema` and `attributes`.
+  bool identity_recorded = false;
 };
 
-// Pretty-printed JSON. Invalid UTF-8 in strings is replaced, never an error.
+// Pretty-printed JSON, with provenance.identity: the digest of the schema and the attributes
+// (libshard/identity.h). Invalid UTF-8 in strings is replaced, never an error.
 std::string EncodeManifest(const Manifest& manifest);
 // Parses and checks the structure and types (not the agreement with the index). `file` names the
 // manifest in messages. Unsupported for a "version" above kIndexVersion; Corruption for JSON nested

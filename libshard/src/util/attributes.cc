@@ -1,5 +1,7 @@
 #include "libshard/attributes.h"
 
+#include "libshard_support/text.h"
+
 namespace libshard {
 
 std::string AttributeText(const AttributeValue& value) {
@@ -45,8 +47,16 @@ Status ValidateAttributes(const Attributes& attributes) {
                                      "' must be 1..256 bytes");
     if (key.find('\0') != std::string::npos)
       return Status::InvalidArgument("dataset attribute keys must not contain NUL");
+    // The manifest holds them as JSON strings, and the identity's digest their bytes (FORMAT.md
+    // §2.2): bytes JSON cannot hold would be replaced in one and not in the other.
+    if (!IsValidUtf8(key))
+      return Status::InvalidArgument("dataset attribute key '" + EscapeNonUtf8(key.substr(0, 80)) +
+                                     "' is not valid UTF-8");
     if (const std::string* s = std::get_if<std::string>(&value); s && s->size() > 65536)
       return Status::InvalidArgument("dataset attribute '" + key + "' is longer than 64 KiB");
+    if (const std::string* s = std::get_if<std::string>(&value); s && !IsValidUtf8(*s))
+      return Status::InvalidArgument("dataset attribute '" + key + "' is not valid UTF-8 ('" +
+                                     EscapeNonUtf8(s->substr(0, 80)) + "')");
   }
   return Status::OK();
 }

@@ -10,6 +10,7 @@
 #include "format/shard_format.h"
 #include "libshard/dataset.h"
 #include "libshard/dataset_lock.h"
+#include "libshard/identity.h"
 #include "storage/storage_driver.h"
 #include "writer/commit.h"
 
@@ -74,22 +75,41 @@ Status MergeLocal(const std::string& out_dir, const std::vector<std::string>& pa
     auto ds = Dataset::Open(part, open_options);
     if (!ds.ok()) return ds.status().WithContext("merge: part " + part);
     if (!datasets.empty() && !((*ds)->schema() == datasets.front()->schema()))
-      return Status::InvalidArgument("merge: part " + part + " has a different schema than " +
-                                     parts.front() + "; only parts of one pack can be merged");
+      return Status::InvalidArgument(
+          "merge: part " + part + " has a different schema than " + parts.front() + " (" +
+          DescribeDifferences(IdentityDifferences(datasets.front()->schema(), {}, (*ds)->schema(),
+                                                  {})) +
+          "); only parts of one pack can be merged");
     total_shards += (*ds)->shards().size();
     total_samples += (*ds)->size();
     datasets.push_back(std::move(*ds));
   }
-  // Parts of one dataset were made by one generator: their attributes (attributes.h) agree.
+  // Parts of one dataset were made by one generator: their identities (identity.h: attributes
+  // and schema, the schema checked above) agree, or the merge is told to combine them, and then
+  // records what they share.
+  Attributes attributes = datasets.front()->provenance().attributes;
   for (size_t p = 1; p < datasets.size(); ++p) {
     const Attributes& a = datasets.front()->provenance().attributes;
     const Attributes& b = datasets[p]->provenance().attributes;
-    if (a != b)
-      return Status::InvalidArgument(
-          "merge: part " + parts[p] + " was made with other attributes (" +
-          (b.empty() ? std::string("none") : AttributesText(b)) + ") than part " + parts.front() +
-          " (" + (a.empty() ? std::string("none") : AttributesText(a)) +
-          "); parts of one dataset must come from one generator setup");
+    if (a == b) continue;
+    if (options.allow_identity_change) {
+      attributes = SharedAttributes(attributes, b);
+      continue;
+    }
+    return Status::InvalidArgument(
+        "merge: part " + parts[p] + " was made with other attributes (" +
+        (b.empty() ? std::string("none") : AttributesText(b)) + ") than part " + parts.front() +
+        " (" + (a.empty() ? std::string("none") : AttributesText(a)) +
+        "): their identities differ (" + parts.front() + " -> " + parts[p] + ": " +
+        DescribeDifferences(IdentityDifferences(datasets.front()->schema(), a,
+                                                datasets[p]->schema(), b)) +
+        "); parts of one dataset must come from one generator setup. Merge parts of one "
+        "identity, or pass " +
+        (options.caller == Caller::kCli      ? std::string("--allow-identity-change")
+         : options.caller == Caller::kPython ? std::string("allow_identity_change=True")
+                                             : std::string("MergeOptions::allow_identity_change")) +
+        " to combine them deliberately (the merged dataset then records only the attributes they "
+        "share)");
   }
   if (total_shards > kMaxShards || total_samples > kMaxSamples)
     return Status::ResourceExhausted("merge: the merged dataset would exceed the format limits");
@@ -156,7 +176,7 @@ Status MergeLocal(const std::string& out_dir, const std::vector<std::string>& pa
   req.samples = &samples;
   req.source_root = first.source_root;
   req.created_by = "libshard merge of " + std::to_string(parts.size()) + " parts";
-  req.attributes = datasets.front()->provenance().attributes;
+  req.attributes = std::move(attributes);
   for (uint8_t c : codecs) req.codecs.push_back(format::FieldCodec{c, {}});
   LIBSHARD_ASSIGN_OR_RETURN(WriteSummary summary, internal::CommitDataset(req));
   (void)summary;

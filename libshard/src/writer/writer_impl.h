@@ -18,6 +18,7 @@
 #include "libshard/dataset_lock.h"
 #include "libshard/writer.h"
 #include "writer/buffer_pool.h"
+#include "writer/identity_check.h"
 
 namespace libshard::writer_internal {
 
@@ -49,10 +50,18 @@ class WriterImpl final : public Writer {
                                                 const WriterOptions& options);
   static Result<std::unique_ptr<Writer>> OpenForAppend(const std::string& dir,
                                                        const WriterOptions& options);
-  // OpenForAppend with the dataset lock already held (Resume of a committed job).
+  // OpenForAppend with the dataset lock already held and the identity checked (Resume of a
+  // committed job).
   static Result<std::unique_ptr<Writer>> OpenForAppendLocked(const std::string& dir,
                                                              const WriterOptions& options,
                                                              LockPtr lock);
+  // Create with the dataset lock already held.
+  static Result<std::unique_ptr<Writer>> CreateLocked(const std::string& dir, const Schema& schema,
+                                                      const WriterOptions& options, LockPtr lock);
+  // After what `dir` held was set aside (Continuation::set_aside): a new write of its schema.
+  static Result<std::unique_ptr<Writer>> StartAfresh(const std::string& dir,
+                                                     const Continuation& found,
+                                                     const WriterOptions& options, LockPtr lock);
 
   Result<EncodedSample> Encode(const SampleInput& sample) const override;
   Status AppendEncoded(EncodedSample sample) override;
@@ -67,6 +76,7 @@ class WriterImpl final : public Writer {
   const Schema& schema() const override { return schema_; }
   uint64_t samples_written() const override { return samples_.size(); }
   const std::vector<SourceFileInfo>& existing_sources() const override { return existing_sources_; }
+  std::vector<std::string> set_aside() const override { return set_aside_; }
 
  private:
   std::string TmpPath(uint32_t shard) const {
@@ -106,6 +116,7 @@ class WriterImpl final : public Writer {
   std::vector<format::IndexShard> shards_;
   std::vector<format::IndexSample> samples_;
   std::vector<SourceFileInfo> existing_sources_;
+  std::vector<std::string> set_aside_;  // what Resume / OpenForAppend set aside (identity)
   uint32_t first_new_shard_ = 0;  // shards before this one belong to the existing dataset
   io::OpenedFile shard_;         // the open shard (the last of shards_) when shard_.file.valid()
   uint64_t shard_samples_ = 0;    // samples in the open shard

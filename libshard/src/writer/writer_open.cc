@@ -22,6 +22,7 @@
 #include "libshard/dataset.h"
 #include "writer/buffer_pool.h"
 #include "writer/commit.h"
+#include "writer/identity_check.h"
 #include "writer/writer_impl.h"
 
 namespace libshard::writer_internal {
@@ -88,6 +89,13 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   LIBSHARD_RETURN_IF_ERROR(schema.Validate());
   LIBSHARD_RETURN_IF_ERROR(ValidateOptions(options));
   LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/true));
+  return CreateLocked(dir, schema, options, std::move(lock));
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::CreateLocked(const std::string& dir,
+                                                         const Schema& schema,
+                                                         const WriterOptions& options,
+                                                         LockPtr lock) {
   if (internal::PathExists(JoinPath(dir, format::kManifestName)))
     return Status::AlreadyExists(dir + " already holds a dataset; add to it with "
                                  "Writer::OpenForAppend or choose an empty directory");
@@ -104,6 +112,8 @@ Result<std::unique_ptr<Writer>> WriterImpl::Create(const std::string& dir, const
   // `pack --resume` starts it afresh instead of refusing a torn header (FORMAT.md §6).
   w->journal_field_checksums_ = true;  // new indexes are version 4 (FORMAT.md §3.9, §3.10)
   w->journal_block_tables_ = true;
+  // The write's identity (FORMAT.md §6), before its journal: a journal never lacks it.
+  LIBSHARD_RETURN_IF_ERROR(WriteIdentityFile(dir, options.attributes, options.fsync));
   const std::string header = format::EncodeJournalHeader(
       schema, w->codecs_, w->journal_field_checksums_, w->journal_block_tables_);
   LIBSHARD_RETURN_IF_ERROR(
@@ -125,6 +135,10 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
     return Status::NotFound(dir + ": no such directory, so no " + format::kJournalName +
                             " to resume from; start a new write instead");
   LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/false));
+  // What `dir` holds must have the identity this write declares (identity_check.h); a write of
+  // another one is refused, or set aside with allow_identity_change.
+  LIBSHARD_ASSIGN_OR_RETURN(Continuation found, CheckContinuationLocked(dir, options));
+  if (!found.set_aside.empty()) return StartAfresh(dir, found, options, std::move(lock));
   if (internal::PathExists(JoinPath(dir, format::kManifestName))) {
     // Finish() committed but was interrupted before removing the journal: the dataset is
     // complete, so resuming means adding to it.
@@ -141,7 +155,13 @@ Result<std::unique_ptr<Writer>> WriterImpl::Resume(const std::string& dir,
     LIBSHARD_ASSIGN_OR_RETURN(journal, format::ParseJournal(map.bytes(), journal_path));
   }
   LIBSHARD_RETURN_IF_ERROR(CheckCodecs(journal.schema, journal.codecs, journal_path));
-  auto w = std::make_unique<WriterImpl>(dir, journal.schema, options, Mode::kCreate);
+  // The attributes recorded with the journal, and those given (which agree with them); a journal
+  // of a libshard before identities gets the given ones recorded now.
+  WriterOptions resumed = options;
+  for (const auto& [key, value] : found.recorded) resumed.attributes.emplace(key, value);
+  if (!found.recorded_known)
+    LIBSHARD_RETURN_IF_ERROR(WriteIdentityFile(dir, resumed.attributes, options.fsync));
+  auto w = std::make_unique<WriterImpl>(dir, journal.schema, resumed, Mode::kCreate);
   // The journal's codecs, whatever the options say: the resumed write continues the same job.
   w->codecs_ = journal.codecs;
   w->journal_field_checksums_ = journal.field_checksums;
@@ -226,7 +246,19 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppend(const std::string& dir
   // A missing `dir` is left to Dataset::Open's message (not created just to be locked).
   if (!internal::PathExists(dir)) return Dataset::Open(dir).status();
   LIBSHARD_ASSIGN_OR_RETURN(LockPtr lock, LockDataset(dir, options, /*create_directory=*/false));
+  LIBSHARD_ASSIGN_OR_RETURN(Continuation found, CheckContinuationLocked(dir, options));
+  if (!found.set_aside.empty()) return StartAfresh(dir, found, options, std::move(lock));
   return OpenForAppendLocked(dir, options, std::move(lock));
+}
+
+Result<std::unique_ptr<Writer>> WriterImpl::StartAfresh(const std::string& dir,
+                                                        const Continuation& found,
+                                                        const WriterOptions& options,
+                                                        LockPtr lock) {
+  LIBSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Writer> w,
+                            CreateLocked(dir, found.schema, options, std::move(lock)));
+  static_cast<WriterImpl*>(w.get())->set_aside_ = {found.set_aside};
+  return w;
 }
 
 Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::string& dir,
@@ -248,14 +280,8 @@ Result<std::unique_ptr<Writer>> WriterImpl::OpenForAppendLocked(const std::strin
   w->lock_ = std::move(lock);
   w->source_root_ = options.source_root.empty() ? manifest.source_root : options.source_root;
   w->old_index_file_ = manifest.index_file;
-  for (const auto& [key, value] : options.attributes) {
-    auto it = manifest.attributes.find(key);
-    if (it != manifest.attributes.end() && it->second != value)
-      return Status::InvalidArgument(dir + " was made with " + key + "='" +
-                                     AttributeText(it->second) + "'; adding samples made with '" +
-                                     AttributeText(value) + "' would mix two setups in one "
-                                     "dataset; write them to another directory");
-  }
+  // The identity was checked by the caller (CheckContinuationLocked): the given attributes agree
+  // with the dataset's, which it keeps.
   for (const auto& [key, value] : manifest.attributes) w->options_.attributes.emplace(key, value);
   for (const ShardInfo& s : ds->shards()) {
     std::string name = s.path.substr(s.path.find_last_of('/') + 1);

@@ -282,6 +282,16 @@ std::vector<Row<ProvenanceOptions>> ProvenanceRows(std::string_view what) {
                   },
                   {"attributes", "--attr"}));
   }
+  t.push_back(R(option_rows::Bool<V>(
+                    what, "allow_identity_change", "allow_identity_change",
+                    +[](V& v) -> bool& { return v.allow_identity_change; }, "False",
+                    "where the output holds a write or dataset of another identity (other "
+                    "attrs), set it aside (moved to OUT.stale-TIME, kept) and start afresh "
+                    "instead of refusing"),
+                +[](const V& v) -> std::string {
+                  return v.allow_identity_change ? "true" : "false";
+                },
+                {"--allow-identity-change"}));
   t.push_back(R(Text<V>(what, "created_by", "created_by",
                         +[](V& v) -> std::string& { return v.created_by; }, "''",
                         "free text recorded in the manifest"),

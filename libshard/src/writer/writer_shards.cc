@@ -190,6 +190,8 @@ Result<WriteSummary> WriterImpl::Finish() {
   if (journal_.valid()) {
     LIBSHARD_RETURN_IF_ERROR(journal_.Close());
     LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir_, format::kJournalName)));
+    // The manifest records the identity now (FORMAT.md §2.2, §6).
+    LIBSHARD_RETURN_IF_ERROR(internal::RemoveFile(JoinPath(dir_, kIdentityFileName)));
     if (options_.fsync) LIBSHARD_RETURN_IF_ERROR(internal::SyncDirectory(dir_));
   }
   finished_ = true;
