@@ -276,14 +276,14 @@ TEST_F(DatasetTest, IndexVersion5IsUnsupported) {
 
 TEST_F(DatasetTest, ManifestVersion5IsUnsupported) {
   std::string m = ReadFileToString(dir_ / "manifest.json");
-  m.replace(m.find("\"version\": 1"), 12, "\"version\": 5");
+  m.replace(m.rfind("\"version\": 1"), 12, "\"version\": 5");
   WriteStringToFile(dir_ / "manifest.json", m);
   ExpectError(Open().status(), StatusCode::kUnsupported, {"manifest.json", "version 5"});
 }
 
 TEST_F(DatasetTest, ManifestVersionMustMatchTheIndex) {
   std::string m = ReadFileToString(dir_ / "manifest.json");
-  m.replace(m.find("\"version\": 1"), 12, "\"version\": 2");
+  m.replace(m.rfind("\"version\": 1"), 12, "\"version\": 2");
   WriteStringToFile(dir_ / "manifest.json", m);
   ExpectError(Open().status(), StatusCode::kCorruption,
               {"manifest.json", "version 2 (index version 1)"});
