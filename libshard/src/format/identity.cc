@@ -7,7 +7,6 @@
 
 #include "format/bytes.h"
 #include "libshard/checksum.h"
-#include "libshard/dataset.h"
 
 namespace libshard {
 namespace {
@@ -137,15 +136,6 @@ Attributes SharedAttributes(const Attributes& a, const Attributes& b) {
     if (it != b.end() && it->second == value) out.emplace(key, value);
   }
   return out;
-}
-
-DatasetIdentity Dataset::identity() const {
-  DatasetIdentity id;
-  id.attributes = provenance().attributes;
-  id.schema = schema();
-  id.digest = IdentityDigest(id.schema, id.attributes);
-  id.recorded = provenance().identity_recorded;
-  return id;
 }
 
 }  // namespace libshard
