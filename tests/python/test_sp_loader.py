@@ -149,6 +149,24 @@ def test_batches_are_lists_of_slices(datasets):
             check_slice(ds, s, 1, 2)
 
 
+def test_fields_and_max_len_apply_to_the_slices(datasets):
+    path = datasets["auto"]
+    ds = libshard.open(path)
+    for rank in range(2):
+        for s in run(path, rank, 2, sequence_parallel=2, fields=["input_ids", "scale"],
+                     max_len=1000):
+            i = int(s[libshard.INDEX_KEY])
+            sp = s[libshard.SP_KEY]
+            want = libshard._core.sequence_parallel_slice("even", length(i), 2, rank,
+                                                          max_len=1000)
+            assert sp["full_length"] == min(length(i), 1000) == want["full_length"]
+            assert (sp["start"], sp["stop"], sp["length"]) == (want["start"], want["stop"],
+                                                               length(i))
+            assert [k for k in s if isinstance(s[k], torch.Tensor)] == ["input_ids", "scale"]
+            assert torch.equal(s["input_ids"], ds[i]["input_ids"][sp["start"]:sp["stop"]])
+            assert torch.equal(s["scale"], ds[i]["scale"])
+
+
 def test_resume_mid_epoch_equals_the_uninterrupted_run(datasets):
     path = datasets["auto"]
     whole = run(path, 5, 8, sequence_parallel=4)
