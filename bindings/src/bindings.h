@@ -85,6 +85,9 @@ void RegisterPack(py::module_& m);
 void RegisterWriter(py::module_& m);
 void RegisterWorld(py::module_& m);  // world.cc: resolve_world
 void RegisterSequenceParallel(py::module_& m);  // sequence_parallel.cc: the SP split rules
+// A sequence-parallel loader's sample's slice (Sample::sequence_slice) as the dict Python
+// samples carry under "__sp__": sequence_parallel_slice's keys plus sp_size, sp_rank and length.
+py::dict SequenceSliceToPython(const Sample& sample);
 void RegisterCli(py::module_& m);  // cli.cc: cli_main, the `libshard` command line
 
 }  // namespace libshard::python

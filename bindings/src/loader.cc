@@ -139,8 +139,14 @@ class PyLoader {
       return out;
     }
     py::list out(value->samples.size());
-    for (size_t i = 0; i < value->samples.size(); ++i)
-      out[i] = SampleToPython(value->samples[i], release_hook_);
+    for (size_t i = 0; i < value->samples.size(); ++i) {
+      const Sample& sample = value->samples[i];
+      py::tuple t = SampleToPython(sample, release_hook_);
+      // Sequence parallelism: (index, fields, metadata, slice) (libshard/_tensors.py).
+      if (sample.has_sequence_slice())
+        t = py::make_tuple(t[0], t[1], t[2], SequenceSliceToPython(sample));
+      out[i] = std::move(t);
+    }
     // Drop the library's references before returning so memory is held only by Python objects.
     value.reset();
     return out;

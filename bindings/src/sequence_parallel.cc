@@ -41,7 +41,32 @@ py::dict InfoToPython(const SplitRuleInfo& info) {
   return d;
 }
 
+py::dict SliceDict(SplitRule rule, const SequenceSlice& s) {
+  py::dict d;
+  d["rule"] = std::string(SplitRuleName(rule));
+  d["full_length"] = s.full_length;
+  d["chunk"] = s.chunk;
+  d["start"] = s.start;
+  d["stop"] = s.stop;
+  d["pad_to"] = s.pad_to;
+  d["offset"] = s.offset;
+  d["position_begin"] = s.position_begin;
+  d["position_count"] = s.position_count;
+  d["position_pad_to"] = s.position_pad_to;
+  d["batch_pad_to"] = s.batch_pad_to;
+  return d;
+}
+
 }  // namespace
+
+py::dict SequenceSliceToPython(const Sample& sample) {
+  const Sample::SequenceParallelSlice& sp = sample.sequence_slice();
+  py::dict d = SliceDict(sp.rule, sp.slice);
+  d["sp_size"] = sp.sp_size;
+  d["sp_rank"] = sp.sp_rank;
+  d["length"] = sample.length();
+  return d;
+}
 
 void RegisterSequenceParallel(py::module_& m) {
   m.def(
@@ -67,20 +92,7 @@ void RegisterSequenceParallel(py::module_& m) {
         q.ttt_length = static_cast<uint32_t>(Count("ttt_length", ttt_length, UINT32_MAX));
         q.ulysses_size = static_cast<uint32_t>(Count("ulysses_size", ulysses_size, UINT32_MAX));
         q.max_len = Count("max_len", max_len, UINT64_MAX);
-        const SequenceSlice s = ValueOrThrow(SliceOf(r, q));
-        py::dict d;
-        d["rule"] = std::string(SplitRuleName(r));
-        d["full_length"] = s.full_length;
-        d["chunk"] = s.chunk;
-        d["start"] = s.start;
-        d["stop"] = s.stop;
-        d["pad_to"] = s.pad_to;
-        d["offset"] = s.offset;
-        d["position_begin"] = s.position_begin;
-        d["position_count"] = s.position_count;
-        d["position_pad_to"] = s.position_pad_to;
-        d["batch_pad_to"] = s.batch_pad_to;
-        return d;
+        return SliceDict(r, ValueOrThrow(SliceOf(r, q)));
       },
       py::arg("rule"), py::arg("length"), py::arg("sp_size"), py::arg("sp_rank"),
       py::arg("ttt_length") = 0, py::arg("ulysses_size") = 0, py::arg("max_len") = 0,

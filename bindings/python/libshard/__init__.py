@@ -53,7 +53,8 @@ from ._loader import Loader
 from ._order import Order
 from ._pack import pack
 from ._read_ahead import ReadAheadSampler
-from ._tensors import INDEX_KEY
+from ._sequence_parallel import SequenceParallel
+from ._tensors import INDEX_KEY, SP_KEY
 from ._writer import Writer, join_parts, merge
 
 # One exception class per libshard status code (created by the C++ extension).
@@ -90,7 +91,9 @@ __all__ = [
     "NotFoundError",
     "ReadAheadSampler",
     "ResourceExhaustedError",
+    "SP_KEY",
     "Schema",
+    "SequenceParallel",
     "join_parts",
     "merge",
     "open",

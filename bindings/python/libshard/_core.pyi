@@ -115,6 +115,14 @@ class LoaderOptions(TypedDict, total=False):
     world_size: int
     # drop the epoch's tail instead of wrapping around (default False)
     drop_last: bool
+    # ranks per sequence-parallel group: each group of this many consecutive ranks gets the same samples, each rank its slice of every sequence (default None; 1..65536, None: off)
+    sequence_parallel: Optional[int]
+    # sequence_parallel: the trainer's split rule (libshard/sequence_parallel.h) (default 'even'; 'even' | 'specforge-dspark' | 'specforge-usp' | 'torchspec-usp' | 'speculators')
+    sp_rule: str
+    # sequence_parallel with a USP rule: the overlap, the trainer's ttt_length (default 0; 0..4294967295)
+    sp_ttt_length: int
+    # sequence_parallel with torchspec-usp: the Ulysses degree (0: the whole group) (default 0; 0..65536)
+    sp_ulysses_size: int
     # a state's encoding to continue from (EncodeLoaderState; its epoch, position and order's seed and version win) (default None)
     resume: Optional[str]
     # read only these fields (None: every field) (default None)

@@ -16,6 +16,7 @@ from ._cuda_release import DeferredRelease
 from ._dataset import Dataset, PathLike
 from ._order import Order
 from ._sampler_order import SamplerOrder, warn_unsplit
+from ._sequence_parallel import SequenceParallel, sequence_parallel_options
 from ._tensors import INDEX_KEY, make_tensor, sample_to_dict
 from ._world import resolve_world
 
@@ -199,6 +200,20 @@ class Loader:
         ``TypeError`` until the dataset is complete. Needs single samples or ``batch_size``
         (not ``max_tokens``); ``bucket_window`` applies from the second epoch.
       shuffle_window: follow mode: arrivals shuffled together, at most (None: 4096).
+      sequence_parallel, sp_rule: sequence-parallel loading (docs/guide/long-context.md, "The
+        loader"): ``sequence_parallel=N`` cuts the world into groups of N consecutive ranks
+        (``world_size`` a multiple of N); every rank of a group gets the same samples in the
+        same order (exactly once per group across the groups, resumable and elastic as
+        without it), each only its own slice of every field with a sequence dimension, by the
+        split rule ``sp_rule`` of the trainer it feeds (``"even"``, ``"specforge-dspark"``,
+        ``"specforge-usp"``, ``"torchspec-usp"``). Or one value,
+        ``sequence_parallel=libshard.SequenceParallel(N, rule=..., ttt_length=...,
+        ulysses_size=...)``. Each sample dict then carries its slice under ``"__sp__"``
+        (``libshard.SP_KEY``): ``{"length", "full_length", "start", "stop", "offset",
+        "pad_to", "sp_rank", "sp_size", ...}``; the tensors hold rows ``start..stop`` of the
+        sample, ``pad_to`` is the row count the trainer pads them to and ``offset`` where its
+        position ids start. The arena holds slices: a sample larger than ``memory_budget``
+        loads once split. Needs ``collate=None`` (lists of samples).
       return_index: add each sample's dataset index under the key ``"__index__"``.
       device: ``"cuda:N"`` (or a torch.device) to receive tensors on that GPU, copied on a side
         stream one step ahead. Needs CUDA (InvalidArgumentError otherwise).
@@ -225,6 +240,8 @@ class Loader:
                  rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  drop_last: bool = False,
+                 sequence_parallel: Union[int, SequenceParallel, None] = None,
+                 sp_rule: str = "even",
                  locality: Optional[str] = None,
                  nodes: Optional[int] = None,
                  node_rank: Optional[int] = None,
@@ -313,6 +330,7 @@ class Loader:
         self._options: Dict[str, Any] = {
             **order_options,
             "rank": self._rank, "world_size": self._world_size, "drop_last": drop_last,
+            **sequence_parallel_options(sequence_parallel, sp_rule),
             "fields": fields, "max_len": max_len,
             "batch_size": batch_size, "max_tokens": max_tokens,
             "token_budget": token_budget, "oversized": oversized, "bucket_window": bucket_window,

@@ -35,9 +35,13 @@ TORCH_DTYPES: Dict[str, torch.dtype] = {
 
 #: Reserved key under which ``return_index=True`` stores a sample's dataset index.
 INDEX_KEY = "__index__"
+#: Reserved key under which a sequence-parallel Loader's samples carry their slice
+#: (libshard/_sequence_parallel.py).
+SP_KEY = "__sp__"
 
 RawField = Tuple[str, str, Tuple[int, ...], Any]
-RawSample = Tuple[int, List[RawField], Dict[str, Any]]
+# (index, fields, metadata), and a sequence-parallel loader's slice dict as a 4th entry.
+RawSample = Tuple[Any, ...]
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -58,13 +62,16 @@ def make_tensor(dtype_name: str, shape: Sequence[int], memory: Optional[Any]) ->
 
 def sample_to_dict(raw: RawSample, *, metadata: bool = True,
                    return_index: bool = False) -> Dict[str, Any]:
-    """``{name: tensor}`` in schema order, then metadata entries, then ``__index__`` if asked."""
-    index, fields, meta = raw
+    """``{name: tensor}`` in schema order, then metadata entries, then ``__sp__`` (a
+    sequence-parallel slice), then ``__index__`` if asked."""
+    index, fields, meta = raw[0], raw[1], raw[2]
     out: Dict[str, Any] = {name: make_tensor(dtype, shape, mem)
                            for name, dtype, shape, mem in fields}
     if metadata and meta:
         for key, value in meta.items():
             out.setdefault(key, value)
+    if len(raw) > 3:  # a sequence-parallel loader's slice (libshard/_sequence_parallel.py)
+        out[SP_KEY] = raw[3]
     if return_index:
         out[INDEX_KEY] = index
     return out

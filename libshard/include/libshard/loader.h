@@ -23,6 +23,7 @@
 #include "libshard/option_table.h"
 #include "libshard/order.h"          // Order, EpochSteps
 #include "libshard/sample.h"
+#include "libshard/sequence_parallel.h"  // SplitRule
 #include "libshard/status.h"
 
 namespace libshard {
@@ -58,6 +59,26 @@ inline constexpr uint64_t kMaxLoaderMemoryBudget = uint64_t{1} << 44;
 inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size: 0..1 GiB
 // (batch_size and bucket_window: libshard/batch_options.h; shuffle_window: libshard/order.h.)
 
+// Sequence-parallel loading (docs/guide/long-context.md, "The loader"; docs/ORDER.md §3a): the
+// world is cut into data-parallel groups of `degree` consecutive ranks (group = rank / degree,
+// place in the group = rank % degree). Every rank of a group gets the same samples in the same
+// order: the steps data-parallel rank `group` of world_size / degree would get, so each sample is
+// served exactly once per group across the groups, and resume and elasticity work as without it
+// (a state is a state of the data-parallel order). Each rank reads only its own slice of every
+// field with a sequence dimension (Field::seq_dim: the fields whose rows the dataset's row blocks
+// cut, FORMAT.md §3.10), the rows `rule` gives it for the sample's length (SliceOf), and the
+// other fields whole; the arena holds slices, not samples. Sample::sequence_slice() says which
+// slice it holds. degree 1 (the default) or 0: off.
+struct SequenceParallel {
+  uint32_t degree = 1;                 // N, ranks per group (0 or 1: off); divides world_size
+  SplitRule rule = SplitRule::kEven;   // the trainer's split (libshard/sequence_parallel.h)
+  uint32_t ttt_length = 0;             // the USP rules' overlap (SplitRequest::ttt_length)
+  uint32_t ulysses_size = 0;           // torchspec-usp: Ulysses degree within N (0: N)
+  bool enabled() const { return degree > 1; }
+  bool operator==(const SequenceParallel&) const = default;
+};
+inline constexpr uint32_t kMaxSequenceParallel = 1u << 16;
+
 struct LoaderOptions {
   // Order: which kind of order, with its settings (libshard/order.h; docs/ORDER.md). Shuffled by
   // seed 0 in order version 2 unless set.
@@ -67,6 +88,9 @@ struct LoaderOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   bool drop_last = false;              // false: wrap around so every rank gets the same count
+  // Ranks of the world that share each sample, each reading its own slice (SequenceParallel
+  // above). world_size must be a multiple of its degree.
+  SequenceParallel sequence_parallel;
   // Continues the saved stream (libshard/loader_state.h): its epoch, position and cursor win
   // over `epoch` and the order's seed and version, in this and in every later epoch.
   std::optional<LoaderState> resume;

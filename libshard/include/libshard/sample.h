@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "libshard/dtype.h"
+#include "libshard/sequence_parallel.h"  // SequenceSlice
 #include "libshard/status.h"
 
 namespace libshard {
@@ -113,6 +114,20 @@ class Sample {
     rows_ = rows;
     length_ = length;
   }
+  // A sequence-parallel loader's sample (LoaderOptions::sequence_parallel): the slice of the
+  // rank that read it, by its group's split rule. The sequence fields' tensors hold rows
+  // [slice.start, slice.stop) of the sample (rows() says the same); the trainer's tensors are
+  // slice.pad_to rows (zeros after the rows read), its positions start at slice.offset, of
+  // slice.full_length rows in all. sp_size 0: not a sequence-parallel sample.
+  struct SequenceParallelSlice {
+    uint32_t sp_size = 0;
+    uint32_t sp_rank = 0;
+    SplitRule rule = SplitRule::kEven;
+    SequenceSlice slice;
+  };
+  const SequenceParallelSlice& sequence_slice() const { return sp_; }
+  bool has_sequence_slice() const { return sp_.sp_size > 0; }
+  void set_sequence_slice(const SequenceParallelSlice& sp) { sp_ = sp; }
 
  private:
   uint64_t index_ = 0;
@@ -121,6 +136,7 @@ class Sample {
   std::shared_ptr<const void> memory_;
   RowRange rows_{0, 0};
   uint64_t length_ = 0;
+  SequenceParallelSlice sp_;
 };
 
 }  // namespace libshard

@@ -41,6 +41,7 @@ struct Item {
   uint64_t sample = 0;
   SampleLocation location;
   ReadLayout layout;
+  Sample::SequenceParallelSlice sp;      // sequence parallelism: the slice it reads
   std::shared_ptr<std::byte> read_slot;  // destination of the reads
   std::shared_ptr<std::byte> raw_slot;   // decoded payload (compressed samples only)
   uint64_t slot_bytes = 0;               // arena bytes held by read_slot + raw_slot

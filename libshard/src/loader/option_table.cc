@@ -150,6 +150,12 @@ Spec OrderRow(std::string_view name, OptionType type, std::string_view py_type,
   return s;
 }
 
+// The members of LoaderOptions::sequence_parallel, for the table's rows.
+uint32_t& SpDegree(LoaderOptions& o) { return o.sequence_parallel.degree; }
+SplitRule& SpRule(LoaderOptions& o) { return o.sequence_parallel.rule; }
+uint32_t& SpTttLength(LoaderOptions& o) { return o.sequence_parallel.ttt_length; }
+uint32_t& SpUlyssesSize(LoaderOptions& o) { return o.sequence_parallel.ulysses_size; }
+
 std::vector<Spec> MakeSpecs() {
   using O = LoaderOptions;
   using option_rows::Bool;
@@ -223,6 +229,24 @@ std::vector<Spec> MakeSpecs() {
                        UINT32_MAX, "", "ranks sharing each epoch"));
   t.push_back(Bool<O>(kWhat, "drop_last", "drop_last", Member<&O::drop_last>, "False",
                       "drop the epoch's tail instead of wrapping around"));
+  // Sequence parallelism (LoaderOptions::sequence_parallel; Python: libshard.SequenceParallel).
+  t.push_back(Count<O>(kWhat, "sequence_parallel", "sequence_parallel.degree", &SpDegree, "None",
+                       1, kMaxSequenceParallel, "off",
+                       "ranks per sequence-parallel group: each group of this many consecutive "
+                       "ranks gets the same samples, each rank its slice of every sequence"));
+  t.push_back(Choice<O>(kWhat, "sp_rule", "sequence_parallel.rule", &SpRule, ParseSplitRule,
+                        "'even'",
+                        {"even", "specforge-dspark", "specforge-usp", "torchspec-usp",
+                         "speculators"},
+                        std::nullopt,
+                        "sequence_parallel: the trainer's split rule (libshard/sequence_parallel.h)"));
+  t.push_back(Count<O>(kWhat, "sp_ttt_length", "sequence_parallel.ttt_length", &SpTttLength, "0",
+                       0, UINT32_MAX, "",
+                       "sequence_parallel with a USP rule: the overlap, the trainer's ttt_length"));
+  t.push_back(Count<O>(kWhat, "sp_ulysses_size", "sequence_parallel.ulysses_size",
+                       &SpUlyssesSize, "0", 0, kMaxSequenceParallel, "",
+                       "sequence_parallel with torchspec-usp: the Ulysses degree (0: the whole "
+                       "group)"));
   t.push_back(Custom("resume", "resume", OptionType::kState, "Optional[str]", "None",
                      "a state's encoding to continue from (EncodeLoaderState; its epoch, "
                      "position and order's seed and version win)",
@@ -331,6 +355,44 @@ Status Bad(std::string_view name, const std::string& problem) {
   return option_table::Bad(kWhat, name, problem);
 }
 
+Status ValidateSequenceParallel(const LoaderOptions& o) {
+  const SequenceParallel& sp = o.sequence_parallel;
+  if (sp.rule > SplitRule::kSpeculators)
+    return Bad("sp_rule", "is not a known split rule");
+  if (sp.degree <= 1) {  // 0 (None) and 1: off
+    if (sp.ttt_length != 0 || sp.ulysses_size != 0 || sp.rule != SplitRule::kEven)
+      return Bad("sp_rule", "/ sp_ttt_length / sp_ulysses_size apply with sequence_parallel > 1 "
+                            "only (sequence_parallel is off)");
+    return Status::OK();
+  }
+  const std::string n = std::to_string(sp.degree);
+  if (o.world_size % sp.degree != 0)
+    return Bad("sequence_parallel",
+               "= " + n + " does not divide world_size " + std::to_string(o.world_size) +
+                   ": the world is cut into groups of " + n +
+                   " consecutive ranks; give a degree that divides the world size");
+  if (o.rank >= o.world_size)
+    return Bad("rank", std::to_string(o.rank) + " is out of range for world_size " +
+                           std::to_string(o.world_size));
+  const SplitRuleInfo& info = SplitRuleInfoOf(sp.rule);
+  if (info.packed)
+    return Bad("sp_rule", "'" + std::string(info.name) +
+                              "' splits a batch's packed row, not one sample; the loader splits "
+                              "samples: use 'even' (or the trainer's recipe, which packs)");
+  if (sp.ttt_length != 0 && !info.takes_ttt)
+    return Bad("sp_ttt_length", std::to_string(sp.ttt_length) + " applies to the USP rules only "
+                                "(sp_rule='specforge-usp' or 'torchspec-usp'), not '" +
+                                std::string(info.name) + "'");
+  if (sp.ulysses_size != 0 && sp.degree % sp.ulysses_size != 0)
+    return Bad("sp_ulysses_size", std::to_string(sp.ulysses_size) +
+                                      " does not divide sequence_parallel " + n);
+  if (o.collate != Collate::kNone)
+    return Bad("collate", "does not apply with sequence_parallel > 1 yet: a collated batch would "
+                          "lose each slice's place (Sample::sequence_slice); take lists of "
+                          "samples (collate None) and collate in the trainer");
+  return Status::OK();
+}
+
 bool PaddedBatches(const LoaderOptions& o) {
   return o.collate == Collate::kPad || o.consumer_pads;
 }
@@ -398,6 +460,7 @@ Status ValidateLoaderOptions(const LoaderOptions& o) {
         "Loader options batch_size and max_tokens are exclusive (batch_size " +
         std::to_string(o.batch_size) + ", max_tokens " + std::to_string(o.max_tokens) +
         "): give batch_size for fixed-size batches or max_tokens for token-budget batches");
+  LIBSHARD_RETURN_IF_ERROR(ValidateSequenceParallel(o));
   if (o.token_budget > TokenBudget::kPadded)
     return Bad("token_budget", "is not one of auto, sum, padded");
   if (o.oversized > OversizedSample::kError) return Bad("oversized", "is not one of batch, error");

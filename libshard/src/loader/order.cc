@@ -150,6 +150,10 @@ Order ResumedOrder(const Order& order, const LoaderState* resume) {
 }
 
 OrderRanks OrderRanksOf(const LoaderOptions& options) {
+  // Sequence parallelism (§3a): the order is the data-parallel world's, of world_size / N groups
+  // of N consecutive ranks; every rank of group rank / N gets that group's steps.
+  const uint32_t n = std::max<uint32_t>(options.sequence_parallel.degree, 1);
+  if (n > 1 && options.world_size % n == 0) return {options.rank / n, options.world_size / n};
   return {options.rank, options.world_size};
 }
 

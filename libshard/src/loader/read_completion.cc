@@ -150,6 +150,7 @@ void ReadScheduler::Complete(Item* item, Status status) {
     }
     if (built.ok()) {
       sample = std::move(built).value();
+      if (item->sp.sp_size > 0) sample->set_sequence_slice(item->sp);
     } else {
       status = built.status();
     }

@@ -406,8 +406,8 @@ Result<bool> ReadScheduler::StartNextItem() {
   // damaged one is this sample's error (FORMAT.md §3.8.7).
   Result<SampleLocation> located = dataset_->Locate(sample);
   item->location = located.ok() ? *located : SampleLocation{};
-  item->layout =
-      PlanRead(*dataset_, sample, item->location, field_indices_, options_.max_len, partial_check_);
+  Result<ReadLayout> planned = PlanItem(sample, item->location, &item->sp);
+  if (planned.ok()) item->layout = std::move(planned).value();
   const bool compressed = SampleNeedsDecode(item->location.flags);
   const uint64_t read_bytes = item->layout.read_length;
   const uint64_t raw_bytes = item->layout.decoded_bytes;  // compressed, or a row-range read
@@ -415,13 +415,29 @@ Result<bool> ReadScheduler::StartNextItem() {
   Status too_large;  // or any error known before the read
   if (!located.ok()) {
     too_large = located.status();
+  } else if (!planned.ok()) {
+    too_large = planned.status().WithContext("sample " + std::to_string(sample));
   } else if (read_bytes + raw_bytes > arena_->budget()) {
+    const SequenceSlice& sl = item->sp.slice;
     too_large = Status::ResourceExhausted(
         "sample " + std::to_string(sample) + " (" + ItemWhere(*item) + ") needs " +
         std::to_string(read_bytes + raw_bytes) + " bytes (" + Mib(read_bytes + raw_bytes) +
-        (compressed ? ", stored + decoded" : "") + ") but the loader memory_budget is " +
-        std::to_string(arena_->budget()) + " bytes (" + Mib(arena_->budget()) +
-        "); raise memory_budget above the largest sample");
+        (compressed ? ", stored + decoded" : "") +
+        (item->sp.sp_size > 0
+             ? " for the sequence_parallel slice of rank " + std::to_string(item->sp.sp_rank) +
+                   " of " + std::to_string(item->sp.sp_size) + ", rows [" +
+                   std::to_string(sl.start) + ", " + std::to_string(sl.stop) + ") of " +
+                   std::to_string(sl.full_length)
+             : std::string(", read whole")) +
+        ") but the loader memory_budget is " + std::to_string(arena_->budget()) + " bytes (" +
+        Mib(arena_->budget()) + "); raise memory_budget above the largest " +
+        (item->sp.sp_size > 0 ? "slice, or raise sequence_parallel"
+                              : "sample, or give sequence_parallel=N so that each of N ranks "
+                                "reads only its slice of the sample") +
+        (item->sp.sp_size > 0 && !dataset_->has_row_blocks()
+             ? " (this dataset has no row blocks, so each slice reads its fields whole: "
+               "`libshard upgrade` adds them)"
+             : ""));
   } else {
     Result<std::shared_ptr<std::byte>> slot = arena_->TryAcquire(read_bytes);
     if (!slot.ok()) return slot.status();
@@ -469,6 +485,43 @@ Result<bool> ReadScheduler::StartNextItem() {
   return true;
 }
 
+Result<ReadLayout> ReadScheduler::PlanItem(uint64_t sample, const SampleLocation& location,
+                                           Sample::SequenceParallelSlice* sp) const {
+  const SequenceParallel& o = options_.sequence_parallel;
+  if (!o.enabled())
+    return PlanRead(*dataset_, sample, location, field_indices_, options_.max_len,
+                    partial_check_);
+  // Sequence parallelism: this rank's rows of the sample by the group's rule, from the index's
+  // length (clipped to max_len by the rule), read as a row-range read (FORMAT.md §3.10).
+  SplitRequest request;
+  request.length = dataset_->length(sample);
+  request.max_len = options_.max_len;
+  request.sp_size = o.degree;
+  request.sp_rank = options_.rank % o.degree;
+  request.ttt_length = o.ttt_length;
+  request.ulysses_size = o.ulysses_size;
+  LIBSHARD_ASSIGN_OR_RETURN(const SequenceSlice slice, SliceOf(o.rule, request));
+  sp->sp_size = o.degree;
+  sp->sp_rank = request.sp_rank;
+  sp->rule = o.rule;
+  sp->slice = slice;
+  if (location.stored_size == 0) return PlanRead(*dataset_, sample, location, field_indices_,
+                                                 options_.max_len, partial_check_);
+  LIBSHARD_ASSIGN_OR_RETURN(
+      ReadLayout layout,
+      PlanSliceRead(*dataset_, sample, location, field_indices_,
+                    RowRange{slice.start, slice.stop}, partial_check_));
+  if (internal::DatasetAccess::shard_filler(*dataset_) != nullptr && layout.extents.size() > 1) {
+    // An s3:// dataset's cache fills one range per read: the extents as one read spanning them.
+    const ReadExtent& last = layout.extents.back();
+    const uint64_t end = last.file_offset + last.length;
+    layout.extents = {ReadExtent{layout.file_offset, end - layout.file_offset, 0}};
+    layout.read_length = end - layout.file_offset;
+    layout.needed = layout.read_length;
+  }
+  return layout;
+}
+
 void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler) {
   // Bounded work per call; the filler's queue bounds how far ahead the fetch runs.
   for (int n = 0; n < 256 && filler->Hungry(); ++n) {
@@ -483,9 +536,10 @@ void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler
     if (pf_seq_++ < queue_->next_seq) continue;  // started already: Ensure fetches it
     Result<SampleLocation> loc = dataset_->Locate(sample);
     if (!loc.ok()) continue;  // its item reports the error
-    const ReadLayout layout =
-        PlanRead(*dataset_, sample, *loc, field_indices_, options_.max_len, partial_check_);
-    filler->Prefetch(loc->shard, layout.file_offset, layout.read_length);
+    Sample::SequenceParallelSlice sp;
+    const Result<ReadLayout> layout = PlanItem(sample, *loc, &sp);
+    if (!layout.ok()) continue;  // its item reports the error
+    filler->Prefetch(loc->shard, layout->file_offset, layout->read_length);
   }
 }
 

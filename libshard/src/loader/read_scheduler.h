@@ -115,6 +115,10 @@ class ReadScheduler {
   // s3:// datasets: announces the reads of the samples after the last item started to the cache
   // filler, in step order, while it has room (read-ahead). Requires queue_->mu.
   void PrefetchAhead(const StepSequence& steps, ShardFiller* filler);
+  // What the item of `sample` reads: PlanRead, or with sequence parallelism this rank's slice
+  // (`sp` says which) as a row-range read.
+  Result<ReadLayout> PlanItem(uint64_t sample, const SampleLocation& location,
+                              Sample::SequenceParallelSlice* sp) const;
   // `offset`, `length`: the sub-read's place within the item's read.
   void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);
   void FinishRead(Item* item);

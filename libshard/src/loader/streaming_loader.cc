@@ -98,6 +98,11 @@ Status StreamingLoader::Init() {
     }
     field_indices.push_back(*f);
   }
+  if (options_.sequence_parallel.enabled() && schema.length_field < 0)
+    return Status::InvalidArgument(
+        "Loader option sequence_parallel: " + dataset_->path() +
+        " has no length field, so a sample's sequence length (what the group splits) is "
+        "unknown; write the dataset with a length field (Schema::length_field)");
   if (options_.max_tokens > 0 || options_.bucket_window > 0) {
     std::vector<uint64_t> lengths = dataset_->lengths();
     for (uint64_t& l : lengths) l = ClippedLength(l, options_.max_len);

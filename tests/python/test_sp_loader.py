@@ -1,0 +1,227 @@
+"""Sequence-parallel loading from Python (docs/guide/long-context.md, "The sequence_parallel
+option"; docs/ORDER.md §3a): ``Loader(..., sequence_parallel=N)`` with 2 groups of 2 and of 4
+ranks (world and rank given explicitly) serves every rank of a group the same samples in the same
+order, each sample once per group across the groups; each rank's tensors are the rows of its
+slice (``sample["__sp__"]``) of the whole sample, bit for bit, and the even rule's slices put
+together are the whole sample, raw and with ``compress="auto"``; a resume mid-epoch continues as
+the uninterrupted run; ``libshard.SequenceParallel`` is the same as the keywords; the errors name
+the option (a world the degree does not divide, an unknown rule, a C++ collate), and a sample
+larger than the arena is a ``ResourceExhaustedError`` naming ``memory_budget`` and
+``sequence_parallel``, which loads once split."""
+# suite: check
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import libshard
+from conftest import tensor_bytes
+
+HIDDEN = 64
+SAMPLES = 16
+
+
+def length(i: int) -> int:
+    return 500 + 157 * i  # 500 .. 2855
+
+
+def sample(i: int) -> dict:
+    n = length(i)
+    gen = torch.Generator().manual_seed(7 + i)
+    return {
+        "input_ids": torch.arange(n, dtype=torch.int64) * 5 + i,
+        "loss_mask": (torch.arange(n) % 4 != 0).to(torch.int64),
+        "hidden_state": torch.randn(1, n, HIDDEN, generator=gen).to(torch.bfloat16),
+        "scale": torch.full((3,), float(i)),
+    }
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory) -> dict:
+    out = {}
+    for name, options in {"raw": {}, "auto": {"compress": "auto"}}.items():
+        path = tmp_path_factory.mktemp(f"sp_{name}") / "ds"
+        with libshard.Writer(path, fsync=False, **options) as w:
+            for i in range(SAMPLES):
+                w.write(sample(i), key=f"s{i}")
+        out[name] = path
+    return out
+
+
+def run(path: Path, rank: int, world: int, max_steps: int = 10**9, **kw) -> list:
+    loader = libshard.Loader(path, rank=rank, world_size=world, seed=3, return_index=True,
+                             pin_memory=False, **kw)
+    out = []
+    for k, s in enumerate(loader):
+        if k >= max_steps:
+            break
+        out.append(s)
+    return out
+
+
+def cut(t: torch.Tensor, seq_dim, start: int, stop: int) -> torch.Tensor:
+    if seq_dim is None:
+        return t
+    index = [slice(None)] * t.dim()
+    index[seq_dim] = slice(start, stop)
+    return t[tuple(index)]
+
+
+def check_slice(ds, s: dict, rank: int, degree: int, rule: str = "even", ttt: int = 0) -> None:
+    i = int(s[libshard.INDEX_KEY])
+    sp = s[libshard.SP_KEY]
+    want = libshard._core.sequence_parallel_slice(rule, length(i), degree, rank % degree, ttt)
+    for key in ("start", "stop", "pad_to", "offset", "full_length", "rule"):
+        assert sp[key] == want[key], (i, key)
+    assert (sp["sp_size"], sp["sp_rank"], sp["length"]) == (degree, rank % degree, length(i))
+    whole = ds[i]
+    rows = ds.read(i, rows=(sp["start"], sp["stop"]))
+    seq_dims = ds.schema.seq_dims
+    for name in whole:
+        if not isinstance(whole[name], torch.Tensor):
+            continue
+        expect = cut(whole[name], seq_dims.get(name), sp["start"], sp["stop"])
+        assert s[name].shape == expect.shape, (i, name)
+        assert tensor_bytes(s[name]) == tensor_bytes(expect), (i, name)
+        assert tensor_bytes(s[name]) == tensor_bytes(rows[name]), (i, name)
+
+
+@pytest.mark.parametrize("storage", ["raw", "auto"])
+@pytest.mark.parametrize("degree", [2, 4])
+def test_groups_share_samples_and_ranks_get_their_slices(datasets, storage, degree):
+    path = datasets[storage]
+    ds = libshard.open(path)
+    assert ds.has_row_blocks
+    world = 2 * degree
+    groups = [[run(path, g * degree + k, world, sequence_parallel=degree)
+               for k in range(degree)] for g in range(2)]
+    seen = []
+    for g, ranks in enumerate(groups):
+        order = [int(s[libshard.INDEX_KEY]) for s in ranks[0]]
+        assert len(order) == SAMPLES // 2
+        for k, served in enumerate(ranks):
+            assert [int(s[libshard.INDEX_KEY]) for s in served] == order, (g, k)
+            for s in served:
+                check_slice(ds, s, g * degree + k, degree)
+        seen += order
+        # The even rule: the group's slices, in rank order, make the whole sample.
+        for j, i in enumerate(order):
+            whole = ds[i]
+            for name, dim in ds.schema.seq_dims.items():
+                if dim is None:
+                    continue
+                joined = torch.cat([ranks[k][j][name] for k in range(degree)], dim=dim)
+                assert tensor_bytes(joined) == tensor_bytes(whole[name]), (i, name)
+    assert sorted(seen) == list(range(SAMPLES))
+
+
+def test_the_value_and_the_keywords_are_one_setting(datasets):
+    path = datasets["raw"]
+    ds = libshard.open(path)
+    a = run(path, 3, 4, sequence_parallel=libshard.SequenceParallel(4, rule="specforge-usp",
+                                                                    ttt_length=5))
+    assert len(a) == SAMPLES
+    for s in a:
+        check_slice(ds, s, 3, 4, "specforge-usp", 5)
+    b = run(path, 1, 4, sequence_parallel=4, sp_rule="specforge-dspark")
+    assert all(s[libshard.SP_KEY]["rule"] == "even" for s in b)
+    assert [int(s[libshard.INDEX_KEY]) for s in b] == [int(s[libshard.INDEX_KEY]) for s in a]
+    assert repr(libshard.SequenceParallel(4, rule="specforge-usp", ttt_length=5)) == \
+        "SequenceParallel(4, rule='specforge-usp', ttt_length=5)"
+    with pytest.raises(libshard.InvalidArgumentError, match="sp_rule"):
+        libshard.Loader(path, world_size=4, rank=0, sp_rule="torchspec-usp",
+                        sequence_parallel=libshard.SequenceParallel(4))
+
+
+def test_batches_are_lists_of_slices(datasets):
+    path = datasets["raw"]
+    ds = libshard.open(path)
+    loader = libshard.Loader(path, rank=1, world_size=2, sequence_parallel=2, batch_size=3,
+                             return_index=True, pin_memory=False)
+    batches = list(loader)
+    assert len(batches) == len(loader) == (SAMPLES + 2) // 3
+    for batch in batches:
+        assert isinstance(batch, list)
+        for s in batch:
+            check_slice(ds, s, 1, 2)
+
+
+def test_fields_and_max_len_apply_to_the_slices(datasets):
+    path = datasets["auto"]
+    ds = libshard.open(path)
+    for rank in range(2):
+        for s in run(path, rank, 2, sequence_parallel=2, fields=["input_ids", "scale"],
+                     max_len=1000):
+            i = int(s[libshard.INDEX_KEY])
+            sp = s[libshard.SP_KEY]
+            want = libshard._core.sequence_parallel_slice("even", length(i), 2, rank,
+                                                          max_len=1000)
+            assert sp["full_length"] == min(length(i), 1000) == want["full_length"]
+            assert (sp["start"], sp["stop"], sp["length"]) == (want["start"], want["stop"],
+                                                               length(i))
+            assert [k for k in s if isinstance(s[k], torch.Tensor)] == ["input_ids", "scale"]
+            assert torch.equal(s["input_ids"], ds[i]["input_ids"][sp["start"]:sp["stop"]])
+            assert torch.equal(s["scale"], ds[i]["scale"])
+
+
+def test_resume_mid_epoch_equals_the_uninterrupted_run(datasets):
+    path = datasets["auto"]
+    whole = run(path, 5, 8, sequence_parallel=4)
+    loader = libshard.Loader(path, rank=5, world_size=8, seed=3, sequence_parallel=4,
+                             return_index=True, pin_memory=False)
+    it = iter(loader)
+    first = [int(next(it)[libshard.INDEX_KEY]) for _ in range(3)]
+    state = loader.state_dict()
+    del it
+    resumed = libshard.Loader(path, rank=5, world_size=8, seed=3, sequence_parallel=4,
+                              return_index=True, pin_memory=False)
+    resumed.load_state_dict(state)
+    rest = [int(s[libshard.INDEX_KEY]) for s in resumed]
+    assert first + rest == [int(s[libshard.INDEX_KEY]) for s in whole]
+
+
+def test_errors_name_the_option(datasets):
+    path = datasets["raw"]
+    with pytest.raises(libshard.InvalidArgumentError,
+                       match="sequence_parallel.*does not divide world_size 6"):
+        libshard.Loader(path, rank=0, world_size=6, sequence_parallel=4)
+    with pytest.raises(libshard.InvalidArgumentError, match="sp_rule.*no-such-rule"):
+        libshard.Loader(path, rank=0, world_size=4, sequence_parallel=4, sp_rule="no-such-rule")
+    with pytest.raises(libshard.InvalidArgumentError, match="sp_rule.*packed row"):
+        libshard.Loader(path, rank=0, world_size=4, sequence_parallel=4, sp_rule="speculators")
+    with pytest.raises(libshard.InvalidArgumentError, match="collate.*sequence_parallel"):
+        libshard.Loader(path, rank=0, world_size=4, sequence_parallel=4, batch_size=2,
+                        collate="pad")
+
+
+def test_a_sample_larger_than_the_arena_names_the_option_and_loads_split(tmp_path):
+    # Samples of 8 MiB of hidden states (1 MiB row blocks of 512 rows): a 6 MiB arena holds a
+    # quarter of one (plus a block at each end) but not one whole.
+    path = tmp_path / "big"
+    with libshard.Writer(path, fsync=False) as w:
+        for i in range(3):
+            w.write({"input_ids": torch.arange(4096, dtype=torch.int64) + i,
+                     "hidden_state": torch.full((1, 4096, 1024), float(i)).to(torch.bfloat16)},
+                    key=f"b{i}")
+    budget = 6 << 20
+    with pytest.raises(libshard.ResourceExhaustedError,
+                       match="(?s)memory_budget.*sequence_parallel"):
+        for _ in libshard.Loader(path, rank=0, world_size=1, memory_budget=budget,
+                                 pin_memory=False):
+            pass
+    for rank in range(4):
+        served = 0
+        # Each sample dropped before the next, as a trainer does: the arena holds the slices.
+        for s in libshard.Loader(path, rank=rank, world_size=4, sequence_parallel=4,
+                                 memory_budget=budget, return_index=True, pin_memory=False):
+            sp = s[libshard.SP_KEY]
+            assert (sp["start"], sp["stop"]) == (1024 * rank, 1024 * (rank + 1))
+            assert s["hidden_state"].shape == (1, 1024, 1024)
+            assert torch.equal(s["input_ids"], torch.arange(1024 * rank, 1024 * (rank + 1))
+                               + int(s[libshard.INDEX_KEY]))
+            served += 1
+            del s
+        assert served == 3
