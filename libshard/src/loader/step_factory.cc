@@ -36,7 +36,7 @@ Status CheckResumeOrigin(const LoaderState& resume, const std::string& path,
                          bool shuffle) {
   const StateOrigin& saved = resume.origin;
   const std::string start_over =
-      "or drop the state to start over (Python: no resume= / load_state_dict)";
+      "or drop the state (do not resume it) to start over";
   if (saved.identity && identity && *saved.identity != *identity)
     return Status::InvalidArgument(
         "Loader option 'resume' is a state saved from another dataset: the state's dataset "
