@@ -723,12 +723,13 @@ def object_url_corpus():
 
 def loader_state_corpus():
     """Loader states for loader_state_fuzz (docs/ORDER.md §8): the golden states of
-    tests/data/loader_state/ (version 1 and the unversioned dicts of earlier releases), and each
-    refusal of DecodeLoaderState."""
+    tests/data/loader_state/ (versions 2 and 1 and the unversioned dicts of earlier releases),
+    and each refusal of DecodeLoaderState."""
     c = Corpus("loader_state_fuzz")
     for f in sorted((ROOT / "tests" / "data" / "loader_state").glob("*.json")):
         c.add(f.stem, f.read_bytes())
     v1 = '{"state_version":1,"order":%d,"epoch":0,"position":%s,"skipped":[]%s}'
+    v2 = v1.replace('"state_version":1', '"state_version":2')
     for name, text in [
             ("not_object", "[1, 2, 3]"), ("not_json", '{"seed": 1,'), ("empty", ""),
             ("deep", "[" * 300 + "]" * 300), ("negative", '{"seed":0,"epoch":0,"position":-3}'),
@@ -741,7 +742,13 @@ def loader_state_corpus():
             ("follow_caller", '{"seed":0,"epoch":0,"position":0,"order":0,"follow_window":4}'),
             ("bad_budget", '{"seed":0,"epoch":0,"position":0,"bucketing":{"window":8,'
                            '"batch_size":2,"max_tokens":0,"budget":"most"}}'),
-            ("newer", '{"state_version":2,"order":2}'),
+            ("newer", '{"state_version":3,"order":2}'),
+            ("v2_bad_identity", v2 % (2, "0", ',"seed":1,"identity":"0123ABCD"')),
+            ("v2_identity_int", v2 % (2, "0", ',"seed":1,"identity":12')),
+            ("v2_caller_shuffle", v2 % (0, "0", ',"steps_digest":2,"shuffle":true')),
+            ("v2_follow_samples", v2 % (2, "0", ',"seed":1,"follow_window":4,"samples":3')),
+            ("v2_shuffle_int", v2 % (2, "0", ',"seed":1,"samples":4,"shuffle":1')),
+            ("v1_identity", v1 % (2, "0", ',"seed":1,"identity":null')),
             ("v1_foreign_key", v1 % (2, "0", ',"seed":1,"locality":null')),
             ("v1_missing_seed", v1 % (2, "0", "")),
             ("v1_follow_zero", v1 % (2, "0", ',"seed":1,"follow_window":0')),

@@ -81,6 +81,22 @@ def python_cases() -> Dict[str, Callable[[Path], object]]:
         (ds / "manifest.json").write_text("{broken")
         return libshard.open(ds)
 
+    def resume_other_dataset(t: Path):
+        a = libshard.Loader(_dataset(t), batch_size=1)
+        next(iter(a))
+        state = a.state_dict()
+        with libshard.Writer(t / "b", fsync=False, attrs={"target_model": "org/other"}) as w:
+            for i in range(3):
+                w.write({"input_ids": torch.arange(4) + i, "hidden": torch.zeros(4, 2)},
+                        key=f"s{i}")
+        libshard.Loader(t / "b", batch_size=1).load_state_dict(state)
+
+    def resume_other_seed(t: Path):
+        ds = _dataset(t)
+        a = libshard.Loader(ds, batch_size=1, seed=1)
+        next(iter(a))
+        libshard.Loader(ds, batch_size=1, seed=2).load_state_dict(a.state_dict())
+
     return {
         "open: no such directory": lambda t: libshard.open(t / "missing"),
         "open: not a dataset": not_a_dataset,
@@ -99,6 +115,8 @@ def python_cases() -> Dict[str, Callable[[Path], object]]:
         "Loader: sampler and max_tokens": loader(sampler=[0, 1], max_tokens=8),
         "Loader: sampler value": lambda t: list(libshard.Loader(_dataset(t),
                                                                 sampler=[0, 1.5])),
+        "Loader: resume on another dataset": resume_other_dataset,
+        "Loader: resume with another seed": resume_other_seed,
         "Writer: compress": lambda t: libshard.Writer(t / "w", compress="lz9"),
         "Writer: store_dtype": lambda t: libshard.Writer(t / "w", store_dtype="int4"),
         "Writer: shard_size": lambda t: libshard.Writer(t / "w", shard_size="big"),

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,15 +58,89 @@ std::string Line(const std::filesystem::path& file) {
   return text;
 }
 
+// What each version 2 golden adds to the state of the same name (tests/order_golden.py
+// STATES_V2).
+StateOrigin OriginV2(const std::string& name) {
+  constexpr uint64_t kIdentity = 0x0123456789abcdefull;
+  if (name == "global_v2") return {kIdentity, 1000, true};
+  if (name == "global_v1") return {0xfedcba9876543210ull, 10, false};
+  if (name == "global_bucketed") return {kIdentity, 5000, true};
+  if (name == "node_local") return {kIdentity, 40, true};
+  if (name == "node_local_start") return {};
+  if (name == "caller") return {kIdentity, std::nullopt, std::nullopt};
+  return {kIdentity, std::nullopt, true};  // follow
+}
+
 TEST(LoaderStateCodec, GoldenStatesDecodeAndEncodeToTheSameBytes) {
   for (const Golden& g : Goldens()) {
     SCOPED_TRACE(g.name);
+    LoaderState state = g.state;
+    state.origin = OriginV2(g.name);
+    const std::string text = Line(kGoldens / ("version2_" + std::string(g.name) + ".json"));
+    Result<LoaderState> decoded = DecodeLoaderState(text);
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(*decoded, state);
+    EXPECT_EQ(EncodeLoaderState(state), text);
+  }
+}
+
+// Version 1 states (what checkpoints of the previous release hold) still decode, to states that
+// record no origin (so nothing of it is checked on resume); encoded again they are version 2
+// with that origin null.
+TEST(LoaderStateCodec, Version1StatesStillDecode) {
+  for (const Golden& g : Goldens()) {
+    SCOPED_TRACE(g.name);
     const std::string text = Line(kGoldens / (std::string(g.name) + ".json"));
+    EXPECT_NE(text.find("\"state_version\":1,"), std::string::npos);
     Result<LoaderState> decoded = DecodeLoaderState(text);
     ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
     EXPECT_EQ(*decoded, g.state);
-    EXPECT_EQ(EncodeLoaderState(g.state), text);
+    EXPECT_EQ(decoded->origin, StateOrigin{});
+    const std::string again = EncodeLoaderState(*decoded);
+    EXPECT_NE(again.find("\"state_version\":2,"), std::string::npos) << again;
+    EXPECT_NE(again.find("\"identity\":null"), std::string::npos) << again;
+    Result<LoaderState> back = DecodeLoaderState(again);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, g.state);
   }
+  // Version 1 has no origin: its keys are refused there, as any key a state has not.
+  Result<LoaderState> v1_identity = DecodeLoaderState(
+      R"({"state_version":1,"order":2,"epoch":0,"position":0,"skipped":[],"seed":1,"bucketing":null,"identity":null})");
+  ASSERT_FALSE(v1_identity.ok());
+  EXPECT_THAT(v1_identity.status().message(), HasSubstr("resume.identity"));
+}
+
+// The origin's keys may be absent (read as null) and are checked for type and range.
+TEST(LoaderStateCodec, Version2OriginKeys) {
+  Result<LoaderState> bare = DecodeLoaderState(
+      R"({"state_version":2,"order":2,"epoch":0,"position":3,"skipped":[],"seed":1})");
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->origin, StateOrigin{});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {R"("identity":"0123")", "resume.identity"},
+      {R"("identity":"0123456789ABCDEF")", "resume.identity"},
+      {R"("identity":12)", "resume.identity"},
+      {R"("samples":-1)", "resume.samples"},
+      {R"("samples":"10")", "resume.samples"},
+      {R"("shuffle":1)", "resume.shuffle"},
+  };
+  for (const auto& [key, name] : bad) {
+    SCOPED_TRACE(key);
+    Result<LoaderState> s = DecodeLoaderState(
+        R"({"state_version":2,"order":2,"epoch":0,"position":3,"skipped":[],"seed":1,)" + key +
+        "}");
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.status().message(), HasSubstr(name));
+  }
+  // A caller's state has no samples or shuffle; a follow state no samples.
+  Result<LoaderState> caller = DecodeLoaderState(
+      R"({"state_version":2,"order":0,"epoch":0,"position":0,"skipped":[],"steps_digest":1,"shuffle":true})");
+  ASSERT_FALSE(caller.ok());
+  EXPECT_THAT(caller.status().message(), HasSubstr("resume.shuffle"));
+  Result<LoaderState> follow = DecodeLoaderState(
+      R"({"state_version":2,"order":2,"epoch":0,"position":0,"skipped":[],"seed":1,"follow_window":4,"samples":3})");
+  ASSERT_FALSE(follow.ok());
+  EXPECT_THAT(follow.status().message(), HasSubstr("resume.samples"));
 }
 
 // The dicts state_dict() gave before the encoding had a version (what checkpoints of the
@@ -77,7 +153,7 @@ TEST(LoaderStateCodec, StateDictsOfEarlierReleasesDecodeToTheSameStates) {
     Result<LoaderState> decoded = DecodeLoaderState(text);
     ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
     EXPECT_EQ(*decoded, g.state);
-    EXPECT_EQ(EncodeLoaderState(*decoded), Line(kGoldens / (std::string(g.name) + ".json")));
+    EXPECT_EQ(EncodeLoaderState(*decoded), EncodeLoaderState(g.state));
   }
   // The five fields of the releases with order versions, in any key order, unknown keys ignored.
   Result<LoaderState> five =
@@ -112,6 +188,10 @@ TEST(LoaderStateCodec, EveryStateRoundTrips) {
         s.cursor = FollowCursor{rng(), static_cast<uint32_t>(1 + rng() % 2),
                                 1 + rng() % kMaxLoaderShuffleWindow};
     }
+    if (rng() % 2) s.origin.identity = rng();
+    if ((s.kind() == OrderKind::kGlobal || s.kind() == OrderKind::kNodeLocal) && rng() % 2)
+      s.origin.samples = rng() >> (rng() % 64);
+    if (s.kind() != OrderKind::kCaller && rng() % 2) s.origin.shuffle = rng() % 2 == 0;
     const std::string text = EncodeLoaderState(s);
     Result<LoaderState> back = DecodeLoaderState(text);
     ASSERT_TRUE(back.ok()) << text << ": " << back.status().ToString();
@@ -159,7 +239,7 @@ TEST(LoaderStateCodec, HostileTextIsRefusedNamingWhatIsWrong) {
           "max_tokens": 0, "budget": "sum"}})",
        {"resume.bucketing", "neither"}},
       {R"({"seed": 0, "epoch": 0, "position": 0, "bucketing": [1]})", {"resume.bucketing"}},
-      {R"({"state_version": 2, "order": 2})", {"resume.state_version", "newer libshard"}},
+      {R"({"state_version": 3, "order": 2})", {"resume.state_version", "newer libshard"}},
       {R"({"state_version": 0, "order": 2})", {"resume.state_version"}},
       {R"({"state_version": "1"})", {"resume.state_version"}},
       {R"({"state_version":1,"order":2,"epoch":0,"position":0,"skipped":[],"seed":1,"bucketing":null,"locality":null})",
@@ -201,6 +281,17 @@ TEST(LoaderState, TheNextEpochStartsInTheSameKindOfOrder) {
   // The epochs after the follow epoch are the global order's.
   EXPECT_EQ(StartOfNextEpoch(State(0, 40, {}, FollowCursor{11, kOrderV1, 8})),
             State(1, 0, {}, GlobalCursor{11, kOrderV1, {}}));
+}
+
+// The next epoch keeps what the stream is made from; after the follow epoch, not its sample
+// count, which the complete dataset's loader records.
+TEST(LoaderState, TheNextEpochKeepsTheOrigin) {
+  LoaderState global = State(3, 9, {4}, GlobalCursor{8, kOrderV2, {}});
+  global.origin = {0xabcull, 100, true};
+  EXPECT_EQ(StartOfNextEpoch(global).origin, global.origin);
+  LoaderState follow = State(0, 40, {}, FollowCursor{11, kOrderV2, 8});
+  follow.origin = {0xabcull, std::nullopt, false};
+  EXPECT_EQ(StartOfNextEpoch(follow).origin, follow.origin);
 }
 
 TEST(LoaderState, AccessorsFollowTheKind) {

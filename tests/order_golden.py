@@ -145,7 +145,10 @@ for name, args in [("GOLDEN_FOLLOW_20_0_0_4", (20, 0, 0, 4)),
 # seed, follow_window). Unversioned (§8.2): the dicts libshard's state_dict() gave before, as
 # json.dumps writes them; each decodes to the version 1 state of the same name. With
 # `--write-states DIR` the script writes them there (tests/data/loader_state/, which
-# tests/loader_state_test.cc checks); otherwise it prints them.
+# tests/loader_state_test.cc checks); otherwise it prints them. Version 2 (§8.1), what
+# EncodeLoaderState writes now: version 1's keys, then "identity" (16 hex digits or null),
+# "samples" (global and node-local) and "shuffle" (all but a caller's), written as
+# version2_<name>.json; each decodes to the state of the same name with that origin.
 import json
 import sys
 
@@ -154,6 +157,17 @@ def v1(order, epoch, position, skipped, **fields):
     s = {"state_version": 1, "order": order, "epoch": epoch, "position": position,
          "skipped": skipped}
     s.update(fields)
+    return json.dumps(s, separators=(",", ":"))
+
+
+def v2(encoded_v1, identity, samples=None, shuffle=None, kind="global"):
+    s = json.loads(encoded_v1)
+    s["state_version"] = 2
+    s["identity"] = identity
+    if kind in ("global", "node_local"):
+        s["samples"] = samples
+    if kind != "caller":
+        s["shuffle"] = shuffle
     return json.dumps(s, separators=(",", ":"))
 
 
@@ -185,6 +199,17 @@ STATES = {
                {"seed": 11, "epoch": 0, "position": 12, "skipped": [], "order": 2,
                 "bucketing": None, "locality": None, "follow_window": 8}),
 }
+IDENTITY = "0123456789abcdef"
+# Version 2: each state of STATES with its origin (identity, samples, shuffle).
+STATES_V2 = {
+    "global_v2": v2(STATES["global_v2"][0], IDENTITY, 1000, True),
+    "global_v1": v2(STATES["global_v1"][0], "fedcba9876543210", 10, False),
+    "global_bucketed": v2(STATES["global_bucketed"][0], IDENTITY, 5000, True),
+    "node_local": v2(STATES["node_local"][0], IDENTITY, 40, True, kind="node_local"),
+    "node_local_start": v2(STATES["node_local_start"][0], None, None, None, kind="node_local"),
+    "caller": v2(STATES["caller"][0], IDENTITY, kind="caller"),
+    "follow": v2(STATES["follow"][0], IDENTITY, shuffle=True, kind="follow"),
+}
 if "--write-states" in sys.argv:
     out = sys.argv[sys.argv.index("--write-states") + 1]
     for name, (encoded, legacy) in STATES.items():
@@ -192,8 +217,13 @@ if "--write-states" in sys.argv:
             f.write(encoded + "\n")
         with open(f"{out}/legacy_{name}.json", "w") as f:
             f.write(json.dumps(legacy) + "\n")
+    for name, encoded in STATES_V2.items():
+        with open(f"{out}/version2_{name}.json", "w") as f:
+            f.write(encoded + "\n")
 else:
     print()
     for name, (encoded, legacy) in STATES.items():
         print(name, encoded)
         print("legacy_" + name, json.dumps(legacy))
+    for name, encoded in STATES_V2.items():
+        print("version2_" + name, encoded)

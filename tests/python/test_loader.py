@@ -180,16 +180,22 @@ def test_state_dict_resume_in_process(eagle_dataset):
     state = part.state_dict()
     # The library's encoding (docs/ORDER.md §8): the global order's fields, no other.
     assert set(state) == {"state_version", "seed", "epoch", "position", "skipped", "order",
-                          "bucketing"}
+                          "bucketing", "identity", "samples", "shuffle"}
+    assert state["state_version"] == 2 and state["samples"] == N_EAGLE and state["shuffle"]
     assert state["order"] == 2  # new loaders use order version 2
     assert all(isinstance(v, int) for k, v in state.items()
-               if k not in ("skipped", "bucketing", "locality"))
+               if k not in ("skipped", "bucketing", "locality", "identity"))
     assert state["bucketing"] is None  # no length-aware batching without collate="pad"
     assert state["epoch"] == 0
     del it, part
 
-    resumed = libshard.Loader(eagle_dataset, seed=999, batch_size=2, return_index=True, **SMALL)
-    resumed.load_state_dict(state)  # the state's seed wins
+    # A seed given that is not the state's is refused (it would be overridden); none given: the
+    # state's seed.
+    with pytest.raises(libshard.InvalidArgumentError, match="'seed' is 999.*seed 8"):
+        libshard.Loader(eagle_dataset, seed=999, batch_size=2, return_index=True,
+                        **SMALL).load_state_dict(state)
+    resumed = libshard.Loader(eagle_dataset, batch_size=2, return_index=True, **SMALL)
+    resumed.load_state_dict(state)  # the state's seed
     tail = [[s["__index__"] for s in b] for b in resumed]
     assert head + tail == e0
     # A state taken at the end of an epoch points at the next epoch.
@@ -234,12 +240,16 @@ def test_state_without_order_resumes_order_1_exactly(eagle_dataset):
     batches_of(v1_loader)
     assert batches_of(resumed) == batches_of(v1_loader)  # epoch 1 of order 1
 
-    # A version 2 state resumes version 2, also into a loader built with order=1.
+    # A version 2 state resumes version 2; a loader built with order=1 refuses it (the state
+    # would override the version given).
     new = libshard.Loader(eagle_dataset, seed=8, batch_size=2, return_index=True, **SMALL)
     head = batches_of(new, 3)
     state = new.state_dict()
     assert state["order"] == 2
-    other = libshard.Loader(eagle_dataset, batch_size=2, order=1, return_index=True, **SMALL)
+    with pytest.raises(libshard.InvalidArgumentError, match="'order' is 1.*order version 2"):
+        libshard.Loader(eagle_dataset, batch_size=2, order=1, return_index=True,
+                        **SMALL).load_state_dict(state)
+    other = libshard.Loader(eagle_dataset, batch_size=2, return_index=True, **SMALL)
     other.load_state_dict(state)
     assert head + batches_of(other) == v2
 

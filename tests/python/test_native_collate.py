@@ -100,9 +100,9 @@ def test_resume_gives_the_same_batches(eagle_dataset, mode):
                             **SMALL)
     head = list(itertools.islice(iter(first), 3))
     state = first.state_dict()
-    resumed = libshard.Loader(eagle_dataset, collate=mode, batch_size=3, seed=99,
-                              return_index=True, **SMALL)
-    resumed.load_state_dict(state)
+    resumed = libshard.Loader(eagle_dataset, collate=mode, batch_size=3, return_index=True,
+                              **SMALL)
+    resumed.load_state_dict(state)  # the state's seed
     got = head + list(resumed)
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):

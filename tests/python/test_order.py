@@ -120,8 +120,11 @@ def test_state_dict_is_the_librarys_encoding_and_survives_torch_save(eagle_datas
     it = iter(loader)
     head = [_indices(next(it)) for _ in range(3)]
     state = loader.state_dict()
-    assert state == {"state_version": 1, "order": 2, "epoch": 0, "position": 6, "skipped": [],
-                     "seed": 4, "bucketing": None}
+    identity = libshard.open(eagle_dataset).identity
+    assert state == {"state_version": 2, "order": 2, "epoch": 0, "position": 6, "skipped": [],
+                     "seed": 4, "bucketing": None,
+                     "identity": identity.digest if identity.recorded else None,
+                     "samples": N_EAGLE, "shuffle": True}
     assert json.loads(_core.Loader(libshard.Dataset(eagle_dataset)._core, {"seed": 4})
                       .state()) == {**state, "position": 0}
     torch.save({"loader": state}, tmp_path / "ckpt.pt")
@@ -138,7 +141,7 @@ def test_state_dict_is_the_librarys_encoding_and_survives_torch_save(eagle_datas
     with pytest.raises(libshard.InvalidArgumentError, match="resume.position"):
         again.load_state_dict(dict(saved, position=6.0))
     with pytest.raises(libshard.InvalidArgumentError, match="newer libshard"):
-        again.load_state_dict(dict(saved, state_version=2))
+        again.load_state_dict(dict(saved, state_version=3))
     with pytest.raises(libshard.InvalidArgumentError, match="not a key of a state"):
         again.load_state_dict(dict(saved, locality=None))
 
@@ -177,7 +180,7 @@ def test_a_state_dict_saved_by_the_current_release_still_resumes_exactly(eagle_d
     resumed.load_state_dict(torch.load(tmp_path / "old.pt"))
     assert head + [_indices(s) for s in resumed] == full
     # What it saves now is the library's encoding of the same state.
-    assert resumed.state_dict()["state_version"] == 1
+    assert resumed.state_dict()["state_version"] == 2
 
 
 def test_the_golden_release_state_dicts_decode_to_the_golden_states():

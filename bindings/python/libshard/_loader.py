@@ -669,9 +669,11 @@ class Loader:
         ``position``, ``skipped`` and the fields of its kind of order: ``seed`` and
         ``bucketing`` (how length-aware batching cut the epoch, which a resume inside the epoch
         keeps); ``locality`` (the nodes, ranks per node and steps of a node-local epoch);
-        ``steps_digest`` (a sampler's order); ``follow_window`` (the follow epoch). After a
-        completed epoch it points at the start of the next one. The same on every rank after
-        the same number of steps."""
+        ``steps_digest`` (a sampler's order); ``follow_window`` (the follow epoch); and what the
+        stream was made from, which a resume checks: ``identity`` (the dataset's identity
+        digest, None when it records none), ``samples`` (its sample count) and ``shuffle``.
+        After a completed epoch it points at the start of the next one. The same on every rank
+        after the same number of steps."""
         state = json.loads(self._require_core().state(self._exhausted))
         if self._order is not None and not self._exhausted:
             # A sampler's epoch is streamed in chunks (libshard/_sampler_order.py): the position
@@ -682,9 +684,13 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict()``, possibly of a run with another world
         size): the next step is the one after the last step the saved loader returned. The
-        state's order version and seed win over this loader's; a state dict saved by an earlier
-        libshard (without ``state_version``) resumes exactly as it did there: one without
-        ``"order"`` onto order 1, the only order it could have used."""
+        state's order version and seed are this loader's (a ``seed``, ``order`` version or
+        ``shuffle_window`` given that differs raises). ``InvalidArgumentError`` (a
+        ``ValueError``) naming what differs, with both values, for a state saved from another
+        dataset (its ``identity``), one inside an epoch of a dataset whose sample count changed
+        since, or one of another ``shuffle`` (``docs/ORDER.md`` §8). A state dict saved by an
+        earlier libshard (``state_version`` 1, or none) resumes exactly as it did there: one
+        without ``"order"`` onto order 1, the only order it could have used."""
         options = dict(self._options)
         options["resume"] = _state_text(state)
         new_core = self._new_core(options)

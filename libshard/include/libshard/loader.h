@@ -92,7 +92,11 @@ struct LoaderOptions {
   // above). world_size must be a multiple of its degree.
   SequenceParallel sequence_parallel;
   // Continues the saved stream (libshard/loader_state.h): its epoch, position and cursor win
-  // over `epoch` and the order's seed and version, in this and in every later epoch.
+  // over `epoch` and the order's seed and version, in this and in every later epoch. What the
+  // state records of its origin (StateOrigin: the dataset's identity, its sample count inside an
+  // epoch, the shuffle) must match this loader's dataset and order: Create is InvalidArgument
+  // naming what differs otherwise. (LoaderOptionsFrom also refuses a seed, order version or
+  // shuffle window given together with a state saved with another.)
   std::optional<LoaderState> resume;
 
   // What to read.
@@ -257,7 +261,9 @@ const OptionTable<OrderSpelling>& OrderOptionTable();
 // option for an unknown name or a bad value, a setting given twice (in the group and flat), and
 // spellings that ask for two kinds of order (locality="node" with follow=True, a sampler with
 // order=Order.node_local(...), ...) or a setting the kind contradicts (order=1 with
-// locality="node").
+// locality="node"); and, with "resume", a seed, order version (a global or follow state in a
+// global or follow loader) or shuffle_window (a follow state) given that is not the state's,
+// which the state would override (docs/ORDER.md §8).
 Result<LoaderOptions> LoaderOptionsFrom(const std::vector<OptionEntry>& given);
 
 // InvalidArgument naming the option and its accepted range when a numeric setting of `options`

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -89,6 +90,26 @@ struct FollowCursor {
 // Alternatives in OrderKind's order.
 using OrderCursor = std::variant<GlobalCursor, NodeLocalCursor, CallerCursor, FollowCursor>;
 
+// What a state's stream was made from beyond its cursor (state version 2, docs/ORDER.md §8):
+// the dataset, and the settings that decide the sequence that the cursor does not hold. Each is
+// unset in a state decoded from version 1 or from an earlier release (which resumes as it did),
+// and in one made in C++ without it; Loader::Create checks each one that is set against the
+// dataset and options it is given (InvalidArgument naming what differs, with both values).
+// What may change on resume (world size, rank, batching, drop_last, max_len, threads, memory)
+// is not recorded.
+struct StateOrigin {
+  // The dataset's identity digest (libshard/identity.h: of its schema and attributes, so an
+  // append of the same schema and attributes keeps it), when its manifest records one.
+  std::optional<uint64_t> identity;
+  // The dataset's sample count N, of which the epoch's sequence is a permutation (global and
+  // node-local orders; ORDER.md §1, §5): a resume inside the epoch needs the same N; one at the
+  // start of an epoch (position 0) may have more (an append between epochs).
+  std::optional<uint64_t> samples;
+  // Whether the order shuffles (every kind but a caller's, which has no order of its own).
+  std::optional<bool> shuffle;
+  bool operator==(const StateOrigin&) const = default;
+};
+
 // Small, plain data; safe to store in a training checkpoint (encoded: EncodeLoaderState).
 struct LoaderState {
   uint64_t epoch = 0;
@@ -97,6 +118,7 @@ struct LoaderState {
   uint64_t position = 0;
   std::vector<uint64_t> skipped;  // samples skipped by OnError::kSkip this epoch
   OrderCursor cursor;
+  StateOrigin origin;  // what the stream was made from (unset: not recorded, nothing checked)
 
   OrderKind kind() const { return static_cast<OrderKind>(cursor.index()); }
   template <typename Cursor>
@@ -119,7 +141,8 @@ struct LoaderState {
 
 // The state at the start of the epoch after `state`'s, in the same kind of order (the follow
 // epoch's next epoch is the global order's): what a stream that finished `state`'s epoch resumes
-// from. Nothing of the finished epoch is kept (bucketing, node progress, skipped, digest).
+// from. Nothing of the finished epoch is kept (bucketing, node progress, skipped, digest); the
+// origin is (after the follow epoch, without its sample count, which that epoch did not fix).
 LoaderState StartOfNextEpoch(const LoaderState& state);
 
 // InvalidArgument naming the field ("resume.follow_window", "resume.locality", ...) when the
@@ -129,8 +152,9 @@ LoaderState StartOfNextEpoch(const LoaderState& state);
 // DecodeLoaderState refuses such a state; Loader::Create checks a state set in C++.
 [[nodiscard]] Status ValidateLoaderState(const LoaderState& state);
 
-// The encoding's version: "state_version" of the JSON (docs/ORDER.md §8).
-inline constexpr uint32_t kLoaderStateVersion = 1;
+// The encoding's version: "state_version" of the JSON (docs/ORDER.md §8). Version 2 adds the
+// origin (identity, samples, shuffle); DecodeLoaderState reads versions 1 and 2.
+inline constexpr uint32_t kLoaderStateVersion = 2;
 // The longest encoded state DecodeLoaderState reads (a state holds a few numbers and the samples
 // skipped in its epoch).
 inline constexpr size_t kMaxLoaderStateBytes = size_t{64} << 20;

@@ -64,6 +64,13 @@ Status FollowLoader::Init() {
   last_arrival_ = clock_->Now();
   next_warning_ = options_.slow_wait_warning_seconds;
   const std::optional<LoaderState>& resume = options_.resume;
+  // The identity of the dataset (or of the write in progress, which its commit records); not
+  // known before its writer starts.
+  if (Result<DatasetIdentity> id = ReadIdentity(path_); id.ok() && id->recorded)
+    identity_ = id->digest;
+  if (resume)
+    LIBSHARD_RETURN_IF_ERROR(CheckResumeOrigin(*resume, path_, identity_, std::nullopt,
+                                               options_.order.shuffle()));
   if (resume && resume->kind() != OrderKind::kFollow) {
     // A state of a later epoch: the dataset was complete when it was saved.
     if (!progress_.complete)
@@ -96,6 +103,8 @@ void FollowLoader::StartFollowEpoch(uint64_t epoch, uint64_t position,
   carried_.position = position;
   carried_.skipped = std::move(skipped);
   carried_.cursor = FollowCursor{follow.seed, follow.version, order_->plan().window};
+  carried_.origin.identity = identity_;
+  carried_.origin.shuffle = follow.shuffle;
   ReplaceInner(nullptr);
 }
 

@@ -91,6 +91,7 @@ class FollowLoader final : public Loader {
   uint64_t next_step_ = 0;           // the follow epoch's next step (of this rank)
   uint64_t inner_end_ = 0;           // the step after the last one `inner_` serves
   LoaderState carried_;              // the state between StreamingLoaders of the follow epoch
+  std::optional<uint64_t> identity_;  // the dataset's recorded identity digest, when known
   bool epoch_over_ = false;          // the follow epoch's last step was served
   std::shared_ptr<Dataset> complete_;  // the complete dataset, once opened
   LoaderClock::TimePoint last_arrival_;

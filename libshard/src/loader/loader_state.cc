@@ -46,6 +46,10 @@ LoaderState StartOfNextEpoch(const LoaderState& state) {
       next.cursor = GlobalCursor{state.seed(), state.order_version(), {}};
       break;
   }
+  next.origin = state.origin;
+  // The follow epoch's sample count was never fixed (it grew as it was served); the next epoch
+  // is over the complete dataset, whose count its loader records.
+  if (state.kind() == OrderKind::kFollow) next.origin.samples.reset();
   return next;
 }
 
@@ -103,8 +107,14 @@ Status ValidateLoaderState(const LoaderState& state) {
       return Status::OK();
     }
     case OrderKind::kCaller:
+      if (state.origin.samples || state.origin.shuffle)
+        return Bad(state.origin.samples ? "samples" : "shuffle",
+                   "is set in a state of an order the caller gave, which has no order of its own");
       return Status::OK();
     case OrderKind::kFollow: {
+      if (state.origin.samples)
+        return Bad("samples", "is set in a state of the follow epoch, whose sample count grows "
+                              "as it is served");
       const FollowCursor& c = *state.get<FollowCursor>();
       if (c.window < 1 || c.window > kMaxLoaderShuffleWindow)
         return Bad("follow_window", "is " + std::to_string(c.window) + ", outside 1.." +

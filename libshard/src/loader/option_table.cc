@@ -4,6 +4,7 @@
 // ends show.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -405,6 +406,45 @@ const OptionTable<LoaderOptions>& LoaderOptionTable() {
   return *table;
 }
 
+namespace {
+
+// A setting of the order given together with a state that decides it otherwise: the state
+// continues its own order (its seed; its version, and the follow epoch's window), so a value
+// given that differs would be silently overridden. InvalidArgument naming the setting as it was
+// spelled, both values and what to do.
+Status CheckResumeSettings(const LoaderState& resume, const Order& order,
+                           const OrderSpelling& given,
+                           const std::map<std::string, std::string>& spelled) {
+  if (resume.kind() == OrderKind::kCaller || order.kind() == OrderKind::kCaller)
+    return Status::OK();
+  const auto differs = [&](const char* key, const std::string& what, const std::string& mine,
+                           const std::string& saved) {
+    const auto it = spelled.find(key);
+    const std::string as = it != spelled.end() ? it->second : key;
+    return Status::InvalidArgument(
+        "Loader option '" + as + "' is " + mine + ", but the state to resume (option 'resume') "
+        "was saved with " + what + " " + saved + ", which decides the order of its epoch and of "
+        "every later one; leave '" + as + "' out (or give " + as + "=" + saved + ") to resume the "
+        "state, or "
+        "drop the state to start over with " + what + " " + mine);
+  };
+  if (given.seed && *given.seed != resume.seed())
+    return differs("seed", "seed", std::to_string(*given.seed), std::to_string(resume.seed()));
+  const bool versioned = resume.kind() == OrderKind::kGlobal || resume.kind() == OrderKind::kFollow;
+  const bool loader_versioned =
+      order.kind() == OrderKind::kGlobal || order.kind() == OrderKind::kFollow;
+  if (given.version && versioned && loader_versioned && *given.version != resume.order_version())
+    return differs("version", "order version", std::to_string(*given.version),
+                   std::to_string(resume.order_version()));
+  if (const FollowCursor* c = resume.get<FollowCursor>();
+      c != nullptr && given.shuffle_window && *given.shuffle_window != c->window)
+    return differs("shuffle_window", "shuffle_window", std::to_string(*given.shuffle_window),
+                   std::to_string(c->window));
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<LoaderOptions> LoaderOptionsFrom(const std::vector<OptionEntry>& given) {
   const OptionTable<LoaderOptions>& table = LoaderOptionTable();
   LoaderOptions o;
@@ -417,7 +457,11 @@ Result<LoaderOptions> LoaderOptionsFrom(const std::vector<OptionEntry>& given) {
     }
     LIBSHARD_RETURN_IF_ERROR(table.Set(o, e.name, e.value));
   }
-  LIBSHARD_ASSIGN_OR_RETURN(o.order, MakeOrder(o.order, order));
+  OrderSpelling explicit_settings;
+  std::map<std::string, std::string> spelled;
+  LIBSHARD_ASSIGN_OR_RETURN(o.order, MakeOrder(o.order, order, &explicit_settings, &spelled));
+  if (o.resume)
+    LIBSHARD_RETURN_IF_ERROR(CheckResumeSettings(*o.resume, o.order, explicit_settings, spelled));
   return o;
 }
 

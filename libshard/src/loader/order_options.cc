@@ -153,7 +153,9 @@ const OptionTable<OrderSpelling>& OrderOptionTable() {
   return *table;
 }
 
-Result<Order> MakeOrder(const Order& base, const std::vector<OptionEntry>& given) {
+Result<Order> MakeOrder(const Order& base, const std::vector<OptionEntry>& given,
+                        OrderSpelling* explicit_settings,
+                        std::map<std::string, std::string>* spelled_as) {
   const OptionTable<OrderSpelling>& table = OrderOptionTable();
   OrderSpelling sp;
   std::map<std::string, std::string> spelled;  // setting -> how the caller spelled it
@@ -224,6 +226,9 @@ Result<Order> MakeOrder(const Order& base, const std::vector<OptionEntry>& given
       return Bad(e.name, "is not an option of the order");
     }
   }
+
+  if (explicit_settings != nullptr) *explicit_settings = sp;
+  if (spelled_as != nullptr) *spelled_as = spelled;
 
   // The kind: what the spellings ask for (all the same), else the base's unless refused.
   std::string family;

@@ -13,6 +13,7 @@
 // order, the seed of a caller's order); in the group it is an error.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,10 @@ namespace libshard {
 // with follow=True; order={"kind": "node_local"} with caller_order=True), a setting the kind
 // contradicts (order=1 with the node-local order, shuffle=False with kind "shuffled"), or a
 // group setting the kind has not.
-Result<Order> MakeOrder(const Order& base, const std::vector<OptionEntry>& given);
+// `explicit_settings` (optional) receives the settings given with a value (not None), and
+// `spelled` (optional) how each was spelled ("seed", "order.seed", "order" for the version).
+Result<Order> MakeOrder(const Order& base, const std::vector<OptionEntry>& given,
+                        OrderSpelling* explicit_settings = nullptr,
+                        std::map<std::string, std::string>* spelled_as = nullptr);
 
 }  // namespace libshard

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "format/manifest.h"  // CheckJsonNesting
+#include "libshard/identity.h"  // IdentityDigestText
 #include "libshard/loader_state.h"
 
 namespace libshard {
@@ -181,8 +182,33 @@ Result<LoaderState> DecodeUnversioned(const json& j) {
   return s;
 }
 
-// Version 1 (docs/ORDER.md §8.1): the keys of the state's kind, no other.
-Result<LoaderState> DecodeVersion1(const json& j) {
+// Version 2's origin (docs/ORDER.md §8.1): "identity" (16 hex digits) or null, "samples" (global
+// and node-local) and "shuffle" (all but a caller's), each absent or null when not recorded.
+Status DecodeOrigin(Reader& r, OrderKind kind, StateOrigin* origin) {
+  if (const json* v = r.Get("identity"); v != nullptr && !v->is_null()) {
+    const bool hex = v->is_string() && v->get<std::string>().size() == 16 &&
+                     v->get<std::string>().find_first_not_of("0123456789abcdef") ==
+                         std::string::npos;
+    if (!hex)
+      return Bad("identity", "must be the dataset's identity digest as 16 lower-case hex digits, "
+                             "or None, got " + Shown(*v));
+    origin->identity = std::stoull(v->get<std::string>(), nullptr, 16);
+  }
+  if (kind == OrderKind::kGlobal || kind == OrderKind::kNodeLocal) {
+    LIBSHARD_ASSIGN_OR_RETURN(origin->samples, r.OptionalUnsigned("samples"));
+  }
+  if (kind != OrderKind::kCaller) {
+    if (const json* v = r.Get("shuffle"); v != nullptr && !v->is_null()) {
+      if (!v->is_boolean()) return Bad("shuffle", "must be true, false or None, got " + Shown(*v));
+      origin->shuffle = v->get<bool>();
+    }
+  }
+  return Status::OK();
+}
+
+// Versions 1 and 2 (docs/ORDER.md §8.1): the keys of the state's kind, no other; version 2 also
+// the origin's.
+Result<LoaderState> DecodeVersioned(const json& j, uint64_t version) {
   Reader r(j);
   LoaderState s;
   LIBSHARD_RETURN_IF_ERROR(r.Unsigned("state_version").status());
@@ -219,9 +245,10 @@ Result<LoaderState> DecodeVersion1(const json& j) {
                             ", not 0, 1, 2 or 3: the state was saved by a newer libshard; "
                             "resume it with that version");
   }
+  if (version >= 2) LIBSHARD_RETURN_IF_ERROR(DecodeOrigin(r, s.kind(), &s.origin));
   if (std::string k = r.Unread(); !k.empty())
     return Bad(k, "is not a key of a state of " + kind + " (order " + std::to_string(order) +
-                      ", docs/ORDER.md §8.1)");
+                      ", state_version " + std::to_string(version) + ", docs/ORDER.md §8.1)");
   return s;
 }
 
@@ -265,6 +292,12 @@ std::string EncodeLoaderState(const LoaderState& state) {
     j["seed"] = c->seed;
     j["follow_window"] = c->window;
   }
+  const StateOrigin& o = state.origin;
+  j["identity"] = o.identity ? ordered_json(IdentityDigestText(*o.identity)) : ordered_json();
+  if (state.kind() == OrderKind::kGlobal || state.kind() == OrderKind::kNodeLocal)
+    j["samples"] = o.samples ? ordered_json(*o.samples) : ordered_json();
+  if (state.kind() != OrderKind::kCaller)
+    j["shuffle"] = o.shuffle ? ordered_json(*o.shuffle) : ordered_json();
   return j.dump();
 }
 
@@ -292,7 +325,7 @@ Result<LoaderState> DecodeLoaderState(std::string_view text) {
                                       std::to_string(kLoaderStateVersion) +
                                       "); resume it with that libshard");
     if (version == 0) return Bad("state_version", "is 0, which no libshard writes");
-    LIBSHARD_ASSIGN_OR_RETURN(state, DecodeVersion1(j));
+    LIBSHARD_ASSIGN_OR_RETURN(state, DecodeVersioned(j, version));
   }
   LIBSHARD_RETURN_IF_ERROR(ValidateLoaderState(state));
   return state;

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "libshard/identity.h"
 #include "loader/caller_steps.h"
 
 namespace libshard {
@@ -30,11 +31,48 @@ Status CheckResumeFits(const Order& order, const LoaderState& resume) {
   return Status::OK();
 }
 
+Status CheckResumeOrigin(const LoaderState& resume, const std::string& path,
+                         std::optional<uint64_t> identity, std::optional<uint64_t> samples,
+                         bool shuffle) {
+  const StateOrigin& saved = resume.origin;
+  const std::string start_over =
+      "or drop the state (do not resume it) to start over";
+  if (saved.identity && identity && *saved.identity != *identity)
+    return Status::InvalidArgument(
+        "Loader option 'resume' is a state saved from another dataset: the state's dataset "
+        "identity is " + IdentityDigestText(*saved.identity) + ", but " + path + " has identity " +
+        IdentityDigestText(*identity) + " (the digest of its schema and attributes, "
+        "`libshard info`); resume with the dataset the checkpoint was saved from, " + start_over);
+  if (saved.samples && samples && *saved.samples != *samples && resume.position > 0)
+    return Status::InvalidArgument(
+        "Loader option 'resume' is a state inside epoch " + std::to_string(resume.epoch) +
+        " (position " + std::to_string(resume.position) + ") of a dataset of " +
+        std::to_string(*saved.samples) + " samples, but " + path + " has " +
+        std::to_string(*samples) + " samples: the epoch's order is a permutation of all of them "
+        "(docs/ORDER.md §1), so which samples remain is unknown; resume with the dataset as it "
+        "was when the state was saved (" + std::to_string(*saved.samples) + " samples), resume a "
+        "state saved at the end of an epoch (it starts the next epoch over every sample), " +
+        start_over);
+  if (saved.shuffle && *saved.shuffle != shuffle) {
+    const auto word = [](bool b) { return std::string(b ? "true" : "false"); };
+    return Status::InvalidArgument(
+        "Loader option 'resume' is a state of an order with shuffle " + word(*saved.shuffle) +
+        ", but this loader's shuffle is " + word(shuffle) + ": the state's position counts "
+        "samples of its own sequence; create the loader with shuffle=" +
+        (*saved.shuffle ? "True" : "False") + " to resume it, " + start_over);
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<StepFactory>> StepFactory::Make(
     const Dataset* dataset, const LoaderOptions& options,
     std::shared_ptr<const std::vector<uint64_t>> lengths, const Environment& environment) {
   const LoaderState* resume = options.resume ? &*options.resume : nullptr;
   if (resume != nullptr) LIBSHARD_RETURN_IF_ERROR(CheckResumeFits(options.order, *resume));
+  if (resume != nullptr && dataset != nullptr)
+    LIBSHARD_RETURN_IF_ERROR(CheckResumeOrigin(*resume, dataset->path(),
+                                               dataset->identity().digest, dataset->size(),
+                                               options.order.shuffle()));
   std::unique_ptr<StepFactory> f(new StepFactory());
   f->order_ = ResumedOrder(options.order, resume);
   f->base_ = PlanBase(options);

@@ -99,4 +99,13 @@ class StepFactory {
 // (The global and node-local orders continue each other's epochs: ORDER.md §5.4.)
 [[nodiscard]] Status CheckResumeFits(const Order& order, const LoaderState& resume);
 
+// What a loader resuming `resume` has that its origin (LoaderState::origin, state version 2)
+// records: the dataset at `path` with identity digest `identity` and `samples` samples (either
+// unset: not known yet, not checked), and the order's `shuffle`. InvalidArgument naming the first
+// that differs ("identity", "samples" for a state inside its epoch, "shuffle"), with both values
+// and what to do; what the state does not record is not checked.
+[[nodiscard]] Status CheckResumeOrigin(const LoaderState& resume, const std::string& path,
+                                       std::optional<uint64_t> identity,
+                                       std::optional<uint64_t> samples, bool shuffle);
+
 }  // namespace libshard

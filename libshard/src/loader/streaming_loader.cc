@@ -71,7 +71,12 @@ StreamingLoader::StreamingLoader(std::shared_ptr<const Dataset> dataset,
     : dataset_(std::move(dataset)),
       options_(options),
       log_(hooks.sink ? hooks.sink : StderrLogSink()),
-      diagnostics_(std::move(hooks), StatsInterval(options)) {}
+      diagnostics_(std::move(hooks), StatsInterval(options)) {
+  if (dataset_ != nullptr) {
+    const DatasetIdentity identity = dataset_->identity();
+    if (identity.recorded) identity_ = identity.digest;
+  }
+}
 
 StreamingLoader::~StreamingLoader() {
   Stop();
@@ -392,8 +397,16 @@ Status StreamingLoader::SetEpoch(uint64_t epoch) {
 
 LoaderState StreamingLoader::state() const {
   LoaderState state = consumer_->state();
-  std::lock_guard<std::mutex> lock(queue_.mu);
-  state.cursor = queue_.steps->Cursor(queue_.next_batch);
+  {
+    std::lock_guard<std::mutex> lock(queue_.mu);
+    state.cursor = queue_.steps->Cursor(queue_.next_batch);
+  }
+  // What the stream is made from (state version 2, docs/ORDER.md §8), which a resume checks.
+  state.origin = {};
+  state.origin.identity = identity_;
+  if (state.kind() == OrderKind::kGlobal || state.kind() == OrderKind::kNodeLocal)
+    state.origin.samples = dataset_->size();
+  if (state.kind() != OrderKind::kCaller) state.origin.shuffle = options_.order.shuffle();
   return state;
 }
 

@@ -71,6 +71,8 @@ class StreamingLoader final : public Loader {
 
   const std::shared_ptr<const Dataset> dataset_;
   LoaderOptions options_;
+  // The dataset's identity digest when its manifest records one (state()'s origin).
+  std::optional<uint64_t> identity_;
   // MakeWithSteps: the first epoch's steps and where the stream stands (else null / unset).
   std::shared_ptr<const StepSequence> given_steps_;
   std::optional<LoaderState> given_state_;
