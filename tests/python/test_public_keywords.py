@@ -502,3 +502,60 @@ TRAINER_ENTRIES: Dict[str, Dict[str, Dict[str, Any]]] = {
 TRAINER_REQUIRED = {"data_module": ["train_len"],
                     "build_cached_eagle3_dataloader": ["batch_size", "shuffle"],
                     "build_cached_dspark_dataloader": ["batch_size", "shuffle"]}
+
+
+# ---- the public branches the coverage report found untested -----------------------------------
+
+def test_followed_dataset_methods_in_each_state(local, tmp_path):
+    """FollowedDataset's own methods on a dataset not started, being written and closed: prefetch
+    refuses (documented), it pickles as a followed dataset, wait() and its timeout, an index and
+    the schema before the first sample, repr."""
+    import pickle
+    not_started = str(tmp_path / "not-started")
+    for path, complete, n in ((not_started, False, 0), (local["writing"], False, N),
+                              (local["closed"], True, N)):
+        ds = libshard.open(path, follow=True)
+        with pytest.raises(libshard.InvalidArgumentError, match="prefetch does not apply"):
+            ds.prefetch([0])
+        again = pickle.loads(pickle.dumps(ds))
+        assert isinstance(again, libshard.FollowedDataset) and len(again) == n
+        assert ds.wait(timeout=0.05) == complete
+        assert ds.wait(samples=n, timeout=0.05)
+        assert f"samples={n}" in repr(ds) and path in repr(ds)
+        if n == 0:
+            with pytest.raises(IndexError, match="has no sample yet"):
+                ds[0]
+            with pytest.raises(libshard.NotFoundError, match="no schema yet"):
+                ds.schema
+        else:
+            assert ds.schema.names and int(ds[n - 1]["ident"][0]) == n - 1
+
+
+def test_loader_data_that_is_no_dataset_and_a_closed_loader(local):
+    """Loader(data) of neither a path nor a Dataset (followed or not) is an InvalidArgumentError
+    naming the type; a closed Loader says so; `dataset` and repr of each kind of Loader."""
+    for follow in (False, True):
+        with pytest.raises(libshard.InvalidArgumentError, match="got int"):
+            libshard.Loader(3, follow=follow)
+    loader = libshard.Loader(local["closed"], batch_size=2)
+    assert isinstance(loader.dataset, libshard.Dataset) and "steps_per_epoch=3" in repr(loader)
+    loader.close()
+    assert "steps_per_epoch=closed" in repr(loader)
+    with pytest.raises(libshard.InvalidArgumentError, match="the Loader is closed"):
+        loader.state_dict()
+    following = libshard.Loader(local["writing"], follow=True)
+    assert isinstance(following.dataset, libshard.FollowedDataset)
+    assert "unknown (following a write)" in repr(following)
+    following.close()
+
+
+def test_dataset_branches(local):
+    """A schema field that is not there (KeyError, as a dict's), rows= that is no window,
+    read_ahead_stats before any prefetch, repr."""
+    ds = libshard.open(local["closed"])
+    with pytest.raises(KeyError):
+        ds.schema["absent"]
+    with pytest.raises(libshard.InvalidArgumentError, match="rows="):
+        ds.read(0, rows=(1, 2, 3))
+    assert ds.read_ahead_stats() is None
+    assert repr(ds).startswith("libshard.Dataset(") and f"samples={N}" in repr(ds)
