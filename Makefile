@@ -21,7 +21,7 @@ DEMO_TARGETS = libshard_cli libshard_python
 # all: everything `make test` needs; core: the build and the quick suites (scripts/deps.sh).
 DEPS ?= all
 
-.PHONY: all deps configure build check test test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
+.PHONY: all deps configure build check test coverage test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
 
 all: build
 
@@ -49,6 +49,12 @@ check: build
 # directory.
 test: build
 	@bash scripts/test.sh "$(BUILD)" "$(PYTHON)"
+
+# The Python steps of `make test` (make check's Python suites, the rest, the trainer integrations)
+# under coverage.py, then the line coverage of the Python package per file and in total
+# (scripts/coverage.sh; `make test` prints the same report last). docs/testing.md.
+coverage: build
+	@bash scripts/coverage.sh "$(BUILD)" "$(PYTHON)"
 
 # Fuzzing (fuzz/, scripts/fuzz.sh): clang, ASan+UBSan, in build-fuzz. `make fuzz` runs each target
 # for FUZZ_SECONDS; `make fuzz-replay` (also a step of `make test`) replays the committed corpus and

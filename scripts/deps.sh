@@ -9,7 +9,7 @@ APT_PKGS=(build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libg
           libcurl4-openssl-dev     # libcurl: s3:// datasets (io/s3_client.cc)
           libssl-dev               # libcrypto: MD5 of s3:// uploads (objstore/md5.cc)
           strace)  # the trainer integration tests count the files a startup opens
-PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "pytest-xdist" "safetensors" "xxhash" "ninja" "cmake>=3.24")
+PIP_PKGS=("torch==2.13.0" "pybind11>=2.11" "scikit-build-core>=0.10" "numpy" "pytest" "pytest-xdist" "pytest-cov" "safetensors" "xxhash" "ninja" "cmake>=3.24")
 # LIBSHARD_DEPS=core (`make demo`, `make check`): what the build and the quick suites need; not
 # clang and its fuzzing runtime, fio, strace, the wheel tools, the examples' model, moto or the
 # trainers' environment, which `make test` (LIBSHARD_DEPS=all, the default) installs too.
@@ -39,7 +39,7 @@ fi
 PY=${PYTHON:-python3}
 if ! "$PY" - <<'PYEOF' 2>/dev/null
 import importlib, sys
-import torch, pybind11, numpy, pytest, xdist, safetensors, xxhash
+import torch, pybind11, numpy, pytest, xdist, pytest_cov, safetensors, xxhash
 assert torch.__version__.startswith("2.13.0"), torch.__version__
 PYEOF
 then

@@ -4,10 +4,17 @@
 # ASan+UBSan build of the C++ suites, a TSan build of the loader suite, and the fuzz targets'
 # replay and brief run, the installed-package check, the portable wheel (when `make wheel` built
 # one for this interpreter, or in CI) also beside decoy libshards, and `make demo` on a small
-# directory. Prints one closing line "test: N passed, N failed".
+# directory. The Python steps run under coverage.py (pytest-cov, when installed: `make deps`) and
+# a last step prints the Python package's line coverage (scripts/coverage.sh). Prints one closing
+# line "test: N passed, N failed".
+#
+#   scripts/test.sh [BUILD] [PYTHON] [all|python]   python: only the Python steps and the coverage
+#                                                   report (`make coverage`, scripts/coverage.sh)
 set -uo pipefail  # pipefail: a step fails when its command fails, not tee
 BUILD=${1:-build}
 PY=${2:-python3}
+PART=${3:-all}
+case $PART in all | python) ;; *) echo "test: PART=$PART: use all or python" >&2; exit 2 ;; esac
 JOBS=$(nproc)
 TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
 passed=0
@@ -54,11 +61,19 @@ case $BUILD in /*) BUILD_DIR=$BUILD ;; *) BUILD_DIR=$PWD/$BUILD ;; esac  # relat
 export LIBSHARD_CLI="$BUILD_DIR/converters/libshard"
 export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 
+# Line coverage of the Python package: every Python step appends to one data file
+# (scripts/coverage.sh --pytest-opts: pytest-cov's options, none without it), reported last.
+export COVERAGE_FILE="$BUILD_DIR/coverage/data"
+rm -rf "$BUILD_DIR/coverage" && mkdir -p "$BUILD_DIR/coverage"
+cov_opts() { bash scripts/coverage.sh --pytest-opts "$1"; }  # cov_opts PYTHON
+
 # `make check` first (its two halves, so each step's count is ctest's or pytest's), then the rest:
 # together every C++ and Python suite, each once.
-step "make check: C++ suites (ctest -L check)" bash scripts/check.sh "$BUILD" "$PY" cpp
-step "C++ suites, the rest (ctest -LE check)" ctest --test-dir "$BUILD" --output-on-failure \
-  -j"$JOBS" --timeout 600 -LE check
+if [ "$PART" = all ]; then
+  step "make check: C++ suites (ctest -L check)" bash scripts/check.sh "$BUILD" "$PY" cpp
+  step "C++ suites, the rest (ctest -LE check)" ctest --test-dir "$BUILD" --output-on-failure \
+    -j"$JOBS" --timeout 600 -LE check
+fi
 
 # The longer pytest steps run their files on several workers (pytest-xdist, `make deps` installs
 # it; each file on one worker, so its module fixtures are made once): many of their tests wait on
@@ -72,13 +87,14 @@ pytest_workers() {  # pytest_workers PYTHON: the options, when that python has p
 TRAINERS_PY=${LIBSHARD_TRAINERS_VENV:-$PWD/.venv-trainers}/bin/python
 
 if [ -d tests/python ]; then
-  step "make check: Python suites" bash scripts/check.sh "$BUILD" "$PY" python
+  step "make check: Python suites" env PYTEST_ADDOPTS="$(cov_opts "$PY")" \
+    bash scripts/check.sh "$BUILD" "$PY" python
   quick=()
   while read -r f; do quick+=(--ignore "tests/python/$f"); done < <(bash scripts/check.sh --list-python)
   [ -x "$TRAINERS_PY" ] && quick+=(--ignore-glob "tests/python/test_trainer_*.py")
   [ -x "$TRAINERS_PY" ] && quick+=(--ignore tests/python/test_sp_rules.py)  # the SP split rules
   step "Python suites, the rest (pytest)" $PY -m pytest -q tests/python -p no:cacheprovider \
-    --durations=10 $(pytest_workers "$PY") "${quick[@]}"
+    --durations=10 $(pytest_workers "$PY") $(cov_opts "$PY") "${quick[@]}"
 fi
 
 # The trainer integrations (libshard.specforge / .speculators / .modelopt) against the trainers'
@@ -88,10 +104,25 @@ if [ -x "$TRAINERS_PY" ]; then
   step "trainer integrations (pytest, trainers' venv)" env TORCHDYNAMO_DISABLE=1 \
     "$TRAINERS_PY" -m pytest -q tests/python/test_trainer_*.py tests/python/test_sp_rules.py \
     -p no:cacheprovider --durations=10 \
-    $(pytest_workers "$TRAINERS_PY")
+    $(pytest_workers "$TRAINERS_PY") $(cov_opts "$TRAINERS_PY")
 else
   echo "=== trainer integrations: skipped (no $TRAINERS_PY; bash scripts/trainers_env.sh builds it)"
 fi
+
+# The last step: the Python package's line coverage, measured by the Python steps above
+# (scripts/coverage.sh), then the totals.
+finish() {
+  if [ -n "$(cov_opts "$PY")" ]; then
+    step "Python package line coverage" bash scripts/coverage.sh --report "$BUILD" "$PY"
+  else
+    echo "=== Python package line coverage: skipped (no pytest-cov for $PY; make deps installs it)"
+  fi
+  echo
+  echo "steps: $passed ok, $failed failed${failures:+ (${failures[*]})}"
+  echo "test: $tests_passed passed, $tests_failed failed"
+  ((failed == 0))
+}
+if [ "$PART" = python ]; then finish; exit; fi
 
 # The sanitizer builds use clang when it is there (`make deps` installs it for the fuzzers): at -O0
 # under ASan it compiles the suites in half GCC's time (the release build and `make check` stay
@@ -155,7 +186,4 @@ fi
 step "make demo (small)" make --no-print-directory demo BUILD="$BUILD" PYTHON="$PY" \
   DEMO_DIR="$BUILD/demo_data" DEMO_SAMPLES=12 DEMO_HIDDEN=256 DEMO_MIN_LEN=64 DEMO_MAX_LEN=256
 
-echo
-echo "steps: $passed ok, $failed failed${failures:+ (${failures[*]})}"
-echo "test: $tests_passed passed, $tests_failed failed"
-((failed == 0))
+finish
