@@ -129,6 +129,9 @@ def test_usp_batches_equal_specforge_explicit_ranks(data, n, ulysses):
         want, got, loader = batches_of(src, packed, normalize, collate, dp_rank=0, dp_size=1)
         compare(want, got, f"N={n} U={ulysses} rank {r}")
         assert "position_ids" in got[0][1]
+        loader.seek(3)  # a resume: the rest of the epoch, as SpecForge's own loader seeks
+        compare(want[3:], [(b.sample_ids, b.tensors, b.metadata) for b in loader],
+                f"N={n} U={ulysses} rank {r} after seek")
         read.append(int(loader.libshard_stats["bytes_read"]))
     # These samples are smaller than a row block (1 MiB): each rank reads them whole, no more
     # (test_usp_each_rank_reads_its_share has samples of many blocks).
@@ -312,6 +315,157 @@ def test_usp_each_rank_reads_its_share(big, n):
     assert sum(read) <= total + n * slack, (read, total)
     assert max(read) < total * 0.8, (read, total)  # not the whole samples
     print(f"N={n}: each rank read {[round(b / total, 3) for b in read]} of {total} bytes")
+
+
+# -- the train commands take the SP degree -----------------------------------------------------
+
+def test_specforge_command_takes_the_sp_degree():
+    base = ["train", "--config", "run.yaml"]
+    usp = ["training.attention_backend=usp"]
+    assert ls.sp_overrides(base) == base
+    assert ls.sp_overrides(base + ["--sp-size", "1"]) == base
+    assert ls.sp_overrides(base + ["--sp-size", "4"]) == base + [
+        "training.sp_ulysses_size=4", "training.sp_ring_size=1"] + usp
+    assert ls.sp_overrides(base + ["--sp-size=4", "--sp-ring-size", "2"]) == base + [
+        "training.sp_ulysses_size=2", "training.sp_ring_size=2"] + usp
+    assert ls.sp_overrides(["train", "--sp-ulysses-size", "2", "--sp-ring-size=2", "-c", "x",
+                            "a.b=1", "--plan"]) == [
+        "train", "-c", "x", "a.b=1", "training.sp_ulysses_size=2", "training.sp_ring_size=2",
+        *usp, "--plan"]  # next to the overrides given: argparse takes one run of them
+    for bad in (["--sp-size", "0"], ["--sp-size", "x"], ["--sp-size", "4", "--sp-ring-size", "3"],
+                ["--sp-size", "4", "--sp-ulysses-size", "4", "--sp-ring-size", "2"],
+                ["--sp-size"]):
+        with pytest.raises(ValueError):
+            ls.sp_overrides(base + bad)
+    assert ls.main(base + ["--sp-size", "0"]) == 2
+
+
+def test_specforge_config_accepts_the_overrides(tmp_path):
+    """SpecForge's own config validation takes what --sp-size gives (its USP settings)."""
+    from specforge.config.schema import TrainingConfig
+
+    fields = TrainingConfig.model_fields
+    assert {"sp_ulysses_size", "sp_ring_size", "attention_backend"} <= set(fields)
+    cfg = TrainingConfig(sp_ulysses_size=2, sp_ring_size=2, attention_backend="usp",
+                         batch_size=1)
+    assert cfg.sp_ulysses_size * cfg.sp_ring_size == 4
+
+
+# -- speculators --sp-size ------------------------------------------------------------------------
+
+def _speculators_expected(batch, n: int, r: int, total: int):
+    """speculators#871's split_batch_for_sp of speculators' own packed batch, written from its
+    rows (the speculators rule, checked against that code by test_sp_rules.py's golden table):
+    rows [r·L/N, (r+1)·L/N) of every [1, L, ...] tensor, document_ids whole, full_seq_len L."""
+    s = libshard._core.sequence_parallel_slice("speculators", total, n, r)
+    out = {}
+    for k, v in batch.items():
+        if k == "document_ids" or not isinstance(v, torch.Tensor) or v.dim() < 2:
+            out[k] = v
+        else:
+            out[k] = v[:, s["start"]:s["stop"]]
+    out["full_seq_len"] = torch.tensor(total)
+    return out
+
+
+def test_speculators_split_batch_for_sp():
+    lsp = pytest.importorskip("libshard.speculators")
+    g = torch.Generator().manual_seed(1)
+    for total in (0, 8, 24, 64):
+        batch = {"hidden_states": torch.randn(1, total, 12, generator=g).bfloat16(),
+                 "input_ids": torch.arange(total)[None, :],
+                 "verifier_last_hidden_states": torch.randn(1, total, 4, generator=g),
+                 "loss_mask": torch.randint(0, 2, (1, total), generator=g),
+                 "position_ids": torch.arange(total)[None, :],
+                 "document_ids": torch.randint(-1, 3, (1, total), generator=g),
+                 "error_records": 0}
+        for n in (2, 4, 8):
+            for r in range(n):
+                assert_same(lsp.split_batch_for_sp(batch, r, n),
+                            _speculators_expected(batch, n, r, total), f"T={total} N={n} r={r}")
+    with pytest.raises(ValueError, match="multiple"):
+        lsp.split_batch_for_sp({"input_ids": torch.zeros(1, 6)}, 0, 4)
+    argv = ["train", "--sp-size", "4", "--data-path", "d"]
+    assert lsp.take_sp_size(argv) == 4 and argv == ["train", "--data-path", "d"]
+    argv = ["train", "--sp-size=2"]
+    assert lsp.take_sp_size(argv) == 2 and argv == ["train"]
+    assert lsp.take_sp_size(["train"]) is None
+    with pytest.raises(ValueError):
+        lsp.take_sp_size(["--sp-size", "0"])
+
+
+def _speculators_worker(rank: int, world: int, n: int, init_file: str, data_dir: str,
+                        packed: str, out_dir: str) -> None:
+    import hs_connectors as hs
+    import torch.distributed as dist
+    import libshard.speculators as lsp
+    from speculators.models.eagle3.data import shift_batch
+    from speculators.train import dataloader as sp_loader
+    from speculators.train import distributed as sp_dist
+    from speculators.train.data import ArrowDataset
+    from test_trainer_speculators import H as SH, LAYERS, SEQ
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        # speculators' own ("dp", "sp") groups (maybe_setup_distributed(sp_size=N) without
+        # torchrun's accelerator): SP groups of N consecutive ranks, dp rank = rank // N.
+        sp_dist._init_sp_process_groups(rank, world, n)
+        assert (sp_dist.get_sp_rank(), sp_dist.get_dp_rank()) == (rank % n, rank // n)
+
+        def setup(dataset):
+            return sp_loader._setup_dataloader(dataset, SEQ, SH, num_workers=0,
+                                               num_target_layers=LAYERS, prefetch_factor=None,
+                                               preprocess=shift_batch, seed=4)
+
+        ref = ArrowDataset(SEQ, data_dir, transfer=hs.FileTransfer(Path(data_dir) /
+                                                                   "hidden_states"),
+                           on_missing="raise")
+        batches = 0
+        for mode in ("cpp", "trainer"):
+            mine = ArrowDataset(SEQ, data_dir, transfer=lsp.LibshardTransfer(packed),
+                                on_missing="raise")
+            base = setup(mine)
+            got_loader = lsp.train_loader(mine, base.batch_sampler, base.collate_fn,
+                                          batches=mode,
+                                          fallback=lambda: lsp.read_ahead_loader(base))
+            want_loader = setup(ref)
+            assert len(got_loader) == len(want_loader)
+            for epoch in range(2):
+                got_loader.batch_sampler.set_epoch(epoch)
+                want_loader.batch_sampler.set_epoch(epoch)
+                want = [_speculators_expected(b, n, rank % n, SEQ) for b in want_loader]
+                got = list(got_loader)
+                assert len(got) == len(want) > 0
+                assert_same(got, want, f"speculators N={n} rank {rank} {mode} epoch {epoch}")
+                batches += len(got)
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"batches": batches}, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_speculators_sp_ranks_get_their_part_on_a_gloo_group(tmp_path, n):
+    """speculators' --sp-size on a gloo group of 4 CPU processes (SP 2: two data-parallel groups;
+    SP 4: one): each rank's batches from libshard.speculators.train_loader (C++ batches, and
+    speculators' collate over the libshard backend) are #871's split of speculators' own batch
+    for that rank, over its own sampler of the group's data-parallel rank."""
+    pytest.importorskip("speculators.train.data")
+    import torch.multiprocessing as mp
+    from test_trainer_speculators import write_speculators_dir
+
+    data_dir = write_speculators_dir(tmp_path / "data")
+    packed = cli_pack(data_dir / "hidden_states", data_dir / "hidden_states.libshard")
+    out = tmp_path / "out"
+    out.mkdir()
+    world = 4
+    mp.start_processes(_speculators_worker, args=(world, n, str(tmp_path / "init"),
+                                                  str(data_dir), str(packed), str(out)),
+                       nprocs=world, join=True, start_method="spawn")
+    for r in range(world):
+        assert json.loads((out / f"rank{r}.json").read_text())["batches"] > 0
 
 
 if __name__ == "__main__":
