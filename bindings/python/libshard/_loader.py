@@ -310,7 +310,13 @@ class Loader:
         batched = False
         if sampler is not None or batch_sampler is not None:
             self._order = SamplerOrder(sampler, batch_sampler, batch_size, drop_last)
-            warn_unsplit(self._order, self._world_size)
+            # The ranks of a sequence-parallel group share their samples by design: only the
+            # data-parallel groups (world_size / degree) need the sampler to split.
+            degree = sequence_parallel.degree if isinstance(sequence_parallel, SequenceParallel) \
+                else sequence_parallel
+            groups = self._world_size // degree if isinstance(degree, int) and degree > 1 \
+                and self._world_size % degree == 0 else self._world_size
+            warn_unsplit(self._order, groups)
             batched = batch_size is not None or batch_sampler is not None
             batch_size, drop_last = None, False  # the steps are the batches
             if not (isinstance(order, Order) and order.kind == "caller"):

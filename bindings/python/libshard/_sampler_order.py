@@ -346,10 +346,11 @@ class SamplerOrder:
 
 def warn_unsplit(order: SamplerOrder, world_size: int) -> None:
     """One warning when several ranks share a sampler that does not split by rank: the loader
-    does not split a sampler's order again (``docs/ORDER.md`` §6)."""
+    does not split a sampler's order again (``docs/ORDER.md`` §6). ``world_size``: the
+    data-parallel ranks (the ranks of a sequence-parallel group count as one)."""
     if world_size > 1 and not order.splits_by_rank():
         warnings.warn(
-            f"libshard.Loader: world_size is {world_size} but the sampler does not split the "
+            f"libshard.Loader: {world_size} data-parallel ranks but the sampler does not split the "
             "epoch across ranks (it has no num_replicas); the loader streams the sampler's order "
             "as it is, so every rank reads the same samples. Use a "
             "torch.utils.data.DistributedSampler (or drop sampler= to let the loader split)",

@@ -62,8 +62,9 @@ URI_SCHEME = "libshard://"
 _FEATURE_SUFFIXES = _sf_reader._FEATURE_SUFFIXES
 _OFFLINE_EAGLE3_KEYS = _sf_reader._OFFLINE_EAGLE3_KEYS
 
-__all__ = ["FeatureDataLoader", "FeatureStore", "URI_SCHEME", "count_effective_feature_tokens",
-           "install", "is_dataset", "main", "order", "refs"]
+__all__ = ["FeatureDataLoader", "FeatureStore", "URI_SCHEME", "USP_RULE",
+           "count_effective_feature_tokens", "install", "is_dataset", "main", "order", "refs",
+           "sequence_parallel", "sp_overrides", "usp_features", "usp_layout"]
 
 
 def is_dataset(path: PathLike) -> bool:
@@ -340,6 +341,157 @@ def count_effective_feature_tokens(hidden_states_path: PathLike, *,
     return counts
 
 
+# -- Sequence parallelism: SpecForge's USP preprocessing from each rank's slice ---------------
+#: The split rule of SpecForge's offline EAGLE-3 USP (``attention_backend: usp``):
+#: ``OfflineEagle3Dataset.process_data_usp`` (docs/guide/long-context.md).
+USP_RULE = "specforge-usp"
+
+
+def usp_layout(sp_size: Optional[int] = None, sp_rank: Optional[int] = None,
+               ring_rank: Optional[int] = None, sp_ring_size: Optional[int] = None
+               ) -> Dict[str, int]:
+    """This rank's place in its SpecForge SP group: ``sp_rank``, ``sp_size``, ``ring_rank``,
+    ``sp_ring_size`` and ``ulysses_size`` (``sp_size // sp_ring_size``). Taken as SpecForge
+    takes them (``build_offline_normalizer``, ``OfflineEagle3Dataset``): the rank and size of
+    ``specforge.distributed.get_draft_sp_group()`` and of ``get_sp_ring_group()``, where a value
+    is not given. ``ValueError`` when a value is missing and SpecForge's process groups are not
+    initialized, or when the ranks are not yunchang's ``use_ulysses_low`` layout (the Ulysses
+    peers consecutive: ``ring_rank == sp_rank // ulysses_size``), the layout the split rule
+    assumes and the one SpecForge's ``init_distributed`` builds."""
+    if None in (sp_size, sp_rank, ring_rank, sp_ring_size):
+        import torch.distributed as dist
+        from specforge.distributed import get_draft_sp_group, get_sp_ring_group
+
+        if not (dist.is_available() and dist.is_initialized()) or get_draft_sp_group() is None:
+            raise ValueError("libshard.specforge: give sp_size, sp_rank, ring_rank and "
+                             "sp_ring_size, or initialize SpecForge's process groups "
+                             "(specforge.distributed.init_distributed) first")
+        sp_group, ring_group = get_draft_sp_group(), get_sp_ring_group()
+        sp_size = dist.get_world_size(sp_group) if sp_size is None else sp_size
+        sp_rank = dist.get_rank(sp_group) if sp_rank is None else sp_rank
+        ring_group = sp_group if ring_group is None else ring_group
+        if sp_ring_size is None:
+            sp_ring_size = dist.get_world_size(ring_group)
+        if ring_rank is None:
+            ring_rank = dist.get_rank(ring_group)
+    sp_size, sp_rank, ring_rank, sp_ring_size = (int(sp_size), int(sp_rank), int(ring_rank),
+                                                 int(sp_ring_size))
+    if sp_size < 1 or not 0 <= sp_rank < sp_size:
+        raise ValueError(f"libshard.specforge: sp_rank={sp_rank} is not a rank of an SP group "
+                         f"of sp_size={sp_size}")
+    if sp_ring_size < 1 or sp_size % sp_ring_size:
+        raise ValueError(f"libshard.specforge: sp_ring_size={sp_ring_size} does not divide "
+                         f"sp_size={sp_size}")
+    ulysses = sp_size // sp_ring_size
+    if ring_rank != sp_rank // ulysses:
+        raise ValueError(
+            f"libshard.specforge: ring_rank={ring_rank} of sp_rank={sp_rank} (sp_size={sp_size}, "
+            f"sp_ring_size={sp_ring_size}) is not yunchang's use_ulysses_low layout "
+            f"(ring_rank = sp_rank // {ulysses}), the layout the specforge-usp rule splits by")
+    return {"sp_size": sp_size, "sp_rank": sp_rank, "ring_rank": ring_rank,
+            "sp_ring_size": sp_ring_size, "ulysses_size": ulysses}
+
+
+def sequence_parallel(ttt_length: int, sp_size: Optional[int] = None,
+                      sp_ring_size: Optional[int] = None) -> "Any":
+    """The ``libshard.SequenceParallel`` setting of SpecForge's USP with ``sp_size`` ranks
+    (``training.sp_ulysses_size * training.sp_ring_size``) and ``ttt_length``; each rank of a
+    ``libshard.Loader(..., sequence_parallel=this, rank=, world_size=)`` reads only its rows.
+    The sizes default to SpecForge's process groups (:func:`usp_layout`)."""
+    from ._sequence_parallel import SequenceParallel
+
+    if sp_size is None or sp_ring_size is None:
+        layout = usp_layout(sp_size=sp_size, sp_ring_size=sp_ring_size)
+        sp_size, sp_ring_size = layout["sp_size"], layout["sp_ring_size"]
+    return SequenceParallel(int(sp_size), rule=USP_RULE, ttt_length=int(ttt_length),
+                            ulysses_size=int(sp_size) // int(sp_ring_size))
+
+
+def _pad_rows(t: torch.Tensor, dim: int, rows: int) -> torch.Tensor:
+    """``t`` with zero rows appended along ``dim`` up to ``rows`` (as ``F.pad``), contiguous."""
+    have = t.shape[dim]
+    if have == rows:
+        return t.contiguous()
+    shape = list(t.shape)
+    shape[dim] = rows - have
+    return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+
+def usp_features(sample: Dict[str, Any], *, ttt_length: Optional[int] = None) -> Dict[str, Any]:
+    """``OfflineEagle3Dataset.process_data_usp``'s output, bit for bit, from one sample of a
+    sequence-parallel ``libshard.Loader`` with the ``specforge-usp`` rule (the rows of this
+    rank's slice, and ``sample["__sp__"]``): ``hidden_state`` (from ``aux_hidden_state``) and
+    ``target`` (from ``hidden_state``) [1, chunk + ttt, H], ``input_ids``, ``loss_mask`` (the
+    sample's last row zeroed where this rank holds it) and ``attention_mask`` [1, chunk + ttt],
+    ``position_ids`` [1, chunk] (this rank's global positions); zero rows pad each sequence
+    tensor to chunk + ttt. Stored shapes: ids and mask [S] or [1, S], the hidden states
+    [1, S, H] (what ``prepare_hidden_states.py`` writes)."""
+    from ._sequence_parallel import SP_KEY
+
+    sp = sample.get(SP_KEY)
+    if sp is None or sp.get("rule") != USP_RULE:
+        raise ValueError("libshard.specforge.usp_features: the sample is not from a Loader with "
+                         f"sequence_parallel=SequenceParallel(N, rule={USP_RULE!r}, ...)")
+    pad_to, rows = int(sp["pad_to"]), int(sp["stop"]) - int(sp["start"])
+    if ttt_length is not None and pad_to != int(sp["chunk"]) + int(ttt_length):
+        raise ValueError(f"libshard.specforge.usp_features: the loader's slices overlap by "
+                         f"{pad_to - int(sp['chunk'])} rows, not ttt_length={ttt_length}")
+
+    def seq2(name: str) -> torch.Tensor:
+        t = sample[name]
+        return t.reshape(1, -1) if t.dim() <= 1 else t
+
+    def seq3(name: str) -> torch.Tensor:
+        t = sample[name]
+        if t.dim() != 3:
+            raise ValueError(f"libshard.specforge.usp_features: {name} is {tuple(t.shape)}; "
+                             "SpecForge's USP preprocessing slices [1, S, H] hidden states")
+        return t
+
+    out: Dict[str, Any] = {}
+    out["hidden_state"] = _pad_rows(seq3("aux_hidden_state"), 1, pad_to)
+    out["target"] = _pad_rows(seq3("hidden_state"), 1, pad_to)
+    out["input_ids"] = _pad_rows(seq2("input_ids"), 1, pad_to)
+    mask = seq2("loss_mask")
+    last = int(sp["full_length"]) - 1
+    if int(sp["start"]) <= last < int(sp["stop"]):
+        mask = mask.clone()
+        mask[0, last - int(sp["start"])] = 0
+    out["loss_mask"] = _pad_rows(mask, 1, pad_to)
+    attention = torch.zeros((1, pad_to), dtype=torch.long)
+    attention[:, :rows] = 1
+    out["attention_mask"] = attention
+    begin, count = int(sp["position_begin"]), int(sp["position_count"])
+    out["position_ids"] = torch.arange(begin, begin + count, dtype=torch.long).unsqueeze(0)
+    return out
+
+
+def _usp_transform(t: Any) -> Optional[Dict[str, int]]:
+    """The settings of ``partial(OfflineEagle3Dataset.process_data_usp, ...)`` (SpecForge's USP
+    normalizer, ``build_offline_normalizer(use_usp_preprocess=True)``), or None when ``t`` is
+    not that."""
+    from functools import partial
+
+    try:
+        from specforge.data.preprocessing import OfflineEagle3Dataset
+    except ImportError:  # pragma: no cover - SpecForge without its USP preprocessing
+        return None
+    if not (isinstance(t, partial) and t.func is OfflineEagle3Dataset.process_data_usp
+            and not t.args):
+        return None
+    kw = dict(t.keywords)
+    if kw.get("transform") is not None or not set(kw) <= {
+            "max_len", "ttt_length", "transform", "sp_rank", "sp_size", "ring_rank",
+            "sp_ring_size"} or "max_len" not in kw:
+        return None
+    out = {"max_len": kw["max_len"], "ttt_length": kw.get("ttt_length", 1),
+           "sp_rank": kw.get("sp_rank", 0), "sp_size": kw.get("sp_size", 1),
+           "ring_rank": kw.get("ring_rank", 0), "sp_ring_size": kw.get("sp_ring_size", 1)}
+    if not all(isinstance(v, int) for v in out.values()) or out["max_len"] < 1:
+        return None
+    return out
+
+
 # -- SpecForge's FeatureDataLoader, with its batches built in C++ ------------------------------
 #: ``FeatureDataLoader(batches=...)``: "auto" (C++ batches when provably SpecForge's, else its own
 #: collate, saying why once), "cpp" (C++ batches or an error saying why not), "trainer" (its own
@@ -492,8 +644,105 @@ class FeatureDataLoader(_sf_loader.FeatureDataLoader):
         need = int((max(self.num_workers, 1) + 2) * largest * per_position * 1.1)
         return min(max(need, 512 << 20), 8 << 30)
 
+    def _usp_plan(self, refs: List[SampleRef]) -> Tuple[Optional[Dataset], Dict[str, int], str]:
+        """(the dataset, SpecForge's USP settings, "") when ``per_sample_transform`` is
+        SpecForge's USP normalizer (``partial(OfflineEagle3Dataset.process_data_usp, ...)``)
+        over ``libshard://`` refs of one dataset: each rank then reads only its slice. (None,
+        {}, why) when the transform is that but the refs or the store are not libshard's;
+        (None, {}, "") when it is not that transform."""
+        settings = _usp_transform(self.per_sample_transform)
+        if settings is None:
+            return None, {}, ""
+        try:
+            usp_layout(settings["sp_size"], settings["sp_rank"], settings["ring_rank"],
+                       settings["sp_ring_size"])
+        except ValueError as e:
+            return None, {}, str(e)
+        if not refs:
+            return None, {}, "there are no refs"
+        if not isinstance(self.store, FeatureStore):
+            return None, {}, f"the store is a {type(self.store).__name__}, not libshard's"
+        path = None
+        for ref in refs:
+            uri = ref.feature_store_uri
+            if not uri.startswith(URI_SCHEME):
+                return None, {}, f"ref {ref.sample_id} is not a libshard sample ({uri})"
+            here = _parse_uri(uri)[0]
+            if path is None:
+                path = here
+            elif here != path:
+                return None, {}, "the refs name more than one dataset"
+            keys = ref.feature_keys
+            for k in _EAGLE3_RAW_KEYS:
+                raw = keys.get(k)
+                if raw is None or raw.split("/")[-1] != k:
+                    return None, {}, (f"ref {ref.sample_id} maps the feature {k!r} to "
+                                      f"{raw!r}, not to the field {k!r}")
+        return self.store.dataset(path), settings, ""
+
+    def _iter_usp(self, dataset: Dataset, settings: Dict[str, int]) -> Iterator[TrainBatch]:
+        """SpecForge's USP batches, each rank reading only its rows: a sequence-parallel
+        ``libshard.Loader`` (rule specforge-usp) in the refs' order, :func:`usp_features` per
+        sample (``process_data_usp``'s output, bit for bit), then the loader's own
+        ``collate_fn`` (SpecForge's ``DataCollatorWithPadding``)."""
+        from ._loader import Loader
+
+        skip, self._seek_batches = self._seek_batches, 0
+        chunks = self._chunks(skip)
+        for chunk in chunks:
+            self._validate_refs(chunk)
+        if not chunks:
+            return
+        order = [[_parse_uri(r.feature_store_uri)[1] for r in chunk] for chunk in chunks]
+        n = settings["sp_size"]
+        budget = self.memory_budget if self.memory_budget != "auto" else "2GiB"
+        loader = Loader(dataset, batch_sampler=order, rank=settings["sp_rank"], world_size=n,
+                        sequence_parallel=sequence_parallel(settings["ttt_length"], n,
+                                                            settings["sp_ring_size"]),
+                        max_len=settings["max_len"], fields=list(_EAGLE3_RAW_KEYS),
+                        metadata=False, pin_memory=False, memory_budget=budget)
+        self._libshard_usp_loader = loader
+        try:
+            for chunk, samples in zip(chunks, loader):
+                if isinstance(samples, dict):
+                    samples = [samples]
+                features = [usp_features(s, ttt_length=settings["ttt_length"])
+                            for s in samples]
+                tensors = self.collate_fn(features)
+                non_tensors = [k for k, v in tensors.items() if not isinstance(v, torch.Tensor)]
+                if non_tensors:
+                    raise TypeError(f"collate_fn returned non-tensors for {non_tensors}")
+                if str(self.device) != "cpu":
+                    tensors = {k: v.to(self.device) for k, v in tensors.items()}
+                yield TrainBatch(
+                    sample_ids=[r.sample_id for r in chunk], strategy=self.strategy,
+                    tensors=tensors,
+                    metadata={"target_repr": chunk[0].metadata.get("target_repr"),
+                              "ttt_length": chunk[0].metadata.get("ttt_length")})
+        finally:
+            #: The sequence-parallel Loader's statistics (bytes read: this rank's slices).
+            self.libshard_stats = loader.stats()
+            loader.close()
+            self._libshard_usp_loader = None
+
     def _iter_refs(self) -> Iterator[TrainBatch]:
         refs = self._refs
+        if self.batches != "trainer":
+            usp_dataset, settings, why_usp = self._usp_plan(refs)
+            if usp_dataset is not None:
+                yield from self._iter_usp(usp_dataset, settings)
+                return
+            if why_usp:
+                if self.batches == "cpp":
+                    raise ValueError(f"libshard.specforge.FeatureDataLoader(batches='cpp'): "
+                                     f"{why_usp}")
+                common.note_once("specforge-usp:" + why_usp, (
+                    f"libshard.specforge: SpecForge's own USP preprocessing reads whole samples "
+                    f"({why_usp}); each rank reads only its slice with the refs of "
+                    "libshard.specforge.refs() served by libshard.specforge.FeatureStore"))
+                self._announce(self._chunks(self._seek_batches))
+                yield from _sf_loader.FeatureDataLoader._iter_refs(self)
+                return
         dataset, max_len, why = (None, 0, "batches='trainer'") if self.batches == "trainer" \
             else self._recipe_plan(refs)
         loader = None
@@ -623,14 +872,75 @@ def _url_identity_file(url: str) -> str:
     return path
 
 
+_SP_OPTIONS = ("--sp-size", "--sp-ulysses-size", "--sp-ring-size")
+
+
+def sp_overrides(argv: List[str]) -> List[str]:
+    """``argv`` with ``--sp-size N``, ``--sp-ulysses-size U`` and ``--sp-ring-size R`` (also
+    ``--opt=V``) taken out and given to SpecForge as its dotted overrides
+    ``training.sp_ulysses_size=U training.sp_ring_size=R training.attention_backend=usp``
+    (after the dotted overrides given, else last). ``--sp-size N`` alone is N Ulysses ranks; with
+    ``--sp-ring-size R``, ``U = N / R``. A degree of 1 adds nothing. ``ValueError`` for a
+    value that is not a positive integer or sizes that disagree."""
+    argv = list(argv)
+    got: Dict[str, int] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, value = arg, None
+        if "=" in arg and arg.split("=", 1)[0] in _SP_OPTIONS:
+            name, value = arg.split("=", 1)
+            del argv[i]
+        elif arg in _SP_OPTIONS:
+            if i + 1 >= len(argv):
+                raise ValueError(f"{arg}: give the number of ranks")
+            value = argv[i + 1]
+            del argv[i:i + 2]
+        else:
+            i += 1
+            continue
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name} {value!r}: give a positive integer")
+        got[name] = int(value)
+    if not got:
+        return argv
+    ring = got.get("--sp-ring-size", 1)
+    if "--sp-ulysses-size" in got:
+        ulysses = got["--sp-ulysses-size"]
+        if "--sp-size" in got and got["--sp-size"] != ulysses * ring:
+            raise ValueError(f"--sp-size {got['--sp-size']} is not --sp-ulysses-size {ulysses} "
+                             f"x --sp-ring-size {ring}")
+    else:
+        total = got.get("--sp-size", ring)
+        if total % ring:
+            raise ValueError(f"--sp-ring-size {ring} does not divide --sp-size {total}")
+        ulysses = total // ring
+    if ulysses * ring == 1:
+        return argv
+    extra = [f"training.sp_ulysses_size={ulysses}", f"training.sp_ring_size={ring}",
+             "training.attention_backend=usp"]
+    # Next to the dotted overrides already given (argparse takes one run of them), else last.
+    given = [k for k, a in enumerate(argv) if "=" in a and not a.startswith("-")]
+    at = given[-1] + 1 if given else len(argv)
+    return argv[:at] + extra + argv[at:]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m libshard.specforge train --config CONFIG [...]``: SpecForge's own command line
     (``specforge.cli.main``, the same arguments) after :func:`install`. A launch that would start
     worker processes itself runs them as ``python -m libshard.specforge`` too.
     ``--libshard-batches auto|cpp|trainer`` (taken out before SpecForge sees the arguments):
-    how :class:`FeatureDataLoader` batches (default auto: in C++ where provably SpecForge's)."""
+    how :class:`FeatureDataLoader` batches (default auto: in C++ where provably SpecForge's).
+    ``--sp-size N`` / ``--sp-ulysses-size U`` / ``--sp-ring-size R``: SpecForge's USP degree
+    (:func:`sp_overrides`: its ``training.sp_*`` overrides and ``attention_backend=usp``); each
+    SP rank then reads only its slice of every sample (:class:`FeatureDataLoader`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     batches = common.take_batches_option(argv)
+    try:
+        argv = sp_overrides(argv)
+    except ValueError as e:
+        print(str(e), file=sys.stderr)
+        return 2
     install(batches)
     import specforge.cli as sf_cli
     import specforge.launch_plan as sf_plan

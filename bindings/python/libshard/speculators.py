@@ -63,7 +63,7 @@ _TRAINER = "speculators (hs-connectors' file/fp8 backends)"
 BATCHES = ("auto", "cpp", "trainer")
 
 __all__ = ["BACKEND_NAME", "BATCHES", "LibshardBackend", "LibshardTransfer", "PackedLoader",
-           "main", "read_ahead_loader", "train_loader"]
+           "main", "read_ahead_loader", "split_batch_for_sp", "train_loader"]
 
 
 class LibshardTransfer(HiddenStatesTransfer):
@@ -218,6 +218,62 @@ class LibshardBackend(HiddenStatesBackend):
 
 
 # -- speculators' training DataLoader, with its batches built in C++ ---------------------------
+def split_batch_for_sp(batch: Dict[str, Any], sp_rank: int, sp_size: int) -> Dict[str, Any]:
+    """SP rank ``sp_rank``'s part of a packed batch, as speculators' ``--sp-size`` cuts it
+    (speculators#871, ``src/speculators/train/sequence_parallel.py`` ``split_batch_for_sp``;
+    not in the 0.9.0 wheel): every tensor with a sequence dimension (dim 1 of [1, L, ...]) is
+    ``torch.chunk(sp_size, dim=1)[sp_rank]``, ``document_ids`` stays whole, and
+    ``full_seq_len = torch.tensor(L)`` is added; other values are kept. L (the packed row,
+    ``--total-seq-len``) must be a multiple of ``sp_size``: ``ValueError`` otherwise, as
+    speculators refuses it. The rows are those of libshard's ``speculators`` split rule
+    (``libshard._core.sequence_parallel_slice("speculators", L, sp_size, sp_rank)``)."""
+    sp_size, sp_rank = int(sp_size), int(sp_rank)
+    if sp_size < 1 or not 0 <= sp_rank < sp_size:
+        raise ValueError(f"split_batch_for_sp: sp_rank={sp_rank} is not a rank of an SP group "
+                         f"of sp_size={sp_size}")
+    total = int(batch["input_ids"].shape[1])
+    if total % sp_size:
+        raise ValueError(f"split_batch_for_sp: the packed row's {total} positions "
+                         f"(--total-seq-len) are not a multiple of --sp-size {sp_size}")
+    out: Dict[str, Any] = {}
+    for key, value in batch.items():
+        if key == "document_ids" or not isinstance(value, torch.Tensor) or value.dim() < 2:
+            out[key] = value
+        else:
+            out[key] = value.chunk(sp_size, dim=1)[sp_rank]
+    out["full_seq_len"] = torch.tensor(total)
+    return out
+
+
+class _SplitBatches:
+    """A loader whose every batch is SP rank ``sp_rank``'s part (:func:`split_batch_for_sp`);
+    ``len()``, ``batch_sampler`` and ``dataset`` are the wrapped loader's."""
+
+    def __init__(self, loader: Any, sp_rank: int, sp_size: int) -> None:
+        self.loader, self.sp_rank, self.sp_size = loader, int(sp_rank), int(sp_size)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield split_batch_for_sp(batch, self.sp_rank, self.sp_size)
+
+
+def _sp_place(sp_size: Optional[int], sp_rank: Optional[int]):
+    """(sp_rank, sp_size): as given, else speculators' own (``speculators.train.distributed``:
+    its ``("dp", "sp")`` groups of consecutive ranks, ``sp_rank = rank % sp_size``)."""
+    if sp_size is None or sp_rank is None:
+        from speculators.train import distributed as sp_dist
+
+        sp_size = sp_dist.get_sp_size() if sp_size is None else sp_size
+        sp_rank = sp_dist.get_sp_rank() if sp_rank is None else sp_rank
+    return int(sp_rank), int(sp_size)
+
+
 class PackedLoader:
     """speculators' training ``DataLoader`` (its ``MultipackDistributedBatchSamplerV2`` and its
     packing ``CollateFn`` with ``shift_batch``) whose batches are read ahead in the sampler's
@@ -367,15 +423,30 @@ def _token_check(ds: Dataset, rows: "_ArrowRows", samples: List[int]) -> str:
 
 def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
                  batches: str = "auto", memory_budget: Union[int, str] = "auto",
-                 fallback: Any = None) -> Any:
+                 fallback: Any = None, sp_size: Optional[int] = None,
+                 sp_rank: Optional[int] = None) -> Any:
     """A :class:`PackedLoader` over speculators' ``dataset``, ``batch_sampler`` and
     ``collate_fn`` when its batches are provably speculators' (an ``ArrowDataset`` over
     :class:`LibshardTransfer` with every row of the split in the dataset and its token_ids equal
     to the Arrow input_ids; ``CollateFn`` with ``shift_batch``; bfloat16), else ``fallback()``
     (speculators' own DataLoader), saying why once (``batches="auto"``), or ValueError
-    (``batches="cpp"``)."""
+    (``batches="cpp"``).
+
+    Sequence parallelism (``--sp-size``): with ``sp_size`` > 1 (default: speculators'
+    ``get_sp_size()``, its ``("dp", "sp")`` mesh; the batch sampler already gives the SP group
+    its data-parallel rank's batches) every batch is this rank's part,
+    :func:`split_batch_for_sp` (``sp_rank``: default ``get_sp_rank()``)."""
     if batches not in BATCHES:
         raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
+    sp_rank, sp_size = _sp_place(sp_size, sp_rank)
+    if sp_size > 1:
+        if collate_fn is not None and getattr(collate_fn, "max_len", 0) % sp_size:
+            raise ValueError(f"libshard.speculators: --total-seq-len {collate_fn.max_len} is not "
+                             f"a multiple of --sp-size {sp_size}")
+        whole = train_loader(dataset, batch_sampler, collate_fn, batches=batches,
+                             memory_budget=memory_budget, fallback=fallback, sp_size=1,
+                             sp_rank=0)
+        return None if whole is None else _SplitBatches(whole, sp_rank, sp_size)
     why = "batches='trainer'"
     if batches != "trainer":
         if not common.ordered_loader_available():
@@ -464,13 +535,67 @@ if __name__ != "__main__" and BACKEND_NAME not in HiddenStatesBackend.registry:
     HiddenStatesBackend.register(BACKEND_NAME)(LibshardBackend)
 
 
+def take_sp_size(argv: List[str]) -> Optional[int]:
+    """The value of ``--sp-size N`` / ``--sp-size=N`` in ``argv``, removed from it; None when
+    absent."""
+    for i, arg in enumerate(argv):
+        value = None
+        if arg == "--sp-size" and i + 1 < len(argv):
+            value = argv[i + 1]
+            del argv[i:i + 2]
+        elif arg.startswith("--sp-size="):
+            value = arg.split("=", 1)[1]
+            del argv[i]
+        if value is not None:
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"--sp-size {value!r}: give a positive integer")
+            return int(value)
+    return None
+
+
+def _install_sp_size(sp_size: int) -> None:
+    """speculators' training entry sets its process groups up with ``sp_size`` 1
+    (``maybe_setup_distributed()``); make it ``maybe_setup_distributed(sp_size=N)``, its
+    ``("dp", "sp")`` mesh (groups of N consecutive ranks), so that its batch sampler serves
+    data-parallel ranks and :func:`train_loader` gives each SP rank its part."""
+    import speculators.train.cli as sp_cli
+
+    native = sp_cli.maybe_setup_distributed
+
+    def setup(*args, **kwargs):
+        kwargs["sp_size"] = sp_size
+        return native(*args, **kwargs)
+
+    sp_cli.maybe_setup_distributed = setup
+
+
+def _trainer_has_sp_size() -> bool:
+    """Whether speculators' own command line takes ``--sp-size`` (speculators#871)."""
+    try:
+        from speculators.train.config.resolution import build_parser
+        return any("--sp-size" in a.option_strings for a in build_parser()._actions)
+    except Exception:  # noqa: BLE001 - an older or newer layout: assume not
+        return False
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m libshard.speculators train ARGS...``: speculators' training command line
     (``python -m speculators.train ARGS...``) with the ``libshard`` backend registered, and its
     loaders' batches built in C++ where provably speculators' (:func:`train_loader`;
-    ``--libshard-batches auto|cpp|trainer``, taken out before speculators sees the arguments)."""
+    ``--libshard-batches auto|cpp|trainer``, taken out before speculators sees the arguments).
+    ``--sp-size N``: sequence parallelism over groups of N consecutive ranks; passed on to
+    speculators where its command line has it, else taken out here and given to its
+    ``maybe_setup_distributed``; each SP rank's batches are its part of the packed row
+    (:func:`split_batch_for_sp`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     batches = common.take_batches_option(argv)
+    sp_size = None
+    if not _trainer_has_sp_size():
+        try:
+            sp_size = take_sp_size(argv)
+        except ValueError as e:
+            print(str(e), file=sys.stderr)
+            return 2
     if not argv or argv[0] != "train":
         print("usage: python -m libshard.speculators train ARGS...  (speculators' training "
               "arguments; --hidden-states-backend libshard)", file=sys.stderr)
@@ -483,6 +608,12 @@ def main(argv: Optional[List[str]] = None) -> int:
               file=sys.stderr)
         return 2
     _install_loader(batches)
+    if sp_size is not None and sp_size > 1:
+        common.note_once("speculators:sp-size", (
+            f"libshard.speculators: --sp-size {sp_size}: this speculators has no sequence-"
+            "parallel attention of its own (speculators#871); each SP rank gets its part of the "
+            "packed row as #871 splits it"))
+        _install_sp_size(sp_size)
 
     train_main(TrainConfig.resolve(argv[1:]))
     return 0
