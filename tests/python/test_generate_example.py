@@ -6,7 +6,6 @@ bit; examples/train_eagle3.py trains on the Writer's dataset."""
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ def _torchrun(out: Path, *extra: str, args=ARGS) -> None:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE")}
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-port", str(29500 + random.randint(5001, 9000)), GEN,
+                        "--standalone", GEN,
                         "--out", str(out), *args, *extra], env=env, capture_output=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr.decode()[-3000:]

@@ -221,7 +221,7 @@ def test_block_held_by_a_reader_is_not_evicted(server, proxy, env, local_ds, tmp
 
 def _reader_script(url: str, cache: Path, bound: int, out: Path, progress: Path) -> str:
     return textwrap.dedent(f"""
-        import hashlib, json, sys, torch
+        import hashlib, json, os, sys, torch
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import libshard
         from test_s3_evict import digest
@@ -229,7 +229,8 @@ def _reader_script(url: str, cache: Path, bound: int, out: Path, progress: Path)
         for s in libshard.Loader({url!r}, cache={str(cache)!r}, cache_size={bound},
                                  shuffle=True, seed=11, return_index=True, pin_memory=False):
             got[s["__index__"]] = digest(s)
-            open({str(progress)!r}, "w").write(str(len(got)))
+            open({str(progress)!r} + ".tmp", "w").write(str(len(got)))
+            os.replace({str(progress)!r} + ".tmp", {str(progress)!r})  # never seen half-written
         open({str(out)!r}, "w").write(json.dumps(got))
     """)
 
@@ -247,7 +248,11 @@ def test_two_processes_share_an_evicting_cache_one_killed(server, proxy, env, lo
             out, progress))
     victim, vout, vprogress = procs[0]
     deadline = time.monotonic() + 120
-    while not (vprogress.exists() and vprogress.read_text() and int(vprogress.read_text()) >= 10):
+    def served() -> int:  # the samples the victim has served so far (its file is replaced whole)
+        text = vprogress.read_text() if vprogress.exists() else ""
+        return int(text) if text else 0
+
+    while served() < 10:
         assert victim.poll() is None and time.monotonic() < deadline, "the first reader stalled"
         time.sleep(0.01)
     victim.send_signal(signal.SIGKILL)

@@ -27,7 +27,6 @@ Each captured dataset equals ``libshard pack`` of the same generator's per-file 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -209,7 +208,7 @@ def test_example_generator_under_torchrun_one_part_per_rank(tmp_path):
 
     def torchrun(*cmd: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                               "2", "--master-port", str(29500 + random.randint(5001, 9000)),
+                               "2", "--standalone",
                                *cmd], env=env, capture_output=True, text=True, timeout=600)
 
     r = torchrun(gen, *args, "--out", str(tmp_path / "dump"))

@@ -214,7 +214,7 @@ def test_torchrun_gloo_two_processes(tmp_path):
     out = tmp_path / "ds"
     env = _child_env({"OMP_NUM_THREADS": "1"})
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                        "--master-port", str(29500 + random.randint(1, 5000)), CHILD, str(out),
+                        "--standalone", CHILD, str(out),
                         "17", "--mode", "torchrun"], env=env, capture_output=True, timeout=180)
     assert r.returncode == 0, r.stderr.decode()[-3000:]
     _expect_dataset(out, 17)
