@@ -60,6 +60,11 @@ void OpenShard(const std::string& dir, const format::IndexShard& s, bool check_u
         ")" + kRepack);
     return;
   }
+  // The Dataset reads the header, then samples, field ranges and token slices at random: each
+  // read asks for exactly its bytes, so the kernel's sequential read-ahead would only add bytes
+  // nobody asked for (measured: the token slices of SP8 read 1.9x the sample with 8 MiB of
+  // read-ahead, 1.1x without).
+  file->file.AdviseRandomAccess();
   std::vector<std::byte> header(format::kShardHeaderSize);
   out->status = file->file.PReadExact(header.data(), header.size(), 0);
   if (!out->status.ok()) return;

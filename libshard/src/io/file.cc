@@ -100,6 +100,10 @@ Result<uint64_t> File::PReadFull(void* dst, uint64_t length, uint64_t offset) co
   return done;
 }
 
+void File::AdviseRandomAccess() const {
+  if (fd_ >= 0) (void)posix_fadvise(fd_, 0, 0, POSIX_FADV_RANDOM);
+}
+
 Status File::PReadExact(void* dst, uint64_t length, uint64_t offset) const {
   LIBSHARD_ASSIGN_OR_RETURN(uint64_t done, PReadFull(dst, length, offset));
   if (done < length) {

@@ -49,6 +49,12 @@ class File {
   // EOPNOTSUPP where the file system cannot. Needs a descriptor open for writing.
   [[nodiscard]] Status PunchHole(uint64_t offset, uint64_t length);
 
+  // posix_fadvise(POSIX_FADV_RANDOM): reads of this descriptor read what they ask for and no
+  // kernel read-ahead beyond it (a buffered read of a token slice would otherwise bring in up to
+  // read_ahead_kb more after each of its extents). Advice only: a file system that ignores it
+  // changes nothing, so nothing is reported.
+  void AdviseRandomAccess() const;
+
   // Closes the descriptor; reports close(2) failure. Idempotent.
   Status Close();
 
