@@ -116,6 +116,8 @@ LOADER_VALUES: Dict[str, Any] = {
     "sampler": torch.utils.data.SequentialSampler(range(4)),
     "batch_sampler": torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(4)),
                                                    2, False),
+    "sequence_parallel": 2,
+    "sp_rule": "specforge-usp",
 }
 # More values of some keywords, each tried in every context (the first one above is the one
 # paired with every other keyword).
@@ -130,6 +132,8 @@ LOADER_MORE: Dict[str, List[Any]] = {
     "bucket_window": ["auto", None, 0],
     "verify": [True, None],
     "token_budget": ["sum", "auto"],
+    "sequence_parallel": [libshard.SequenceParallel(2, rule="torchspec-usp", ttt_length=1), 1,
+                          None],
 }
 # Keywords that apply only beside others (the library refuses them alone, naming them): called
 # with these too, so that the value is used.
@@ -138,6 +142,8 @@ LOADER_NEEDS: Dict[str, Dict[str, Any]] = {
     "padding_values": {"collate": "pad", "batch_size": 2},
     "recipe_len": {"collate": "specforge-eagle3", "batch_size": 2},  # refused: no loss_mask
     "nodes": {"locality": "node"},
+    "sequence_parallel": {"world_size": 2},  # a group of 2 ranks, this one rank 0
+    "sp_rule": {"sequence_parallel": 2, "world_size": 2},
     "node_rank": {"locality": "node"},
 }
 
