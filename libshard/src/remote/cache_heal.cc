@@ -249,6 +249,20 @@ Status RemoteDataset::ReadThrough(uint32_t shard, uint64_t offset, uint64_t leng
   return Status::OK();
 }
 
+Status RemoteDataset::ReadStoredRange(uint64_t i, uint64_t offset, uint64_t size,
+                                      std::byte* dst) const {
+  LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
+  // A range outside the sample, or none: the local reader's answer (its error names it).
+  if (size == 0 || offset > loc.stored_size || size > loc.stored_size - offset)
+    return inner().ReadStoredRange(i, offset, size, dst);
+  auto* self = const_cast<RemoteDataset*>(this);
+  std::unique_ptr<Hold> hold;  // only the blocks of this range, pinned while it is read
+  Status st = self->Ensure(loc.shard, loc.offset + offset, size, &hold);
+  if (IsNoRoom(st)) return self->ReadThrough(loc.shard, loc.offset + offset, size, dst);
+  if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  return inner().ReadStoredRange(i, offset, size, dst);
+}
+
 Result<Sample> RemoteDataset::ReadSampleThrough(uint64_t i) const {
   LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
   std::shared_ptr<std::byte[]> stored =
