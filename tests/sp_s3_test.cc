@@ -186,6 +186,9 @@ TEST_P(SpS3Test, TheGroupOnOneNodeFetchesAboutOneCopy) {
   server_->ResetCounts();
   for (uint32_t r = 0; r < kDegree; ++r) LoadAndCheck(ds, r);
   const uint64_t fetched = FetchedBytes();
+  std::printf("s3 SP group of %u on one node (%s): fetched %.3fx the stored bytes\n", kDegree,
+              GetParam() ? "field codecs" : "raw",
+              static_cast<double>(fetched) / static_cast<double>(stored_));
   EXPECT_LT(static_cast<double>(fetched), 1.2 * static_cast<double>(stored_))
       << fetched << " of " << stored_;
 }
