@@ -309,6 +309,27 @@ TEST_P(SpS3Test, DamagedCachedSliceIsHealed) {
   remote::SetCacheWarningSink(previous);
 }
 
+// An s3:// dataset whose index is version 3 (no row blocks): a rank's slice reads each field
+// whole through the cache, the same rows, and the note says so once naming the URL and upgrading
+// at the source (never `libshard upgrade` of the cache's copy).
+TEST_P(SpS3Test, OlderIndexReadsFieldsWholeAndSaysWhereToUpgrade) {
+  RewriteIndexAsV3(dir_ / "ds");
+  server_->PutDirectory("bkt", "v3", (dir_ / "ds").string());
+  DatasetOptions o;
+  o.cache_dir = (dir_ / "cache-v3").string();
+  auto ds = Dataset::Open("s3://bkt/v3", o);
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_FALSE((*ds)->has_row_blocks());
+  ::testing::internal::CaptureStderr();
+  LoadAndCheck(*ds, 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("libshard: s3://bkt/v3: index version 3 has no row blocks"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("upload it again"), std::string::npos) << err;
+  EXPECT_EQ(err.find("cache-v3"), std::string::npos) << "names the cache's copy: " << err;
+}
+
 INSTANTIATE_TEST_SUITE_P(Stored, SpS3Test, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? std::string("FieldCodecs") : std::string("Raw");

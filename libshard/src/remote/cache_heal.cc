@@ -218,8 +218,7 @@ Status RemoteDataset::HealIndex(const Status& failure) const {
   // process may have repaired the file since.
   Result<std::shared_ptr<Dataset>> inner = open_local_(view_, options_.dataset);
   if (!inner.ok()) return Status(failure.code(), what, failure.sys_errno());
-  inners_.push_back(std::move(inner).value());
-  inner_.store(inners_.back().get(), std::memory_order_release);
+  AdoptInner(std::move(inner).value());
   if (repaired)
     CacheWarning(where + ": " + what + "; the cached copy " + index_path_ +
                  " was damaged (it failed its own checksums): fetched again, checked and "

@@ -306,6 +306,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   Status MakeView(const format::Manifest& manifest);
   // The local reader over the view.
   Status OpenView();
+  // Makes `inner` (a reader over the view) the one inner() returns, keeping the earlier ones.
+  void AdoptInner(std::shared_ptr<Dataset> inner) const;
   // Counts a file the open creates in the root's running count before it is written.
   Status Reserve(uint64_t bytes);
 
