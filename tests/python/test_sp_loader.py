@@ -225,3 +225,45 @@ def test_a_sample_larger_than_the_arena_names_the_option_and_loads_split(tmp_pat
             served += 1
             del s
         assert served == 3
+
+
+def test_follow_a_write_in_progress_reads_each_rank_its_slice(tmp_path):
+    # A dataset whose Writer is still open (follow=True, docs/ORDER.md §7): the journal records
+    # each sample's block table, so a group of 2 reads about one copy of each committed sample
+    # (each rank its rows, checked), and the slices are the closed dataset's rows.
+    path = tmp_path / "following"
+    w = libshard.Writer(path, fsync=False)
+    n = 3  # follow windows of 1 and 2 positions: all 3 known before the writer closes
+    for i in range(n):
+        w.write({"input_ids": torch.arange(2048, dtype=torch.int64) + i,
+                 "hidden_state": torch.randn(1, 2048, 1024,
+                                             generator=torch.Generator().manual_seed(i))
+                 .to(torch.bfloat16)},
+                key=f"f{i}")
+    w.flush()
+    try:
+        group, read = [], 0
+        for rank in range(2):
+            loader = libshard.Loader(path, follow=True, rank=rank, world_size=2,
+                                     sequence_parallel=2, return_index=True, pin_memory=False)
+            got = []
+            for s in loader:
+                got.append(s)
+                if len(got) == n:
+                    break
+            read += loader.stats()["bytes_read"]
+            loader.close()
+            group.append(got)
+    finally:
+        w.close()
+    ds = libshard.open(path)
+    stored = sum(p.stat().st_size for p in path.glob("*.lss"))
+    assert read < 1.2 * stored, (read, stored)  # 2x before the journal's block tables were used
+    for rank, got in enumerate(group):
+        assert sorted(int(s[libshard.INDEX_KEY]) for s in got) == list(range(n))
+        for s in got:
+            check = ds.read(int(s[libshard.INDEX_KEY]),
+                            rows=(s[libshard.SP_KEY]["start"], s[libshard.SP_KEY]["stop"]))
+            assert s[libshard.SP_KEY]["sp_rank"] == rank
+            for name in ("input_ids", "hidden_state"):
+                assert tensor_bytes(s[name]) == tensor_bytes(check[name]), (rank, name)

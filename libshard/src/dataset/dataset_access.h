@@ -55,6 +55,11 @@ class DatasetAccess {
                                     std::shared_ptr<const void> memory) {
     return d.FinishSlice(plan, extents, decoded, std::move(memory));
   }
+  // `size` bytes at `offset` of sample i's stored extent into `dst` (for s3://: through the cache).
+  static Status ReadStoredRange(const Dataset& d, uint64_t i, uint64_t offset, uint64_t size,
+                                std::byte* dst) {
+    return d.ReadStoredRange(i, offset, size, dst);
+  }
   // Sample i's block table as the index stores it; nullopt without row blocks (merge, append).
   static Result<std::optional<std::string>> BlockTableBytes(const Dataset& d, uint64_t i) {
     return d.BlockTableBytes(i);

@@ -110,6 +110,13 @@ class DatasetImpl final : public Dataset {
   Result<Sample> Read(uint64_t i) const override;
   Status Verify(uint64_t i) const override;
   bool has_row_blocks() const override { return index_->has_block_tables(); }
+  // How the row-range notes (SayOnce) name this dataset and say how to add row blocks: by
+  // default its directory and `libshard upgrade DIR`; an s3:// dataset's cached copy (remote/)
+  // is named by its URL and upgraded at its source. Set before the dataset is shared.
+  void SetNotes(std::string name, std::string upgrade_advice) {
+    notes_name_ = std::move(name);
+    upgrade_advice_ = std::move(upgrade_advice);
+  }
   Result<std::shared_ptr<const SlicePlan>> PlanSlice(uint64_t i, std::span<const size_t> fields,
                                                      RowRange rows, bool verify) const override;
   Result<Sample> FinishSlice(const SlicePlan& plan, std::span<std::byte* const> extents,
@@ -224,6 +231,11 @@ class DatasetImpl final : public Dataset {
   // Row-range reads said once that they read whole samples or fields (SayOnce).
   mutable std::atomic<bool> said_zstd_{false};
   mutable std::atomic<bool> said_no_blocks_{false};
+  std::string notes_name_;      // SetNotes; "" for dir_
+  std::string upgrade_advice_;  // SetNotes; "" for "run `libshard upgrade DIR`"
+  std::string UpgradeAdvice() const {
+    return upgrade_advice_.empty() ? "run `libshard upgrade " + dir_ + "`" : upgrade_advice_;
+  }
 };
 
 }  // namespace libshard::internal

@@ -38,7 +38,8 @@ void AddExtent(SlicePlan* plan, FieldSlice* fs, uint64_t offset, uint64_t size) 
 
 void DatasetImpl::SayOnce(std::atomic<bool>* said, const std::string& text) const {
   if (said->exchange(true, std::memory_order_relaxed)) return;
-  std::fprintf(stderr, "libshard: %s: %s\n", dir_.c_str(), text.c_str());
+  std::fprintf(stderr, "libshard: %s: %s\n", (notes_name_.empty() ? dir_ : notes_name_).c_str(),
+               text.c_str());
 }
 
 Result<std::shared_ptr<const SlicePlan>> DatasetImpl::PlanSlice(uint64_t i,
@@ -129,8 +130,8 @@ Result<std::shared_ptr<const SlicePlan>> DatasetImpl::PlanSlice(uint64_t i,
                          "or a field codec to read row ranges)"
                    : "index version " + std::to_string(index_version()) +
                          " has no field checksums or row blocks: a checked row range reads each "
-                         "sample whole; run `libshard upgrade " + dir_ +
-                         "` to read only the rows (FORMAT.md §3.10)");
+                         "sample whole; " + UpgradeAdvice() +
+                         " to read only the rows (FORMAT.md §3.10)");
     return std::shared_ptr<const SlicePlan>(std::move(plan));
   }
 
@@ -223,8 +224,8 @@ Result<std::shared_ptr<const SlicePlan>> DatasetImpl::PlanSlice(uint64_t i,
   if (fell_back)
     SayOnce(&said_no_blocks_, "index version " + std::to_string(index_version()) +
                                   " has no row blocks: a checked row range reads each field "
-                                  "whole; run `libshard upgrade " + dir_ +
-                                  "` to read only the rows (FORMAT.md §3.10)");
+                                  "whole; " + UpgradeAdvice() +
+                                  " to read only the rows (FORMAT.md §3.10)");
   return std::shared_ptr<const SlicePlan>(std::move(plan));
 }
 

@@ -26,7 +26,7 @@ const uint64_t* Words(const format::JournalHeader& h, const ArrivalChunks& chunk
 
 const std::string& String(const ArrivalChunks& chunks, uint64_t i, int which) {
   return chunks[i / ArrivalChunk::kChunkSamples]
-      ->strings[2 * (i % ArrivalChunk::kChunkSamples) + which];
+      ->strings[3 * (i % ArrivalChunk::kChunkSamples) + which];
 }
 
 format::SampleRecord RecordOf(const uint64_t* w) {
@@ -72,8 +72,11 @@ void ArrivalStore::Append(const format::IndexSample& s, uint32_t file) {
     for (size_t j = 0; j < f; ++j) *p++ = j < s.field_stored_sizes.size() ? s.field_stored_sizes[j] : 0;
   if (header_.field_checksums)
     for (size_t j = 0; j < f; ++j) *p++ = j < s.field_checksums.size() ? s.field_checksums[j] : 0;
-  c.strings[2 * k] = s.metadata;
-  c.strings[2 * k + 1] = s.source_path;
+  c.strings[3 * k] = s.metadata;
+  c.strings[3 * k + 1] = s.source_path;
+  // Checked against the dims when the journal was read (format/journal.cc).
+  if (header_.field_checksums && header_.block_tables && s.block_table)
+    c.strings[3 * k + 2] = *s.block_table;
   ++size_;
   raw_bytes_ += r.raw_size;
 }
@@ -150,6 +153,25 @@ Status ArrivalIndex::FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) 
     sizes->assign(p, p + f);
   }
   return Status::OK();
+}
+
+Result<format::BlockTable> ArrivalIndex::BlockTable(uint64_t i) const {
+  if (!has_block_tables()) return Status::Unsupported("the journal records no block tables");
+  const uint64_t* w = Words(header_, chunks_, i);
+  const format::SampleRecord r = RecordOf(w);
+  const std::vector<uint64_t> dims(w + kRecordWords,
+                                   w + kRecordWords + header_.schema.DimsPerSample());
+  const std::vector<uint16_t> codecs(header_.codecs.begin(), header_.codecs.end());
+  const std::string& bytes = String(chunks_, i, 2);
+  return format::ParseBlockTable(
+      {reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()},
+      format::SampleFieldRows(header_.schema, dims, codecs),
+      (r.flags & format::kFlagZstd) != 0);
+}
+
+Result<std::string> ArrivalIndex::BlockTableBytes(uint64_t i) const {
+  if (!has_block_tables()) return Status::Unsupported("the journal records no block tables");
+  return String(chunks_, i, 2);
 }
 
 Status ArrivalIndex::FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const {

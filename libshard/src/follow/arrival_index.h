@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dataset/index_reader.h"
+#include "format/block_table.h"
 #include "format/index.h"
 #include "format/journal.h"
 
@@ -22,9 +23,11 @@ namespace libshard::follow {
 struct ArrivalChunk {
   static constexpr uint64_t kChunkSamples = 4096;
   explicit ArrivalChunk(uint64_t stride)
-      : words(new uint64_t[kChunkSamples * stride]()), strings(2 * kChunkSamples) {}
+      : words(new uint64_t[kChunkSamples * stride]()), strings(3 * kChunkSamples) {}
   std::unique_ptr<uint64_t[]> words;  // per sample: `stride` words (ArrivalStore)
-  std::vector<std::string> strings;   // per sample: metadata bytes, source path
+  // Per sample: metadata bytes, source path, block table (FORMAT.md §3.10.2, as the journal
+  // records it: "" for none or without block tables).
+  std::vector<std::string> strings;
 };
 
 using ArrivalChunks = std::vector<std::shared_ptr<const ArrivalChunk>>;
@@ -59,7 +62,11 @@ class ArrivalIndex final : public internal::IndexReader {
   ArrivalIndex(const ArrivalStore& store, uint64_t count, std::vector<format::IndexShard> shards,
                uint64_t total_raw_bytes);
 
-  uint32_t index_version() const override { return format::kIndexVersion3; }
+  // Version 4 when the journal records block tables (FORMAT.md §6: header flag bit 1): a
+  // row-range read of a sample being written then reads only its rows, checked (§3.10).
+  uint32_t index_version() const override {
+    return has_block_tables() ? format::kIndexVersion4 : format::kIndexVersion3;
+  }
   uint64_t sample_count() const override { return count_; }
   const Schema& schema() const override { return header_.schema; }
   const std::vector<format::IndexShard>& shards() const override { return shards_; }
@@ -80,6 +87,11 @@ class ArrivalIndex final : public internal::IndexReader {
   Status FieldStoredSizes(uint64_t i, std::vector<uint64_t>* sizes) const override;
   bool has_field_checksums() const override { return header_.field_checksums; }
   Status FieldChecksums(uint64_t i, std::vector<uint64_t>* sums) const override;
+  bool has_block_tables() const override {
+    return header_.field_checksums && header_.block_tables;
+  }
+  Result<format::BlockTable> BlockTable(uint64_t i) const override;
+  Result<std::string> BlockTableBytes(uint64_t i) const override;
 
  private:
   const format::JournalHeader header_;

@@ -51,9 +51,10 @@ struct Item {
   uint64_t bytes_read = 0;   // sum over finished sub-reads (short only at EOF)
   uint64_t reading_bytes = 0;  // slot bytes counted in ReadScheduler::reading_bytes_ until read
   Status error;
-  // s3:// datasets: the pin on the cache blocks the reads cover, from before the first sub-read
-  // is submitted until the last one completes (FinishRead) or the item is dropped.
-  std::unique_ptr<ShardFiller::Hold> cache_hold;
+  // s3:// datasets: the pins on the cache blocks the reads cover (one per cached range: the
+  // extents of a row-range read, else the one read), from before the first sub-read is
+  // submitted until the last one completes (FinishRead) or the item is dropped.
+  std::vector<std::unique_ptr<ShardFiller::Hold>> cache_holds;
   // Guarded by ItemQueue::mu:
   bool ready = false;
   std::optional<Sample> result;

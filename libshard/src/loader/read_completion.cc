@@ -41,7 +41,7 @@ void ReadScheduler::OnSubReadDone(Item* item, const io::ReadCompletion& c, uint6
 }
 
 void ReadScheduler::FinishRead(Item* item) {
-  item->cache_hold.reset();  // every sub-read of the cache file has completed (docs/CACHE.md §3)
+  item->cache_holds.clear();  // every sub-read of the cache file has completed (docs/CACHE.md §3)
   DoneReading(item);
   if (!item->error.ok()) {
     Complete(item, item->error);
@@ -118,6 +118,38 @@ Status ReadScheduler::HealItem(Item* item, const Status& failure) {
                       failure, item->read_slot.get(), [&] { return VerifyAndDecode(item); });
 }
 
+namespace {
+
+// An s3:// dataset's row-range read that failed its checks (docs/CACHE.md §7): the cache blocks
+// under its extents fetched again from the bucket, the extents read again from the cached copy
+// into the slot and checked again; a second failure blames the bucket's object.
+Result<Sample> HealSlice(const Dataset& dataset, const Item& item, const Status& failure,
+                         const std::shared_ptr<const void>& memory) {
+  const ReadLayout& l = item.layout;
+  const SampleLocation& loc = item.location;
+  if (l.extents.empty()) return failure;
+  const ReadExtent& last = l.extents.back();
+  Result<Sample> again = failure;
+  Status healed = internal::DatasetAccess::shard_filler(dataset)->Heal(
+      loc.shard, l.file_offset, last.file_offset + last.length - l.file_offset, failure, nullptr,
+      [&]() -> Status {
+        for (const ReadExtent& e : l.extents) {
+          const uint64_t from = e.file_offset - loc.offset;  // pages of the sample's extent
+          if (from >= loc.stored_size) continue;
+          LIBSHARD_RETURN_IF_ERROR(internal::DatasetAccess::ReadStoredRange(
+              dataset, item.sample, from, std::min(e.length, loc.stored_size - from),
+              item.read_slot.get() + e.slot_offset));
+        }
+        again = FinishSliceRead(dataset, loc, l, item.read_slot.get(), item.raw_slot.get(),
+                                memory);
+        return again.status();
+      });
+  if (!healed.ok()) return healed;
+  return again;
+}
+
+}  // namespace
+
 void ReadScheduler::Complete(Item* item, Status status) {
   std::optional<Sample> sample;
   if (status.ok()) {
@@ -132,9 +164,12 @@ void ReadScheduler::Complete(Item* item, Status status) {
                     item->read_slot, item->raw_slot))
               : std::shared_ptr<const void>(item->read_slot);
       built = FinishSliceRead(*dataset_, loc, item->layout, item->read_slot.get(),
-                              item->raw_slot.get(), std::move(memory));
-      if (!built.ok() && built.status().code() == StatusCode::kCorruption)
+                              item->raw_slot.get(), memory);
+      if (!built.ok() && built.status().code() == StatusCode::kCorruption) {
         diagnostics_->OnChecksumFailure();
+        if (internal::DatasetAccess::shard_filler(*dataset_) != nullptr)
+          built = HealSlice(*dataset_, *item, built.status(), memory);
+      }
       if (!built.ok()) built = built.status().WithContext(ItemWhere(*item));
     } else if (item->raw_slot != nullptr) {
       built = BuildSample(*dataset_, item->sample, item->raw_slot.get(), 0, loc.raw_size,

@@ -149,7 +149,8 @@ ReadLayout PlanRead(const Dataset& dataset, uint64_t index, const SampleLocation
   const bool partial = !fields.empty() || max_len > 0;
   // With row blocks (FORMAT.md §3.10), a partial read of a local dataset reads only what it
   // serves plus at most a block at the end of each field's prefix, raw or compressed: a row-range
-  // read of rows [0, max_len). (An s3:// dataset's cache fills one range per read: as below.)
+  // read of rows [0, max_len). (An s3:// dataset reads it as below, one range, which its cache
+  // heals and reads through whole; a sequence-parallel slice is a row-range read there too.)
   if (partial && check != PartialCheck::kWhole && dataset.has_row_blocks() &&
       (location.flags & kSampleFlagZstd) == 0 &&
       internal::DatasetAccess::shard_filler(dataset) == nullptr && location.stored_size > 0) {

@@ -61,6 +61,13 @@ struct ReadLayout {
   SubRead SubReadAt(uint64_t slot_offset, uint64_t max_length) const;
   // The slot offset that file offset `file_offset` of a sub-read lands at.
   uint64_t SlotOffsetOf(uint64_t file_offset) const;
+  // The ranges of the shard the layout reads, each with where it lands in the slot: the extents
+  // of a row-range read, else the one read. What an s3:// dataset's cache fills (and pins) for
+  // the read, range by range (docs/CACHE.md): only the blocks that cover them.
+  size_t ranges() const { return extents.empty() ? 1 : extents.size(); }
+  ReadExtent range(size_t k) const {
+    return extents.empty() ? ReadExtent{file_offset, read_length, 0} : extents[k];
+  }
 };
 
 // `fields`: selected field indices (empty: all). `max_len` > 0: rows kept on each selected

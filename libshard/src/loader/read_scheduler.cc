@@ -279,25 +279,48 @@ Status ReadScheduler::SchedulerStep() {
   // is fully submitted, so the device queue never drains between samples.
   while (engine_->in_flight() < queue_depth_) {
     if (issuing_ == nullptr && awaiting_ != nullptr) {
-      // s3://: wait for the item's cache blocks; block only when nothing else is in flight.
+      // s3://: wait for the item's cache blocks, range by range (a row-range read's extents:
+      // only the blocks covering them); block only when nothing else is in flight.
       Item* item = awaiting_;
       ShardFiller* filler = internal::DatasetAccess::shard_filler(*dataset_);
+      const uint32_t shard = item->location.shard;
+      const size_t ranges = item->layout.ranges();
       Result<bool> ready = true;
-      if (engine_->in_flight() == 0) {
-        Status st = filler->Ensure(item->location.shard, item->layout.file_offset,
-                                   item->layout.read_length, &item->cache_hold);
-        if (!st.ok()) ready = st;
-      } else {
-        ready = filler->Request(item->location.shard, item->layout.file_offset,
-                                item->layout.read_length, &item->cache_hold);
+      while (item->cache_holds.size() < ranges) {
+        const ReadExtent e = item->layout.range(item->cache_holds.size());
+        std::unique_ptr<ShardFiller::Hold> hold;
+        if (engine_->in_flight() == 0) {
+          Status st = filler->Ensure(shard, e.file_offset, e.length, &hold);
+          if (!st.ok()) {
+            ready = st;
+            break;
+          }
+        } else {
+          ready = filler->Request(shard, e.file_offset, e.length, &hold);
+          if (!ready.ok()) break;
+          if (!*ready) {
+            // Queue the missing blocks of the later ranges too (no pin yet), in read order.
+            for (size_t k = item->cache_holds.size() + 1; k < ranges; ++k) {
+              const ReadExtent later = item->layout.range(k);
+              (void)filler->Request(shard, later.file_offset, later.length, nullptr);
+            }
+            break;
+          }
+        }
+        item->cache_holds.push_back(std::move(hold));
       }
       if (ready.ok() && !*ready) break;  // reap meanwhile
       awaiting_ = nullptr;
       if (!ready.ok() && ShardFiller::NoRoom(ready.status())) {
         // No room in the cache, nothing evictable: the bytes read through, uncached, and
         // checked as any read is (docs/CACHE.md §4).
-        Status through = filler->ReadThrough(item->location.shard, item->layout.file_offset,
-                                             item->layout.read_length, item->read_slot.get());
+        item->cache_holds.clear();
+        Status through = Status::OK();
+        for (size_t k = 0; k < ranges && through.ok(); ++k) {
+          const ReadExtent e = item->layout.range(k);
+          through = filler->ReadThrough(shard, e.file_offset, e.length,
+                                        item->read_slot.get() + e.slot_offset);
+        }
         if (through.ok()) {
           item->next_sub = item->layout.read_length;
           item->bytes_read = item->layout.read_length;
@@ -511,14 +534,8 @@ Result<ReadLayout> ReadScheduler::PlanItem(uint64_t sample, const SampleLocation
       ReadLayout layout,
       PlanSliceRead(*dataset_, sample, location, field_indices_,
                     RowRange{slice.start, slice.stop}, partial_check_));
-  if (internal::DatasetAccess::shard_filler(*dataset_) != nullptr && layout.extents.size() > 1) {
-    // An s3:// dataset's cache fills one range per read: the extents as one read spanning them.
-    const ReadExtent& last = layout.extents.back();
-    const uint64_t end = last.file_offset + last.length;
-    layout.extents = {ReadExtent{layout.file_offset, end - layout.file_offset, 0}};
-    layout.read_length = end - layout.file_offset;
-    layout.needed = layout.read_length;
-  }
+  // An s3:// dataset's cache fills and pins the extents one by one (SchedulerStep, docs/CACHE.md):
+  // only the blocks covering them are fetched.
   return layout;
 }
 
@@ -539,7 +556,10 @@ void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler
     Sample::SequenceParallelSlice sp;
     const Result<ReadLayout> layout = PlanItem(sample, *loc, &sp);
     if (!layout.ok()) continue;  // its item reports the error
-    filler->Prefetch(loc->shard, layout->file_offset, layout->read_length);
+    for (size_t k = 0; k < layout->ranges(); ++k) {
+      const ReadExtent e = layout->range(k);
+      filler->Prefetch(loc->shard, e.file_offset, e.length);
+    }
   }
 }
 

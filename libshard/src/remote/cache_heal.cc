@@ -218,8 +218,7 @@ Status RemoteDataset::HealIndex(const Status& failure) const {
   // process may have repaired the file since.
   Result<std::shared_ptr<Dataset>> inner = open_local_(view_, options_.dataset);
   if (!inner.ok()) return Status(failure.code(), what, failure.sys_errno());
-  inners_.push_back(std::move(inner).value());
-  inner_.store(inners_.back().get(), std::memory_order_release);
+  AdoptInner(std::move(inner).value());
   if (repaired)
     CacheWarning(where + ": " + what + "; the cached copy " + index_path_ +
                  " was damaged (it failed its own checksums): fetched again, checked and "
@@ -247,6 +246,20 @@ Status RemoteDataset::ReadThrough(uint32_t shard, uint64_t offset, uint64_t leng
                                  .WithContext("reading " + s.url + " through, uncached"));
   std::memset(dst + n, 0, length - n);
   return Status::OK();
+}
+
+Status RemoteDataset::ReadStoredRange(uint64_t i, uint64_t offset, uint64_t size,
+                                      std::byte* dst) const {
+  LIBSHARD_ASSIGN_OR_RETURN(SampleLocation loc, Locate(i));
+  // A range outside the sample, or none: the local reader's answer (its error names it).
+  if (size == 0 || offset > loc.stored_size || size > loc.stored_size - offset)
+    return inner().ReadStoredRange(i, offset, size, dst);
+  auto* self = const_cast<RemoteDataset*>(this);
+  std::unique_ptr<Hold> hold;  // only the blocks of this range, pinned while it is read
+  Status st = self->Ensure(loc.shard, loc.offset + offset, size, &hold);
+  if (IsNoRoom(st)) return self->ReadThrough(loc.shard, loc.offset + offset, size, dst);
+  if (!st.ok()) return st.WithContext("sample " + std::to_string(i));
+  return inner().ReadStoredRange(i, offset, size, dst);
 }
 
 Result<Sample> RemoteDataset::ReadSampleThrough(uint64_t i) const {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "dataset/dataset_impl.h"
 #include "format/bytes.h"
 #include "format/checksum.h"
 #include "format/manifest.h"
@@ -314,9 +315,17 @@ Status RemoteDataset::OpenView() {
                               "are those of the bucket: upload the dataset again from its source");
   }
   if (!inner.ok()) return inner.status().WithContext(url_ + " (cached in " + view_ + ")");
-  inners_.push_back(std::move(inner).value());
-  inner_.store(inners_.back().get(), std::memory_order_release);
+  AdoptInner(std::move(inner).value());
   return Status::OK();
+}
+
+void RemoteDataset::AdoptInner(std::shared_ptr<Dataset> inner) const {
+  // Its notes about row-range reads name the URL, and the dataset is upgraded at its source.
+  if (auto* impl = dynamic_cast<internal::DatasetImpl*>(inner.get()))
+    impl->SetNotes(url_, "upgrade the dataset where it was packed (`libshard upgrade DIR`) and "
+                         "upload it again");
+  inners_.push_back(std::move(inner));
+  inner_.store(inners_.back().get(), std::memory_order_release);
 }
 
 Result<std::shared_ptr<Dataset>> OpenRemoteDataset(std::shared_ptr<objstore::ObjectStore> store,

@@ -209,6 +209,29 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
                             std::span<const size_t> fields) const override {
     return inner().MakeSample(i, base, base_offset, base_size, std::move(memory), fields);
   }
+  // Row-range reads (FORMAT.md §3.10): planned from the cached index and checked by its reader;
+  // each extent read through the cache (ReadStoredRange), so a slice fetches only the blocks
+  // covering its rows and their block-table checksum units, not the whole sample.
+  bool has_row_blocks() const override { return inner().has_row_blocks(); }
+  Result<std::optional<std::string>> BlockTableBytes(uint64_t i) const override {
+    return WithIndex([&] { return inner().BlockTableBytes(i); });
+  }
+  bool checks_reads() const override { return inner().checks_reads(); }
+  Result<std::shared_ptr<const internal::SlicePlan>> PlanSlice(uint64_t i,
+                                                               std::span<const size_t> fields,
+                                                               RowRange rows,
+                                                               bool verify) const override {
+    return WithIndex([&] { return inner().PlanSlice(i, fields, rows, verify); });
+  }
+  Result<Sample> FinishSlice(const internal::SlicePlan& plan, std::span<std::byte* const> extents,
+                             std::byte* decoded,
+                             std::shared_ptr<const void> memory) const override {
+    return inner().FinishSlice(plan, extents, decoded, std::move(memory));
+  }
+  // Ensure for the range's blocks only (pinned while it is read), then the cached copy's pread;
+  // read through when the cache has no room (docs/CACHE.md §4).
+  Status ReadStoredRange(uint64_t i, uint64_t offset, uint64_t size,
+                         std::byte* dst) const override;
 
   // ---- ShardFiller ----
   Status Ensure(uint32_t shard, uint64_t offset, uint64_t length,
@@ -283,6 +306,8 @@ class RemoteDataset final : public Dataset, public ShardFiller, public EvictSour
   Status MakeView(const format::Manifest& manifest);
   // The local reader over the view.
   Status OpenView();
+  // Makes `inner` (a reader over the view) the one inner() returns, keeping the earlier ones.
+  void AdoptInner(std::shared_ptr<Dataset> inner) const;
   // Counts a file the open creates in the root's running count before it is written.
   Status Reserve(uint64_t bytes);
 
