@@ -58,6 +58,9 @@ class SpFollowTest : public ::testing::TestWithParam<bool> {  // param: field co
 
   // What rank `rank` of the group is served of the kSamples journaled samples.
   struct Served {
+    // Declared first, destroyed last: a sample's tensor names live in the loader's snapshot of
+    // the dataset (TensorView::name is valid while the Dataset lives).
+    std::unique_ptr<Loader> loader;
     std::map<uint64_t, Sample> samples;  // by index
     uint64_t bytes_read = 0;
   };
@@ -82,6 +85,7 @@ class SpFollowTest : public ::testing::TestWithParam<bool> {  // param: field co
       }
     }
     out.bytes_read = (*loader)->stats().bytes_read;
+    out.loader = std::move(loader).value();
     return out;
   }
 
