@@ -144,7 +144,7 @@ def window(length: int, n: int, rank: int, ttt: int) -> tuple:
 
 
 def libshard_reader(path: Path, mode: str, ttt: int):
-    """Returns open() -> (read(i, n, rank) -> served bytes)."""
+    """Returns open() -> read(i, n, rank) -> served bytes."""
     import libshard
 
     def open_():
@@ -157,14 +157,8 @@ def libshard_reader(path: Path, mode: str, ttt: int):
             a, b = window(int(ds.lengths[i]), n, rank, ttt)
             s = ds.read(i, rows=(a, b))
             return slice_bytes(s.values())
-        return read, ds
+        return read
     return open_
-
-
-def loader_supported() -> bool:
-    import inspect
-    import libshard
-    return "sequence_parallel" in inspect.signature(libshard.Loader).parameters
 
 
 def loader_pass(path: Path, n: int, rank: int, ttt: int) -> list:
@@ -196,8 +190,16 @@ def specforge_reader(path: Path, length: int, ttt: int):
             # What moving the slice to the GPU costs the page cache: every byte of it touched.
             kept = [t.clone() for t in out.values() if torch.is_tensor(t)]
             return slice_bytes(kept)
-        return read, None
+        return read
     return open_
+
+
+def summary(name, n, samples, stored, group_bytes, served, cpu, wall, first) -> dict:
+    """One row: a group of n ranks read group_bytes from the storage and served `served`."""
+    return {"reader": name, "sp": n, "group_per_sample": group_bytes / samples,
+            "ratio": group_bytes / max(1, sum(stored)), "rank_gbps": served / wall / 1e9,
+            "cpu_per_gb": cpu / max(group_bytes, served) * 1e9 if served else 0.0,
+            "first_slice": max(first)}
 
 
 def run_reader(name, path, open_, samples, stored, n) -> dict:
@@ -207,7 +209,7 @@ def run_reader(name, path, open_, samples, stored, n) -> dict:
             evict(path)
             t0 = time.perf_counter()
             with Measure() as m:
-                read, _ = open_()
+                read = open_()
                 got = read(i, n, rank)
             if i == 0:
                 first.append(time.perf_counter() - t0)
@@ -215,10 +217,7 @@ def run_reader(name, path, open_, samples, stored, n) -> dict:
             served += got
             cpu += m.cpu
             wall += m.wall
-    return {"reader": name, "sp": n, "group_per_sample": group_bytes / samples,
-            "ratio": group_bytes / max(1, sum(stored)), "rank_gbps": served / wall / 1e9,
-            "cpu_per_gb": cpu / max(group_bytes, served) * 1e9 if served else 0.0,
-            "first_slice": max(first)}
+    return summary(name, n, samples, stored, group_bytes, served, cpu, wall, first)
 
 
 def run_loader(path, samples, stored, n, ttt) -> dict:
@@ -232,10 +231,7 @@ def run_loader(path, samples, stored, n, ttt) -> dict:
         served += sum(g for g, _ in got)
         cpu += m.cpu
         wall += m.wall
-    return {"reader": "libshard loader", "sp": n, "group_per_sample": group_bytes / samples,
-            "ratio": group_bytes / max(1, sum(stored)), "rank_gbps": served / wall / 1e9,
-            "cpu_per_gb": cpu / max(group_bytes, served) * 1e9 if served else 0.0,
-            "first_slice": max(first)}
+    return summary("libshard loader", n, samples, stored, group_bytes, served, cpu, wall, first)
 
 
 def main() -> int:
@@ -262,8 +258,7 @@ def main() -> int:
     except Exception as e:  # the trainer's package is optional for this bench
         have_specforge = False
         print(f"  (no SpecForge here: {type(e).__name__}: {e}; its row is left out)")
-    have_loader = loader_supported()
-    print(f"long_context_bench: the dataset's page cache dropped before each rank's read; "
+        print(f"long_context_bench: the dataset's page cache dropped before each rank's read; "
           f"SP rule specforge-usp, ttt_length {args.ttt_length}")
     print(f"{'tokens':>7} {'store':>5} {'reader':<16} {'SP':>3} {'sample MiB':>10} "
           f"{'group MiB/sample':>16} {'group/sample':>12} {'rank GB/s':>9} {'CPU-s/GB':>8} "
@@ -282,7 +277,7 @@ def main() -> int:
                 if "slice" in args.readers:
                     runs.append(run_reader("libshard slice", paths[store], libshard_reader(
                         paths[store], "slice", args.ttt_length), args.samples, stored, n))
-                if "loader" in args.readers and have_loader:
+                if "loader" in args.readers:
                     runs.append(run_loader(paths[store], args.samples, stored, n,
                                            args.ttt_length))
             if store == "none" and "specforge" in args.readers and have_specforge:
