@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +25,7 @@
 
 #include "io/direct_io.h"
 #include "io/file.h"
+#include "io/filesystem.h"
 #include "testutil/testutil.h"
 
 namespace libshard::io {
@@ -317,6 +320,47 @@ TEST(CreateIoEngineTest, RingsOfUnsynchronisedThreadsReuseAddressesWithoutARace)
   a.join();
   b.join();
   EXPECT_EQ(turn.load(), 16);
+}
+
+// The same reuse between a file mapped and dropped on one thread (a dataset's journal read as a
+// follow loader starts) and a ring on another. The sanitizer sees the file's map as a write, and
+// its unmap forgets that write only for whole pages of the length given: dropped with the file's
+// own length, the last page stayed written, and the ring liburing later mapped there with raw
+// system calls read as racing with it (CI, TSan loader suites, follow_test). Here the ring is a
+// page mapped the way liburing maps, at the dropped file's last page, and read the way liburing
+// reads its head.
+TEST(CreateIoEngineTest, MapsTheSanitizerCannotSeeReuseTheLastPageOfAFileDroppedOnAnotherThread) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  libshard::testing::TempDir dir;
+  const std::string path = (dir / "journal").string();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string bytes(page + 21, 'j');  // a page and a bit: the last page is partial
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+  // Relaxed on purpose: the order between the threads must not give the sanitizer an edge.
+  std::atomic<uintptr_t> last_page{0};
+  std::thread mapper([&] {
+    Result<libshard::internal::MappedFile> m = libshard::internal::MappedFile::Map(path);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m->bytes().data()) + page;
+    *m = libshard::internal::MappedFile();  // dropped before the address is handed over
+    last_page.store(at, std::memory_order_relaxed);
+  });
+  std::thread ringer([&] {
+    uintptr_t at = 0;
+    while ((at = last_page.load(std::memory_order_relaxed)) == 0) std::this_thread::yield();
+    const long mapped = ::syscall(SYS_mmap, at, page, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (mapped < 0 || static_cast<uintptr_t>(mapped) != at) return;  // taken meanwhile
+    auto* head = reinterpret_cast<const unsigned*>(at);
+    EXPECT_EQ(__atomic_load_n(head, __ATOMIC_ACQUIRE), 0u);
+    ::syscall(SYS_munmap, at, page);
+  });
+  mapper.join();
+  ringer.join();
 }
 
 TEST(CreateIoEngineTest, RegistrationsDescribeThemselves) {

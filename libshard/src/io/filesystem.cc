@@ -15,8 +15,21 @@
 
 namespace libshard::internal {
 
+namespace {
+
+// The whole pages a map of `size` bytes holds. The kernel unmaps whole pages whatever length it is
+// given; ThreadSanitizer forgets its record of the map (a write by the mapping thread) only for the
+// whole pages of the length, so the page-rounded length keeps a partial last page from reading as
+// written when the address is reused by a map it cannot see (liburing's rings, io/uring_engine.cc).
+size_t MappedLength(size_t size) {
+  static const size_t kPage = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (size + kPage - 1) / kPage * kPage;
+}
+
+}  // namespace
+
 MappedFile::~MappedFile() {
-  if (addr_) ::munmap(addr_, size_);
+  if (addr_) ::munmap(addr_, MappedLength(size_));
 }
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
@@ -24,7 +37,7 @@ MappedFile::MappedFile(MappedFile&& o) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
   if (this != &o) {
-    if (addr_) ::munmap(addr_, size_);
+    if (addr_) ::munmap(addr_, MappedLength(size_));
     addr_ = std::exchange(o.addr_, nullptr);
     size_ = std::exchange(o.size_, 0);
   }
