@@ -300,6 +300,39 @@ TEST(LoaderTest, ZstdSamplesWithVerificationDecodeToTheSameBytes) {
   EXPECT_EQ((*loader)->stats().checksum_failures, 0u);
 }
 
+// A sample outlives its loader and the loader's dataset, names included: the loader held the
+// last reference to the dataset, whose schema the tensors' names view (under ASan a name read
+// after the loader is gone was a heap-use-after-free before the sample held the dataset).
+TEST(LoaderTest, SamplesKeepTheirTensorNamesAfterTheLoaderAndItsDatasetAreGone) {
+  testing::TempDir dir;
+  std::shared_ptr<Dataset> ds = WriteDataset(dir / "ds", 4);
+  ASSERT_NE(ds, nullptr);
+  const Result<Sample> expected = ds->Read(0);
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  std::vector<std::string> names;
+  for (const TensorView& t : expected->tensors()) names.emplace_back(t.name);
+  LoaderOptions o = SmallOptions();
+  o.order = Order::Unshuffled();
+  auto loader = Loader::Create(std::move(ds), o);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  auto next = (*loader)->Next();
+  ASSERT_TRUE(next.ok() && next->has_value()) << next.status().ToString();
+  ASSERT_EQ((*next)->samples.size(), 1u);
+  const Sample sample = (*next)->samples[0];
+  next = Result<std::optional<Batch>>(std::nullopt);
+  loader->reset();  // the loader and, with it, the last other reference to the dataset
+  ASSERT_EQ(sample.tensors().size(), names.size());
+  for (size_t t = 0; t < names.size(); ++t) {
+    EXPECT_EQ(std::string(sample.tensors()[t].name), names[t]);
+    const TensorView* found = sample.Find(names[t]);
+    ASSERT_NE(found, nullptr) << names[t];
+    const TensorView* want = expected->Find(names[t]);
+    ASSERT_NE(want, nullptr);
+    ASSERT_EQ(found->nbytes, want->nbytes);
+    EXPECT_EQ(std::memcmp(found->data, want->data, want->nbytes), 0) << names[t];
+  }
+}
+
 TEST(LoaderTest, DefaultOptionsVerifyChecksums) {
   EXPECT_TRUE(LoaderOptions{}.verify_checksums);
   testing::TempDir dir;

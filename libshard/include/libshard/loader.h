@@ -4,9 +4,9 @@
 // Thread-safety: Next(), SetEpoch() and state() are called by one consumer thread; stats() and
 // Stop() may be called from any thread at any time. Samples returned by Next() stay valid for as
 // long as any copy of them (or of their memory_owner()) lives, also after the Loader is destroyed;
-// their arena memory is reused only after that. Their tensors' names (TensorView::name) live as
-// long as the Dataset: in follow mode that is the loader's own snapshot, so look tensors up by
-// name before the loader is destroyed.
+// their arena memory is reused only after that. Their tensors' names (TensorView::name) live in
+// the dataset's schema, and each sample's memory_owner() holds the dataset it was read from (in
+// follow mode the loader's own snapshot), so names stay valid as long as the sample too.
 #pragma once
 
 #include <cstdint>

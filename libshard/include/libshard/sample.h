@@ -109,7 +109,9 @@ class Sample {
   // row-range read (Dataset::Read with ReadRequest::rows): tensor row k is sample row
   // rows().start + k.
   RowRange rows() const { return rows_; }
-  // Set by the readers that make the Sample.
+  // Set by the readers that make the Sample (a loader adds its dataset, so that the tensors'
+  // names, which live in the dataset's schema, last as long as the sample).
+  void set_memory_owner(std::shared_ptr<const void> memory) { memory_ = std::move(memory); }
   void set_rows(RowRange rows, uint64_t length) {
     rows_ = rows;
     length_ = length;

@@ -120,6 +120,12 @@ Status ReadScheduler::HealItem(Item* item, const Status& failure) {
 
 namespace {
 
+// A delivered sample's memory owner: its slots and the dataset whose schema its names view.
+struct SampleKeepsDataset {
+  std::shared_ptr<const void> memory;
+  std::shared_ptr<const Dataset> dataset;
+};
+
 // An s3:// dataset's row-range read that failed its checks (docs/CACHE.md §7): the cache blocks
 // under its extents fetched again from the bucket, the extents read again from the cached copy
 // into the slot and checked again; a second failure blames the bucket's object.
@@ -185,6 +191,10 @@ void ReadScheduler::Complete(Item* item, Status status) {
     }
     if (built.ok()) {
       sample = std::move(built).value();
+      // The tensors' names live in the dataset's schema: the sample holds the dataset, so they
+      // outlive the loader (Loader::Create's last reference, follow mode's snapshots).
+      sample->set_memory_owner(std::make_shared<const SampleKeepsDataset>(
+          SampleKeepsDataset{sample->memory_owner(), dataset_}));
       if (item->sp.sp_size > 0) sample->set_sequence_slice(item->sp);
     } else {
       status = built.status();
