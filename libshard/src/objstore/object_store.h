@@ -168,6 +168,7 @@ std::string StoreSchemes();
 
 // The stores (one file each): the rows of the table.
 Result<std::shared_ptr<ObjectStore>> OpenS3Store(std::string_view url);
+Result<std::shared_ptr<ObjectStore>> OpenGcsStore(std::string_view url);
 Result<std::shared_ptr<ObjectStore>> OpenMemoryStore(std::string_view url);
 
 }  // namespace libshard::objstore
