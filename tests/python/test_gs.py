@@ -3,12 +3,15 @@
 server on 127.0.0.1: moto's S3 server with signature checking on, behind the fault proxy of
 s3_server.py, named by gs:// URLs, LIBSHARD_GS_ENDPOINT and GS_ACCESS_KEY_ID /
 GS_SECRET_ACCESS_KEY, with no AWS_ variable set. What s3:// does gs:// does the same way: open,
-the Loader, the node-local cache, Writer and `pack -o`."""
+the Loader, the node-local cache, Writer, `pack -o` and follow mode."""
 
 from __future__ import annotations
 
 import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import List
 
 import pytest
 
@@ -197,6 +200,31 @@ def test_credential_errors_name_gs_and_its_variables(server, proxy, env, source,
     monkeypatch.setenv("LIBSHARD_GS_ENDPOINT", "127.0.0.1:9")
     with pytest.raises(ValueError, match="LIBSHARD_GS_ENDPOINT.* is not an endpoint"):
         libshard.open(url, cache=tmp_path / "cache")
+
+
+def test_a_follower_of_a_gs_write_serves_it_once_its_manifest_is_up(env):
+    url = f"gs://{BUCKET}/followed"
+    n = 8
+    seen: List[int] = []
+    errors: List[BaseException] = []
+    loader = libshard.Loader(url, follow=True, batch_size=2, slow_wait_warning_seconds=60)
+
+    def follow() -> None:
+        try:
+            for step in loader:
+                seen.extend(int(s["ident"][0]) for s in step)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    t = threading.Thread(target=follow)
+    t.start()
+    child = Path(__file__).resolve().parent / "follow_writer_child.py"
+    r = subprocess.run([sys.executable, str(child), url, str(n)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    t.join(timeout=120)
+    assert not t.is_alive() and not errors, errors
+    assert sorted(seen) == list(range(n))
 
 
 def test_storage_info_names_the_gs_driver(env):

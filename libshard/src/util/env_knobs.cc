@@ -132,7 +132,8 @@ OptionTable<O> MakeTable() {
                       Member<&O::s3_content_md5>, "1",
                       "send each part's Content-MD5 (0 saves the MD5's CPU)"));
   t.push_back(Text<O>(kWhat, "LIBSHARD_S3_STAGING", "s3_staging", Member<&O::s3_staging>,
-                      "CACHE_ROOT/staging", "the local staging directory of s3:// writes"));
+                      "CACHE_ROOT/staging",
+                      "the local staging directory of s3:// and gs:// writes"));
   // Reading.
   t.push_back(Word("LIBSHARD_ENGINE", "engine", Member<&O::engine>,
                    {"auto", "uring", "io_uring", "pread"},
