@@ -373,7 +373,8 @@ def gs_env(endpoint: str, access_key: str, secret_key: str, **extra: str) -> Dic
     return env
 
 
-# ---- The fixtures every s3:// (and gs://) test module uses (one copy: a module names its own settings) ----
+# ---- The fixtures every s3:// and gs:// test module uses (one copy: a module names its own
+# settings) ----
 
 def apply_env(monkeypatch, env: Dict[str, str]) -> None:
     """Makes `env` (s3_env's or gs_env's) this process's: every AWS_ and GS_ variable replaced,

@@ -119,8 +119,9 @@ class Dataset(torch.utils.data.Dataset):
           cache: object stores only (s3://, gs://): the node-local cache directory, shared by
             every process of the node (default ``$LIBSHARD_CACHE_DIR``, else
             ``~/.cache/libshard``).
-          cache_size: object stores only: bytes the whole cache directory may hold, every dataset
-            under it together (int or "500GiB"); blocks are evicted to stay within it (docs/CACHE.md);
+          cache_size: object stores only: bytes the whole cache directory may hold, every
+            dataset under it together (int or "500GiB"); blocks are evicted to stay within it
+            (docs/CACHE.md);
             None or 0 (the default): no bound but the free-space floor.
           read_ahead: the settings of the read-ahead that :meth:`prefetch` starts, by the
             Loader's names: ``memory_budget`` (default ``"512MiB"``, per process: each

@@ -3,11 +3,12 @@
 // S3Transport (s3_transport.h: libcurl's, or a test's in-memory server).
 //
 // One client owns one transport (one connection, kept alive between requests) and is used by one
-// thread at a time; the s3:// store (objstore/s3_store.cc) keeps a pool of them, one per call in
-// flight, and never hands a child of fork its parent's. Every request is bounded: `max_attempts`
-// tries with exponential backoff on 5xx / 429 / SlowDown, reset connections, short bodies and
-// stalls (no byte for `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error
-// names the URL, the byte range and the HTTP status (or the transport error).
+// thread at a time; the S3-dialect stores (objstore/s3_dialect_store.cc: s3://, gs://) keep a pool
+// of them, one per call in flight, and never hand a child of fork its parent's. Every request is
+// bounded: `max_attempts` tries with exponential backoff on 5xx / 429 / SlowDown, reset
+// connections, short bodies and stalls (no byte for `stall_seconds`), each try bounded by
+// `request_timeout_seconds`. Every error names the URL, the byte range and the HTTP status (or
+// the transport error).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +22,9 @@
 
 namespace libshard::io {
 
-// An object's address: its bucket and key (no leading '/'). The s3:// URLs users write are
-// parsed and checked by the s3:// store (objstore/s3_store.cc); the key is percent-encoded
-// per segment when a request is built (UrlOf).
+// An object's address: its bucket and key (no leading '/'). The s3:// (gs://) URLs users write
+// are parsed and checked by their store (objstore/s3_store.cc, gcs_store.cc); the key is
+// percent-encoded per segment when a request is built (UrlOf).
 struct S3Url {
   std::string bucket;
   std::string key;

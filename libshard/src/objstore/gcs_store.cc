@@ -44,17 +44,17 @@ Status CheckBucket(std::string_view url, const std::string& bucket) {
   bool ok = bucket.size() >= 3 && bucket.size() <= (dotted ? 222u : 63u) &&
             alnum(bucket.front()) && alnum(bucket.back());
   for (unsigned char c : bucket) ok = ok && bucket_char(c);
-  bool all_digits_and_dots = true;
+  // Each dot-separated part 1-63 characters; four parts of digits only are an IP address.
+  bool digits_only = true;
   size_t parts = 0;
   for (size_t begin = 0; ok && begin <= bucket.size(); ++parts) {
     const size_t dot = std::min(bucket.find('.', begin), bucket.size());
-    const size_t len = dot - begin;
-    ok = len >= 1 && len <= 63;
+    ok = dot - begin >= 1 && dot - begin <= 63;
     for (size_t i = begin; i < dot; ++i)
-      all_digits_and_dots = all_digits_and_dots && std::isdigit(static_cast<unsigned char>(bucket[i]));
+      digits_only = digits_only && std::isdigit(static_cast<unsigned char>(bucket[i]));
     begin = dot + 1;
   }
-  if (ok && all_digits_and_dots && parts == 4) ok = false;  // 192.168.5.4
+  if (ok && digits_only && parts == 4) ok = false;  // 192.168.5.4
   if (ok && (bucket.rfind("goog", 0) == 0 || bucket.find("google") != std::string::npos))
     ok = false;
   if (ok) return Status::OK();
@@ -62,7 +62,7 @@ Status CheckBucket(std::string_view url, const std::string& bucket) {
       std::string(url) + ": '" + bucket +
       "' is not a valid Cloud Storage bucket name (3-63 characters of a-z, 0-9, '-', '_', '.', "
       "or up to 222 with dots, beginning and ending with a letter or digit, not an IP address, "
-      "no \"goog\" prefix); write gs://BUCKET/PREFIX");
+      "no \"goog\" prefix, no \"google\"); write gs://BUCKET/PREFIX");
 }
 
 }  // namespace
@@ -70,7 +70,6 @@ Status CheckBucket(std::string_view url, const std::string& bucket) {
 Result<io::S3Config> LoadGcsConfig() {
   io::S3Config c;
   c.region = "auto";
-  c.session_token.clear();
   c.credential_hint = std::string(kKeyId) + " / " + kSecret +
                       " (a Cloud Storage HMAC key) for gs://, and LIBSHARD_GS_ENDPOINT";
   c.reload = &LoadGcsConfig;
