@@ -1,6 +1,7 @@
 // The object-store interface (objstore/object_store.h): the same contract checked against every
-// store of the table, in-process: memory:// itself, and s3:// through the S3 client and its
-// transport against the S3 front (testutil/fake_s3.h) over a memory store's server. Then the
+// store of the table, in-process: memory:// itself, and s3:// and gs:// (the stores of the S3
+// dialect) through the S3 client and its transport against the S3 front (testutil/fake_s3.h)
+// over a memory store's server. Then the
 // memory store's fault rules, as the cache and upload tests use them.
 #include "objstore/object_store.h"
 
@@ -27,13 +28,16 @@ class ObjectStoreTest : public ::testing::TestWithParam<std::string> {
              {"AWS_SECRET_ACCESS_KEY", "test"},
              {"AWS_SHARED_CREDENTIALS_FILE", "/nonexistent"},
              {"AWS_CONFIG_FILE", "/nonexistent"},
+             {"LIBSHARD_GS_ENDPOINT", testing::kS3Endpoint},
+             {"GS_ACCESS_KEY_ID", "test"},
+             {"GS_SECRET_ACCESS_KEY", "test"},
              {"LIBSHARD_S3_MAX_ATTEMPTS", "2"},
              {"LIBSHARD_S3_BACKOFF_MS", "1"}})
       ::setenv(k, v, 1);
-    if (GetParam() == "s3") {
+    if (GetParam() == "s3" || GetParam() == "gs") {
       server_ = MemoryServer::Make();
       front_ = testing::ServeS3(server_);
-      Result<std::shared_ptr<ObjectStore>> s = OpenStore("s3://bkt/ds");
+      Result<std::shared_ptr<ObjectStore>> s = OpenStore(GetParam() + "://bkt/ds");
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       store_ = *s;
     } else {
@@ -46,6 +50,7 @@ class ObjectStoreTest : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     for (const char* k : {"AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                           "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE",
+                          "LIBSHARD_GS_ENDPOINT", "GS_ACCESS_KEY_ID", "GS_SECRET_ACCESS_KEY",
                           "LIBSHARD_S3_MAX_ATTEMPTS", "LIBSHARD_S3_BACKOFF_MS"})
       ::unsetenv(k);
   }
@@ -227,19 +232,24 @@ TEST_P(ObjectStoreTest, FaultRulesApplyToTheCallsTheyMatch) {
   EXPECT_GE(server_->RangedGets("ds/obj"), 3u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, ObjectStoreTest, ::testing::Values("memory", "s3"),
+INSTANTIATE_TEST_SUITE_P(Stores, ObjectStoreTest, ::testing::Values("memory", "s3", "gs"),
                          [](const auto& info) { return info.param; });
 
 TEST(StoreTableTest, ChosenByScheme) {
   EXPECT_TRUE(HasStore("s3"));
   EXPECT_TRUE(HasStore("memory"));
-  EXPECT_FALSE(HasStore("gs"));
-  EXPECT_EQ(StoreSchemes(), "s3://, memory://");
-  Result<std::shared_ptr<ObjectStore>> gs = OpenStore("gs://bucket/x");
-  EXPECT_EQ(gs.status().code(), StatusCode::kUnsupported);
-  EXPECT_NE(gs.status().message().find("no object store for gs://"), std::string::npos);
-  // Each store checks its own names: S3's bucket rules for s3://, none but the URL's for memory.
+  EXPECT_TRUE(HasStore("gs"));
+  EXPECT_FALSE(HasStore("az"));
+  EXPECT_EQ(StoreSchemes(), "s3://, gs://, memory://");
+  Result<std::shared_ptr<ObjectStore>> az = OpenStore("az://bucket/x");
+  EXPECT_EQ(az.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(az.status().message().find("no object store for az://"), std::string::npos);
+  // Each store checks its own names: S3's bucket rules for s3://, Cloud Storage's for gs://
+  // ('_' allowed), none but the URL's for memory.
   EXPECT_EQ(OpenStore("s3://Bad_Bucket/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(OpenStore("s3://bad_bucket/x").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(OpenStore("gs://good_bucket/x").ok());
+  EXPECT_EQ(OpenStore("gs://Bad_Bucket/x").status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(OpenStore("memory://Any_Name/x").ok());
   EXPECT_EQ(OpenStore("memory://b/../x").status().code(), StatusCode::kInvalidArgument);
   // The process's memory store: what one store writes another of the same URL reads.

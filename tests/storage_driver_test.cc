@@ -71,9 +71,15 @@ TEST(StorageDriverTest, ChosenOnceFromTheScheme) {
   EXPECT_EQ((*s3)->info().work_dir, (env.path() / "my-bucket/runs/r1").string());
   EXPECT_TRUE((*s3)->info().staged);
   EXPECT_FALSE((*s3)->info().local_files);
-  // A scheme no driver takes is refused, never read as a local directory "gs:".
-  ExpectRefused(OpenStorage("gs://bucket/x").status(), StatusCode::kUnsupported, "gs://bucket/x",
-                "no storage driver for gs://");
+  // gs:// is a store of the table: staged under its scheme's own directory.
+  Result<std::unique_ptr<StorageDriver>> gs = OpenStorage("gs://my_bucket/runs/r1");
+  ASSERT_TRUE(gs.ok()) << gs.status().ToString();
+  EXPECT_EQ((*gs)->info().driver, "gs");
+  EXPECT_EQ((*gs)->location(), "gs://my_bucket/runs/r1");
+  EXPECT_EQ((*gs)->info().work_dir, (env.path() / "_gs/my_bucket/runs/r1").string());
+  // A scheme no driver takes is refused, never read as a local directory "az:".
+  ExpectRefused(OpenStorage("az://bucket/x").status(), StatusCode::kUnsupported, "az://bucket/x",
+                "no storage driver for az://");
   EXPECT_EQ(OpenStorage("").status().code(), StatusCode::kInvalidArgument);
   // The public view is the driver's.
   Result<StorageInfo> info = DescribeStorage("s3://my-bucket");

@@ -93,7 +93,7 @@ void RegisterDataset(py::module_& m) {
       .def_static(
           "open",
           [](const std::string& path, bool verify_checksums, const py::dict& settings) {
-            // cache, cache_size (s3:// only): read through DatasetOptionTable.
+            // cache, cache_size (object stores only): read through DatasetOptionTable.
             const OptionTable<DatasetOptions>& table = DatasetOptionTable();
             DatasetOptions options;
             for (const auto& [k, v] : settings) {

@@ -191,7 +191,9 @@ Command AddBenchCommand(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "bench", "Measure the streaming loader's read throughput and CPU cost against the raw "
                "sequential O_DIRECT read of the same shard files");
-  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
+  c->add_option("DIR", args->dir,
+                 "Dataset directory or object-store URL (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX)")
+      ->required();
   c->add_flag("--shuffle", args->shuffle, "Read in a shuffled order (default: dataset order)");
   c->add_flag("--verify,!--no-verify", args->verify,
               "Verify every sample's xxh3 checksum (default, as the loader does; --no-verify: "

@@ -7,11 +7,11 @@ namespace libshard::cli {
 
 void AddCacheOptions(CLI::App* c, CacheArgs* args) {
   c->add_option("--cache", args->cache,
-                "s3:// datasets: the node-local cache directory (default $LIBSHARD_CACHE_DIR, "
-                "else ~/.cache/libshard)");
+                "s3:// and gs:// datasets: the node-local cache directory (default "
+                "$LIBSHARD_CACHE_DIR, else ~/.cache/libshard)");
   c->add_option("--cache-size", args->cache_size,
-                "s3:// datasets: bytes the whole cache directory may hold, e.g. 500GiB (default "
-                "and 0: no bound but the free-space floor)");
+                "s3:// and gs:// datasets: bytes the whole cache directory may hold, e.g. 500GiB "
+                "(default and 0: no bound but the free-space floor)");
 }
 
 Status ApplyCacheOptions(const CacheArgs& args, DatasetOptions* options) {

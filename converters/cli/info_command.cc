@@ -421,7 +421,9 @@ int RunInfo(const InfoArgs& a) {
 Command AddInfoCommand(CLI::App& app) {
   auto args = std::make_shared<InfoArgs>();
   CLI::App* c = app.add_subcommand("info", "Describe a dataset: schema, counts, sizes, lengths, provenance");
-  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
+  c->add_option("DIR", args->dir,
+                 "Dataset directory or object-store URL (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX)")
+      ->required();
   c->add_flag("--json", args->json, "Machine-readable output");
   c->add_option("--batches", args->batches,
                 "Plan an epoch's batches from the index and report padding and the largest "

@@ -106,7 +106,9 @@ int RunVerify(const VerifyArgs& a) {
 Command AddVerifyCommand(CLI::App& app) {
   auto args = std::make_shared<VerifyArgs>();
   CLI::App* c = app.add_subcommand("verify", "Check every sample's checksum (and optionally its source)");
-  c->add_option("DIR", args->dir, "Dataset directory or s3://BUCKET/PREFIX URL")->required();
+  c->add_option("DIR", args->dir,
+                 "Dataset directory or object-store URL (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX)")
+      ->required();
   c->add_option("--against", args->against,
                 "Source root or cache: compare every tensor bit-exact with the file (or the "
                 "DeepSpec / NeMo AutoModel / TorchSpec cache sample) it was packed from");

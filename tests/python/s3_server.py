@@ -361,14 +361,28 @@ def s3_env(endpoint: str, access_key: str, secret_key: str, **extra: str) -> Dic
     return env
 
 
-# ---- The fixtures every s3:// test module uses (one copy: a module names its own settings) ----
+def gs_env(endpoint: str, access_key: str, secret_key: str, **extra: str) -> Dict[str, str]:
+    """The environment of a process reading gs:// through `endpoint` (loopback only): the same
+    server, named by Cloud Storage's HMAC variables and endpoint override, and no AWS_ variable
+    (gs:// reads none, so none may stand in for its own)."""
+    env = {k: v for k, v in s3_env(endpoint, access_key, secret_key).items()
+           if not k.startswith(("AWS_", "GS_"))}
+    env.update(GS_ACCESS_KEY_ID=access_key, GS_SECRET_ACCESS_KEY=secret_key,
+               LIBSHARD_GS_ENDPOINT=endpoint)
+    env.update(extra)
+    return env
+
+
+# ---- The fixtures every s3:// and gs:// test module uses (one copy: a module names its own
+# settings) ----
 
 def apply_env(monkeypatch, env: Dict[str, str]) -> None:
-    """Makes `env` (s3_env's) this process's: every AWS_ variable replaced, LIBSHARD_ ones set."""
-    for k in [k for k in os.environ if k.startswith("AWS_")]:
+    """Makes `env` (s3_env's or gs_env's) this process's: every AWS_ and GS_ variable replaced,
+    LIBSHARD_ ones set."""
+    for k in [k for k in os.environ if k.startswith(("AWS_", "GS_"))]:
         monkeypatch.delenv(k)
     for k, v in env.items():
-        if k.startswith(("AWS_", "LIBSHARD_")):
+        if k.startswith(("AWS_", "GS_", "LIBSHARD_")):
             monkeypatch.setenv(k, v)
 
 
@@ -416,15 +430,17 @@ def proxy_fixture(other_version: bool = False):
     return proxy
 
 
-def env_fixture(**extra):
-    """An `env` fixture: s3_env through `proxy` with `extra` (a value may be a function of the
-    test's tmp_path), made this process's environment."""
+def env_fixture(scheme: str = "s3", **extra):
+    """An `env` fixture: s3_env (gs_env for scheme "gs") through `proxy` with `extra` (a value
+    may be a function of the test's tmp_path), made this process's environment."""
     import pytest
+
+    make = {"s3": s3_env, "gs": gs_env}[scheme]
 
     @pytest.fixture
     def env(server, proxy, monkeypatch, tmp_path):
-        e = s3_env(proxy.endpoint, server.access_key, server.secret_key,
-                   **{k: str(v(tmp_path)) if callable(v) else str(v) for k, v in extra.items()})
+        e = make(proxy.endpoint, server.access_key, server.secret_key,
+                 **{k: str(v(tmp_path)) if callable(v) else str(v) for k, v in extra.items()})
         apply_env(monkeypatch, e)
         return e
     return env

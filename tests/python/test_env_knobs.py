@@ -32,7 +32,7 @@ def table() -> List[Tuple[str, str]]:
 
 # A value each type refuses (a path takes any text: it has none).
 BAD = {"count": ["many", "-1", "0.5"], "bytes": ["lots", "-4096"], "boolean": ["maybe"],
-       "seconds": ["soon", "-2"], "word": ["bogus"]}
+       "seconds": ["soon", "-2"], "word": ["bogus"], "url": ["localhost:9"]}
 CASES = [(name, value) for name, kind in table() for value in BAD.get(kind, [])]
 assert {kind for _, kind in table()} <= set(BAD) | {"path"}, "a new type needs its bad values"
 

@@ -110,15 +110,18 @@ class Dataset(torch.utils.data.Dataset):
                  cache: Optional[PathLike] = None,
                  cache_size: Union[int, str, None] = None,
                  read_ahead: Optional[Mapping[str, Any]] = None) -> None:
-        """Opens the dataset in directory ``path``, or in object storage (``s3://BUCKET/PREFIX``).
+        """Opens the dataset in directory ``path``, or in object storage (``s3://BUCKET/PREFIX``,
+        ``gs://BUCKET/PREFIX``).
 
         Args:
           verify: check each sample's xxh3-64 checksum when it is read.
           metadata: add the sample's non-tensor entries to the dicts ``ds[i]`` returns.
-          cache: s3:// only: the node-local cache directory, shared by every process of the node
-            (default ``$LIBSHARD_CACHE_DIR``, else ``~/.cache/libshard``).
-          cache_size: s3:// only: bytes the whole cache directory may hold, every dataset under
-            it together (int or "500GiB"); blocks are evicted to stay within it (docs/CACHE.md);
+          cache: object stores only (s3://, gs://): the node-local cache directory, shared by
+            every process of the node (default ``$LIBSHARD_CACHE_DIR``, else
+            ``~/.cache/libshard``).
+          cache_size: object stores only: bytes the whole cache directory may hold, every
+            dataset under it together (int or "500GiB"); blocks are evicted to stay within it
+            (docs/CACHE.md);
             None or 0 (the default): no bound but the free-space floor.
           read_ahead: the settings of the read-ahead that :meth:`prefetch` starts, by the
             Loader's names: ``memory_budget`` (default ``"512MiB"``, per process: each

@@ -175,7 +175,7 @@ class Loader:
       expect: attributes the dataset must have been written with, e.g.
         ``{"target_model": "meta-llama/Llama-3.1-8B-Instruct"}`` (``Dataset.attributes``); a
         dataset made for another model raises ``InvalidArgumentError`` at once.
-      cache, cache_size: for an ``s3://BUCKET/PREFIX`` dataset, the node-local cache directory
+      cache, cache_size: for an ``s3://`` or ``gs://`` dataset, the node-local cache directory
         (shared by the node's ranks and workers) and its bound (e.g. ``"500GiB"``); see
         :class:`libshard.Dataset`.
       verify: check every byte served (xxh3-64, on worker threads) before handing it out.

@@ -16,12 +16,14 @@ std::vector<Spec> MakeSpecs() {
   std::vector<Spec> specs;
   specs.push_back(Text<DatasetOptions>(
       kWhat, "cache", "cache_dir", Member<&DatasetOptions::cache_dir>, "None",
-      "s3:// only: the node-local cache directory every process of the node shares; None: "
+      "object stores only (s3://, gs://): the node-local cache directory every process of the "
+      "node shares; None: "
       "$LIBSHARD_CACHE_DIR, else $XDG_CACHE_HOME/libshard, else ~/.cache/libshard"));
   specs.push_back(OptionalBytes<DatasetOptions>(
       kWhat, "cache_size", "cache_size", Member<&DatasetOptions::cache_size>, 1, UINT64_MAX,
       "no bound but the free-space floor",
-      "s3:// only: bytes the whole cache directory may hold, every dataset under it together "
+      "object stores only (s3://, gs://): bytes the whole cache directory may hold, every "
+      "dataset under it together "
       "(docs/CACHE.md §4)"));
   return specs;
 }

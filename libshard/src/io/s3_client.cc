@@ -112,9 +112,9 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
     if (code == 403 || code == 401 || code == 400) {
       // Credentials may have been rotated in the files (or the environment of a child): re-read
       // them once and retry when they changed.
-      if (!reloaded_credentials) {
+      if (!reloaded_credentials && config_.reload != nullptr) {
         reloaded_credentials = true;
-        Result<S3Config> fresh = LoadS3Config();
+        Result<S3Config> fresh = config_.reload();
         if (fresh.ok() && (fresh->access_key != config_.access_key ||
                            fresh->secret_key != config_.secret_key ||
                            fresh->session_token != config_.session_token)) {
@@ -131,8 +131,7 @@ Status S3Client::Perform(const char* method, const S3Url& object, uint64_t offse
         return Status::InvalidArgument(where + ": " + status_text);
       return Status::IoError(where + ": " + status_text +
                                  ": access denied with credentials from " + config_.source +
-                                 "; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / "
-                                 "AWS_SESSION_TOKEN / AWS_PROFILE and AWS_REGION",
+                                 "; check " + config_.credential_hint,
                              EACCES);
     }
     if (code == 404)

@@ -3,11 +3,12 @@
 // S3Transport (s3_transport.h: libcurl's, or a test's in-memory server).
 //
 // One client owns one transport (one connection, kept alive between requests) and is used by one
-// thread at a time; the s3:// store (objstore/s3_store.cc) keeps a pool of them, one per call in
-// flight, and never hands a child of fork its parent's. Every request is bounded: `max_attempts`
-// tries with exponential backoff on 5xx / 429 / SlowDown, reset connections, short bodies and
-// stalls (no byte for `stall_seconds`), each try bounded by `request_timeout_seconds`. Every error
-// names the URL, the byte range and the HTTP status (or the transport error).
+// thread at a time; the S3-dialect stores (objstore/s3_dialect_store.cc: s3://, gs://) keep a pool
+// of them, one per call in flight, and never hand a child of fork its parent's. Every request is
+// bounded: `max_attempts` tries with exponential backoff on 5xx / 429 / SlowDown, reset
+// connections, short bodies and stalls (no byte for `stall_seconds`), each try bounded by
+// `request_timeout_seconds`. Every error names the URL, the byte range and the HTTP status (or
+// the transport error).
 #pragma once
 
 #include <cstdint>
@@ -21,9 +22,9 @@
 
 namespace libshard::io {
 
-// An object's address: its bucket and key (no leading '/'). The s3:// URLs users write are
-// parsed and checked by the s3:// store (objstore/s3_store.cc); the key is percent-encoded
-// per segment when a request is built (UrlOf).
+// An object's address: its bucket and key (no leading '/'). The s3:// (gs://) URLs users write
+// are parsed and checked by their store (objstore/s3_store.cc, gcs_store.cc); the key is
+// percent-encoded per segment when a request is built (UrlOf).
 struct S3Url {
   std::string bucket;
   std::string key;
@@ -41,6 +42,10 @@ struct S3Url {
 //     endpoint and virtual-host for AWS (path-style for a bucket name with dots).
 //   bounds: LIBSHARD_S3_MAX_ATTEMPTS (8), LIBSHARD_S3_STALL_SECONDS (30),
 //     LIBSHARD_S3_TIMEOUT_SECONDS (300 per request), LIBSHARD_S3_BACKOFF_MS (100, the first wait).
+// Other servers of the S3 API under another scheme (gs://: objstore/gcs_store.cc) read their own
+// configuration into the same struct.
+struct S3Config;
+Result<S3Config> LoadS3Config();
 struct S3Config {
   std::string access_key;
   std::string secret_key;
@@ -53,8 +58,17 @@ struct S3Config {
   uint32_t request_timeout_seconds = 300;
   uint32_t backoff_ms = 100;
   std::string source;  // where the credentials came from ("environment", "profile x of FILE")
+  // What a denied request's error tells the user to check (the variables that set the
+  // credentials, and the store's scheme), and the loader that made this configuration: a client
+  // re-reads its credentials with it once when a request is denied (rotated in the files or the
+  // environment). The defaults are s3://'s; another S3-dialect store (gs://) sets its own.
+  std::string credential_hint =
+      "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN / AWS_PROFILE and AWS_REGION";
+  Result<S3Config> (*reload)() = &LoadS3Config;  // nullptr: never re-read
 };
-Result<S3Config> LoadS3Config();
+// The client's bounds every S3-dialect configuration takes from the environment's table
+// (util/env_knobs.h): LIBSHARD_S3_MAX_ATTEMPTS, _STALL_SECONDS, _TIMEOUT_SECONDS, _BACKOFF_MS.
+[[nodiscard]] Status ReadS3ClientBounds(S3Config* config);
 
 struct ObjectInfo {
   uint64_t size = 0;

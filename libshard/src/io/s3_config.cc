@@ -121,11 +121,17 @@ Result<S3Config> LoadS3Config() {
   } else {
     return Status::InvalidArgument(style_from + " = '" + style + "': use path, virtual or auto");
   }
-  c.max_attempts = static_cast<uint32_t>(knobs.s3_max_attempts);
-  c.stall_seconds = static_cast<uint32_t>(knobs.s3_stall_seconds);
-  c.request_timeout_seconds = static_cast<uint32_t>(knobs.s3_timeout_seconds);
-  c.backoff_ms = static_cast<uint32_t>(knobs.s3_backoff_ms);
+  LIBSHARD_RETURN_IF_ERROR(ReadS3ClientBounds(&c));
   return c;
+}
+
+Status ReadS3ClientBounds(S3Config* config) {
+  LIBSHARD_ASSIGN_OR_RETURN(const EnvKnobs knobs, ReadEnvKnobs());
+  config->max_attempts = static_cast<uint32_t>(knobs.s3_max_attempts);
+  config->stall_seconds = static_cast<uint32_t>(knobs.s3_stall_seconds);
+  config->request_timeout_seconds = static_cast<uint32_t>(knobs.s3_timeout_seconds);
+  config->backoff_ms = static_cast<uint32_t>(knobs.s3_backoff_ms);
+  return Status::OK();
 }
 
 }  // namespace libshard::io

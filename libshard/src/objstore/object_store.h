@@ -3,6 +3,8 @@
 // the URL's scheme from the store table (store_table.cc), as the codec table chooses a codec:
 //
 //   s3://BUCKET/PREFIX      s3_store.cc      AWS S3 or an S3-compatible server (io/s3_client.h)
+//   gs://BUCKET/PREFIX      gcs_store.cc     Cloud Storage through its S3-interoperable XML API
+//                                            (the same client: s3_dialect_store.h)
 //   memory://BUCKET/PREFIX  memory_store.cc  this process's memory, with fault rules (tests)
 //
 // A store is bound to one location (its URL's bucket and key prefix); every call names an object
@@ -168,6 +170,7 @@ std::string StoreSchemes();
 
 // The stores (one file each): the rows of the table.
 Result<std::shared_ptr<ObjectStore>> OpenS3Store(std::string_view url);
+Result<std::shared_ptr<ObjectStore>> OpenGcsStore(std::string_view url);
 Result<std::shared_ptr<ObjectStore>> OpenMemoryStore(std::string_view url);
 
 }  // namespace libshard::objstore

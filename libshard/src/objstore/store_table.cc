@@ -14,6 +14,7 @@ struct StoreRow {
 // One row per store.
 constexpr StoreRow kStores[] = {
     {"s3", &OpenS3Store},
+    {"gs", &OpenGcsStore},
     {"memory", &OpenMemoryStore},
 };
 

@@ -42,6 +42,39 @@ OptionSpec<O> Word(std::string_view name, std::string_view member,
   return s;
 }
 
+// An endpoint: http:// or https:// then the host (empty: unset, the default). Its rows are named
+// *_ENDPOINT (EnvKnobsMarkdown shows them as URLs).
+OptionSpec<O> Url(std::string_view name, std::string_view member,
+                  option_rows::Ref<O, std::string> ref, std::string_view default_value,
+                  std::string_view doc) {
+  OptionSpec<O> s;
+  s.name = name;
+  s.member = member;
+  s.type = OptionType::kState;
+  s.py_type = "str";
+  s.default_value = default_value;
+  s.doc = doc;
+  s.set = [ref, doc](O& o, const OptionValue& v, std::string_view spelled) -> Status {
+    if (v.kind == OptionValue::Kind::kText) {
+      const std::string_view t = v.text;
+      const size_t host = t.rfind("http://", 0) == 0 ? 7 : t.rfind("https://", 0) == 0 ? 8 : 0;
+      if (host > 0 && t.size() > host && t[host] != '/') {
+        ref(o) = v.text;
+        return Status::OK();
+      }
+    }
+    return option_table::Bad(kWhat, spelled,
+                             "= " + v.Describe() + " is not an endpoint: write http://HOST[:PORT] "
+                             "or https://HOST[:PORT] (" + std::string(doc) + ")");
+  };
+  return s;
+}
+
+bool IsUrlRow(const OptionSpec<O>& s) {
+  return s.type == OptionType::kState && s.name.size() > 9 &&
+         s.name.substr(s.name.size() - 9) == "_ENDPOINT";
+}
+
 OptionTable<O> MakeTable() {
   using namespace option_rows;
   std::vector<OptionSpec<O>> t;
@@ -80,6 +113,14 @@ OptionTable<O> MakeTable() {
   t.push_back(Word("LIBSHARD_S3_ADDRESSING", "s3_addressing", Member<&O::s3_addressing>,
                    {"auto", "path", "virtual"},
                    "path-style or virtual-host URLs (auto: path for a custom endpoint)"));
+  // gs://: Cloud Storage through its S3-interoperable XML API, over the same client (the bounds
+  // above are its too; the HMAC key is GS_ACCESS_KEY_ID / GS_SECRET_ACCESS_KEY).
+  t.push_back(Url("LIBSHARD_GS_ENDPOINT", "gs_endpoint", Member<&O::gs_endpoint>,
+                  "https://storage.googleapis.com",
+                  "the endpoint of gs:// requests (an emulator, a private endpoint)"));
+  t.push_back(Word("LIBSHARD_GS_ADDRESSING", "gs_addressing", Member<&O::gs_addressing>,
+                   {"auto", "path", "virtual"},
+                   "gs:// path-style or virtual-host URLs (auto: path-style)"));
   // Writing to s3://.
   t.push_back(Bytes<O>(kWhat, "LIBSHARD_S3_PART_SIZE", "s3_part_size", Member<&O::s3_part_size>,
                        "16MiB", 4096, uint64_t{5} << 30,
@@ -91,7 +132,8 @@ OptionTable<O> MakeTable() {
                       Member<&O::s3_content_md5>, "1",
                       "send each part's Content-MD5 (0 saves the MD5's CPU)"));
   t.push_back(Text<O>(kWhat, "LIBSHARD_S3_STAGING", "s3_staging", Member<&O::s3_staging>,
-                      "CACHE_ROOT/staging", "the local staging directory of s3:// writes"));
+                      "CACHE_ROOT/staging",
+                      "the local staging directory of s3:// and gs:// writes"));
   // Reading.
   t.push_back(Word("LIBSHARD_ENGINE", "engine", Member<&O::engine>,
                    {"auto", "uring", "io_uring", "pread"},
@@ -180,6 +222,11 @@ std::string EnvKnobsMarkdown() {
           accepted += (accepted.empty() ? "`" : ", `") + std::string(c) + "`";
         break;
       default:
+        if (IsUrlRow(s)) {
+          type = "url";
+          accepted = "`http://HOST[:PORT]`, `https://HOST[:PORT]`";
+          break;
+        }
         type = "path";
         accepted = "a directory";
     }

@@ -28,6 +28,9 @@ struct EnvKnobs {
   uint64_t s3_timeout_seconds = 300;
   uint64_t s3_backoff_ms = 100;
   std::string s3_addressing;  // "", auto, path or virtual
+  // gs:// (Cloud Storage's S3-interoperable XML API, over the same client).
+  std::string gs_endpoint;    // "": https://storage.googleapis.com
+  std::string gs_addressing;  // "", auto, path or virtual
   // Writing to s3://.
   uint64_t s3_part_size = uint64_t{16} << 20;
   uint64_t s3_upload_threads = 8;
