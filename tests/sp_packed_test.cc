@@ -145,8 +145,10 @@ Tensor Part(const Tensor& whole, uint32_t r, uint32_t n) {
   return out;
 }
 
-void ExpectPartsOfTheWhole(const std::shared_ptr<Dataset>& ds, bool fp8) {
-  const Got whole = Load(ds, Options(0, 1, 0));
+void ExpectPartsOfTheWhole(const std::shared_ptr<Dataset>& ds, bool fp8, uint64_t max_len = 0) {
+  LoaderOptions whole_options = Options(0, 1, 0);
+  whole_options.max_len = max_len;
+  const Got whole = Load(ds, whole_options);
   ASSERT_EQ(whole.batches.size(), kSamples / kBatch);
   uint64_t stored = 0;  // the bytes of every sample
   for (uint64_t i = 0; i < kSamples; ++i)
@@ -159,7 +161,9 @@ void ExpectPartsOfTheWhole(const std::shared_ptr<Dataset>& ds, bool fp8) {
     uint64_t sum = 0;
     for (uint32_t r = 0; r < n; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r));
-      const Got got = Load(ds, Options(r, n, n));
+      LoaderOptions o = Options(r, n, n);
+      o.max_len = max_len;
+      const Got got = Load(ds, o);
       ASSERT_EQ(got.batches.size(), whole.batches.size());
       EXPECT_EQ(got.indices, whole.indices);
       EXPECT_EQ(got.lengths, whole.lengths);
@@ -193,6 +197,14 @@ TEST(SpPackedTest, EachRankBuildsItsPartOfThePackedBatchFromItsRows) {
   ASSERT_NE(ds, nullptr);
   ASSERT_TRUE(ds->has_row_blocks());
   ExpectPartsOfTheWhole(ds, false);
+}
+
+// The loader's max_len cuts every sample before the recipe packs it, with SP as without.
+TEST(SpPackedTest, MaxLenCutsTheSamplesFirst) {
+  TempDir tmp;
+  auto ds = WriteDataset(tmp / "ds", false);
+  ASSERT_NE(ds, nullptr);
+  ExpectPartsOfTheWhole(ds, false, 300);
 }
 
 TEST(SpPackedTest, Fp8HiddenStatesToo) {

@@ -73,7 +73,9 @@ inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size:
 // slice it holds. degree 0 (the default): off. degree 1 is a group of one: every rank gets its
 // data-parallel samples as without sequence parallelism, cut and padded by `rule` for a group of
 // one (the whole sample; the USP rules pad it by ttt_length, as the trainers do with sp_size 1),
-// so a trainer passes its sp_size whatever it is.
+// so a trainer passes its sp_size whatever it is. The speculators rule splits a batch's packed
+// row: it goes with collate='speculators-eagle3', whose batch is then the rank's part of the row
+// (each sample read only for the rows behind that part).
 struct SequenceParallel {
   uint32_t degree = 0;                 // N, ranks per group (0: off); divides world_size
   SplitRule rule = SplitRule::kEven;   // the trainer's split (libshard/sequence_parallel.h)

@@ -536,7 +536,10 @@ Result<ReadLayout> ReadScheduler::PlanItem(uint64_t sample, const SampleLocation
     LIBSHARD_ASSIGN_OR_RETURN(SequenceSlice slice, SliceOf(o.rule, request));
     std::vector<uint64_t> stored;
     stored.reserve(at + 1);
-    for (size_t j = 0; j <= at; ++j) stored.push_back(dataset_->length(batch[j]));
+    for (size_t j = 0; j <= at; ++j) {  // as the recipe sees them: clipped to max_len
+      const uint64_t length = dataset_->length(batch[j]);
+      stored.push_back(options_.max_len > 0 ? std::min(length, options_.max_len) : length);
+    }
     const std::vector<uint64_t> lengths =
         recipe::PackedLengths(packed, stored, options_.recipe_len);
     const RowRange rows = recipe::PackedStoredRows(packed, lengths, at, slice.start, slice.stop);

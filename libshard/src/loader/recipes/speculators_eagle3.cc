@@ -60,9 +60,15 @@ bool IsFloat32(DType d) { return d == DType::kFloat32; }
 class SpeculatorsEagle3 final : public BatchRecipe {
  public:
   // The batch's part [part_start, part_stop) of the packed row (the whole row without SP).
+  // max_len: the loader's cut of every sample (0: none), which a row-range read's
+  // Sample::length() does not show.
   SpeculatorsEagle3(uint64_t total_seq_len, uint64_t part_start, uint64_t part_stop,
-                    std::string dataset_path)
-      : t_(total_seq_len), start_(part_start), stop_(part_stop), path_(std::move(dataset_path)) {}
+                    uint64_t max_len, std::string dataset_path)
+      : t_(total_seq_len),
+        start_(part_start),
+        stop_(part_stop),
+        max_len_(max_len),
+        path_(std::move(dataset_path)) {}
 
   Result<CollateLayout> Plan(std::span<const Sample> samples) const override {
     if (samples.empty()) return Status::InvalidArgument("cannot collate an empty batch");
@@ -104,7 +110,9 @@ class SpeculatorsEagle3 final : public BatchRecipe {
       const RowRange rows = Rows(s, *hs);
       if (hs->shape[0] != rows.stop - rows.start)
         return Bad(s, *hs, "the " + std::to_string(rows.stop - rows.start) + " rows read");
-      stored.push_back(s.has_sequence_slice() ? s.length() : hs->shape[0]);
+      stored.push_back(!s.has_sequence_slice() ? hs->shape[0]
+                       : max_len_ > 0          ? std::min(s.length(), max_len_)
+                                               : s.length());
     }
     const std::vector<uint64_t> lengths = recipe::PackedLengths(kPacked, stored, t_);
     for (size_t i = 0; i < samples.size(); ++i) {
@@ -240,6 +248,7 @@ class SpeculatorsEagle3 final : public BatchRecipe {
   const uint64_t t_;
   const uint64_t start_;
   const uint64_t stop_;
+  const uint64_t max_len_;
   const std::string path_;
 };
 
@@ -273,7 +282,7 @@ Result<std::unique_ptr<const BatchRecipe>> Make(const Schema& schema, const Load
     stop = slice.stop;
   }
   return std::unique_ptr<const BatchRecipe>(
-      std::make_unique<SpeculatorsEagle3>(o.recipe_len, start, stop, path));
+      std::make_unique<SpeculatorsEagle3>(o.recipe_len, start, stop, o.max_len, path));
 }
 
 
