@@ -309,6 +309,60 @@ TEST(SpLoaderTest, UspRuleSlicesOverlapAndPadAsTheRuleSays) {
   }
 }
 
+// A group of one (what trainers pass with sp_size 1) applies the rule: under 'even' every rank
+// gets its data-parallel samples whole, in the order without sequence parallelism, each with its
+// slice; under specforge-usp the whole sample padded by ttt_length (pad_to). A collated batch is
+// allowed under 'even' (the slice is the whole sample) and equals the batch without it.
+TEST(SpLoaderTest, AGroupOfOneAppliesTheRuleToTheWholeSample) {
+  TempDir tmp;
+  auto ds = WriteDataset(tmp / "ds", FastOptions(), false);
+  ASSERT_NE(ds, nullptr);
+  for (uint32_t r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of 3");
+    const Served off = Load(ds, SpOptions(r, 3, 0));
+    const Served one = Load(ds, SpOptions(r, 3, 1));
+    EXPECT_EQ(Indices(one), Indices(off));
+    ExpectSlicesOfWholeSamples(*ds, one, r, 1);
+    for (const Sample& s : one.samples) {
+      EXPECT_EQ(s.sequence_slice().slice.start, 0u);
+      EXPECT_EQ(s.sequence_slice().slice.stop, ds->length(s.index()));
+      EXPECT_EQ(s.sequence_slice().slice.pad_to, ds->length(s.index()));
+    }
+    LoaderOptions usp = SpOptions(r, 3, 1);
+    usp.sequence_parallel.rule = SplitRule::kSpecForgeUsp;
+    usp.sequence_parallel.ttt_length = 7;
+    const Served padded = Load(ds, usp);
+    EXPECT_EQ(Indices(padded), Indices(off));
+    ExpectSlicesOfWholeSamples(*ds, padded, r, 1, SplitRule::kSpecForgeUsp, 7);
+    for (const Sample& s : padded.samples)
+      EXPECT_EQ(s.sequence_slice().slice.pad_to, ds->length(s.index()) + 7);
+  }
+  LoaderOptions pad_off = SpOptions(0, 1, 0);
+  pad_off.batch_size = 4;
+  pad_off.collate = Collate::kPad;
+  LoaderOptions pad_one = pad_off;
+  pad_one.sequence_parallel.degree = 1;
+  auto a = Loader::Create(ds, pad_off);
+  auto b = Loader::Create(ds, pad_one);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto ba = (*a)->Next();
+  auto bb = (*b)->Next();
+  ASSERT_TRUE(ba.ok() && bb.ok());
+  ASSERT_TRUE(ba->has_value() && bb->has_value());
+  ASSERT_TRUE((*ba)->collated.has_value() && (*bb)->collated.has_value());
+  const CollatedBatch& x = *(*ba)->collated;
+  const CollatedBatch& y = *(*bb)->collated;
+  EXPECT_EQ(x.indices, y.indices);
+  EXPECT_EQ(x.lengths, y.lengths);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size());
+  for (size_t k = 0; k < x.tensors.size(); ++k) {
+    EXPECT_EQ(x.tensors[k].shape, y.tensors[k].shape);
+    ASSERT_EQ(x.tensors[k].nbytes, y.tensors[k].nbytes);
+    EXPECT_EQ(std::memcmp(x.tensors[k].data, y.tensors[k].data, x.tensors[k].nbytes), 0);
+  }
+}
+
 TEST(SpLoaderTest, WithoutRowBlocksTheSliceReadsFieldsWhole) {
   TempDir tmp;
   auto written = WriteDataset(tmp / "ds", FastOptions(), false);
@@ -341,10 +395,19 @@ TEST(SpLoaderTest, OptionsAreCheckedNamingTheOption) {
   o = SpOptions(0, 4, 4);
   o.sequence_parallel.ttt_length = 3;
   ExpectError(Loader::Create(ds, o).status(), StatusCode::kInvalidArgument, {"sp_ttt_length"});
-  o = SpOptions(0, 4, 1);
+  o = SpOptions(0, 4, 0);  // off: the rule's settings are an error, naming the way on
   o.sequence_parallel.rule = SplitRule::kSpecForgeUsp;
   ExpectError(Loader::Create(ds, o).status(), StatusCode::kInvalidArgument,
-              {"sp_rule", "sequence_parallel > 1"});
+              {"sp_rule", "None (off)", "sequence_parallel=1"});
+  o = SpOptions(0, 4, 4);
+  o.sequence_parallel.ulysses_size = 3;
+  ExpectError(Loader::Create(ds, o).status(), StatusCode::kInvalidArgument,
+              {"sp_ulysses_size", "does not divide"});
+  o = SpOptions(0, 4, 1);  // a group of one under a padding rule: collating would lose the pad
+  o.sequence_parallel.rule = SplitRule::kSpecForgeUsp;
+  o.collate = Collate::kPad;
+  ExpectError(Loader::Create(ds, o).status(), StatusCode::kInvalidArgument,
+              {"collate", "sequence_parallel"});
   o = SpOptions(0, 4, 4);
   o.collate = Collate::kPad;
   ExpectError(Loader::Create(ds, o).status(), StatusCode::kInvalidArgument,
@@ -352,6 +415,14 @@ TEST(SpLoaderTest, OptionsAreCheckedNamingTheOption) {
   // Through the option table, as front ends give them.
   ExpectError(LoaderOptionsFrom({{"sp_rule", OptionValue::Text("no-such-rule")}}).status(),
               StatusCode::kInvalidArgument, {"sp_rule", "no-such-rule"});
+  ExpectError(LoaderOptionsFrom({{"sequence_parallel", OptionValue::Integer(0)}}).status(),
+              StatusCode::kInvalidArgument, {"sequence_parallel", "out of range"});
+  ExpectError(LoaderOptionsFrom({{"sequence_parallel", OptionValue::Integer(2, true)}}).status(),
+              StatusCode::kInvalidArgument, {"sequence_parallel", "out of range"});
+  auto off = LoaderOptionsFrom({{"sequence_parallel", OptionValue::None()}});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->sequence_parallel.enabled());
+  EXPECT_FALSE(LoaderOptions{}.sequence_parallel.enabled());
   auto from = LoaderOptionsFrom({{"sequence_parallel", OptionValue::Integer(4)},
                                  {"sp_rule", OptionValue::Text("specforge-usp")},
                                  {"sp_ttt_length", OptionValue::Integer(7)}});
@@ -367,7 +438,7 @@ TEST(SpLoaderTest, ASampleLargerThanTheArenaIsAClearErrorAndLoadsOnceSplit) {
   ASSERT_NE(ds, nullptr);
   // The largest samples are ~770 KB (hidden_state 724 KB); an arena of 512 KiB holds a quarter
   // of one (plus a block at each end of each field) but not one whole.
-  LoaderOptions o = SpOptions(0, 1, 1);
+  LoaderOptions o = SpOptions(0, 1, 0);
   o.order = Order::Unshuffled();
   o.memory_budget = 512 << 10;
   auto loader = Loader::Create(ds, o);

@@ -197,6 +197,48 @@ def test_errors_name_the_option(datasets):
                         collate="pad")
 
 
+def test_a_group_of_one_applies_the_rule(datasets):
+    """sequence_parallel=1 (what a trainer passes with sp_size 1) is a group of one: every rank
+    gets its data-parallel samples as without it, each whole under "even" and whole plus
+    ttt_length zero rows (pad_to) under specforge-usp; a C++ collate works under "even"."""
+    path = datasets["raw"]
+    ds = libshard.open(path)
+    for rank in range(3):
+        off = [int(s[libshard.INDEX_KEY]) for s in run(path, rank, 3)]
+        one = run(path, rank, 3, sequence_parallel=1)
+        assert [int(s[libshard.INDEX_KEY]) for s in one] == off
+        for s in one:
+            check_slice(ds, s, rank, 1)
+            assert s[libshard.SP_KEY]["stop"] == s[libshard.SP_KEY]["pad_to"] == \
+                length(int(s[libshard.INDEX_KEY]))
+        usp = run(path, rank, 3, sequence_parallel=libshard.SequenceParallel(
+            1, rule="specforge-usp", ttt_length=5))
+        assert [int(s[libshard.INDEX_KEY]) for s in usp] == off
+        for s in usp:
+            check_slice(ds, s, rank, 1, "specforge-usp", 5)
+            assert s[libshard.SP_KEY]["pad_to"] == length(int(s[libshard.INDEX_KEY])) + 5
+    padded = [run(path, 0, 1, batch_size=4, collate="pad", **kw)
+              for kw in ({}, {"sequence_parallel": 1})]
+    assert len(padded[0]) == len(padded[1]) > 0
+    for a, b in zip(*padded):
+        assert sorted(a) == sorted(b)
+        for key, value in a.items():
+            if isinstance(value, torch.Tensor):
+                assert tensor_bytes(value) == tensor_bytes(b[key]), key
+
+
+def test_degrees_below_one_are_refused_naming_the_option(datasets):
+    path = datasets["raw"]
+    for bad in (0, -1, libshard.SequenceParallel(0), libshard.SequenceParallel(-2)):
+        with pytest.raises(libshard.InvalidArgumentError, match="sequence_parallel.*out of range"):
+            libshard.Loader(path, sequence_parallel=bad)
+    with pytest.raises(libshard.InvalidArgumentError, match="sequence_parallel=1"):
+        libshard.Loader(path, sp_rule="specforge-usp")
+    with pytest.raises(libshard.InvalidArgumentError, match="collate"):
+        libshard.Loader(path, batch_size=2, collate="pad", sequence_parallel=libshard.
+                        SequenceParallel(1, rule="specforge-usp", ttt_length=3))
+
+
 def test_a_sample_larger_than_the_arena_names_the_option_and_loads_split(tmp_path):
     # Samples of 8 MiB of hidden states (1 MiB row blocks of 512 rows): a 6 MiB arena holds a
     # quarter of one (plus a block at each end) but not one whole.
@@ -267,3 +309,77 @@ def test_follow_a_write_in_progress_reads_each_rank_its_slice(tmp_path):
             assert s[libshard.SP_KEY]["sp_rank"] == rank
             for name in ("input_ids", "hidden_state"):
                 assert tensor_bytes(s[name]) == tensor_bytes(check[name]), (rank, name)
+
+
+# -- a packed batch: sp_rule="speculators" with collate="speculators-eagle3" -------------------
+
+PACKED_LENGTHS = [2600, 1900, 3100, 1, 700, 2200, 1500, 900]
+PACKED_ROW = 4096     # recipe_len, speculators' --total-seq-len
+PACKED_BATCHES = [[0, 1], [2, 3, 4], [5, 6, 7]]
+BLOCK = 1 << 20       # the writer's row blocks
+
+
+@pytest.fixture(scope="module")
+def packed_dataset(tmp_path_factory) -> Path:
+    """speculators' hidden-states samples: hidden_states [S, L+1, H] bf16 (4 KiB a row),
+    token_ids [S]."""
+    path = tmp_path_factory.mktemp("sp_packed") / "ds"
+    g = torch.Generator().manual_seed(5)
+    with libshard.Writer(path, fsync=False) as w:
+        for i, s in enumerate(PACKED_LENGTHS):
+            w.write({"hidden_states": torch.randn(s, 4, 512, generator=g).to(torch.bfloat16),
+                     "token_ids": torch.randint(0, 1000, (s,), generator=g)}, key=f"s{i}")
+    return path
+
+
+def packed_batches(path: Path, n: int = 0, r: int = 0):
+    sp = {} if n == 0 else {"rank": r, "world_size": n,
+                            "sequence_parallel": libshard.SequenceParallel(n, "speculators")}
+    loader = libshard.Loader(path, batch_sampler=PACKED_BATCHES, collate="speculators-eagle3",
+                             recipe_len=PACKED_ROW, pin_memory=False, **sp)
+    got = list(loader)
+    return got, int(loader.stats()["bytes_read"])
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_a_packed_batch_each_rank_builds_its_part_from_its_rows(packed_dataset, n):
+    """SP rank r of N gets speculators#871's part of the packed batch (torch.chunk(N, dim=1)[r]
+    of every tensor, document_ids whole), bit for bit, reading only the stored rows of the
+    samples behind its part: at most 1/N of what the whole batches read plus a row block at each
+    end of each field of each sample."""
+    ds = libshard.open(packed_dataset)
+    assert ds.has_row_blocks
+    whole, whole_read = packed_batches(packed_dataset)
+    assert len(whole) == len(PACKED_BATCHES)
+    slack = len(PACKED_LENGTHS) * 2 * 2 * BLOCK
+    read = []
+    for r in range(n):
+        got, bytes_read = packed_batches(packed_dataset, n, r)
+        assert len(got) == len(whole)
+        for k, (a, b) in enumerate(zip(got, whole)):
+            assert list(a) == list(b), k
+            for key, value in b.items():
+                if not isinstance(value, torch.Tensor):
+                    assert a[key] == value, (k, key)
+                    continue
+                want = value if key == "document_ids" else value.chunk(n, dim=1)[r]
+                assert a[key].shape == want.shape, (k, key)
+                assert tensor_bytes(a[key]) == tensor_bytes(want.contiguous()), (r, k, key)
+        read.append(bytes_read)
+    for b in read:
+        assert b <= whole_read // n + slack, (read, whole_read)
+    if n == 4:
+        assert max(read) < whole_read * 0.5, (read, whole_read)  # not the whole batches
+    print(f"N={n}: each rank read {[round(b / whole_read, 3) for b in read]} of {whole_read}")
+
+
+def test_a_packed_batch_needs_a_multiple_and_the_recipe(packed_dataset):
+    with pytest.raises(libshard.InvalidArgumentError,
+                       match="sequence_parallel.*does not divide recipe_len 4096"):
+        libshard.Loader(packed_dataset, batch_sampler=PACKED_BATCHES, rank=0, world_size=3,
+                        collate="speculators-eagle3", recipe_len=PACKED_ROW,
+                        sequence_parallel=libshard.SequenceParallel(3, "speculators"))
+    with pytest.raises(libshard.InvalidArgumentError, match="sp_rule.*'even' splits samples"):
+        libshard.Loader(packed_dataset, batch_sampler=PACKED_BATCHES, rank=0, world_size=2,
+                        collate="speculators-eagle3", recipe_len=PACKED_ROW,
+                        sequence_parallel=2)

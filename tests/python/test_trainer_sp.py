@@ -109,7 +109,7 @@ def full_bytes(packed: Path) -> int:
 # -- explicit ranks, every Ulysses x ring layout ---------------------------------------------
 
 def layouts():
-    for n in (2, 4):
+    for n in (1, 2, 4):  # 1: what SpecForge runs with sp_size 1, a group of one
         for ulysses in [u for u in range(1, n + 1) if n % u == 0]:
             yield n, ulysses
 
@@ -157,7 +157,7 @@ def test_usp_features_equal_process_data_usp(data):
     src, packed = data
     ds = libshard.open(packed)
     order = ls.order(ds)
-    for n, ulysses in ((2, 2), (4, 2)):
+    for n, ulysses in ((1, 1), (2, 2), (4, 2)):
         for r in range(n):
             loader = libshard.Loader(packed, batch_sampler=[[i] for i in order], rank=r,
                                      world_size=n, sequence_parallel=ls.sequence_parallel(
@@ -434,8 +434,14 @@ def _speculators_worker(rank: int, world: int, n: int, init_file: str, data_dir:
             for epoch in range(2):
                 got_loader.batch_sampler.set_epoch(epoch)
                 want_loader.batch_sampler.set_epoch(epoch)
-                want = [_speculators_expected(b, n, rank % n, SEQ) for b in want_loader]
+                # --sp-size 1: speculators' own batch, whole.
+                want = [b if n == 1 else _speculators_expected(b, n, rank % n, SEQ)
+                        for b in want_loader]
                 got = list(got_loader)
+                if mode == "cpp":  # the C++ batches are built from this rank's rows only
+                    assert isinstance(got_loader, lsp.PackedLoader)
+                    assert (got_loader.sp_size, got_loader.sp_rank) == (n, rank % n)
+                    assert got_loader.libshard_stats["bytes_read"] > 0
                 assert len(got) == len(want) > 0
                 assert_same(got, want, f"speculators N={n} rank {rank} {mode} epoch {epoch}")
                 batches += len(got)
@@ -446,10 +452,10 @@ def _speculators_worker(rank: int, world: int, n: int, init_file: str, data_dir:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("n", [1, 2, 4])
 def test_speculators_sp_ranks_get_their_part_on_a_gloo_group(tmp_path, n):
-    """speculators' --sp-size on a gloo group of 4 CPU processes (SP 2: two data-parallel groups;
-    SP 4: one): each rank's batches from libshard.speculators.train_loader (C++ batches, and
+    """speculators' --sp-size on a gloo group of 4 CPU processes (SP 1: four data-parallel
+    groups, each rank the whole batch; SP 2: two; SP 4: one): each rank's batches from libshard.speculators.train_loader (C++ batches, and
     speculators' collate over the libshard backend) are #871's split of speculators' own batch
     for that rank, over its own sampler of the group's data-parallel rank."""
     pytest.importorskip("speculators.train.data")

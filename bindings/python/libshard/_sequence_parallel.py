@@ -27,9 +27,14 @@ from ._tensors import SP_KEY
 
 
 class SequenceParallel:
-    """``degree`` ranks per sequence-parallel group (1: off), split by ``rule`` (``"even"``,
-    ``"specforge-dspark"``, ``"specforge-usp"``, ``"torchspec-usp"``), with the USP rules'
-    overlap ``ttt_length`` and torchspec-usp's ``ulysses_size`` (0: the whole group)."""
+    """``degree`` ranks per sequence-parallel group (1 or more; 1 is a group of one, which
+    applies the rule to the whole sample as the trainer does with sp_size 1: the USP rules pad
+    it by ``ttt_length``; ``Loader(sequence_parallel=None)`` is off), split by ``rule``
+    (``"even"``, ``"specforge-dspark"``, ``"specforge-usp"``, ``"torchspec-usp"``, or
+    ``"speculators"`` with ``collate="speculators-eagle3"``: the rank's part of each packed
+    batch), with the USP rules' overlap ``ttt_length`` and torchspec-usp's ``ulysses_size`` (0:
+    the whole group). The library checks the values when the Loader is made: a degree below 1
+    or one that does not divide ``world_size`` is an error naming ``sequence_parallel``."""
 
     __slots__ = ("degree", "rule", "ttt_length", "ulysses_size")
 

@@ -209,9 +209,13 @@ class OrderedLoaders:
 
     def __init__(self, dataset: Any, *, collate: str, recipe_len: int,
                  fields: Optional[Iterable[str]] = None, memory_budget: Union[int, str] = "auto",
-                 metadata: bool = False) -> None:
+                 metadata: bool = False, sequence_parallel: Any = None,
+                 sp_rank: int = 0) -> None:
         self._dataset = dataset
         self._collate, self._recipe_len = collate, recipe_len
+        # A libshard.SequenceParallel (the recipe's packed-row rule) and this rank's place in
+        # its group: each batch is then the rank's part, read from the rows behind it.
+        self._sp, self._sp_rank = sequence_parallel, int(sp_rank)
         self._fields = None if fields is None else list(fields)
         self._memory_budget, self._metadata = memory_budget, metadata
         self._lock = threading.Lock()
@@ -219,12 +223,14 @@ class OrderedLoaders:
         self._closed = False
 
     def matches(self, dataset: Any, collate: str, recipe_len: int,
-                fields: Optional[Iterable[str]]) -> bool:
+                fields: Optional[Iterable[str]], sequence_parallel: Any = None,
+                sp_rank: int = 0) -> bool:
         """Whether these loaders serve that dataset and recipe (a drop-in whose dataset or
         recipe changed between iterations makes new ones)."""
         return (dataset is self._dataset and collate == self._collate
                 and recipe_len == self._recipe_len
-                and (None if fields is None else list(fields)) == self._fields)
+                and (None if fields is None else list(fields)) == self._fields
+                and sequence_parallel == self._sp and int(sp_rank) == self._sp_rank)
 
     def open(self, batches: Any) -> "_OrderedIteration":
         from ._loader import Loader
@@ -242,9 +248,14 @@ class OrderedLoaders:
         if idle is not None:
             idle[0].close()
         order = _GivenOrder(batches)
+        # With sequence parallelism the group is the world of this loader (its order is the
+        # group's, given): rank sp_rank of sp_size.
+        place = {"rank": 0, "world_size": 1} if self._sp is None else {
+            "rank": self._sp_rank, "world_size": self._sp.degree,
+            "sequence_parallel": self._sp}
         loader = Loader(self._dataset, batch_sampler=order, collate=self._collate,
                         recipe_len=self._recipe_len, return_index=True, metadata=self._metadata,
-                        fields=self._fields, memory_budget=budget, rank=0, world_size=1)
+                        fields=self._fields, memory_budget=budget, **place)
         return _OrderedIteration(self, (loader, order, budget, 0))
 
     def _give_back(self, held: Any) -> None:
@@ -287,13 +298,16 @@ class _OrderedIteration:
 def ordered_loaders(current: Optional[OrderedLoaders], dataset: Any, *, collate: str,
                     recipe_len: int, fields: Optional[Iterable[str]] = None,
                     memory_budget: Union[int, str] = "auto",
-                    metadata: bool = False) -> OrderedLoaders:
+                    metadata: bool = False, sequence_parallel: Any = None,
+                    sp_rank: int = 0) -> OrderedLoaders:
     """``current`` when it serves that dataset and recipe, else new :class:`OrderedLoaders`
     (``current`` closed)."""
-    if current is not None and current.matches(dataset, collate, recipe_len, fields) \
+    if current is not None and current.matches(dataset, collate, recipe_len, fields,
+                                               sequence_parallel, sp_rank) \
             and current._memory_budget == memory_budget and current._metadata == metadata:
         return current
     if current is not None:
         current.close()
     return OrderedLoaders(dataset, collate=collate, recipe_len=recipe_len, fields=fields,
-                          memory_budget=memory_budget, metadata=metadata)
+                          memory_budget=memory_budget, metadata=metadata,
+                          sequence_parallel=sequence_parallel, sp_rank=sp_rank)

@@ -287,7 +287,8 @@ class PackedLoader:
     """
 
     def __init__(self, dataset: Any, batch_sampler: Any, collate_fn: Any, transfer: Any,
-                 rows: Any, memory_budget: Union[int, str] = "auto") -> None:
+                 rows: Any, memory_budget: Union[int, str] = "auto", sp_size: int = 1,
+                 sp_rank: int = 0) -> None:
         self.dataset = dataset
         self.batch_sampler = batch_sampler
         self.collate_fn = collate_fn
@@ -295,6 +296,9 @@ class PackedLoader:
         self._rows = rows  # _ArrowRows: the split's input_ids and loss_mask
         self._memory_budget = memory_budget
         self._loaders: Any = None  # common.OrderedLoaders, made at the first iteration
+        # --sp-size > 1: each batch is SP rank sp_rank's part (split_batch_for_sp's), the C++
+        # loader reading only the rows of the samples behind it (sp_rule='speculators').
+        self.sp_size, self.sp_rank = int(sp_size), int(sp_rank)
 
     def __len__(self) -> int:
         return len(self.batch_sampler)
@@ -305,18 +309,35 @@ class PackedLoader:
         order = [[self._transfer.sample_index(p + start) for p in batch] for batch in positions]
         max_len = self.collate_fn.max_len
         ds = self._transfer._open()[0]
+        sp = None
+        if self.sp_size > 1:
+            from ._sequence_parallel import SequenceParallel
+
+            sp = SequenceParallel(self.sp_size, rule="speculators")
         # One C++ loader kept across epochs (its arena serves every epoch).
         self._loaders = common.ordered_loaders(
             self._loaders, ds, collate="speculators-eagle3", recipe_len=max_len,
-            memory_budget=self._memory_budget)
+            memory_budget=self._memory_budget, sequence_parallel=sp, sp_rank=self.sp_rank)
         with self._loaders.open(order) as batches:
             for batch_positions, got in zip(positions, batches):
                 got.pop("__index__", None)
-                yield {"input_ids": got["input_ids"], "hidden_states": got["hidden_states"],
-                       "verifier_last_hidden_states": got["verifier_last_hidden_states"],
-                       "loss_mask": self._rows.loss_mask(batch_positions, max_len),
-                       "position_ids": got["position_ids"],
-                       "document_ids": got["document_ids"], "error_records": 0}
+                mask = self._rows.loss_mask(batch_positions, max_len)
+                batch = {"input_ids": got["input_ids"], "hidden_states": got["hidden_states"],
+                         "verifier_last_hidden_states": got["verifier_last_hidden_states"],
+                         "loss_mask": mask if sp is None
+                         else mask.chunk(self.sp_size, dim=1)[self.sp_rank],
+                         "position_ids": got["position_ids"],
+                         "document_ids": got["document_ids"], "error_records": 0}
+                if sp is not None:
+                    batch["full_seq_len"] = torch.tensor(max_len)
+                yield batch
+
+    @property
+    def libshard_stats(self) -> Dict[str, Any]:
+        """The C++ loader's counters after an iteration (``bytes_read``: what this rank read
+        in all)."""
+        held = self._loaders._idle if self._loaders is not None else None
+        return dict(held[0].stats()) if held is not None else {}
 
 
 class _ArrowRows:
@@ -435,18 +456,18 @@ def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
     Sequence parallelism (``--sp-size``): with ``sp_size`` > 1 (default: speculators'
     ``get_sp_size()``, its ``("dp", "sp")`` mesh; the batch sampler already gives the SP group
     its data-parallel rank's batches) every batch is this rank's part,
-    :func:`split_batch_for_sp` (``sp_rank``: default ``get_sp_rank()``)."""
+    :func:`split_batch_for_sp` (``sp_rank``: default ``get_sp_rank()``): the C++ batches read
+    only the rows of the samples behind that part (``sp_rule="speculators"``), speculators' own
+    are cut from the whole batch. ``sp_size`` 1: the whole batch, as speculators gives it."""
     if batches not in BATCHES:
         raise ValueError(f"batches={batches!r}: give one of {BATCHES}")
     sp_rank, sp_size = _sp_place(sp_size, sp_rank)
-    if sp_size > 1:
-        if collate_fn is not None and getattr(collate_fn, "max_len", 0) % sp_size:
-            raise ValueError(f"libshard.speculators: --total-seq-len {collate_fn.max_len} is not "
-                             f"a multiple of --sp-size {sp_size}")
-        whole = train_loader(dataset, batch_sampler, collate_fn, batches=batches,
-                             memory_budget=memory_budget, fallback=fallback, sp_size=1,
-                             sp_rank=0)
-        return None if whole is None else _SplitBatches(whole, sp_rank, sp_size)
+    if sp_size < 1 or not 0 <= sp_rank < sp_size:
+        raise ValueError(f"libshard.speculators: sp_rank={sp_rank} is not a rank of an SP group "
+                         f"of --sp-size {sp_size}")
+    if sp_size > 1 and collate_fn is not None and getattr(collate_fn, "max_len", 0) % sp_size:
+        raise ValueError(f"libshard.speculators: --total-seq-len {collate_fn.max_len} is not "
+                         f"a multiple of --sp-size {sp_size}")
     why = "batches='trainer'"
     if batches != "trainer":
         if not common.ordered_loader_available():
@@ -456,7 +477,7 @@ def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
             transfer, rows, why = _cpp_plan(dataset, collate_fn)
         if transfer is not None:
             return PackedLoader(dataset, batch_sampler, collate_fn, transfer, rows,
-                                memory_budget=memory_budget)
+                                memory_budget=memory_budget, sp_size=sp_size, sp_rank=sp_rank)
     if batches == "cpp":
         raise ValueError(f"libshard.speculators.train_loader(batches='cpp'): {why}")
     if batches == "auto":
@@ -464,7 +485,10 @@ def train_loader(dataset: Any, batch_sampler: Any, collate_fn: Any, *,
             f"libshard.speculators: speculators' own DataLoader and collate build the batches "
             f"({why}); batches built in C++ need --hidden-states-backend libshard with every "
             "row packed and bfloat16 hidden states"))
-    return fallback() if fallback is not None else None
+    whole = fallback() if fallback is not None else None
+    # speculators' own batches are whole: each SP rank cuts its part from them.
+    return _SplitBatches(whole, sp_rank, sp_size) if whole is not None and sp_size > 1 \
+        else whole
 
 
 def _announce_rows(dataset: Any, positions: List[int]) -> None:

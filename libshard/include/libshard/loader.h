@@ -70,13 +70,18 @@ inline constexpr uint64_t kMaxLoaderReadSize = uint64_t{1} << 30;  // read_size:
 // field with a sequence dimension (Field::seq_dim: the fields whose rows the dataset's row blocks
 // cut, FORMAT.md §3.10), the rows `rule` gives it for the sample's length (SliceOf), and the
 // other fields whole; the arena holds slices, not samples. Sample::sequence_slice() says which
-// slice it holds. degree 1 (the default) or 0: off.
+// slice it holds. degree 0 (the default): off. degree 1 is a group of one: every rank gets its
+// data-parallel samples as without sequence parallelism, cut and padded by `rule` for a group of
+// one (the whole sample; the USP rules pad it by ttt_length, as the trainers do with sp_size 1),
+// so a trainer passes its sp_size whatever it is. The speculators rule splits a batch's packed
+// row: it goes with collate='speculators-eagle3', whose batch is then the rank's part of the row
+// (each sample read only for the rows behind that part).
 struct SequenceParallel {
-  uint32_t degree = 1;                 // N, ranks per group (0 or 1: off); divides world_size
+  uint32_t degree = 0;                 // N, ranks per group (0: off); divides world_size
   SplitRule rule = SplitRule::kEven;   // the trainer's split (libshard/sequence_parallel.h)
   uint32_t ttt_length = 0;             // the USP rules' overlap (SplitRequest::ttt_length)
   uint32_t ulysses_size = 0;           // torchspec-usp: Ulysses degree within N (0: N)
-  bool enabled() const { return degree > 1; }
+  bool enabled() const { return degree >= 1; }
   bool operator==(const SequenceParallel&) const = default;
 };
 inline constexpr uint32_t kMaxSequenceParallel = 1u << 16;

@@ -53,6 +53,8 @@ enum class SplitRule : uint8_t {
   // a batch (L = --total-seq-len, all samples of the batch one after another, then padding):
   // L must be a multiple of N; rank r reads rows [r·L/N, (r+1)·L/N), no padding, no generated
   // positions (position_ids is a stored field split like the others); document_ids stays whole.
+  // The loader serves it with the recipe that packs the row (collate='speculators-eagle3'):
+  // each rank's batch is its part, built from the stored rows of the samples behind it.
   kSpeculators = 3,
 };
 

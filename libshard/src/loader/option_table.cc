@@ -13,6 +13,7 @@
 #include "libshard/loader.h"
 #include "libshard/option_rows.h"
 #include "loader/order_options.h"
+#include "loader/recipes/batch_recipe.h"
 #include "loader/step_factory.h"  // CheckResumeFits
 
 namespace libshard {
@@ -360,10 +361,11 @@ Status ValidateSequenceParallel(const LoaderOptions& o) {
   const SequenceParallel& sp = o.sequence_parallel;
   if (sp.rule > SplitRule::kSpeculators)
     return Bad("sp_rule", "is not a known split rule");
-  if (sp.degree <= 1) {  // 0 (None) and 1: off
+  if (sp.degree == 0) {  // None: off
     if (sp.ttt_length != 0 || sp.ulysses_size != 0 || sp.rule != SplitRule::kEven)
-      return Bad("sp_rule", "/ sp_ttt_length / sp_ulysses_size apply with sequence_parallel > 1 "
-                            "only (sequence_parallel is off)");
+      return Bad("sp_rule", "/ sp_ttt_length / sp_ulysses_size apply with sequence_parallel "
+                            "only, which is None (off); give sequence_parallel=1 for a group of "
+                            "one that applies the rule");
     return Status::OK();
   }
   const std::string n = std::to_string(sp.degree);
@@ -376,10 +378,20 @@ Status ValidateSequenceParallel(const LoaderOptions& o) {
     return Bad("rank", std::to_string(o.rank) + " is out of range for world_size " +
                            std::to_string(o.world_size));
   const SplitRuleInfo& info = SplitRuleInfoOf(sp.rule);
-  if (info.packed)
+  // A rule that splits a batch's packed row needs the recipe that packs it (PackedRecipeRows):
+  // the loader then reads each sample's rows behind the rank's part of the row.
+  const BatchRecipeEntry* recipe = FindBatchRecipe(o.collate);
+  const bool packs = recipe != nullptr && recipe->packed != nullptr;
+  if (info.packed && !packs)
     return Bad("sp_rule", "'" + std::string(info.name) +
-                              "' splits a batch's packed row, not one sample; the loader splits "
-                              "samples: use 'even' (or the trainer's recipe, which packs)");
+                              "' splits a batch's packed row, not one sample: give it with the "
+                              "batch recipe that packs the row (collate='speculators-eagle3'), "
+                              "or use 'even'");
+  if (info.packed && o.recipe_len % sp.degree != 0)
+    return Bad("sequence_parallel", "= " + n + " does not divide recipe_len " +
+                                        std::to_string(o.recipe_len) + " (the packed row, "
+                                        "--total-seq-len): each rank gets recipe_len / " + n +
+                                        " of its positions; give a multiple of the degree");
   if (sp.ttt_length != 0 && !info.takes_ttt)
     return Bad("sp_ttt_length", std::to_string(sp.ttt_length) + " applies to the USP rules only "
                                 "(sp_rule='specforge-usp' or 'torchspec-usp'), not '" +
@@ -387,8 +399,14 @@ Status ValidateSequenceParallel(const LoaderOptions& o) {
   if (sp.ulysses_size != 0 && sp.degree % sp.ulysses_size != 0)
     return Bad("sp_ulysses_size", std::to_string(sp.ulysses_size) +
                                       " does not divide sequence_parallel " + n);
-  if (o.collate != Collate::kNone)
-    return Bad("collate", "does not apply with sequence_parallel > 1 yet: a collated batch would "
+  // A group of one under 'even' reads every sample whole, unpadded: a batch loses nothing.
+  const bool whole = sp.degree == 1 && sp.rule == SplitRule::kEven;
+  if (packs && !info.packed && !whole)
+    return Bad("sp_rule", "'" + std::string(info.name) + "' splits samples, but collate='" +
+                              std::string(recipe->name) + "' packs a batch into one row: use "
+                              "sp_rule='speculators', which splits the packed row");
+  if (o.collate != Collate::kNone && !whole && !info.packed)
+    return Bad("collate", "does not apply with sequence_parallel yet: a collated batch would "
                           "lose each slice's place (Sample::sequence_slice); take lists of "
                           "samples (collate None) and collate in the trainer");
   return Status::OK();

@@ -13,6 +13,7 @@
 #include "format/checksum.h"
 #include "io/direct_io.h"
 #include "loader/read_layout.h"
+#include "loader/recipes/batch_recipe.h"
 #include "remote/shard_filler.h"
 #include "util/env_knobs.h"
 
@@ -429,7 +430,8 @@ Result<bool> ReadScheduler::StartNextItem() {
   // damaged one is this sample's error (FORMAT.md §3.8.7).
   Result<SampleLocation> located = dataset_->Locate(sample);
   item->location = located.ok() ? *located : SampleLocation{};
-  Result<ReadLayout> planned = PlanItem(sample, item->location, &item->sp);
+  Result<ReadLayout> planned =
+      PlanItem(sample, item->location, sched_samples_, sched_in_batch_, &item->sp);
   if (planned.ok()) item->layout = std::move(planned).value();
   const bool compressed = SampleNeedsDecode(item->location.flags);
   const uint64_t read_bytes = item->layout.read_length;
@@ -509,6 +511,7 @@ Result<bool> ReadScheduler::StartNextItem() {
 }
 
 Result<ReadLayout> ReadScheduler::PlanItem(uint64_t sample, const SampleLocation& location,
+                                           std::span<const uint64_t> batch, size_t at,
                                            Sample::SequenceParallelSlice* sp) const {
   const SequenceParallel& o = options_.sequence_parallel;
   if (!o.enabled())
@@ -523,6 +526,36 @@ Result<ReadLayout> ReadScheduler::PlanItem(uint64_t sample, const SampleLocation
   request.sp_rank = options_.rank % o.degree;
   request.ttt_length = o.ttt_length;
   request.ulysses_size = o.ulysses_size;
+  if (SplitRuleInfoOf(o.rule).packed) {
+    // The rank's part of the batch's packed row (recipe_len rows, as the recipe packs the
+    // batch's samples: option_table.cc checked it has PackedRecipeRows): this sample's stored
+    // rows behind it, none when the part holds none of its rows.
+    const PackedRecipeRows& packed = *FindBatchRecipe(options_.collate)->packed;
+    request.length = options_.recipe_len;
+    request.max_len = 0;
+    LIBSHARD_ASSIGN_OR_RETURN(SequenceSlice slice, SliceOf(o.rule, request));
+    std::vector<uint64_t> stored;
+    stored.reserve(at + 1);
+    for (size_t j = 0; j <= at; ++j) {  // as the recipe sees them: clipped to max_len
+      const uint64_t length = dataset_->length(batch[j]);
+      stored.push_back(options_.max_len > 0 ? std::min(length, options_.max_len) : length);
+    }
+    const std::vector<uint64_t> lengths =
+        recipe::PackedLengths(packed, stored, options_.recipe_len);
+    const RowRange rows = recipe::PackedStoredRows(packed, lengths, at, slice.start, slice.stop);
+    // The slice in the sample's stored rows; chunk and offset stay the part's (T / N, r·T / N).
+    slice.full_length = stored[at];
+    slice.start = rows.start;
+    slice.stop = rows.stop;
+    slice.pad_to = slice.batch_pad_to = rows.stop - rows.start;
+    sp->sp_size = o.degree;
+    sp->sp_rank = request.sp_rank;
+    sp->rule = o.rule;
+    sp->slice = slice;
+    if (location.stored_size == 0)
+      return PlanRead(*dataset_, sample, location, field_indices_, 0, partial_check_);
+    return PlanSliceRead(*dataset_, sample, location, field_indices_, rows, partial_check_);
+  }
   LIBSHARD_ASSIGN_OR_RETURN(const SequenceSlice slice, SliceOf(o.rule, request));
   sp->sp_size = o.degree;
   sp->sp_rank = request.sp_rank;
@@ -554,7 +587,7 @@ void ReadScheduler::PrefetchAhead(const StepSequence& steps, ShardFiller* filler
     Result<SampleLocation> loc = dataset_->Locate(sample);
     if (!loc.ok()) continue;  // its item reports the error
     Sample::SequenceParallelSlice sp;
-    const Result<ReadLayout> layout = PlanItem(sample, *loc, &sp);
+    const Result<ReadLayout> layout = PlanItem(sample, *loc, pf_samples_, pf_in_batch_ - 1, &sp);
     if (!layout.ok()) continue;  // its item reports the error
     for (size_t k = 0; k < layout->ranges(); ++k) {
       const ReadExtent e = layout->range(k);

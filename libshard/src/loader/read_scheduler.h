@@ -116,8 +116,10 @@ class ReadScheduler {
   // filler, in step order, while it has room (read-ahead). Requires queue_->mu.
   void PrefetchAhead(const StepSequence& steps, ShardFiller* filler);
   // What the item of `sample` reads: PlanRead, or with sequence parallelism this rank's slice
-  // (`sp` says which) as a row-range read.
+  // (`sp` says which) as a row-range read. `sample` is batch[at], its step's samples: a rule
+  // that splits the packed row of a batch (speculators) places it after the ones before it.
   Result<ReadLayout> PlanItem(uint64_t sample, const SampleLocation& location,
+                              std::span<const uint64_t> batch, size_t at,
                               Sample::SequenceParallelSlice* sp) const;
   // `offset`, `length`: the sub-read's place within the item's read.
   void OnSubReadDone(Item* item, const io::ReadCompletion& c, uint64_t offset, uint64_t length);

@@ -200,6 +200,29 @@ void CopyRows(std::byte* dst, uint64_t dst_rows, const std::byte* src, uint64_t 
     std::memset(dst + rows * row_bytes, 0, (dst_rows - rows) * row_bytes);
 }
 
+std::vector<uint64_t> PackedLengths(const PackedRecipeRows& packed,
+                                    std::span<const uint64_t> stored_lengths, uint64_t total) {
+  std::vector<uint64_t> out;
+  out.reserve(stored_lengths.size());
+  uint64_t offset = 0;
+  for (uint64_t s : stored_lengths) {
+    const uint64_t rows = offset < total ? std::min(packed.rows(s), total - offset) : 0;
+    offset += rows;
+    out.push_back(rows);
+  }
+  return out;
+}
+
+RowRange PackedStoredRows(const PackedRecipeRows& packed, std::span<const uint64_t> lengths,
+                          size_t k, uint64_t start, uint64_t stop) {
+  uint64_t offset = 0;  // the sums are bounded by the row's length
+  for (size_t j = 0; j < k; ++j) offset += lengths[j];
+  const uint64_t b = std::max(start, offset);
+  const uint64_t e = std::min(stop, offset + lengths[k]);
+  if (b >= e) return RowRange{0, 0};
+  return RowRange{b - offset, e - offset + packed.lookahead};
+}
+
 std::string ShapeText(const Shape& shape) {
   std::string s = "[";
   for (size_t d = 0; d < shape.size(); ++d) s += (d ? ", " : "") + std::to_string(shape[d]);

@@ -24,6 +24,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "libshard/loader.h"
 #include "libshard/sample.h"
@@ -45,6 +46,16 @@ class BatchRecipe {
                     std::byte* region) const = 0;
 };
 
+// How a recipe that packs a batch into one row (speculators-eagle3) fills the row from its
+// samples, so that a sequence-parallel loader under the 'speculators' rule (SplitRuleInfo::packed)
+// reads only the stored rows behind its part of the row (docs/guide/long-context.md). The samples
+// lie in the row one after another, sample k contributing min(rows(S_k), what is left of the row)
+// rows; the row's packed rows [b, e) of a sample need its stored rows [b, e + lookahead).
+struct PackedRecipeRows {
+  uint64_t (*rows)(uint64_t stored_length) = nullptr;
+  uint64_t lookahead = 0;
+};
+
 struct BatchRecipeEntry {
   Collate id;
   std::string_view name;     // LoaderOptions' spelling, e.g. "specforge-eagle3"
@@ -55,6 +66,8 @@ struct BatchRecipeEntry {
   Result<std::unique_ptr<const BatchRecipe>> (*make)(const Schema& schema,
                                                      const LoaderOptions& options,
                                                      const std::string& dataset_path);
+  // Null: the recipe does not pack a batch into one row.
+  const PackedRecipeRows* packed = nullptr;
 };
 
 // The entry of a recipe's Collate value; null for kNone, kPad, kPack.
@@ -106,6 +119,16 @@ void StoreInteger(std::byte* dst, DType dtype, uint64_t k, int64_t value);
 // dtype).
 void CopyRows(std::byte* dst, uint64_t dst_rows, const std::byte* src, uint64_t src_rows,
               uint64_t row_bytes);
+
+// The packed rows each sample of a batch contributes to a row of `total` (PackedRecipeRows),
+// from the samples' stored lengths, in batch order (0 for a sample after the row is full).
+std::vector<uint64_t> PackedLengths(const PackedRecipeRows& packed,
+                                    std::span<const uint64_t> stored_lengths, uint64_t total);
+// The stored rows sample k of a batch (packed lengths `lengths`) is read for, for the part
+// [start, stop) of the packed row: [b, e + lookahead) for its packed rows [b, e) in the part, or
+// the empty range {0, 0} when none of its rows fall in the part.
+RowRange PackedStoredRows(const PackedRecipeRows& packed, std::span<const uint64_t> lengths,
+                          size_t k, uint64_t start, uint64_t stop);
 
 // "[a, b, c]".
 std::string ShapeText(const Shape& shape);

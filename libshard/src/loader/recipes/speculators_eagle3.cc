@@ -19,12 +19,20 @@
 //   verifier_last_hidden_states [1, T, H] bf16, position_ids [1, T] int64,
 //   document_ids [1, T] int64: the sample's number in the batch for each position, -1 on pads.
 // lengths: the rows each sample contributes (0 for a dropped one), the trainer's `lengths`.
+//
+// Sequence parallelism (sp_rule='speculators', speculators#871's --sp-size): SP rank r of N gets
+// its part of the packed row, positions [r·T/N, (r+1)·T/N) of every tensor but document_ids
+// (whole), as split_batch_for_sp cuts the batch above; the loader reads of each sample only the
+// stored rows behind that part (PackedRecipeRows: packed row k of a sample is its stored rows k
+// and k + 1), so the samples hold row ranges (Sample::rows()) and the part is built from them.
 #include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "codec/float8.h"
+#include "libshard/sequence_parallel.h"
 #include "loader/recipes/batch_recipe.h"
 
 namespace libshard {
@@ -41,13 +49,26 @@ constexpr std::string_view kOutVerifier = "verifier_last_hidden_states";
 constexpr std::string_view kOutPositions = "position_ids";
 constexpr std::string_view kOutDocuments = "document_ids";
 
+uint64_t PackedRows(uint64_t stored_length) { return stored_length > 0 ? stored_length - 1 : 0; }
+// Packed row k of a sample (after the shift): input_ids = token_ids[k + 1], hidden_states =
+// hs[k], verifier = hs[k + 1]: its stored rows k and k + 1.
+constexpr PackedRecipeRows kPacked = {PackedRows, 1};
+
 bool IsBf16OrFp8(DType d) { return d == DType::kBFloat16 || d == DType::kFloat8E4M3FN; }
 bool IsFloat32(DType d) { return d == DType::kFloat32; }
 
 class SpeculatorsEagle3 final : public BatchRecipe {
  public:
-  SpeculatorsEagle3(uint64_t total_seq_len, std::string dataset_path)
-      : t_(total_seq_len), path_(std::move(dataset_path)) {}
+  // The batch's part [part_start, part_stop) of the packed row (the whole row without SP).
+  // max_len: the loader's cut of every sample (0: none), which a row-range read's
+  // Sample::length() does not show.
+  SpeculatorsEagle3(uint64_t total_seq_len, uint64_t part_start, uint64_t part_stop,
+                    uint64_t max_len, std::string dataset_path)
+      : t_(total_seq_len),
+        start_(part_start),
+        stop_(part_stop),
+        max_len_(max_len),
+        path_(std::move(dataset_path)) {}
 
   Result<CollateLayout> Plan(std::span<const Sample> samples) const override {
     if (samples.empty()) return Status::InvalidArgument("cannot collate an empty batch");
@@ -56,7 +77,8 @@ class SpeculatorsEagle3 final : public BatchRecipe {
     uint64_t layers = 0;  // L + 1
     uint64_t width = 0;   // H
     DType token_dtype = DType::kInt64;
-    uint64_t offset = 0;
+    std::vector<uint64_t> stored;  // S of each sample
+    stored.reserve(samples.size());
     for (size_t i = 0; i < samples.size(); ++i) {
       const Sample& s = samples[i];
       LIBSHARD_ASSIGN_OR_RETURN(const TensorView* hs, Tensor(s, kHidden, e, path_));
@@ -83,22 +105,41 @@ class SpeculatorsEagle3 final : public BatchRecipe {
             recipe::ShapeText(hs->shape) + " hidden states and " +
             std::string(DTypeName(tokens->dtype)) + " token ids, unlike the batch's first "
             "sample; speculators cannot pack them either");
-      const uint64_t n = hs->shape[0] > 0 ? hs->shape[0] - 1 : 0;
-      const uint64_t rows = offset < t_ ? std::min(n, t_ - offset) : 0;
-      offset += rows;
-      layout.lengths.push_back(static_cast<int64_t>(rows));
+      // A sequence-parallel sample holds rows [rows.start, rows.stop) of its S (the loader read
+      // what its part needs); another holds all S.
+      const RowRange rows = Rows(s, *hs);
+      if (hs->shape[0] != rows.stop - rows.start)
+        return Bad(s, *hs, "the " + std::to_string(rows.stop - rows.start) + " rows read");
+      stored.push_back(!s.has_sequence_slice() ? hs->shape[0]
+                       : max_len_ > 0          ? std::min(s.length(), max_len_)
+                                               : s.length());
     }
+    const std::vector<uint64_t> lengths = recipe::PackedLengths(kPacked, stored, t_);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      layout.lengths.push_back(static_cast<int64_t>(lengths[i]));
+      // The rows the part needs were read.
+      const RowRange need = recipe::PackedStoredRows(kPacked, lengths, i, start_, stop_);
+      const RowRange have = Rows(samples[i], *samples[i].Find(kHidden));
+      if (need.stop > need.start && (need.start < have.start || need.stop > have.stop))
+        return Status::Internal("collate='speculators-eagle3': " +
+                                recipe::SampleText(samples[i], path_) + " holds rows [" +
+                                std::to_string(have.start) + ", " + std::to_string(have.stop) +
+                                "), but its part of the packed row needs [" +
+                                std::to_string(need.start) + ", " + std::to_string(need.stop) +
+                                ")");
+    }
+    const uint64_t part = stop_ - start_;
     uint64_t flat = 0;
     if (__builtin_mul_overflow(layers - 1, width, &flat))
       return Status::InvalidArgument("collate='speculators-eagle3': hidden states of " + path_ +
                                      " overflow 64-bit sizes");
-    LIBSHARD_RETURN_IF_ERROR(recipe::AddTensor(&layout, kOutIds, token_dtype, {1, t_}, path_));
+    LIBSHARD_RETURN_IF_ERROR(recipe::AddTensor(&layout, kOutIds, token_dtype, {1, part}, path_));
     LIBSHARD_RETURN_IF_ERROR(
-        recipe::AddTensor(&layout, kOutHidden, DType::kBFloat16, {1, t_, flat}, path_));
+        recipe::AddTensor(&layout, kOutHidden, DType::kBFloat16, {1, part, flat}, path_));
     LIBSHARD_RETURN_IF_ERROR(
-        recipe::AddTensor(&layout, kOutVerifier, DType::kBFloat16, {1, t_, width}, path_));
+        recipe::AddTensor(&layout, kOutVerifier, DType::kBFloat16, {1, part, width}, path_));
     LIBSHARD_RETURN_IF_ERROR(
-        recipe::AddTensor(&layout, kOutPositions, DType::kInt64, {1, t_}, path_));
+        recipe::AddTensor(&layout, kOutPositions, DType::kInt64, {1, part}, path_));
     LIBSHARD_RETURN_IF_ERROR(
         recipe::AddTensor(&layout, kOutDocuments, DType::kInt64, {1, t_}, path_));
     layout.max_seqlen = static_cast<int64_t>(t_);
@@ -115,47 +156,61 @@ class SpeculatorsEagle3 final : public BatchRecipe {
     const uint64_t tes = DTypeSize(ids_out.dtype);
     const uint64_t flat = hidden_out.shape[2];
     const uint64_t width = verifier_out.shape[2];
-    uint64_t offset = 0;
+    const uint64_t part = stop_ - start_;
+    uint64_t offset = 0;  // in the whole row
+    uint64_t filled = 0;  // rows of the part written
     for (size_t i = 0; i < samples.size(); ++i) {
       const auto rows = static_cast<uint64_t>(layout.lengths[i]);
-      if (rows == 0) continue;
+      for (uint64_t r = 0; r < rows; ++r)
+        recipe::StoreInteger(documents, DType::kInt64, offset + r, static_cast<int64_t>(i));
+      // The sample's rows of the whole row [first, offset) in the part [start_, stop_): its
+      // packed rows b .. b + n - 1, landing at row `at` of the part.
+      const uint64_t first = offset;
+      offset += rows;
+      const uint64_t lo = std::max(start_, first);
+      const uint64_t hi = std::min(stop_, offset);
+      if (lo >= hi) continue;
+      const uint64_t b = lo - first;
+      const uint64_t n = hi - lo;
+      const uint64_t at = lo - start_;
       const Sample& s = samples[i];
       const TensorView& hs = *s.Find(kHidden);
       const TensorView& tokens = *s.Find(kTokens);
-      std::memcpy(region + ids_out.offset + offset * tes, tokens.data + tes, rows * tes);
-      for (uint64_t r = 0; r < rows; ++r) {
-        recipe::StoreInteger(positions, DType::kInt64, offset + r, static_cast<int64_t>(r + 1));
-        recipe::StoreInteger(documents, DType::kInt64, offset + r, static_cast<int64_t>(i));
-      }
-      std::byte* hidden = region + hidden_out.offset + offset * flat * 2;
-      std::byte* verifier = region + verifier_out.offset + offset * width * 2;
+      const uint64_t base = Rows(s, hs).start;  // stored row of the tensors' row 0
+      std::memcpy(region + ids_out.offset + at * tes, tokens.data + (b + 1 - base) * tes, n * tes);
+      for (uint64_t r = 0; r < n; ++r)
+        recipe::StoreInteger(positions, DType::kInt64, at + r, static_cast<int64_t>(b + r + 1));
+      std::byte* hidden = region + hidden_out.offset + at * flat * 2;
+      std::byte* verifier = region + verifier_out.offset + at * width * 2;
       const uint64_t layers = hs.shape[1];
       if (hs.dtype == DType::kBFloat16) {
         const uint64_t in_row = layers * width * 2;
-        for (uint64_t r = 0; r < rows; ++r) {
-          // hidden_states = hs[r, :-1] (row r), verifier = hs[r + 1, -1].
-          std::memcpy(hidden + r * flat * 2, hs.data + r * in_row, flat * 2);
-          std::memcpy(verifier + r * width * 2, hs.data + (r + 1) * in_row + flat * 2,
+        for (uint64_t r = 0; r < n; ++r) {
+          // hidden_states = hs[k, :-1] (packed row k of the sample), verifier = hs[k + 1, -1].
+          const uint64_t k = b + r - base;
+          std::memcpy(hidden + r * flat * 2, hs.data + k * in_row, flat * 2);
+          std::memcpy(verifier + r * width * 2, hs.data + (k + 1) * in_row + flat * 2,
                       width * 2);
         }
       } else {
         const TensorView& scales = *s.Find(kScales);
         const uint64_t in_row = layers * width;
-        for (uint64_t r = 0; r < rows; ++r) {
-          Dequantize(hs.data + r * in_row, ScaleAt(scales, r), flat, hidden + r * flat * 2);
-          Dequantize(hs.data + (r + 1) * in_row + flat, ScaleAt(scales, r + 1), width,
+        for (uint64_t r = 0; r < n; ++r) {
+          const uint64_t k = b + r - base;
+          Dequantize(hs.data + k * in_row, ScaleAt(scales, k), flat, hidden + r * flat * 2);
+          Dequantize(hs.data + (k + 1) * in_row + flat, ScaleAt(scales, k + 1), width,
                      verifier + r * width * 2);
         }
       }
-      offset += rows;
+      filled = at + n;
     }
-    const uint64_t rest = t_ - offset;
+    for (uint64_t k = offset; k < t_; ++k) recipe::StoreInteger(documents, DType::kInt64, k, -1);
+    const uint64_t rest = part - filled;
     if (rest > 0) {
-      std::memset(region + ids_out.offset + offset * tes, 0, rest * tes);
-      std::memset(region + hidden_out.offset + offset * flat * 2, 0, rest * flat * 2);
-      std::memset(region + verifier_out.offset + offset * width * 2, 0, rest * width * 2);
-      std::memset(positions + offset * 8, 0, rest * 8);
-      for (uint64_t k = offset; k < t_; ++k) recipe::StoreInteger(documents, DType::kInt64, k, -1);
+      std::memset(region + ids_out.offset + filled * tes, 0, rest * tes);
+      std::memset(region + hidden_out.offset + filled * flat * 2, 0, rest * flat * 2);
+      std::memset(region + verifier_out.offset + filled * width * 2, 0, rest * width * 2);
+      std::memset(positions + filled * 8, 0, rest * 8);
     }
   }
 
@@ -166,6 +221,11 @@ class SpeculatorsEagle3 final : public BatchRecipe {
         recipe::SampleText(s, path_) + " is " + recipe::ShapeText(v.shape) + " " +
         std::string(DTypeName(v.dtype)) + ", but a speculators hidden-states sample has " + want +
         "; use the trainer's collate");
+  }
+
+  // The stored rows a sample's tensors hold: a sequence-parallel sample's row range, else all.
+  static RowRange Rows(const Sample& s, const TensorView& hs) {
+    return s.has_sequence_slice() ? s.rows() : RowRange{0, hs.shape[0]};
   }
 
   static float ScaleAt(const TensorView& scales, uint64_t row) {
@@ -186,6 +246,9 @@ class SpeculatorsEagle3 final : public BatchRecipe {
   }
 
   const uint64_t t_;
+  const uint64_t start_;
+  const uint64_t stop_;
+  const uint64_t max_len_;
   const std::string path_;
 };
 
@@ -205,13 +268,28 @@ Result<std::unique_ptr<const BatchRecipe>> Make(const Schema& schema, const Load
   if (schema.fields[static_cast<size_t>(hs)].dtype == DType::kFloat8E4M3FN)
     LIBSHARD_RETURN_IF_ERROR(
         NeedField(schema, kScales, 3, IsFloat32, "float32", false, e, path).status());
-  return std::unique_ptr<const BatchRecipe>(std::make_unique<SpeculatorsEagle3>(o.recipe_len, path));
+  // The loader checked the rule and that the degree divides recipe_len (option_table.cc).
+  uint64_t start = 0;
+  uint64_t stop = o.recipe_len;
+  const SequenceParallel& sp = o.sequence_parallel;
+  if (sp.enabled() && sp.rule == SplitRule::kSpeculators) {
+    SplitRequest request;
+    request.length = o.recipe_len;
+    request.sp_size = sp.degree;
+    request.sp_rank = o.rank % sp.degree;
+    LIBSHARD_ASSIGN_OR_RETURN(const SequenceSlice slice, SliceOf(sp.rule, request));
+    start = slice.start;
+    stop = slice.stop;
+  }
+  return std::unique_ptr<const BatchRecipe>(
+      std::make_unique<SpeculatorsEagle3>(o.recipe_len, start, stop, o.max_len, path));
 }
+
 
 }  // namespace
 
 const BatchRecipeEntry kSpeculatorsEagle3Recipe = {
     Collate::kSpeculatorsEagle3, "speculators-eagle3",
-    "speculators 0.9 EAGLE-3: ArrowDataset + shift_batch + CollateFn", Make};
+    "speculators 0.9 EAGLE-3: ArrowDataset + shift_batch + CollateFn", Make, &kPacked};
 
 }  // namespace libshard
