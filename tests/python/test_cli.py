@@ -429,11 +429,18 @@ def test_resume_after_sigkill_equals_uninterrupted(many, reference, tmp_path):
                 # Kill after this run has made a checkpoint of its own (its journal grew), at a
                 # random point after that: a kill timed against the clock alone lands before the
                 # first checkpoint or after the commit too often to test resuming.
+                # A fresh run's journal starts as its header alone: a checkpoint is growth past it.
+                # The first trial kills right at a checkpoint, so that at least one resume keeps
+                # samples however the machine's load stretches the run (CI: 3 random kills on a
+                # loaded machine all landed where no resume kept any).
                 journal = out / "_journal.lsj"
                 start_size = size_or_zero(journal)
+                while proc.poll() is None and start_size == 0:
+                    time.sleep(0.001)
+                    start_size = size_or_zero(journal)
                 while proc.poll() is None and size_or_zero(journal) <= start_size:
                     time.sleep(0.001)
-                time.sleep(rnd.uniform(0, full * 0.3))
+                time.sleep(rnd.uniform(0, full * 0.3) if trial else 0)
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGKILL)
                     kills += 1
