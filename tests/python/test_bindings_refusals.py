@@ -1,8 +1,8 @@
 """The refusals of the C++ bindings (bindings/src) that the other suites left unreached, found by
 the bindings' line coverage (`make coverage`, docs/testing.md): each raises InvalidArgumentError
-naming what it refuses. Through the public API where it reaches them; where the Python package
-checks first (announced indices, a caller's steps), through libshard._core, whose own checks
-stand behind those of the package."""
+naming what it refuses; and a sample tensor's memory object. Through the public API where it
+reaches them; where the Python package checks first (announced indices, a caller's steps),
+through libshard._core, whose own checks stand behind those of the package."""
 # suite: check (make check runs this file: scripts/check.sh)
 
 from __future__ import annotations
@@ -114,3 +114,14 @@ def test_pack_progress_lines(eagle_src, tmp_path, capfd):
     libshard.pack(eagle_src, tmp_path / "out", progress=True)
     err = capfd.readouterr().err
     assert "libshard pack: " in err and " files, " in err and ", done" in err, err
+
+
+# -- a sample tensor's memory object (bindings/src/tensor_memory.cc) --------------------------
+def test_core_tensor_memory_length_and_address(small):
+    import ctypes
+    index, fields, _ = small._core.read(3)
+    (name, dtype, shape, mem), = fields
+    assert (index, name, dtype, tuple(shape)) == (3, "x", "int64", (5,))
+    want = torch.arange(5, dtype=torch.int64).numpy().tobytes()
+    assert len(mem) == mem.nbytes == len(want) == memoryview(mem).nbytes
+    assert ctypes.string_at(mem.address, mem.nbytes) == want
