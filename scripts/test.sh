@@ -5,8 +5,9 @@
 # replay and brief run, the installed-package check, the portable wheel (when `make wheel` built
 # one for this interpreter, or in CI) also beside decoy libshards, and `make demo` on a small
 # directory. The Python steps run under coverage.py (pytest-cov, when installed: `make deps`) and
-# a last step prints the Python package's line coverage (scripts/coverage.sh). Prints one closing
-# line "test: N passed, N failed".
+# against a _core whose C++ is instrumented for gcov (LIBSHARD_BINDINGS_COVERAGE), and the last
+# steps print the line coverage of the Python package and of the bindings' C++
+# (scripts/coverage.sh). Prints one closing line "test: N passed, N failed".
 #
 #   scripts/test.sh [BUILD] [PYTHON] [all|python]   python: only the Python steps and the coverage
 #                                                   report (`make coverage`, scripts/coverage.sh)
@@ -66,6 +67,15 @@ export PYTHONPATH="$BUILD_DIR/python${PYTHONPATH:+:$PYTHONPATH}"
 export COVERAGE_FILE="$BUILD_DIR/coverage/data"
 rm -rf "$BUILD_DIR/coverage" && mkdir -p "$BUILD_DIR/coverage"
 cov_opts() { bash scripts/coverage.sh --pytest-opts "$1"; }  # cov_opts PYTHON
+# Line coverage of the bindings' C++ (bindings/src): BUILD's _core built with gcov's
+# instrumentation (`make test` and `make coverage` configure it so; a tree configured without it
+# has its bindings rebuilt here), and the counts of a previous run deleted, so the report is this
+# run's: every process of every step that loads _core and exits adds its counts.
+if grep -qx 'LIBSHARD_BINDINGS_COVERAGE:BOOL=ON' "$BUILD_DIR/CMakeCache.txt" 2>/dev/null; then
+  bash scripts/coverage.sh --bindings-setup "$BUILD"
+else
+  step "bindings: instrumented build for coverage" bash scripts/coverage.sh --bindings-setup "$BUILD"
+fi
 
 # `make check` first (its two halves, so each step's count is ctest's or pytest's), then the rest:
 # together every C++ and Python suite, each once.
@@ -109,14 +119,16 @@ else
   echo "=== trainer integrations: skipped (no $TRAINERS_PY; bash scripts/trainers_env.sh builds it)"
 fi
 
-# The last step: the Python package's line coverage, measured by the Python steps above
-# (scripts/coverage.sh), then the totals.
+# The last steps: the line coverage of the Python package and of the bindings' C++, measured by the
+# Python steps above (the C++ also by `make demo`'s run) (scripts/coverage.sh), then the totals.
+# Without gcovr or without counts the bindings' step fails rather than report nothing.
 finish() {
   if [ -n "$(cov_opts "$PY")" ]; then
     step "Python package line coverage" bash scripts/coverage.sh --report "$BUILD" "$PY"
   else
     echo "=== Python package line coverage: skipped (no pytest-cov for $PY; make deps installs it)"
   fi
+  step "Bindings line coverage" bash scripts/coverage.sh --bindings-report "$BUILD" "$PY"
   echo
   echo "steps: $passed ok, $failed failed${failures:+ (${failures[*]})}"
   echo "test: $tests_passed passed, $tests_failed failed"
@@ -183,7 +195,9 @@ else
 fi
 
 # `make demo` as a newcomer runs it (its targeted build: already built here), on a small directory.
-step "make demo (small)" make --no-print-directory demo BUILD="$BUILD" PYTHON="$PY" \
+# BINDINGS_COVERAGE=ON keeps the tree's instrumented _core (no rebuild of the bindings; the
+# demo's counts join the bindings' report); a plain `make demo` or `make build` configures it OFF.
+step "make demo (small)" make --no-print-directory demo BUILD="$BUILD" PYTHON="$PY" BINDINGS_COVERAGE=ON \
   DEMO_DIR="$BUILD/demo_data" DEMO_SAMPLES=12 DEMO_HIDDEN=256 DEMO_MIN_LEN=64 DEMO_MAX_LEN=256
 
 finish

@@ -140,7 +140,6 @@ void RegisterDataset(py::module_& m) {
              }
              return out;
            })
-      .def("length", [](const Dataset& d, int64_t i) { return d.length(CheckIndex(d, i)); })
       .def("location",
            [](const Dataset& d, int64_t i) {
              SampleLocation loc = d.location(CheckIndex(d, i));

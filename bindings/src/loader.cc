@@ -202,11 +202,6 @@ class PyLoader {
   bool BatchesPerEpochKnown() { return Get()->batches_per_epoch_known(); }
   py::dict Stats() { return StatsToPython(Get()->stats()); }
 
-  void Stop() {
-    std::shared_ptr<Loader> loader = Peek();
-    if (loader) loader->Stop();
-  }
-
   // Stops, waits for reads in flight, and frees the arena once no sample holds it. Idempotent.
   // Call without the GIL.
   void Close() {
@@ -220,8 +215,6 @@ class PyLoader {
     std::lock_guard<std::mutex> lock(consumer_mu_);  // a next() in flight returns Aborted first
     loader.reset();
   }
-
-  bool closed() { return Peek() == nullptr; }
 
   // See SampleToPython (bindings.h): applies to samples handed out from now on.
   void SetReleaseHook(py::object hook) { release_hook_ = std::move(hook); }
@@ -243,7 +236,7 @@ class PyLoader {
   // negative.
   static std::vector<uint64_t> Unsigned(
       const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a, const char* what) {
-    if (a.ndim() != 1) ThrowStatus(Status::InvalidArgument(std::string(what) + "s must be 1-D"));
+    if (a.ndim() != 1) ThrowStatus(Status::InvalidArgument(std::string(what) + " array must be 1-D"));
     std::vector<uint64_t> out(static_cast<size_t>(a.shape(0)));
     const int64_t* p = a.data();
     for (size_t i = 0; i < out.size(); ++i) {
@@ -326,15 +319,13 @@ void RegisterLoader(py::module_& m) {
       .def("epoch", &PyLoader::Epoch, "The epoch of the state.")
       .def("batches_per_epoch", &PyLoader::BatchesPerEpoch)
       .def("stats", &PyLoader::Stats)
-      .def("stop", &PyLoader::Stop, py::call_guard<py::gil_scoped_release>())
       .def("close", &PyLoader::Close, py::call_guard<py::gil_scoped_release>())
       .def("set_release_hook", &PyLoader::SetReleaseHook, py::arg("hook"),
            "hook(token) is called when the last tensor of a sample handed out later is freed, "
            "with a MemoryToken that keeps the sample's memory until the hook drops it (None: "
            "release at once).")
       .def("set_metadata", &PyLoader::SetMetadata, py::arg("metadata"),
-           "Whether collated batches carry the samples' metadata (default True).")
-      .def_property_readonly("closed", &PyLoader::closed);
+           "Whether collated batches carry the samples' metadata (default True).");
 }
 
 }  // namespace libshard::python

@@ -209,7 +209,6 @@ class PyWriter {
   }
   py::dict Schema() { return SchemaToPython(Get()->writer().schema()); }
   double BlockedSeconds() { return Get()->blocked_seconds(); }
-  uint64_t Appended() { return Get()->committed(); }
 
  private:
   // Called with the GIL held, which guards pipeline_ itself.
@@ -295,8 +294,7 @@ void RegisterWriter(py::module_& m) {
       .def("existing_sources", &PyWriter::ExistingSources)
       .def_property_readonly("schema", &PyWriter::Schema)
       .def_property_readonly("set_aside", &PyWriter::SetAside)
-      .def_property_readonly("blocked_seconds", &PyWriter::BlockedSeconds)
-      .def_property_readonly("appended", &PyWriter::Appended);
+      .def_property_readonly("blocked_seconds", &PyWriter::BlockedSeconds);
 
   m.def(
       "merge",
